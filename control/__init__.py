@@ -1,0 +1,16 @@
+"""The shared speculative-decoding scheduler: pure, sans-IO, no clock.
+
+``from control import make_controller, Observation, Decision``
+"""
+
+from control.base import Controller
+from control.errors import ConfigError, DSparkError
+from control.registry import (ENGINE_CONTROLLERS, controller_config_class, controller_names,
+                              make_config, make_controller)
+from control.types import Decision, Observation, RoundRecord, records_from_rows, records_to_columns
+
+__all__ = [
+    "ConfigError", "Controller", "DSparkError", "Decision", "ENGINE_CONTROLLERS", "Observation",
+    "RoundRecord", "controller_config_class", "controller_names", "make_config",
+    "make_controller", "records_from_rows", "records_to_columns",
+]

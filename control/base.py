@@ -1,0 +1,38 @@
+"""The controller protocol shared by every scheduler.
+
+A controller is a sans-IO state machine: the driver calls ``decide(now_s)`` before a round and
+``observe(obs)`` after it; time is always an argument, never read from a clock. ``reset()``
+returns it to its initial state and ``state()`` gives a plain dict for tracing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from control.types import Decision, Observation
+
+
+class Controller:
+    """Base class: subclasses set ``name`` and implement ``decide``/``observe``/``reset``/``state``."""
+
+    name: str = "base"
+    #: True for controllers that must be told the future (the simulator's ``oracle``).
+    needs_future: bool = False
+
+    def decide(self, now_s: float) -> Decision:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def observe(self, obs: Observation) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def reset(self) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def state(self) -> dict[str, Any]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def set_future(self, run_length: int) -> None:
+        """Told by a driver that knows it: how many of the next drafted tokens would be accepted.
+
+        Only the ``oracle`` uses it; other controllers ignore it.
+        """

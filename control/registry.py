@@ -1,0 +1,61 @@
+"""Name -> controller class and its config dataclass; ``make_controller`` builds one."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from control.base import Controller
+from control.configio import from_mapping
+from control.errors import ConfigError
+
+# name: (module, controller class, config class)
+_REGISTRY: dict[str, tuple[str, str, str]] = {
+    "fixed": ("control.fixed", "FixedController", "FixedConfig"),
+    "hf-heuristic": ("control.hf_heuristic", "HFHeuristicController", "HFHeuristicConfig"),
+    "confidence-stop": ("control.confidence_stop", "ConfidenceStopController",
+                        "ConfidenceStopConfig"),
+    "ema-hysteresis": ("control.ema_hysteresis", "EmaHysteresisController", "EmaHysteresisConfig"),
+    "analytic": ("control.analytic", "AnalyticController", "AnalyticConfig"),
+    "dspark": ("control.dspark", "DSparkController", "DSparkConfig"),
+    "oracle": ("control.oracle", "OracleController", "OracleConfig"),
+}
+
+#: Controllers the real engine can run (the oracle needs the future, which only the sim knows).
+ENGINE_CONTROLLERS = tuple(n for n in _REGISTRY if n != "oracle")
+
+
+def controller_names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def _lookup(name: str) -> tuple[type, type]:
+    if name not in _REGISTRY:
+        raise ConfigError(f"unknown controller '{name}'; allowed: {', '.join(_REGISTRY)}")
+    mod_name, ctrl_name, cfg_name = _REGISTRY[name]
+    mod = importlib.import_module(mod_name)
+    return getattr(mod, ctrl_name), getattr(mod, cfg_name)
+
+
+def controller_config_class(name: str) -> type:
+    """The config dataclass of controller ``name``."""
+    return _lookup(name)[1]
+
+
+def make_config(name: str, config: Any = None, source: str = "<config>") -> Any:
+    """A checked config instance for ``name`` from None (defaults), a mapping, or an instance."""
+    cls = controller_config_class(name)
+    if config is None:
+        return cls()
+    if isinstance(config, cls):
+        return config
+    if isinstance(config, dict):
+        return from_mapping(cls, config, source=source, prefix=f"controller.{name}")
+    raise ConfigError(f"{source}: controller '{name}' needs a {cls.__name__}, got "
+                      f"{type(config).__name__}")
+
+
+def make_controller(name: str, config: Any = None, source: str = "<config>") -> Controller:
+    """Build controller ``name`` with ``config`` (None, a mapping, or its config dataclass)."""
+    ctrl_cls, _ = _lookup(name)
+    return ctrl_cls(make_config(name, config, source))

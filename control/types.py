@@ -1,0 +1,182 @@
+"""What flows between a controller and its driver (the simulator or the real engine).
+
+A *round* is one draft phase plus one verify pass for one sequence. The driver asks the
+controller for a :class:`Decision`, runs the round, and hands back an :class:`Observation`.
+Both drivers also write one :class:`RoundRecord` per round; a table of them is a *trace*,
+which calibrates the simulator and can be replayed through any controller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Iterable, Literal
+
+Mode = Literal["strict", "threshold"]
+MODES: tuple[str, ...] = ("strict", "threshold")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the controller asks of the next round.
+
+    ``k``: draft length (0 = a plain autoregressive step). ``mode``: ``strict`` (lossless) or
+    ``threshold`` (lossy β rule: accept drafted x iff p(x) >= β · max p). ``beta``: the
+    verification threshold, used only in threshold mode. ``tau``: drafter-confidence stop —
+    drafting stops before the first drafted token whose drafter confidence is below τ
+    (0 = never stop early); it never changes the output. ``block_end``: the previous round
+    closed a semi-autoregressive block (parameters were updated; the block's KV is final).
+    """
+
+    k: int
+    mode: Mode = "strict"
+    beta: float = 0.85
+    tau: float = 0.0
+    block_end: bool = False
+
+    def __post_init__(self) -> None:
+        if self.k < 0:
+            raise ValueError(f"Decision.k must be >= 0, got {self.k}")
+        if self.mode not in MODES:
+            raise ValueError(f"Decision.mode must be one of {MODES}, got {self.mode!r}")
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What happened in one round of one sequence.
+
+    ``drafted`` tokens were proposed (may be fewer than the decision's k when the τ stop
+    fired) and the first ``accepted`` of them were kept (acceptance is a prefix). The round
+    emitted ``emitted`` tokens: normally ``accepted + 1`` (the target's correction or bonus
+    token), fewer only when the request hit its length limit. ``confidences`` holds the
+    drafter's confidence of each drafted token. ``lossy_accepts`` counts accepted tokens
+    that strict verification would have rejected (threshold mode only).
+    ``sentence_ends`` are 0-based offsets within the emitted tokens that end a sentence.
+    """
+
+    now_s: float
+    drafted: int
+    accepted: int
+    confidences: tuple[float, ...] = ()
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    context_tokens: int = 0
+    lossy_accepts: int = 0
+    emitted: int = -1  # -1 means accepted + 1
+    sentence_ends: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.accepted <= self.drafted:
+            raise ValueError(f"Observation needs 0 <= accepted <= drafted, "
+                             f"got accepted={self.accepted}, drafted={self.drafted}")
+        if self.emitted < 0:
+            object.__setattr__(self, "emitted", self.accepted + 1)
+        if self.confidences and len(self.confidences) != self.drafted:
+            raise ValueError(f"Observation has {len(self.confidences)} confidences "
+                             f"for {self.drafted} drafted tokens")
+
+    @property
+    def rejected(self) -> bool:
+        """True when the round ended in a rejection (some drafted token was refused)."""
+        return self.accepted < self.drafted
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One row of a trace: a round of one request, as recorded by sim or real."""
+
+    request_id: int
+    round: int
+    now_s: float
+    k: int
+    drafted: int
+    accepted: int
+    emitted: int
+    draft_s: float
+    verify_s: float
+    context_tokens: int
+    mode: str = "strict"
+    beta: float = 0.85
+    tau: float = 0.0
+    lossy_accepts: int = 0
+    block_end: bool = False
+    confidences: tuple[float, ...] = ()
+    sentence_ends: tuple[int, ...] = ()
+    controller: str = ""
+
+    @classmethod
+    def from_round(cls, request_id: int, round_index: int, decision: Decision,
+                   obs: Observation, controller: str = "") -> "RoundRecord":
+        return cls(request_id=request_id, round=round_index, now_s=obs.now_s, k=decision.k,
+                   drafted=obs.drafted, accepted=obs.accepted, emitted=obs.emitted,
+                   draft_s=obs.draft_s, verify_s=obs.verify_s,
+                   context_tokens=obs.context_tokens, mode=decision.mode, beta=decision.beta,
+                   tau=decision.tau, lossy_accepts=obs.lossy_accepts,
+                   block_end=decision.block_end, confidences=tuple(obs.confidences),
+                   sentence_ends=tuple(obs.sentence_ends), controller=controller)
+
+    def observation(self) -> Observation:
+        """The observation this round fed to its controller."""
+        return Observation(now_s=self.now_s, drafted=self.drafted, accepted=self.accepted,
+                           confidences=self.confidences, draft_s=self.draft_s,
+                           verify_s=self.verify_s, context_tokens=self.context_tokens,
+                           lossy_accepts=self.lossy_accepts, emitted=self.emitted,
+                           sentence_ends=self.sentence_ends)
+
+
+RECORD_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RoundRecord))
+_TUPLE_FIELDS = {"confidences": float, "sentence_ends": int}
+_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(RoundRecord)}
+
+
+def _encode(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return " ".join(repr(float(x)) if isinstance(x, float) else str(x) for x in v)
+    return v
+
+
+def _decode(name: str, v: Any) -> Any:
+    if name in _TUPLE_FIELDS:
+        conv = _TUPLE_FIELDS[name]
+        if v is None or (isinstance(v, float) and v != v):  # NaN from an empty CSV cell
+            return ()
+        if isinstance(v, (list, tuple)):
+            return tuple(conv(x) for x in v)
+        return tuple(conv(x) for x in str(v).split())
+    t = _FIELD_TYPES[name]
+    if t == "int":
+        return int(v)
+    if t == "float":
+        return float(v)
+    if t == "bool":
+        return v if isinstance(v, bool) else str(v).strip().lower() in ("true", "1")
+    return "" if v is None or (isinstance(v, float) and v != v) else str(v)
+
+
+def records_to_columns(records: Iterable[RoundRecord]) -> dict[str, list]:
+    """Column dict (``pandas.DataFrame(...)``-ready); tuples become space-separated text."""
+    cols: dict[str, list] = {c: [] for c in RECORD_COLUMNS}
+    for r in records:
+        for c in RECORD_COLUMNS:
+            cols[c].append(_encode(getattr(r, c)))
+    return cols
+
+
+def records_from_rows(rows: Iterable[dict]) -> list[RoundRecord]:
+    """Inverse of :func:`records_to_columns` from row dicts (``df.to_dict('records')``).
+
+    Missing optional columns take their defaults; a missing required column raises
+    ``KeyError`` naming it.
+    """
+    out = []
+    defaults = {f.name: f.default for f in dataclasses.fields(RoundRecord)
+                if f.default is not dataclasses.MISSING}
+    for row in rows:
+        kwargs = {}
+        for c in RECORD_COLUMNS:
+            if c in row:
+                kwargs[c] = _decode(c, row[c])
+            elif c not in defaults:
+                raise KeyError(c)
+        out.append(RoundRecord(**kwargs))
+    return out

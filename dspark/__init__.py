@@ -1,0 +1,1 @@
+"""The ``dspark`` command line: wires control, sim, real, tuning and reports together."""

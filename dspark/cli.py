@@ -1,0 +1,62 @@
+"""``dspark`` entry point.
+
+Each subcommand lives in its own module ``dspark/cmd_<name>.py`` exposing
+``add_parser(subparsers)`` and ``run(args) -> int``; heavy libraries are imported inside
+``run`` so that ``dspark --help`` stays fast. A :class:`control.DSparkError` (bad config, bad
+file, impossible cluster) becomes one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from control.errors import DSparkError
+
+# subcommand -> module; a module missing from the checkout is simply not offered.
+SUBCOMMANDS = {
+    "simulate": "dspark.cmd_simulate",
+    "tune": "dspark.cmd_tune",
+    "real": "dspark.cmd_real",
+    "validate": "dspark.cmd_validate",
+    "report": "dspark.cmd_report",
+    "demo": "dspark.cmd_demo",
+    "replay": "dspark.cmd_replay",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dspark", description="DSpark Lab: simulate, tune and validate speculative decoding.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, mod_name in SUBCOMMANDS.items():
+        try:
+            mod = importlib.import_module(mod_name)
+        except ModuleNotFoundError as e:
+            if e.name == mod_name:
+                continue
+            raise
+        p = mod.add_parser(sub)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except DSparkError as e:
+        print(f"dspark: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dspark: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
