@@ -1,0 +1,40 @@
+"""``fixed``: the same draft length every round (``k = 0`` is plain autoregressive decoding)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from control.base import Controller
+from control.configio import param
+from control.types import Decision, Observation
+
+
+@dataclass(frozen=True)
+class FixedConfig:
+    # 4 drafted tokens: near the optimum for a ~0.7-0.8 acceptance drafter at c ~ 0.05-0.1.
+    k: int = param(4, lo=0, hi=64, doc="draft length of every round (0 = no speculation)")
+    # lossless verification unless asked otherwise.
+    mode: str = param("strict", choices=("strict", "threshold"), doc="verification mode")
+    # the seed's starting conservativeness; used only in threshold mode.
+    beta: float = param(0.85, lo=0.7, hi=0.99, doc="threshold-mode acceptance threshold")
+
+
+class FixedController(Controller):
+    name = "fixed"
+
+    def __init__(self, config: FixedConfig | None = None) -> None:
+        self.config = config or FixedConfig()
+        self.reset()
+
+    def reset(self) -> None:
+        self.rounds = 0
+
+    def decide(self, now_s: float) -> Decision:
+        return Decision(k=self.config.k, mode=self.config.mode, beta=self.config.beta)
+
+    def observe(self, obs: Observation) -> None:
+        self.rounds += 1
+
+    def state(self) -> dict[str, Any]:
+        return {"k": self.config.k, "rounds": self.rounds}
