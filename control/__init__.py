@@ -7,10 +7,11 @@ from control.base import Controller
 from control.errors import ConfigError, DSparkError
 from control.registry import (ENGINE_CONTROLLERS, controller_config_class, controller_names,
                               make_config, make_controller)
-from control.types import Decision, Observation, RoundRecord, records_from_rows, records_to_columns
+from control.types import (POSITION_COLUMNS, RECORD_COLUMNS, Decision, Observation, PositionRecord,
+                           RoundRecord, records_from_rows, records_to_columns)
 
 __all__ = [
-    "ConfigError", "Controller", "DSparkError", "Decision", "ENGINE_CONTROLLERS", "Observation",
+    "POSITION_COLUMNS", "RECORD_COLUMNS", "ConfigError", "Controller", "PositionRecord", "DSparkError", "Decision", "ENGINE_CONTROLLERS", "Observation",
     "RoundRecord", "controller_config_class", "controller_names", "make_config",
     "make_controller", "records_from_rows", "records_to_columns",
 ]

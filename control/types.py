@@ -16,7 +16,7 @@ Mode = Literal["strict", "threshold"]
 MODES: tuple[str, ...] = ("strict", "threshold")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Decision:
     """What the controller asks of the next round.
 
@@ -41,7 +41,7 @@ class Decision:
             raise ValueError(f"Decision.mode must be one of {MODES}, got {self.mode!r}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Observation:
     """What happened in one round of one sequence.
 
@@ -124,9 +124,27 @@ class RoundRecord:
                            sentence_ends=self.sentence_ends)
 
 
-RECORD_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RoundRecord))
+@dataclass(frozen=True)
+class PositionRecord:
+    """Greedy-replay record: what the drafter would do from one output position of a request.
+
+    Under greedy decoding the output is the target's own greedy continuation, and the drafter's
+    proposals from output position ``position`` (tokens already emitted) depend only on that
+    prefix. ``run_length`` L is how many consecutive drafter proposals from there agree with the
+    target (capped at the recorded horizon); ``confidences`` are the drafter's confidences of its
+    proposals along the run and of the first disagreeing one (up to the horizon). For any k and
+    τ, the round starting here accepts ``n = min(k_eff, L)`` where ``k_eff`` is k cut at the first
+    confidence below τ. ``sentence_end``: the target's token at this position ends a sentence.
+    """
+
+    request_id: int
+    position: int
+    run_length: int
+    confidences: tuple[float, ...] = ()
+    sentence_end: bool = False
+
+
 _TUPLE_FIELDS = {"confidences": float, "sentence_ends": int}
-_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(RoundRecord)}
 
 
 def _encode(v: Any) -> Any:
@@ -135,7 +153,7 @@ def _encode(v: Any) -> Any:
     return v
 
 
-def _decode(name: str, v: Any) -> Any:
+def _decode(name: str, type_name: str, v: Any) -> Any:
     if name in _TUPLE_FIELDS:
         conv = _TUPLE_FIELDS[name]
         if v is None or (isinstance(v, float) and v != v):  # NaN from an empty CSV cell
@@ -143,40 +161,47 @@ def _decode(name: str, v: Any) -> Any:
         if isinstance(v, (list, tuple)):
             return tuple(conv(x) for x in v)
         return tuple(conv(x) for x in str(v).split())
-    t = _FIELD_TYPES[name]
-    if t == "int":
+    if type_name == "int":
         return int(v)
-    if t == "float":
+    if type_name == "float":
         return float(v)
-    if t == "bool":
+    if type_name == "bool":
         return v if isinstance(v, bool) else str(v).strip().lower() in ("true", "1")
     return "" if v is None or (isinstance(v, float) and v != v) else str(v)
 
 
-def records_to_columns(records: Iterable[RoundRecord]) -> dict[str, list]:
-    """Column dict (``pandas.DataFrame(...)``-ready); tuples become space-separated text."""
-    cols: dict[str, list] = {c: [] for c in RECORD_COLUMNS}
+def columns_of(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def records_to_columns(records: Iterable[Any], cls: type = RoundRecord) -> dict[str, list]:
+    """Column dict (``pandas.DataFrame(...)``-ready) of RoundRecords (or PositionRecords);
+    tuples become space-separated text so the table survives CSV."""
+    names = columns_of(cls)
+    cols: dict[str, list] = {c: [] for c in names}
     for r in records:
-        for c in RECORD_COLUMNS:
+        for c in names:
             cols[c].append(_encode(getattr(r, c)))
     return cols
 
 
-def records_from_rows(rows: Iterable[dict]) -> list[RoundRecord]:
+def records_from_rows(rows: Iterable[dict], cls: type = RoundRecord) -> list[Any]:
     """Inverse of :func:`records_to_columns` from row dicts (``df.to_dict('records')``).
 
     Missing optional columns take their defaults; a missing required column raises
     ``KeyError`` naming it.
     """
+    fields = dataclasses.fields(cls)
+    types_ = {f.name: (f.type if isinstance(f.type, str) else f.type.__name__) for f in fields}
+    required = [f.name for f in fields if f.default is dataclasses.MISSING]
     out = []
-    defaults = {f.name: f.default for f in dataclasses.fields(RoundRecord)
-                if f.default is not dataclasses.MISSING}
     for row in rows:
-        kwargs = {}
-        for c in RECORD_COLUMNS:
-            if c in row:
-                kwargs[c] = _decode(c, row[c])
-            elif c not in defaults:
+        for c in required:
+            if c not in row:
                 raise KeyError(c)
-        out.append(RoundRecord(**kwargs))
+        out.append(cls(**{c: _decode(c, types_[c], row[c]) for c in types_ if c in row}))
     return out
+
+
+RECORD_COLUMNS: tuple[str, ...] = columns_of(RoundRecord)
+POSITION_COLUMNS: tuple[str, ...] = columns_of(PositionRecord)
