@@ -1,0 +1,30 @@
+# DSpark Lab — two entry points for a fresh clone: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# torch first and pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[real,dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/dspark demo
+
+test: $(STAMP)
+	$(VENV)/bin/pytest --cov=control --cov-branch --cov-report=term --cov-fail-under=95
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check control sim real tuning reports dspark tests
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .coverage
