@@ -29,9 +29,11 @@ class FixedController(Controller):
 
     def reset(self) -> None:
         self.rounds = 0
+        # built once: decide() is on the simulator's hot path.
+        self._decision = Decision(k=self.config.k, mode=self.config.mode, beta=self.config.beta)
 
     def decide(self, now_s: float) -> Decision:
-        return Decision(k=self.config.k, mode=self.config.mode, beta=self.config.beta)
+        return self._decision
 
     def observe(self, obs: Observation) -> None:
         self.rounds += 1

@@ -1,0 +1,287 @@
+"""``dspark``: the seed's confidence scheduler (DESIGN.md, "The confidence scheduler").
+
+Per sequence it keeps a sliding window of rounds and, only when a semi-autoregressive block
+closes (:mod:`control.blocks`), updates two loops:
+
+- α loop (aggressiveness): PID on ``e = â − a_target`` (â: :mod:`control.window`), output α in
+  ``[alpha_min, alpha_max]``, mapped to ``k = clip(round(α · k_ref), k_min, k_max)``
+  (round half up); k only moves when the new value differs by at least ``k_hysteresis``.
+- β loop (conservativeness, the threshold of lossy ``threshold`` verification): PID on
+  ``e = 1 − latency_ratio``, ``latency_ratio = measured TPOT / slo_tpot_s``, output β in
+  ``[beta_min, beta_max]`` (too slow → β falls → more drafted tokens pass).
+
+With ``Kp = Kd = 0`` and ``Ki = γ`` the two loops are the seed's lines exactly::
+
+    α ← α + γ · (â − a_target)
+    β ← clip(β − γ · (latency_ratio − 1), 0.7, 0.99)
+
+(α is also kept in its range; see :mod:`control.pid` for why it is bit-exact.) Around the loops:
+warm-up (no updates for the first ``warmup_rounds``), a minimum update interval, an anomaly
+guard (:mod:`control.anomaly`) whose action is configurable (reset the integrators, raise β, or
+verify strictly until it recovers), and a retry cap (after ``retry_cap`` consecutive rounds that
+drafted something and accepted nothing, ``cooldown_rounds`` plain autoregressive steps).
+
+``decide`` returns a cached :class:`Decision` (rebuilt only when something changed), and
+``observe`` is O(1): the simulator calls both for every sequence every round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from control.anomaly import AnomalyGuard
+from control.base import Controller
+from control.blocks import BlockPlanner
+from control.configio import param
+from control.errors import ConfigError
+from control.pid import PID
+from control.types import Decision, Observation
+from control.window import RoundWindow
+
+
+@dataclass(frozen=True)
+class DSparkConfig:
+    # --- modes and starting point -------------------------------------------------------------
+    # lossless by default; threshold (lossy β rule) only when asked.
+    mode: str = param("strict", choices=("strict", "threshold"), doc="verification mode")
+    # the seed's starting aggressiveness.
+    alpha0: float = param(0.8, lo=0.3, hi=1.5, doc="initial α (aggressiveness)")
+    # the seed's starting conservativeness.
+    beta0: float = param(0.85, lo=0.7, hi=0.99, doc="initial β (threshold-mode acceptance threshold)")
+    # DESIGN's α range.
+    alpha_min: float = param(0.3, lo=0.3, hi=1.5, doc="lower clamp of α and of its integrator")
+    alpha_max: float = param(1.5, lo=0.3, hi=1.5, doc="upper clamp of α and of its integrator")
+    # DESIGN's β range (the seed's clip).
+    beta_min: float = param(0.7, lo=0.7, hi=0.99, doc="lower clamp of β and of its integrator")
+    beta_max: float = param(0.99, lo=0.7, hi=0.99, doc="upper clamp of β and of its integrator")
+    # --- α → k mapping ------------------------------------------------------------------------
+    # DESIGN: k = clip(round(α · 10), 3, 15); α0 = 0.8 gives k = 8.
+    k_ref: float = param(10.0, lo=1.0, hi=64.0, doc="draft length at α = 1")
+    # DESIGN: k in [3, 15] when speculating.
+    k_min: int = param(3, lo=1, hi=64, doc="smallest draft length when speculating")
+    k_max: int = param(15, lo=1, hi=64, doc="largest draft length")
+    # 1 = follow α exactly (the seed); larger damps chatter of k between neighbours.
+    k_hysteresis: int = param(1, lo=1, hi=16, doc="k changes only when |k_new - k| >= this")
+    # 0 = no drafter-confidence stop (the seed has none); it never changes output.
+    tau: float = param(0.0, lo=0.0, hi=1.0, doc="drafter-confidence stop passed to the driver")
+    # --- targets --------------------------------------------------------------------------------
+    # a drafter accepting ~60% per token is where k ~ 8 pays off at c ~ 0.05.
+    a_target: float = param(0.6, lo=0.05, hi=0.99, doc="acceptance rate the α loop aims at")
+    # 50 ms per output token: a common interactive TPOT SLO.
+    slo_tpot_s: float = param(0.05, lo=1e-5, hi=10.0, doc="TPOT service-level objective")
+    # per-round draft+verify time is what a sequence experiences inside a batch step.
+    tpot_source: str = param("round_time", choices=("round_time", "wall_clock"),
+                             doc="measured TPOT: Σ(draft_s+verify_s)/Σemitted, or now_s span")
+    # --- window and blocks ------------------------------------------------------------------------
+    # 32 rounds ~ 100-250 tokens: a block or two of history.
+    window_rounds: int = param(32, lo=1, hi=4096, doc="sliding window of rounds for â, TPOT")
+    # the seed: blocks of 64-128 tokens; 96 is the middle.
+    block_tokens: int = param(96, lo=16, hi=512, doc="block size B in tokens")
+    # a sentence end within 16 tokens before B closes the block early.
+    snap_tokens: int = param(16, lo=0, hi=256, doc="snap window before B for a sentence end")
+    # 0 = no attention-span limit on block length.
+    span_tokens: int = param(0, lo=0, hi=1 << 20, doc="attention-span limit on block length (0 = none)")
+    # --- update timing ----------------------------------------------------------------------------
+    # 8 rounds before the first update: â of fewer rounds is mostly noise.
+    warmup_rounds: int = param(8, lo=0, hi=10_000, doc="rounds before the first update")
+    # at least 2 rounds between updates even when blocks close back to back.
+    min_update_rounds: int = param(2, lo=1, hi=10_000, doc="minimum rounds between two updates")
+    # --- α loop gains (seed: Kp = Kd = 0, Ki = γ) -----------------------------------------------
+    # seed has no proportional term.
+    alpha_kp: float = param(0.0, lo=0.0, hi=10.0, doc="α loop proportional gain")
+    # γ = 0.1: a 0.1 error in â moves α by 0.01 per block.
+    alpha_ki: float = param(0.1, lo=0.0, hi=10.0, doc="α loop integral gain (the seed's γ)")
+    # seed has no derivative term.
+    alpha_kd: float = param(0.0, lo=0.0, hi=10.0, doc="α loop derivative gain")
+    # --- β loop gains -------------------------------------------------------------------------------
+    beta_kp: float = param(0.0, lo=0.0, hi=10.0, doc="β loop proportional gain")  # seed: none
+    # same γ as the α loop, as in the seed.
+    beta_ki: float = param(0.1, lo=0.0, hi=10.0, doc="β loop integral gain (the seed's γ)")
+    beta_kd: float = param(0.0, lo=0.0, hi=10.0, doc="β loop derivative gain")  # seed: none
+    # λ = 0.5: derivative of the error averaged over ~2 updates.
+    d_filter: float = param(0.5, lo=0.01, hi=1.0, doc="low-pass coefficient λ of the derivative")
+    # --- anomaly guard --------------------------------------------------------------------------------
+    # z-score reacts to one bad block; cusum to a sustained smaller drop.
+    anomaly_detector: str = param("zscore", choices=("zscore", "cusum", "off"),
+                                  doc="collapse-of-â detector")
+    # 3 σ below the baseline.
+    anomaly_z: float = param(3.0, lo=0.5, hi=20.0, doc="z-score limit for a collapse")
+    # a block-to-block σ of â below 0.05 is not trusted (few rounds per block).
+    anomaly_sigma_floor: float = param(0.05, lo=1e-4, hi=1.0, doc="smallest σ used by the z-score")
+    # drops smaller than 0.05 per block are ignored by the CUSUM.
+    cusum_slack: float = param(0.05, lo=0.0, hi=1.0, doc="CUSUM slack per block")
+    # a cumulative drop of 0.3 in â.
+    cusum_limit: float = param(0.3, lo=0.01, hi=5.0, doc="CUSUM alarm level")
+    # baseline follows â with a time constant of ~5 blocks.
+    baseline_ema: float = param(0.2, lo=0.01, hi=1.0, doc="EMA coefficient of the â baseline")
+    # 3 blocks of baseline before judging.
+    baseline_min_blocks: int = param(3, lo=1, hi=1000, doc="block ends before the guard judges")
+    # more than 20% of accepts lossy is a quality risk worth acting on.
+    lossy_limit: float = param(0.2, lo=0.0, hi=1.0, doc="threshold mode: max lossy-accept fraction")
+    # verifying strictly is the safe reaction for both causes.
+    anomaly_action: str = param("strict", choices=("reset", "raise_beta", "strict"),
+                                doc="on anomaly: reset integrators, raise β, or verify strictly")
+    # one step of 0.05 toward stricter acceptance.
+    beta_raise: float = param(0.05, lo=0.0, hi=0.29, doc="β increase of the raise_beta action")
+    # 2 clean block ends before the guard clears.
+    recovery_blocks: int = param(2, lo=1, hi=100, doc="clean block ends that end an anomaly")
+    # --- retry cap ------------------------------------------------------------------------------------
+    # DESIGN: R <= 3 consecutive fruitless rounds.
+    retry_cap: int = param(3, lo=1, hi=3, doc="fruitless rounds (drafted, none accepted) before AR")
+    # 4 plain steps, then try speculating again.
+    cooldown_rounds: int = param(4, lo=1, hi=1000, doc="plain autoregressive rounds of the cool-down")
+
+    def __post_init__(self) -> None:
+        if self.alpha_min > self.alpha_max:
+            raise ConfigError(f"alpha_min = {self.alpha_min} > alpha_max = {self.alpha_max}")
+        if not self.alpha_min <= self.alpha0 <= self.alpha_max:
+            raise ConfigError(f"alpha0 = {self.alpha0} outside [alpha_min, alpha_max] = "
+                              f"[{self.alpha_min}, {self.alpha_max}]")
+        if self.beta_min > self.beta_max:
+            raise ConfigError(f"beta_min = {self.beta_min} > beta_max = {self.beta_max}")
+        if not self.beta_min <= self.beta0 <= self.beta_max:
+            raise ConfigError(f"beta0 = {self.beta0} outside [beta_min, beta_max] = "
+                              f"[{self.beta_min}, {self.beta_max}]")
+        if self.k_min > self.k_max:
+            raise ConfigError(f"k_min = {self.k_min} > k_max = {self.k_max}")
+        if self.snap_tokens >= self.block_tokens:
+            raise ConfigError(f"snap_tokens = {self.snap_tokens} must be < block_tokens = "
+                              f"{self.block_tokens}")
+
+
+def k_of_alpha(alpha: float, k_ref: float, k_min: int, k_max: int) -> int:
+    """``clip(round(α · k_ref), k_min, k_max)`` with round half up."""
+    k = int(alpha * k_ref + 0.5)
+    return k_min if k < k_min else k_max if k > k_max else k
+
+
+class DSparkController(Controller):
+    name = "dspark"
+
+    def __init__(self, config: DSparkConfig | None = None) -> None:
+        c = self.config = config or DSparkConfig()
+        self._win = RoundWindow(c.window_rounds)
+        self._blocks = BlockPlanner(c.block_tokens, c.snap_tokens, c.span_tokens)
+        self._pid_a = PID(c.alpha_kp, c.alpha_ki, c.alpha_kd, c.d_filter, c.alpha_min,
+                          c.alpha_max, c.alpha0)
+        self._pid_b = PID(c.beta_kp, c.beta_ki, c.beta_kd, c.d_filter, c.beta_min, c.beta_max,
+                          c.beta0)
+        self._guard = AnomalyGuard(c.anomaly_detector, c.anomaly_z, c.anomaly_sigma_floor,
+                                   c.cusum_slack, c.cusum_limit, c.baseline_ema,
+                                   c.baseline_min_blocks, c.lossy_limit, c.recovery_blocks)
+        self.reset()
+
+    # --- protocol ----------------------------------------------------------------------------------
+    def reset(self) -> None:
+        c = self.config
+        self._win.clear()
+        self._blocks.reset()
+        self._pid_a.reset()
+        self._pid_b.reset()
+        self._guard.reset()
+        self.alpha = c.alpha0
+        self.beta = c.beta0
+        self.k = k_of_alpha(c.alpha0, c.k_ref, c.k_min, c.k_max)
+        self.a_hat: float | None = None
+        self.latency_ratio: float | None = None
+        self.rounds = 0
+        self.updates = 0
+        self.last_update_round = -(10 ** 9)
+        self.fails = 0
+        self.cooldown = 0
+        self.cooldowns = 0
+        self.block_index = 0
+        self._pending: Decision | None = None
+        self._rebuild(False)
+
+    def decide(self, now_s: float) -> Decision:
+        d = self._pending
+        if d is not None:
+            self._pending = None
+            return d
+        return self._decision
+
+    def observe(self, obs: Observation) -> None:
+        n = obs.accepted
+        drafted = obs.drafted
+        self._win.push(n, 1 if n < drafted else 0, drafted, obs.emitted, obs.draft_s,
+                       obs.draft_s + obs.verify_s, obs.lossy_accepts, obs.now_s)
+        self.rounds += 1
+        changed = False
+        if self.cooldown:
+            self.cooldown -= 1
+            changed = self.cooldown == 0
+        elif drafted:
+            if n:
+                self.fails = 0
+            else:
+                self.fails += 1
+                if self.fails >= self.config.retry_cap:
+                    self.fails = 0
+                    self.cooldown = self.config.cooldown_rounds
+                    self.cooldowns += 1
+                    changed = True
+        if self._blocks.feed(obs.emitted, obs.sentence_ends):
+            self._block_end()
+        elif changed:
+            self._rebuild(False)
+
+    def state(self) -> dict[str, Any]:
+        g = self._guard
+        return {
+            "k": self.k, "k_decided": self._decision.k, "mode": self._decision.mode,
+            "alpha": self.alpha, "beta": self.beta, "a_hat": self.a_hat,
+            "latency_ratio": self.latency_ratio,
+            "alpha_integrator": self._pid_a.integrator, "beta_integrator": self._pid_b.integrator,
+            "alpha_derivative": self._pid_a.d_state, "beta_derivative": self._pid_b.d_state,
+            "anomaly": g.active, "anomaly_reason": g.last_reason, "anomalies": g.detections,
+            "cusum": g.cusum, "baseline_a": g.mu, "fails": self.fails, "cooldown": self.cooldown,
+            "cooldowns": self.cooldowns, "block_index": self.block_index,
+            "block_tokens_so_far": self._blocks.tokens_in_block, "rounds": self.rounds,
+            "updates": self.updates,
+        }
+
+    # --- internals ------------------------------------------------------------------------------------
+    def _rebuild(self, block_end: bool) -> None:
+        c = self.config
+        strict = self._guard.active and c.anomaly_action == "strict"
+        mode = "strict" if strict else c.mode
+        k = 0 if self.cooldown else self.k
+        self._decision = Decision(k=k, mode=mode, beta=self.beta, tau=c.tau)
+        if block_end:
+            self._pending = Decision(k=k, mode=mode, beta=self.beta, tau=c.tau, block_end=True)
+
+    def _block_end(self) -> None:
+        c = self.config
+        win = self._win
+        self.block_index = self._blocks.blocks_closed
+        a = win.a_hat()
+        tpot = win.tpot_s() if c.tpot_source == "round_time" else win.wall_tpot_s()
+        self.a_hat = a
+        self.latency_ratio = None if tpot is None else tpot / c.slo_tpot_s
+        if self.rounds >= c.warmup_rounds:
+            if self.rounds - self.last_update_round >= c.min_update_rounds:
+                if a is not None:
+                    self.alpha = self._pid_a.step(a - c.a_target)
+                if self.latency_ratio is not None:
+                    self.beta = self._pid_b.step(1.0 - self.latency_ratio)
+                self.last_update_round = self.rounds
+                self.updates += 1
+            if self._guard.check(a, win.lossy_fraction(), c.mode == "threshold"):
+                self._on_anomaly()
+            k = k_of_alpha(self.alpha, c.k_ref, c.k_min, c.k_max)
+            if abs(k - self.k) >= c.k_hysteresis:
+                self.k = k
+        self._rebuild(True)
+
+    def _on_anomaly(self) -> None:
+        c = self.config
+        if c.anomaly_action == "reset":
+            self._pid_a.reset()
+            self._pid_b.reset()
+            self.alpha, self.beta = self._pid_a.output, self._pid_b.output
+        elif c.anomaly_action == "raise_beta":
+            self._pid_b.reset(self._pid_b.integrator + c.beta_raise)
+            self._pid_b.e_prev = None
+            self.beta = self._pid_b.output
