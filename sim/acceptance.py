@@ -1,0 +1,246 @@
+"""Acceptance models: how many drafted tokens the target accepts, drafter confidences, sentence ends.
+
+Every model answers, for a batch of sequences at their current output positions, the *run
+length* L: how many consecutive drafted tokens strict verification would accept (capped at
+``max_run_tokens``). A round that drafts ``k_eff`` tokens then accepts ``n = min(k_eff, L)``
+(acceptance is a prefix). Knowing L before the decision is what lets the simulator tell the
+``oracle`` the future.
+
+Models: ``iid`` (one rate ``a``: P(L >= j) = a^j), ``decay`` (the j-th drafted token of a round
+is accepted with ``rate · decay^(j-1)``), ``markov`` (per-request easy/hard regime switching per
+output token; a round uses the regime it starts in), ``beta`` (per-request rate drawn from
+Beta(mean, concentration): task complexity), ``replay`` (greedy position trace ``positions.csv``
+of ``control.PositionRecord``: L and confidences as recorded, exactly).
+
+Drafter confidence: logit-normal, with mean ``conf_accept_logit`` for tokens inside the run and
+``conf_reject_logit`` for the first rejected token and beyond, so low confidence predicts
+rejection. Sentence ends: each emitted token ends a sentence with ``sentence_end_rate``
+(geometric gaps).
+
+Threshold mode (the β rule, lossy): a token that strict verification rejects still passes
+``p(x) >= β · max p`` with probability ``lossy_accept_max · (0.99 - β) / (0.99 - 0.7)``, clipped to
+[0, 1] (0 at β = 0.99, ``lossy_accept_max`` at β = 0.7: a lower β accepts more). After such a lossy
+accept the run continues with a fresh run length from the next position. Lossy accepts are
+counted per round.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from control.configio import param
+from control.errors import DSparkError
+
+
+@dataclass(frozen=True)
+class AcceptanceConfig:
+    # iid is the Leviathan model; the others add structure.
+    model: str = param("iid", choices=("iid", "decay", "markov", "beta", "replay"),
+                       doc="acceptance model")
+    # a 70B target with an 8B drafter of the same family accepts ~0.7-0.8 per token.
+    rate: float = param(0.75, lo=0.0, hi=1.0, doc="per-token acceptance rate (iid, decay)")
+    # a few percent lower acceptance per draft position.
+    decay: float = param(0.97, lo=0.0, hi=1.0, doc="per-position rate multiplier (decay)")
+    # easy stretches (boilerplate, code) are accepted almost always.
+    easy_rate: float = param(0.9, lo=0.0, hi=1.0, doc="rate in the easy regime (markov)")
+    # hard stretches (reasoning, rare facts).
+    hard_rate: float = param(0.4, lo=0.0, hi=1.0, doc="rate in the hard regime (markov)")
+    # easy stretches of ~50 tokens.
+    p_easy_to_hard: float = param(0.02, lo=0.0, hi=1.0, doc="per-token switch easy->hard")
+    # hard stretches of ~20 tokens.
+    p_hard_to_easy: float = param(0.05, lo=0.0, hi=1.0, doc="per-token switch hard->easy")
+    # mean task-complexity rate.
+    beta_mean: float = param(0.75, lo=0.001, hi=0.999, doc="mean per-request rate (beta)")
+    # moderate heterogeneity (std ~0.13 at mean 0.75).
+    beta_concentration: float = param(10.0, lo=0.01, hi=1e6, doc="Beta a+b (beta)")
+    # None unless model = 'replay'; relative to the scenario file.
+    replay_path: str | None = param(None, doc="positions.csv (greedy position trace)")
+    # replay normally reproduces the recorded request lengths.
+    replay_lengths: bool = param(True, doc="replay: output length = recorded positions")
+    # beyond k_max = 64 no controller drafts.
+    max_run_tokens: int = param(64, lo=1, hi=1024, doc="cap on the run length L")
+    # confident when right: sigmoid(2) ~ 0.88.
+    conf_accept_logit: float = param(2.0, lo=-20.0, hi=20.0, doc="mean confidence logit, accepted")
+    # unsure when wrong: sigmoid(-0.5) ~ 0.38.
+    conf_reject_logit: float = param(-0.5, lo=-20.0, hi=20.0, doc="mean confidence logit, rejected")
+    # overlap between the two, so confidence predicts but does not decide.
+    conf_logit_sd: float = param(1.0, lo=0.0, hi=20.0, doc="confidence logit std")
+    # roughly one sentence per 20 tokens of chat text.
+    sentence_end_rate: float = param(0.05, lo=0.0, hi=1.0, doc="P(token ends a sentence)")
+    # a rejected token passes the β rule at β = 0.7 half of the time.
+    lossy_accept_max: float = param(0.5, lo=0.0, hi=1.0, doc="lossy-accept probability at β = 0.7")
+
+
+def lossy_probability(beta: np.ndarray, lossy_accept_max: float) -> np.ndarray:
+    return np.clip(lossy_accept_max * (0.99 - beta) / (0.99 - 0.7), 0.0, 1.0)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_positions(path: str, mtime: float) -> dict:
+    import pandas as pd
+    try:
+        df = pd.read_csv(path)
+    except Exception as e:  # noqa: BLE001
+        raise DSparkError(f"{path}: cannot read position trace: {str(e).splitlines()[0]}") from None
+    for c in ("request_id", "position", "run_length"):
+        if c not in df.columns:
+            raise DSparkError(f"{path}: position trace lacks column '{c}'")
+        v = pd.to_numeric(df[c], errors="coerce")
+        if v.isna().any() or (v < 0).any():
+            raise DSparkError(f"{path}: column '{c}' has a missing or garbled value")
+        df[c] = v.astype(np.int64)
+    conf = df["confidences"] if "confidences" in df.columns else None
+    send = df["sentence_end"] if "sentence_end" in df.columns else None
+    out = {}
+    for rid, g in df.groupby("request_id", sort=True):
+        pos = g["position"].to_numpy()
+        size = int(pos.max()) + 1
+        L = np.full(size, -1, dtype=np.int64)
+        L[pos] = g["run_length"].to_numpy()
+        confs: list = [()] * size
+        ends = np.zeros(size, dtype=bool)
+        if conf is not None:
+            for p, c in zip(pos, conf.loc[g.index]):
+                try:
+                    confs[p] = () if (c != c or c is None) else tuple(float(x) for x in str(c).split())
+                except ValueError:
+                    raise DSparkError(f"{path}: column 'confidences' has a garbled value "
+                                      f"{c!r}") from None
+        if send is not None:
+            ends[pos] = send.loc[g.index].astype(str).str.lower().isin(("true", "1")).to_numpy()
+        out[int(rid)] = (L, confs, ends)
+    if not out:
+        raise DSparkError(f"{path}: position trace is empty")
+    return out
+
+
+def read_positions(path: str) -> dict:
+    try:
+        mtime = os.path.getmtime(path)
+    except OSError:
+        raise DSparkError(f"{path}: position trace not found") from None
+    return _read_positions(path, mtime)
+
+
+class AcceptanceModel:
+    """Per-request acceptance state for ``n`` requests, drawn with ``rng``."""
+
+    def __init__(self, cfg: AcceptanceConfig, n: int, init_rng: np.random.Generator,
+                 rng: np.random.Generator) -> None:
+        self.cfg, self.rng = cfg, rng
+        self.H = cfg.max_run_tokens
+        kind = cfg.model
+        self.kind = kind
+        self.rate = np.full(n, cfg.rate)
+        if kind == "beta":
+            a = cfg.beta_mean * cfg.beta_concentration
+            self.rate = init_rng.beta(a, cfg.beta_concentration - a, n)
+        elif kind == "markov":
+            pe, ph = cfg.p_easy_to_hard, cfg.p_hard_to_easy
+            pi_easy = ph / (pe + ph) if pe + ph > 0 else 1.0
+            self.easy = init_rng.random(n) < pi_easy
+            self.rate = np.where(self.easy, cfg.easy_rate, cfg.hard_rate)
+        elif kind == "decay":
+            j = np.arange(1, self.H + 1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                tail = np.where(j > 1, j * (j - 1) / 2 * np.log(cfg.decay), 0.0)
+                self.neg_log_surv = -(j * np.log(cfg.rate) + tail)
+        elif kind == "replay":
+            if not cfg.replay_path:
+                raise DSparkError("acceptance.model = 'replay' needs acceptance.replay_path")
+            rec = read_positions(cfg.replay_path)
+            ids = sorted(rec)
+            self.records = [rec[ids[i % len(ids)]] for i in range(n)]
+            self.recorded_ids = [ids[i % len(ids)] for i in range(n)]
+        # tokens until the next sentence end (0 = the next emitted token ends one).
+        self.next_end = self._gaps(n, init_rng)
+
+    # -- lengths -------------------------------------------------------------------------
+    def output_lengths(self) -> np.ndarray | None:
+        """Recorded output lengths (replay with replay_lengths), else None."""
+        if self.kind == "replay" and self.cfg.replay_lengths:
+            return np.array([len(r[0]) for r in self.records], dtype=np.int64)
+        return None
+
+    # -- run lengths ---------------------------------------------------------------------
+    def run_lengths(self, ids: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Strict run length L of each sequence at output position ``pos``."""
+        H = self.H
+        if self.kind == "replay":
+            out = np.empty(len(ids), dtype=np.int64)
+            for i, (r, p) in enumerate(zip(ids.tolist(), pos.tolist())):
+                L = self.records[r][0]
+                out[i] = min(int(L[p]), H) if p < len(L) and L[p] >= 0 else 0
+            return out
+        u = self.rng.random(len(ids))
+        if self.kind == "decay":
+            return np.searchsorted(self.neg_log_surv, -np.log(u), side="left")
+        a = self.rate[ids]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            L = np.floor(np.log(u) / np.log(a))
+        L = np.where(a >= 1.0, H, np.where(a <= 0.0, 0, L))
+        return np.minimum(L, H).astype(np.int64)
+
+    # -- confidences ---------------------------------------------------------------------
+    def confidences(self, ids: np.ndarray, pos: np.ndarray, L: np.ndarray, kmax: int) -> np.ndarray:
+        """(batch, kmax) drafter confidences: high inside the run, low from the first reject."""
+        c = self.cfg
+        j = np.arange(kmax)
+        mean = np.where(j[None, :] < L[:, None], c.conf_accept_logit, c.conf_reject_logit)
+        z = mean + c.conf_logit_sd * self.rng.standard_normal((len(ids), kmax))
+        conf = 1.0 / (1.0 + np.exp(-z))
+        if self.kind == "replay":
+            for i, (r, p) in enumerate(zip(ids.tolist(), pos.tolist())):
+                confs = self.records[r][1]
+                if p < len(confs) and confs[p]:
+                    m = min(len(confs[p]), kmax)
+                    conf[i, :m] = confs[p][:m]
+        return conf
+
+    # -- after a round -------------------------------------------------------------------
+    def advance(self, ids: np.ndarray, emitted: np.ndarray) -> None:
+        if self.kind != "markov":
+            return
+        c = self.cfg
+        pe, ph = c.p_easy_to_hard, c.p_hard_to_easy
+        if pe + ph <= 0:
+            return
+        lam = (1.0 - pe - ph) ** emitted
+        pi_e = ph / (pe + ph)
+        easy = self.easy[ids]
+        p_easy = np.where(easy, pi_e + (1 - pi_e) * lam, pi_e * (1 - lam))
+        self.easy[ids] = self.rng.random(len(ids)) < p_easy
+        self.rate[ids] = np.where(self.easy[ids], c.easy_rate, c.hard_rate)
+
+    def _gaps(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        r = self.cfg.sentence_end_rate
+        if r <= 0:
+            return np.full(n, np.iinfo(np.int64).max // 4, dtype=np.int64)
+        return rng.geometric(r, n).astype(np.int64) - 1
+
+    def sentence_ends(self, ids: np.ndarray, pos: np.ndarray, emitted: np.ndarray) -> list:
+        """Per sequence, the 0-based offsets within this round's emitted tokens that end a
+        sentence (tuple, usually empty)."""
+        out = [()] * len(ids)
+        if self.kind == "replay":
+            for i, (r, p, e) in enumerate(zip(ids.tolist(), pos.tolist(), emitted.tolist())):
+                ends = self.records[r][2][p:p + e]
+                if ends.any():
+                    out[i] = tuple(np.flatnonzero(ends).tolist())
+            return out
+        nxt = self.next_end[ids]
+        hit = np.flatnonzero(nxt < emitted)
+        self.next_end[ids] = nxt - emitted
+        for i in hit.tolist():
+            r, e = int(ids[i]), int(emitted[i])
+            off, offs = int(nxt[i]), []
+            while off < e:
+                offs.append(off)
+                off += int(self.rng.geometric(self.cfg.sentence_end_rate))
+            out[i] = tuple(offs)
+            self.next_end[r] = off - e
+        return out

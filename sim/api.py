@@ -1,0 +1,180 @@
+"""``simulate`` one controller on a scenario, ``compare`` several on identical arrivals."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from control.configio import to_dict, to_toml
+from control.errors import ConfigError
+from control.registry import make_config, make_controller
+from sim import engine
+from sim.acceptance import AcceptanceModel
+from sim.cluster import Cluster
+from sim.config import SimConfig
+from sim.metrics import SUMMARY_KEYS, json_safe, requests_table, summarize
+from sim.workload import Requests, generate
+
+BASELINE = "fixed-k0"
+
+
+@dataclass
+class SimResult:
+    summary: dict
+    requests: Any  # pandas.DataFrame
+    rounds: Any = None  # DataFrame of RoundRecord columns (trace=True)
+    controller_trace: Any = None  # DataFrame (trace=True)
+    controller_config: Any = None
+
+
+def _streams(seed: int) -> dict[str, np.random.Generator]:
+    names = ("arrivals", "lengths", "acceptance_init", "acceptance")
+    return {n: np.random.default_rng(s)
+            for n, s in zip(names, np.random.SeedSequence(seed).spawn(len(names)))}
+
+
+def _requests(scn: SimConfig, streams, load_scale: float) -> Requests:
+    return generate(scn.workload, streams, load_scale)
+
+
+def _offered(scn: SimConfig, reqs: Requests, load_scale: float) -> float:
+    if scn.workload.arrival in ("poisson", "gamma"):
+        return scn.workload.rate_rps * load_scale
+    span = float(reqs.arrival_s[-1] - reqs.arrival_s[0]) if len(reqs) > 1 else 0.0
+    return (len(reqs) - 1) / span if span > 0 else float("nan")
+
+
+def _run(scn: SimConfig, name: str, cfg_obj: Any, seed: int, load_scale: float, trace: bool,
+         label: str, use_drafter: bool, progress: Any = None) -> tuple[dict, engine.RunData, Cluster]:
+    st = _streams(seed)
+    reqs = _requests(scn, st, load_scale)
+    acc = AcceptanceModel(scn.acceptance, len(reqs), st["acceptance_init"], st["acceptance"])
+    lens = acc.output_lengths()
+    if lens is not None:
+        reqs = Requests(reqs.arrival_s, reqs.prompt_tokens, lens)
+    cluster = Cluster(scn, use_drafter=use_drafter)
+    probe = make_controller(name, cfg_obj)  # checks the config once
+
+    def factory(_n=name, _c=cfg_obj):
+        return make_controller(_n, _c)
+
+    del probe
+    cb = None
+    if progress is not None:
+        progress.reset(total=len(reqs))
+
+        def cb(done):
+            progress.n = done
+            progress.refresh() if done == len(reqs) else progress.update(0)
+    rd = engine.run(scn, cluster, reqs, factory, acc, trace=trace, label=label, progress=cb)
+    s = summarize(rd, scn, cluster, controller=label, seed=seed, load_scale=load_scale,
+                  offered_rps=_offered(scn, reqs, load_scale))
+    return s, rd, cluster
+
+
+def resolve_controller_config(scn: SimConfig, name: str, controller_config: Any = None) -> Any:
+    if controller_config is None:
+        controller_config = scn.controller_config(name)
+    return make_config(name, controller_config, source=f"{scn.name}: controller.{name}")
+
+
+def simulate(scn: SimConfig, controller: str = "dspark", controller_config: Any = None,
+             seed: int = 0, trace: bool = False, baseline: bool = True, load_scale: float = 1.0,
+             label: str | None = None, progress: Any = None, _baseline_cache: dict | None = None
+             ) -> SimResult:
+    """Run ``controller`` on scenario ``scn``. ``controller_config``: None (the scenario's
+    ``[controller.<name>]`` table, else defaults), a dict, or the config dataclass. With
+    ``baseline`` a fixed k = 0 run on the same seed and arrivals gives ``speedup``."""
+    if not isinstance(scn, SimConfig):
+        raise ConfigError(f"simulate needs a SimConfig, got {type(scn).__name__}")
+    cfg_obj = resolve_controller_config(scn, controller, controller_config)
+    label = label or controller
+    s, rd, _ = _run(scn, controller, cfg_obj, seed, load_scale, trace, label, True, progress)
+    if baseline:
+        key = (seed, load_scale)
+        if _baseline_cache is not None and key in _baseline_cache:
+            base_tpot = _baseline_cache[key]
+        else:
+            bs, _, _ = _run(scn, "fixed", make_config("fixed", {"k": 0}), seed, load_scale,
+                            False, BASELINE, False)
+            base_tpot = bs["mean_tpot_s"]
+            if _baseline_cache is not None:
+                _baseline_cache[key] = base_tpot
+        s["speedup"] = base_tpot / s["mean_tpot_s"] if s["mean_tpot_s"] > 0 else float("nan")
+    import pandas as pd
+    req = requests_table(rd, label)
+    rounds = pd.DataFrame(rd.rounds) if trace else None
+    ctrace = pd.DataFrame(rd.ctrl_trace) if trace else None
+    return SimResult(s, req, rounds, ctrace, cfg_obj)
+
+
+def _items(controllers: Iterable) -> list[tuple[str, Any, str]]:
+    items = []
+    for c in controllers:
+        if isinstance(c, str):
+            items.append((c, None))
+        elif isinstance(c, (tuple, list)) and len(c) == 2 and isinstance(c[0], str):
+            items.append((c[0], c[1]))
+        else:
+            raise ConfigError(f"compare: controller entry {c!r} is not a name or (name, config)")
+    names = [n for n, _ in items]
+    out = []
+    for i, (n, cfg) in enumerate(items):
+        label = n if names.count(n) == 1 else f"{n}#{names[:i + 1].count(n)}"
+        out.append((n, cfg, label))
+    return out
+
+
+def compare(scn: SimConfig, controllers: Iterable = ("fixed", "dspark"), seed: int = 0,
+            out_dir: str | Path | None = None, load_scales: Iterable[float] = (1.0,),
+            trace: bool = False, baseline: bool = True, progress: Any = None):
+    """One row per controller × load scale, all on the same seed (identical arrivals and
+    lengths). Writes the run folder (docs/results-format.md) when ``out_dir`` is given."""
+    import pandas as pd
+    items = _items(controllers)
+    cache: dict = {}
+    rows, reqs, rounds, ctr, cfgs = [], [], [], [], {}
+    for ls in load_scales:
+        for name, cfg, label in items:
+            res = simulate(scn, name, cfg, seed=seed, trace=trace, baseline=baseline,
+                           load_scale=float(ls), label=label, _baseline_cache=cache)
+            rows.append(res.summary)
+            r = res.requests.copy()
+            r.insert(1, "load_scale", float(ls))
+            reqs.append(r)
+            if trace:
+                rounds.append(res.rounds.assign(load_scale=float(ls)))
+                ctr.append(res.controller_trace.assign(load_scale=float(ls)))
+            cfgs[name] = res.controller_config
+            if progress is not None:
+                progress.update(1)
+    df = pd.DataFrame(rows, columns=list(SUMMARY_KEYS))
+    if out_dir is not None:
+        write_run_folder(Path(out_dir), scn, seed, df, pd.concat(reqs, ignore_index=True), cfgs,
+                         [n for n, _, _ in items],
+                         pd.concat(rounds, ignore_index=True) if trace else None,
+                         pd.concat(ctr, ignore_index=True) if trace else None)
+    return df
+
+
+def write_run_folder(out: Path, scn: SimConfig, seed: int, df, requests, cfgs: dict,
+                     names: list[str], rounds=None, ctrl_trace=None) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / "results.csv", index=False)
+    rows = [{k: json_safe(v) for k, v in row.items()} for row in df.to_dict("records")]
+    (out / "summary.json").write_text(json.dumps(
+        {"kind": "simulate", "scenario": scn.name, "seed": int(seed), "rows": rows}, indent=1))
+    requests.to_csv(out / "requests.csv", index=False)
+    resolved = dataclasses.replace(scn, controller={n: to_dict(c) for n, c in cfgs.items()},
+                                   sim=dataclasses.replace(scn.sim, controllers=tuple(names)))
+    (out / "config.toml").write_text(to_toml(resolved))
+    if rounds is not None:
+        rounds.to_csv(out / "rounds.csv", index=False)
+    if ctrl_trace is not None:
+        ctrl_trace.to_csv(out / "controller_trace.csv", index=False)
+    return out

@@ -1,0 +1,70 @@
+"""A deployment made concrete: latency functions of target and drafter, memory budget, GPU count.
+
+An impossible cluster (weights that do not fit, a TP degree that does not divide the heads) is a
+one-line :class:`ConfigError`.
+"""
+
+from __future__ import annotations
+
+from control.errors import ConfigError
+from sim.config import SimConfig
+from sim.latency import Constant, Roofline, Table
+
+
+class Cluster:
+    def __init__(self, scn: SimConfig, use_drafter: bool = True) -> None:
+        dep, lat = scn.deployment, scn.latency
+        hw = scn.hardware.resolved()
+        tgt = scn.target.resolved("target")
+        dr = scn.drafter.resolved("drafter")
+        tp = dep.tp
+        colocated = dep.drafter_placement == "colocated"
+        dtp = dep.drafter_tp or (tp if colocated else 1)
+        self.use_drafter = use_drafter
+        self.colocated, self.tp, self.dtp = colocated, tp, dtp
+        for name, m, t in (("target", tgt, tp), ("drafter", dr, dtp)):
+            if m.heads % t:
+                raise ConfigError(f"impossible cluster: {name} {m.name} has {m.heads} attention "
+                                  f"heads, not divisible by tensor-parallel degree {t}")
+            if m.kv_heads % t and t % m.kv_heads:
+                raise ConfigError(f"impossible cluster: {name} {m.name} has {m.kv_heads} KV heads; "
+                                  f"TP {t} neither divides nor is a multiple of it")
+        if colocated and dtp > tp:
+            raise ConfigError(f"impossible cluster: a colocated drafter (drafter_tp {dtp}) cannot "
+                              f"use more GPUs than its target replica (tp {tp})")
+        usable = hw.mem_bytes * dep.kv_memory_fraction
+        w_gpu = tgt.weight_bytes / tp
+        if use_drafter and colocated:
+            w_gpu += dr.weight_bytes / dtp
+        if w_gpu >= usable:
+            raise ConfigError(
+                f"impossible cluster: weights need {w_gpu / 1e9:.1f} GB per GPU ({tgt.name} "
+                f"{tgt.dtype} on TP {tp}" + (f" + drafter {dr.name} on TP {dtp}"
+                                               if use_drafter and colocated else "")
+                + f") but only {usable / 1e9:.1f} GB of {hw.mem_bytes / 1e9:.0f} GB "
+                f"({hw.name} x kv_memory_fraction {dep.kv_memory_fraction}) is usable")
+        if use_drafter and not colocated and dr.weight_bytes / dtp >= usable:
+            raise ConfigError(f"impossible cluster: drafter {dr.name} needs "
+                              f"{dr.weight_bytes / dtp / 1e9:.1f} GB per GPU on TP {dtp}, "
+                              f"{usable / 1e9:.1f} GB usable")
+        self.kv_budget_bytes = (usable - w_gpu) * tp
+        self.kv_bytes_per_token = tgt.kv_bytes_per_token + (
+            dr.kv_bytes_per_token if use_drafter and colocated else 0.0)
+        self.num_gpus = dep.replicas * (tp + (dtp if use_drafter and not colocated else 0))
+        self.hw, self.target_dims, self.drafter_dims = hw, tgt, dr
+        self.roof_t = Roofline(tgt, hw, tp)
+        self.roof_d = Roofline(dr, hw, dtp)
+        if lat.backend == "roofline":
+            self.lat_t, self.lat_d = self.roof_t, self.roof_d
+            self.prefill_t = lambda b, t: self.roof_t.seconds(b, t, 0.0)
+            self.prefill_d = lambda b, t: self.roof_d.seconds(b, t, 0.0)
+        elif lat.backend == "table":
+            self.lat_t = Table(lat.table_path, lat.target_name)
+            self.lat_d = Table(lat.table_path, lat.drafter_name)
+            self.prefill_t = lambda b, t: self.lat_t.seconds(b, t, 0.0)
+            self.prefill_d = lambda b, t: self.lat_d.seconds(b, t, 0.0)
+        else:
+            self.lat_t = Constant(lat.constant_target_s, lat.constant_prefill_s)
+            self.lat_d = Constant(lat.constant_drafter_s, 0.0)
+            self.prefill_t = lambda b, t: lat.constant_prefill_s
+            self.prefill_d = lambda b, t: 0.0

@@ -1,0 +1,144 @@
+"""The scenario: one frozen dataclass tree loaded from a TOML file (``load_scenario``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from control.configio import from_mapping, param, read_toml, to_dict
+from control.errors import ConfigError
+from sim.acceptance import AcceptanceConfig
+from sim.hardware import HardwareConfig
+from sim.latency import LatencyConfig
+from sim.models import ModelConfig
+from sim.paths import resolve_path
+from sim.workload import WorkloadConfig
+
+
+@dataclass(frozen=True)
+class DeploymentConfig:
+    # one replica unless the scenario says otherwise.
+    replicas: int = param(1, lo=1, hi=100_000, doc="model replicas (each serves its own batch)")
+    # one GPU per replica unless the scenario says otherwise.
+    tp: int = param(1, lo=1, hi=1024, doc="tensor-parallel degree of the target")
+    # sharing the target's GPUs is the common deployment.
+    drafter_placement: str = param("colocated", choices=("colocated", "separate"),
+                                   doc="drafter on the target's GPUs or on its own")
+    # None = the target's tp (colocated) or 1 (separate).
+    drafter_tp: int | None = param(None, lo=1, hi=1024, doc="drafter tensor-parallel degree")
+    # spreads load evenly without state.
+    routing: str = param("round-robin", choices=("round-robin", "least-outstanding"),
+                         doc="how arrivals are assigned to replicas")
+    # vLLM's default max_num_seqs is 256.
+    max_batch: int = param(256, lo=1, hi=100_000, doc="max running sequences per replica")
+    # vLLM's default gpu_memory_utilization.
+    kv_memory_fraction: float = param(0.9, lo=0.05, hi=1.0,
+                                      doc="fraction of GPU memory usable for weights + KV cache")
+
+
+@dataclass(frozen=True)
+class SloConfig:
+    # interactive chat: first token within 2 s.
+    ttft_s: float = param(2.0, lo=0.0, doc="time-to-first-token SLO, s")
+    # ~20 tokens/s reading speed.
+    tpot_s: float = param(0.05, lo=0.0, doc="time-per-output-token SLO, s")
+
+
+@dataclass(frozen=True)
+class SimSection:
+    # None = run until every request finished.
+    horizon_s: float | None = param(None, lo=0.0, doc="stop the simulation at this time")
+    # no warm-up exclusion by default.
+    warmup_s: float = param(0.0, lo=0.0, doc="requests arriving earlier are not measured")
+    # the controller `dspark simulate` runs when none is named.
+    controllers: tuple[str, ...] = param(("fixed", "dspark"), doc="controllers to compare")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    # a name for reports.
+    name: str = param("scenario", doc="scenario name")
+    hardware: HardwareConfig = param(default_factory=HardwareConfig)
+    target: ModelConfig = param(default_factory=ModelConfig)
+    drafter: ModelConfig = param(default_factory=lambda: ModelConfig(preset="Llama-3.1-8B"))
+    deployment: DeploymentConfig = param(default_factory=DeploymentConfig)
+    workload: WorkloadConfig = param(default_factory=WorkloadConfig)
+    acceptance: AcceptanceConfig = param(default_factory=AcceptanceConfig)
+    latency: LatencyConfig = param(default_factory=LatencyConfig)
+    slo: SloConfig = param(default_factory=SloConfig)
+    sim: SimSection = param(default_factory=SimSection)
+    # [controller.<name>] tables: controller configs by name.
+    controller: dict = param(default_factory=dict, doc="controller configs by name")
+    # folder the scenario was loaded from (relative paths resolve against it).
+    base_dir: str = param("", doc="set by load_scenario")
+
+    def with_overrides(self, overrides: dict[str, Any]) -> "SimConfig":
+        """A copy with dotted-key overrides, e.g. ``{"workload.rate_rps": 3.0}``; checked."""
+        data = to_dict(self)
+        for key, value in overrides.items():
+            parts = key.split(".")
+            d = data
+            for p in parts[:-1]:
+                if not isinstance(d.get(p, {}), dict):
+                    raise ConfigError(f"override '{key}': '{p}' is not a table")
+                d = d.setdefault(p, {})
+            d[parts[-1]] = value
+        return _finish(from_mapping(SimConfig, data, source="<overrides>"))
+
+    def controller_config(self, name: str) -> dict | None:
+        c = self.controller.get(name)
+        return dict(c) if c is not None else None
+
+
+def _resolve(cfg: SimConfig, base: Path) -> SimConfig:
+    w, a, lat = cfg.workload, cfg.acceptance, cfg.latency
+    if w.arrival == "trace" or (w.prompt.path or w.output.path):
+        if w.arrival == "trace":
+            w = dataclasses.replace(w, trace_path=resolve_path(w.trace_path, base,
+                                                               "workload.trace_path"))
+        for side in ("prompt", "output"):
+            lc = getattr(w, side)
+            if lc.path:
+                w = dataclasses.replace(w, **{side: dataclasses.replace(
+                    lc, path=resolve_path(lc.path, base, f"workload.{side}.path"))})
+    if a.model == "replay":
+        if not a.replay_path:
+            raise ConfigError("acceptance.model = 'replay' needs acceptance.replay_path")
+        a = dataclasses.replace(a, replay_path=resolve_path(a.replay_path, base,
+                                                            "acceptance.replay_path"))
+    if lat.backend == "table":
+        if not lat.table_path:
+            raise ConfigError("latency.backend = 'table' needs latency.table_path")
+        lat = dataclasses.replace(lat, table_path=resolve_path(lat.table_path, base,
+                                                               "latency.table_path"))
+    return dataclasses.replace(cfg, workload=w, acceptance=a, latency=lat, base_dir=str(base))
+
+
+def _finish(cfg: SimConfig) -> SimConfig:
+    base = Path(cfg.base_dir) if cfg.base_dir else Path.cwd()
+    try:
+        return _resolve(cfg, base)
+    except ConfigError:
+        raise
+
+
+def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> SimConfig:
+    """Load a scenario TOML; relative data paths resolve against the file's folder."""
+    p = Path(path)
+    data = read_toml(p)
+    data.setdefault("name", p.stem)
+    data["base_dir"] = str(p.resolve().parent)
+    try:
+        cfg = from_mapping(SimConfig, data, source=str(p))
+        for name, table in cfg.controller.items():
+            if not isinstance(table, dict):
+                raise ConfigError(f"controller.{name}: expected a table [controller.{name}]")
+        cfg = _resolve(cfg, Path(cfg.base_dir))
+    except ConfigError as e:
+        msg = str(e)
+        raise ConfigError(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None
+    if overrides:
+        cfg = cfg.with_overrides(overrides)
+    return cfg

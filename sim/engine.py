@@ -1,0 +1,311 @@
+"""The serving loop: SimPy processes per replica plus one arrival process.
+
+Per replica: admit waiting requests (FIFO) under ``max_batch`` and the KV-memory budget (a
+request reserves KV for prompt + output tokens on admission), run one prefill pass for the newly
+admitted (it emits their first token), then rounds. In a round every running sequence asks its
+own controller for a Decision; acceptance is drawn for the whole batch with numpy; the draft
+phase lasts the batch's largest draft-step count × one drafter step; one target pass verifies
+Σ(k_i + 1) tokens; each controller gets its Observation with the modelled times; a request ends
+when it has emitted its output length (the last round's emission is capped). One SimPy event per
+round per replica, never one per token.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import simpy
+
+from control.types import Decision, Observation
+from sim.acceptance import AcceptanceModel, lossy_probability
+from sim.cluster import Cluster
+from sim.workload import Requests
+
+
+@dataclass
+class Counters:
+    rounds: int = 0
+    accepted: int = 0
+    drafted: int = 0
+    rejected_rounds: int = 0
+    accepted_emitted: int = 0
+    lossy: int = 0
+    round_tokens: int = 0
+    prefill_tokens: int = 0
+    gpu_busy_s: float = 0.0  # GPU-seconds
+    bytes_moved: float = 0.0  # over all GPUs
+    measured_tokens: int = 0  # tokens emitted after warm-up
+
+
+@dataclass
+class Replica:
+    index: int
+    waiting: deque = field(default_factory=deque)
+    running: list = field(default_factory=list)
+    ctrls: dict = field(default_factory=dict)
+    kv_used: float = 0.0
+    outstanding: int = 0
+    wake: Any = None
+
+
+@dataclass
+class RunData:
+    reqs: Requests
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    emitted: np.ndarray
+    replica: np.ndarray
+    counters: Counters
+    end_s: float
+    rounds: dict | None
+    ctrl_trace: dict | None
+    rejected: np.ndarray
+
+
+_ROUND_COLS = ("request_id", "round", "now_s", "k", "drafted", "accepted", "emitted", "draft_s",
+               "verify_s", "context_tokens", "mode", "beta", "tau", "lossy_accepts", "block_end",
+               "confidences", "sentence_ends", "controller")
+_CTRL_COLS = ("controller", "request_id", "now_s", "k", "alpha", "beta", "a_hat", "block_end")
+
+
+def run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
+        acc: AcceptanceModel, *, trace: bool = False, label: str = "",
+        progress: Any = None) -> RunData:
+    dep = scn.deployment
+    N = len(reqs)
+    arrival, prompt, output = reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens
+    first = np.full(N, np.nan)
+    finish = np.full(N, np.nan)
+    emitted = np.zeros(N, dtype=np.int64)
+    rep_of = np.full(N, -1, dtype=np.int64)
+    rejected = np.zeros(N, dtype=bool)
+    rounds_done = np.zeros(N, dtype=np.int64)
+    cnt = Counters()
+    warmup = scn.sim.warmup_s
+    env = simpy.Environment()
+    reps = [Replica(i) for i in range(dep.replicas)]
+    tp, dtp, colocated = cluster.tp, cluster.dtp, cluster.colocated
+    lat_t, lat_d = cluster.lat_t, cluster.lat_d
+    roof_t, roof_d = cluster.roof_t, cluster.roof_d
+    kv_tok, kv_budget = cluster.kv_bytes_per_token, cluster.kv_budget_bytes
+    use_drafter = cluster.use_drafter
+    lossy_max = scn.acceptance.lossy_accept_max
+    rec = {c: [] for c in _ROUND_COLS} if trace else None
+    ctr = {c: [] for c in _CTRL_COLS} if trace else None
+    state = {"finished": 0, "last": 0.0}
+
+    def arrivals():
+        rr = 0
+        for i in range(N):
+            dt = arrival[i] - env.now
+            if dt > 0:
+                yield env.timeout(dt)
+            if dep.routing == "round-robin":
+                r = reps[rr]
+                rr = (rr + 1) % len(reps)
+            else:
+                r = min(reps, key=lambda x: (x.outstanding, x.index))
+            rep_of[i] = r.index
+            r.outstanding += 1
+            r.waiting.append(i)
+            if r.wake is not None and not r.wake.triggered:
+                r.wake.succeed()
+
+    def finish_req(r: Replica, i: int, t: float) -> None:
+        finish[i] = t
+        r.kv_used -= (prompt[i] + output[i]) * kv_tok
+        r.outstanding -= 1
+        r.ctrls.pop(i, None)
+        state["finished"] += 1
+        state["last"] = t
+
+    def replica(r: Replica):
+        while True:
+            new = []
+            while r.waiting and len(r.running) + len(new) < dep.max_batch:
+                i = r.waiting[0]
+                need = (prompt[i] + output[i]) * kv_tok
+                if need > kv_budget:  # can never fit: reported unfinished
+                    r.waiting.popleft()
+                    rejected[i] = True
+                    r.outstanding -= 1
+                    continue
+                if r.kv_used + need > kv_budget:
+                    break
+                r.waiting.popleft()
+                r.kv_used += need
+                new.append(i)
+            if new:
+                nb = len(new)
+                ptoks = int(prompt[new].sum())
+                pre = cluster.prefill_t(nb, ptoks)
+                busy = pre * tp
+                cnt.bytes_moved += roof_t.bytes_per_gpu(nb, ptoks, 0.0) * tp
+                if use_drafter:
+                    pd_ = cluster.prefill_d(nb, ptoks)
+                    cnt.bytes_moved += roof_d.bytes_per_gpu(nb, ptoks, 0.0) * dtp
+                    busy += pd_ * dtp
+                    pre = pre + pd_ if colocated else max(pre, pd_)
+                cnt.gpu_busy_s += busy
+                yield env.timeout(pre)
+                t = env.now
+                for i in new:
+                    first[i] = t
+                    emitted[i] = 1
+                    cnt.prefill_tokens += 1
+                    if t >= warmup:
+                        cnt.measured_tokens += 1
+                    if output[i] <= 1:
+                        finish_req(r, i, t)
+                    else:
+                        r.ctrls[i] = make_ctrl()
+                        r.running.append(i)
+                if progress is not None:
+                    progress(state["finished"])
+                continue
+            if not r.running:
+                r.wake = env.event()
+                yield r.wake
+                r.wake = None
+                continue
+            yield from one_round(r)
+
+    def one_round(r: Replica):
+        run_ids = r.running
+        ids = np.array(run_ids, dtype=np.int64)
+        B = len(ids)
+        pos = emitted[ids]
+        ctx = prompt[ids] + pos
+        L = acc.run_lengths(ids, pos)
+        ctrls = [r.ctrls[i] for i in run_ids]
+        now = env.now
+        decs = []
+        for c, fut in zip(ctrls, L.tolist()):
+            if c.needs_future:
+                c.set_future(fut)
+            decs.append(c.decide(now))
+        k = np.fromiter((d.k for d in decs), dtype=np.int64, count=B)
+        kmax = int(k.max())
+        lossy = None
+        if kmax > 0:
+            conf = acc.confidences(ids, pos, L, kmax)
+            keff = k
+            taus = [d.tau for d in decs]
+            if any(taus):
+                tau = np.array(taus)
+                j = np.arange(kmax)
+                below = (conf < tau[:, None]) & (j[None, :] < k[:, None])
+                has = below.any(axis=1)
+                keff = np.where(has, below.argmax(axis=1), k)
+                steps = np.where(keff < k, keff + 1, k)
+            else:
+                steps = k
+            n = np.minimum(keff, L)
+            thr = [d.mode == "threshold" for d in decs]
+            if any(thr):
+                lossy = np.zeros(B, dtype=np.int64)
+                s = np.flatnonzero(np.array(thr) & (n < keff))
+                if len(s):
+                    beta = np.array([decs[i].beta for i in s.tolist()])
+                    p = lossy_probability(beta, lossy_max)
+                    cur, lo, kk = n[s].copy(), np.zeros(len(s), dtype=np.int64), keff[s]
+                    active = np.ones(len(s), dtype=bool)
+                    while active.any():
+                        resc = active & (acc.rng.random(len(s)) < p)
+                        w = np.flatnonzero(resc)
+                        if not len(w):
+                            break
+                        cur[w] += 1
+                        lo[w] += 1
+                        more = acc.run_lengths(ids[s[w]], pos[s[w]] + cur[w])
+                        cur[w] = np.minimum(cur[w] + more, kk[w])
+                        active = resc & (cur < kk)
+                    n[s] = cur
+                    lossy[s] = lo
+            dmask = k > 0
+            nd = int(dmask.sum())
+            dsteps = int(steps.max())
+            d_step = lat_d.seconds(nd, nd, float(ctx[dmask].sum())) if dsteps else 0.0
+            draft_s = dsteps * d_step
+            if dsteps:
+                cnt.bytes_moved += dsteps * roof_d.bytes_per_gpu(nd, nd, float(ctx[dmask].sum())) * dtp
+        else:
+            keff = n = k
+            conf = None
+            draft_s = 0.0
+        T = int(keff.sum()) + B
+        csum = float(ctx.sum())
+        verify_s = lat_t.seconds(B, T, csum)
+        cnt.bytes_moved += roof_t.bytes_per_gpu(B, T, csum) * tp
+        cnt.gpu_busy_s += (draft_s + verify_s) * tp if colocated else (verify_s * tp + draft_s * dtp)
+        yield env.timeout(draft_s + verify_s)
+        end = env.now
+        rem = output[ids] - pos
+        em = np.minimum(n + 1, rem)
+        sends = acc.sentence_ends(ids, pos, em)
+        # counters
+        cnt.rounds += B
+        nsum = int(n.sum())
+        cnt.accepted += nsum
+        cnt.drafted += int(keff.sum())
+        cnt.rejected_rounds += int((n < keff).sum())
+        cnt.accepted_emitted += int(np.minimum(n, em).sum())
+        emsum = int(em.sum())
+        cnt.round_tokens += emsum
+        if end >= warmup:
+            cnt.measured_tokens += emsum
+        if lossy is not None:
+            cnt.lossy += int(lossy.sum())
+        # observations
+        kl, nl, eml, ctxl = keff.tolist(), n.tolist(), em.tolist(), ctx.tolist()
+        confl = conf.tolist() if conf is not None else None
+        lol = lossy.tolist() if lossy is not None else None
+        for idx, c in enumerate(ctrls):
+            ke = kl[idx]
+            obs = Observation(end, ke, nl[idx], tuple(confl[idx][:ke]) if ke else (),
+                              draft_s, verify_s, ctxl[idx], lol[idx] if lol else 0,
+                              eml[idx], sends[idx])
+            c.observe(obs)
+            if rec is not None:
+                d = decs[idx]
+                rid = run_ids[idx]
+                vals = (rid, int(rounds_done[rid]), end, d.k, obs.drafted, obs.accepted,
+                        obs.emitted, draft_s, verify_s, obs.context_tokens, d.mode, d.beta, d.tau,
+                        obs.lossy_accepts, d.block_end, " ".join(repr(x) for x in obs.confidences),
+                        " ".join(str(x) for x in obs.sentence_ends), label)
+                for col, v in zip(_ROUND_COLS, vals):
+                    rec[col].append(v)
+                st = c.state()
+                cvals = (label, rid, end, st.get("k", d.k), st.get("alpha"), st.get("beta"),
+                         st.get("a_hat"), d.block_end)
+                for col, v in zip(_CTRL_COLS, cvals):
+                    ctr[col].append(v)
+        rounds_done[ids] += 1
+        emitted[ids] = pos + em
+        acc.advance(ids, em)
+        done = np.flatnonzero(em == rem)
+        if len(done):
+            for i in ids[done].tolist():
+                finish_req(r, i, end)
+            gone = set(ids[done].tolist())
+            r.running = [i for i in run_ids if i not in gone]
+        if progress is not None:
+            progress(state["finished"])
+
+    env.process(arrivals())
+    for r in reps:
+        env.process(replica(r))
+    horizon = scn.sim.horizon_s
+    if horizon is not None:
+        env.run(until=horizon)
+        end_s = float(horizon)
+    else:
+        env.run()
+        end_s = float(max(state["last"], arrival[-1] if N else 0.0))
+    return RunData(reqs, first, finish, emitted, rep_of, cnt, end_s, rec, ctr, rejected)
+
+
+__all__ = ["run", "RunData", "Counters", "Decision"]

@@ -1,0 +1,111 @@
+"""Summary metrics of one run (key names: docs/results-format.md) and the per-request table.
+
+Definitions: acceptance_rate â = Σn / (Σn + rounds that ended in a rejection); vpr = accepted /
+drafted; du = accepted drafted tokens that reached the output / drafted; mean_accepted_length =
+1 + Σn / rounds; throughput = output tokens emitted after warm-up / (end − warm-up); goodput
+counts only requests meeting both SLOs; speedup = token-weighted mean TPOT of the k = 0 run with
+the same seed and arrivals / this run's (filled in by ``sim.api``); gpu_busy_fraction = busy
+GPU-seconds / (GPUs × end); bandwidth_utilization = bytes read (roofline byte model) /
+(GPUs × end × datasheet bandwidth); lossy_accept_fraction = lossy accepts / output tokens.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from sim.engine import RunData
+
+NAN = float("nan")
+
+SUMMARY_KEYS = (
+    "controller", "seed", "load_scale", "offered_rps", "throughput_tokens_per_s",
+    "goodput_tokens_per_s", "speedup", "mean_accepted_length", "acceptance_rate", "vpr", "du",
+    "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s",
+    "p99_tpot_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "gpu_busy_fraction",
+    "bandwidth_utilization", "lossy_accept_fraction", "requests_finished", "requests_unfinished",
+    "output_tokens", "sim_time_s", "num_gpus", "mean_tpot_s")
+
+
+def _div(a: float, b: float) -> float:
+    return a / b if b else NAN
+
+
+def _pct(x: np.ndarray, q: float) -> float:
+    x = x[~np.isnan(x)]
+    return float(np.percentile(x, q)) if len(x) else NAN
+
+
+def per_request(run: RunData) -> dict[str, np.ndarray]:
+    r = run.reqs
+    fin = ~np.isnan(run.finish_s)
+    ttft = run.first_token_s - r.arrival_s
+    e2e = run.finish_s - r.arrival_s
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(r.output_tokens > 1,
+                        (run.finish_s - run.first_token_s) / (r.output_tokens - 1), NAN)
+    return {"finished": fin, "ttft": ttft, "tpot": tpot, "e2e": e2e}
+
+
+def summarize(run: RunData, scn, cluster, *, controller: str, seed: int, load_scale: float,
+              offered_rps: float) -> dict:
+    c = run.counters
+    r = run.reqs
+    m = per_request(run)
+    warm = scn.sim.warmup_s
+    meas = r.arrival_s >= warm
+    fin = m["finished"] & meas
+    window = max(run.end_s - warm, 1e-12)
+    ttft, tpot, e2e = m["ttft"][fin], m["tpot"][fin], m["e2e"][fin]
+    ok = fin & (m["ttft"] <= scn.slo.ttft_s) & ~(m["tpot"] > scn.slo.tpot_s)
+    dec_tokens = (r.output_tokens[fin] - 1).sum()
+    mean_tpot = _div(float(np.nansum((run.finish_s - run.first_token_s)[fin])), float(dec_tokens))
+    hw = cluster.hw
+    end = max(run.end_s, 1e-12)
+    out = {
+        "controller": controller, "seed": int(seed), "load_scale": float(load_scale),
+        "offered_rps": float(offered_rps),
+        "throughput_tokens_per_s": c.measured_tokens / window,
+        "goodput_tokens_per_s": float(r.output_tokens[ok].sum()) / window,
+        "speedup": NAN,
+        "mean_accepted_length": 1.0 + _div(c.accepted, c.rounds),
+        "acceptance_rate": _div(c.accepted, c.accepted + c.rejected_rounds),
+        "vpr": _div(c.accepted, c.drafted),
+        "du": _div(c.accepted_emitted, c.drafted),
+        "ttft_p50_s": _pct(ttft, 50), "ttft_p90_s": _pct(ttft, 90), "ttft_p99_s": _pct(ttft, 99),
+        "tpot_p50_s": _pct(tpot, 50), "tpot_p90_s": _pct(tpot, 90), "tpot_p99_s": _pct(tpot, 99),
+        "p99_tpot_s": _pct(tpot, 99),
+        "e2e_p50_s": _pct(e2e, 50), "e2e_p90_s": _pct(e2e, 90), "e2e_p99_s": _pct(e2e, 99),
+        "gpu_busy_fraction": c.gpu_busy_s / (cluster.num_gpus * end),
+        "bandwidth_utilization": c.bytes_moved / (cluster.num_gpus * end * hw.bandwidth_bytes_s),
+        "lossy_accept_fraction": _div(c.lossy, c.round_tokens + c.prefill_tokens),
+        "requests_finished": int(m["finished"].sum()),
+        "requests_unfinished": int((~m["finished"]).sum()),
+        "output_tokens": int(c.round_tokens + c.prefill_tokens),
+        "sim_time_s": float(run.end_s), "num_gpus": int(cluster.num_gpus),
+        "mean_tpot_s": mean_tpot,
+    }
+    return {k: (float(v) if isinstance(v, (np.floating,)) else v) for k, v in out.items()}
+
+
+def requests_table(run: RunData, controller: str):
+    import pandas as pd
+    r = run.reqs
+    m = per_request(run)
+    return pd.DataFrame({
+        "controller": controller, "request_id": np.arange(len(r)), "arrival_s": r.arrival_s,
+        "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
+        "first_token_s": run.first_token_s, "finish_s": run.finish_s, "ttft_s": m["ttft"],
+        "tpot_s": m["tpot"], "e2e_s": m["e2e"], "finished": m["finished"],
+        "replica": run.replica, "emitted_tokens": run.emitted})
+
+
+def json_safe(v):
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return json_safe(float(v))
+    return v

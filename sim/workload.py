@@ -1,0 +1,185 @@
+"""Request streams: Poisson / gamma arrivals or Azure-trace replay; prompt and output lengths.
+
+All draws come from Generators the caller derives from the run's seed, one per stream, so every
+controller sees exactly the same arrivals and lengths.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from control.configio import param
+from control.errors import DSparkError
+
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+DEFAULT_TRACE = "../../shared/data/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"
+
+
+@dataclass(frozen=True)
+class LengthConfig:
+    # heavy-tailed lengths like the Azure conversation trace.
+    dist: str = param("lognormal", choices=("lognormal", "empirical", "constant"),
+                      doc="length distribution")
+    # Azure conversation trace: ~1150 prompt / ~210 output tokens on average.
+    mean_tokens: float = param(256.0, lo=1.0, hi=1e7, doc="mean (lognormal) or value (constant)")
+    # lognormal shape; ~0.8 fits the Azure conversation outputs.
+    sigma: float = param(0.8, lo=0.0, hi=5.0, doc="lognormal sigma")
+    # a request has at least one token.
+    min_tokens: int = param(1, lo=1, hi=10_000_000, doc="lower clip")
+    # 32k context covers the Azure traces.
+    max_tokens: int = param(32768, lo=1, hi=10_000_000, doc="upper clip")
+    # empty unless dist = 'empirical' without a file.
+    values: tuple[int, ...] = param(default_factory=tuple, lo=1, doc="empirical values")
+    # empirical lengths may come from a CSV column instead (relative to the scenario file).
+    path: str | None = param(None, doc="CSV file with empirical lengths")
+    # the column of `path`.
+    column: str = param("GeneratedTokens", doc="column of `path`")
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    # the Azure conversation trace is the standard arrival process.
+    arrival: str = param("poisson", choices=("poisson", "gamma", "trace"), doc="arrival process")
+    # a moderately loaded single replica.
+    rate_rps: float = param(2.0, lo=1e-6, hi=1e6, doc="mean arrival rate, requests/s")
+    # cv > 1 = burstier than Poisson.
+    gamma_cv: float = param(2.0, lo=0.01, hi=100.0, doc="coefficient of variation (gamma)")
+    # enough requests for stable percentiles in a short run.
+    num_requests: int | None = param(200, lo=1, hi=100_000_000, doc="requests to generate")
+    # None = stop at num_requests.
+    horizon_s: float | None = param(None, lo=0.0, doc="stop generating arrivals after this time")
+    # the Azure conversation trace (CC-BY 4.0, Patel et al., Splitwise, ISCA 2024).
+    trace_path: str = param(DEFAULT_TRACE, doc="Azure-format trace (relative to scenario file)")
+    # 1 = real time; 0.1 = ten times faster.
+    time_scale: float = param(1.0, lo=1e-6, hi=1e6, doc="multiplies trace inter-arrival times")
+    # None = the whole trace (or num_requests, whichever is smaller).
+    max_requests: int | None = param(None, lo=1, doc="trace request limit")
+    # trace replay takes its lengths from the trace by default.
+    trace_lengths: bool = param(True, doc="use ContextTokens/GeneratedTokens of the trace")
+    # Azure conversation-like prompts.
+    prompt: LengthConfig = param(default_factory=lambda: LengthConfig(mean_tokens=1024.0, sigma=0.9))
+    # Azure conversation-like outputs.
+    output: LengthConfig = param(default_factory=lambda: LengthConfig(mean_tokens=210.0, sigma=0.8))
+
+
+@dataclass
+class Requests:
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    extra: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_trace(path: str, mtime: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    import pandas as pd
+    try:
+        df = pd.read_csv(path)
+    except Exception as e:  # noqa: BLE001 - any parse failure is a bad file
+        raise DSparkError(f"{path}: cannot read trace: {str(e).splitlines()[0]}") from None
+    for c in AZURE_COLUMNS:
+        if c not in df.columns:
+            raise DSparkError(f"{path}: trace lacks column '{c}' (need {', '.join(AZURE_COLUMNS)})")
+    ts = pd.to_datetime(df["TIMESTAMP"], errors="coerce", format="mixed")
+    if ts.isna().any():
+        row = int(np.flatnonzero(ts.isna().to_numpy())[0])
+        raise DSparkError(f"{path}: column 'TIMESTAMP' has a garbled value at row {row + 2}: "
+                          f"{df['TIMESTAMP'].iloc[row]!r}")
+    out = []
+    for c in AZURE_COLUMNS[1:]:
+        v = pd.to_numeric(df[c], errors="coerce")
+        bad = v.isna() | (v < 0) | (v != v.round())
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise DSparkError(f"{path}: column '{c}' has a garbled value at row {row + 2}: "
+                              f"{df[c].iloc[row]!r}")
+        out.append(v.to_numpy(dtype=np.int64))
+    t = (ts - ts.min()).dt.total_seconds().to_numpy()
+    order = np.argsort(t, kind="stable")
+    return t[order], out[0][order], out[1][order]
+
+
+def read_trace(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(arrival seconds from the first request, context tokens, generated tokens)."""
+    try:
+        mtime = os.path.getmtime(path)
+    except OSError:
+        raise DSparkError(f"{path}: trace file not found") from None
+    return _read_trace(path, mtime)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_column(path: str, column: str) -> np.ndarray:
+    import pandas as pd
+    try:
+        df = pd.read_csv(path)
+    except Exception as e:  # noqa: BLE001
+        raise DSparkError(f"{path}: cannot read: {str(e).splitlines()[0]}") from None
+    if column not in df.columns:
+        raise DSparkError(f"{path}: lacks column '{column}'")
+    v = pd.to_numeric(df[column], errors="coerce")
+    if v.isna().any() or (v < 1).any():
+        raise DSparkError(f"{path}: column '{column}' has a missing or garbled value")
+    return v.to_numpy(dtype=np.int64)
+
+
+def draw_lengths(cfg: LengthConfig, n: int, rng: np.random.Generator, what: str) -> np.ndarray:
+    if cfg.dist == "constant":
+        x = np.full(n, round(cfg.mean_tokens), dtype=np.int64)
+    elif cfg.dist == "lognormal":
+        mu = np.log(cfg.mean_tokens) - cfg.sigma ** 2 / 2  # so the mean is mean_tokens
+        x = np.rint(rng.lognormal(mu, cfg.sigma, n)).astype(np.int64)
+    else:
+        vals = np.asarray(cfg.values, dtype=np.int64) if cfg.values else (
+            _read_column(cfg.path, cfg.column) if cfg.path else None)
+        if vals is None or len(vals) == 0:
+            raise DSparkError(f"{what}: dist = 'empirical' needs values or path")
+        x = vals[rng.integers(0, len(vals), n)]
+    return np.clip(x, cfg.min_tokens, cfg.max_tokens)
+
+
+def generate(cfg: WorkloadConfig, streams: dict[str, np.random.Generator],
+             load_scale: float = 1.0) -> Requests:
+    """Arrivals and lengths; ``load_scale`` multiplies the arrival rate (trace: compresses time)."""
+    ra, rl = streams["arrivals"], streams["lengths"]
+    if cfg.arrival == "trace":
+        t, ctx, gen = read_trace(cfg.trace_path)
+        n = len(t)
+        for lim in (cfg.max_requests, cfg.num_requests):
+            if lim is not None:
+                n = min(n, lim)
+        arr = t[:n] * cfg.time_scale / load_scale
+        if cfg.horizon_s is not None:
+            n = int(np.searchsorted(arr, cfg.horizon_s, side="right"))
+            arr = arr[:n]
+        if cfg.trace_lengths:
+            prompt = np.maximum(ctx[:n], 1)
+            out = np.maximum(gen[:n], 1)
+        else:
+            prompt = draw_lengths(cfg.prompt, n, rl, "workload.prompt")
+            out = draw_lengths(cfg.output, n, rl, "workload.output")
+        return Requests(arr.astype(float), prompt.astype(np.int64), out.astype(np.int64))
+    rate = cfg.rate_rps * load_scale
+    if cfg.num_requests is None and cfg.horizon_s is None:
+        raise DSparkError("workload: set num_requests or horizon_s")
+    n = cfg.num_requests if cfg.num_requests is not None else max(
+        16, int(cfg.horizon_s * rate * 1.5 + 10 * np.sqrt(cfg.horizon_s * rate + 1)))
+    if cfg.arrival == "poisson":
+        gaps = ra.exponential(1.0 / rate, n)
+    else:
+        shape = 1.0 / cfg.gamma_cv ** 2
+        gaps = ra.gamma(shape, 1.0 / (rate * shape), n)
+    arr = np.cumsum(gaps) - gaps[0]  # first request at t = 0
+    if cfg.horizon_s is not None:
+        arr = arr[arr <= cfg.horizon_s]
+    n = len(arr)
+    prompt = draw_lengths(cfg.prompt, n, rl, "workload.prompt")
+    out = draw_lengths(cfg.output, n, rl, "workload.output")
+    return Requests(arr, prompt, out)
