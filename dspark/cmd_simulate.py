@@ -1,0 +1,93 @@
+"""``dspark simulate CONFIG.toml``: compare controllers on identical simulated arrivals.
+
+Runs every named controller (default: the scenario's ``[sim] controllers``) on the same seed, so
+arrivals, lengths and per-request acceptance are identical, prints one row per controller × load
+scale, and writes the run folder (results.csv, summary.json, requests.csv, config.toml; with
+--trace also rounds.csv and controller_trace.csv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from control.errors import DSparkError
+
+TABLE_COLUMNS = ("controller", "load_scale", "throughput_tokens_per_s", "goodput_tokens_per_s",
+                 "speedup", "mean_accepted_length", "acceptance_rate", "tpot_p50_s",
+                 "p99_tpot_s", "ttft_p99_s", "gpu_busy_fraction", "requests_unfinished")
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("simulate", help="simulate controllers on a GPU-cluster scenario",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("config", help="scenario TOML (see configs/)")
+    p.add_argument("--controller", action="append", default=None, metavar="NAME",
+                   help="controller to run (repeatable; default: the scenario's [sim] controllers)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--out", default="runs/simulate", help="run folder (default runs/simulate)")
+    p.add_argument("--no-out", action="store_true", help="write no run folder")
+    p.add_argument("--json", action="store_true", help="print the summary rows as JSON")
+    p.add_argument("--trace", action="store_true", help="also write rounds.csv and controller_trace.csv")
+    p.add_argument("--loads", default="1", help="comma-separated load scales, e.g. 0.5,1,2")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario key, e.g. workload.rate_rps=3 (TOML value)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def _parse_loads(text: str) -> list[float]:
+    try:
+        loads = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise DSparkError(f"--loads {text!r}: expected comma-separated numbers") from None
+    if not loads or any(x <= 0 for x in loads):
+        raise DSparkError(f"--loads {text!r}: load scales must be positive")
+    return loads
+
+
+def _parse_sets(items: list[str]) -> dict:
+    import tomllib
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise DSparkError(f"--set {item!r}: expected KEY=VALUE")
+        key, val = item.split("=", 1)
+        try:
+            out[key.strip()] = tomllib.loads(f"v = {val}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key.strip()] = val
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from sim import compare, load_scenario
+    from sim.metrics import json_safe
+    scn = load_scenario(args.config, _parse_sets(args.set) or None)
+    names = args.controller or list(scn.sim.controllers)
+    loads = _parse_loads(args.loads)
+    bar = None
+    if not args.quiet and sys.stderr.isatty():
+        from tqdm import tqdm
+        bar = tqdm(total=len(names) * len(loads), desc="simulate", unit="run", file=sys.stderr)
+    try:
+        df = compare(scn, names, seed=args.seed, out_dir=None if args.no_out else args.out,
+                     load_scales=loads, trace=args.trace, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    if args.json:
+        rows = [{k: json_safe(v) for k, v in r.items()} for r in df.to_dict("records")]
+        print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=1))
+    else:
+        import pandas as pd
+        with pd.option_context("display.width", 200, "display.max_columns", 30,
+                               "display.float_format", "{:.4g}".format):
+            print(f"scenario {scn.name}, seed {args.seed}")
+            print(df[list(TABLE_COLUMNS)].to_string(index=False))
+        if not args.no_out:
+            print(f"run folder: {args.out}")
+    return 0
