@@ -1,0 +1,113 @@
+"""Drafters: a model drafter with its own incremental cache, and n-gram prompt lookup.
+
+A drafter proposes tokens that continue the committed sequence ``seq[0, :L]`` and writes them
+into ``seq[0, L:L+k']`` (the engine's preallocated token buffer). It keeps ``valid``: how many
+leading positions of its own cache are known to match the committed sequence; the engine calls
+``accept(L, drafted, n)`` after verification, so rollback is just a smaller ``valid``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from real.sampling import SamplingParams, probs
+
+
+class ModelDrafter:
+    """Wraps a ``real.models`` model (conv or transformer) for incremental drafting."""
+
+    def __init__(self, model: torch.nn.Module, length: int, dtype: torch.dtype, device) -> None:
+        self.model = model
+        self.name = f"drafter-{model.kind}"
+        self.dtype, self.device = dtype, device
+        self.state = model.new_state(length, dtype, device)
+        self.valid = 0
+        self._fed = None
+
+    def reset(self) -> None:
+        self.valid = 0
+        self._fed = None
+
+    def propose(self, seq: torch.Tensor, L: int, k: int, tau: float, sp: SamplingParams,
+                gen: torch.Generator | None):
+        """Draft up to ``k`` tokens after ``seq[0, :L]``; returns (count, confidences, q rows).
+
+        Drafting stops before the first token whose confidence (the drafter's probability of its
+        own proposal) is below ``tau``. ``q`` is None in greedy mode.
+        """
+        self._fed = None
+        if k <= 0:
+            return 0, [], None
+        start = min(self.valid, L - 1)
+        step = self.model.step
+        logits = step(seq[:, start:L], start, self.state)[-1]
+        confs: list[float] = []
+        qs = []
+        count = fed = 0
+        for i in range(k):
+            if sp.greedy:
+                c, tok = torch.softmax(logits.float(), -1).max(-1)
+            else:
+                q = probs(logits, sp)
+                tok = torch.multinomial(q, 1, generator=gen)[0]
+                c = q[tok]
+            cf = float(c)
+            if cf < tau:
+                break
+            seq[0, L + i] = tok
+            confs.append(cf)
+            if not sp.greedy:
+                qs.append(q)
+            count += 1
+            if i + 1 < k:
+                logits = step(seq[:, L + i:L + i + 1], L + i, self.state)[-1]
+                fed += 1
+        self._fed = (L, fed)
+        return count, confs, (torch.stack(qs) if qs else None)
+
+    def accept(self, L: int, drafted: int, n: int) -> None:
+        """``n`` of the ``drafted`` tokens written after position L were accepted."""
+        if self._fed is not None and self._fed[0] == L:
+            self.valid = L + min(n, self._fed[1])
+        self._fed = None
+
+
+class NgramDrafter:
+    """Prompt lookup: copy what followed the latest earlier occurrence of the last n tokens.
+
+    Confidence of a proposal is 1.0 (it has no probabilities); in sampling mode q is one-hot.
+    """
+
+    name = "drafter-ngram"
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, vocab_size: int = 4096) -> None:
+        self.max_ngram, self.min_ngram, self.vocab_size = max_ngram, min_ngram, vocab_size
+
+    def reset(self) -> None:
+        pass
+
+    def lookup(self, tokens: list[int], k: int) -> list[int]:
+        L = len(tokens)
+        for n in range(min(self.max_ngram, L - 1), self.min_ngram - 1, -1):
+            tail = tokens[L - n:]
+            for s in range(L - n - 1, -1, -1):
+                if tokens[s:s + n] == tail:
+                    return tokens[s + n:s + n + k]
+        return []
+
+    def propose(self, seq: torch.Tensor, L: int, k: int, tau: float, sp: SamplingParams,
+                gen: torch.Generator | None):
+        if k <= 0:
+            return 0, [], None
+        toks = self.lookup(seq[0, :L].tolist(), k)
+        if not toks or tau > 1.0:
+            return 0, [], None
+        seq[0, L:L + len(toks)] = torch.tensor(toks, dtype=seq.dtype, device=seq.device)
+        q = None
+        if not sp.greedy:
+            q = torch.zeros(len(toks), self.vocab_size, device=seq.device)
+            q[torch.arange(len(toks)), torch.tensor(toks)] = 1.0
+        return len(toks), [1.0] * len(toks), q
+
+    def accept(self, L: int, drafted: int, n: int) -> None:
+        pass
