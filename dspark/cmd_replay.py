@@ -38,10 +38,16 @@ def load_trace(path: str) -> list:
         raise DSparkError(f"{path}: file not found") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as e:
         raise DSparkError(f"{path}: cannot read trace: {str(e).splitlines()[0]}") from None
+    import dataclasses
+
+    from control.types import RoundRecord
+    for f in dataclasses.fields(RoundRecord):
+        if f.default is dataclasses.MISSING and f.name not in df.columns:
+            raise DSparkError(f"{path}: missing column {f.name!r}")
+    if df.empty:
+        raise DSparkError(f"{path}: trace has no rounds")
     try:
         return records_from_rows(df.to_dict("records"))
-    except KeyError as e:
-        raise DSparkError(f"{path}: missing column {e.args[0]!r}") from None
     except (TypeError, ValueError) as e:
         raise DSparkError(f"{path}: bad value: {str(e).splitlines()[0]}") from None
 
