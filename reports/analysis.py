@@ -56,7 +56,7 @@ def reference_slice(results: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     if "num_gpus" in df.columns and df["num_gpus"].nunique() > 1:
         g = modal_value(df["num_gpus"])
         df = df[df["num_gpus"] == g]
-        where.append(f"{g:g} GPUs")
+        where.append(f"{g:g} GPU{'s' if g != 1 else ''}")
     if df["load_scale"].nunique() > 1:
         scales = np.array(sorted(df["load_scale"].dropna().unique()), dtype=float)
         ref = scales[np.argmin(np.abs(scales - 1.0))]
@@ -85,11 +85,22 @@ def full_table(results: pd.DataFrame) -> pd.DataFrame:
     return results.groupby(keys)[cols].mean().reset_index()
 
 
-def format_comparison(table: pd.DataFrame) -> pd.DataFrame:
-    """The comparison with report headers, units applied and numbers as text."""
-    out = pd.DataFrame({"controller": table["controller"].astype(str),
-                        "seeds": table["seeds"].astype(int).astype(str)})
+SPECULATION_METRICS = ("vpr", "du", "mean_accepted_length", "acceptance_rate", "gpu_busy_fraction",
+                       "bandwidth_utilization", "lossy_accept_fraction")
+
+
+def format_comparison(table: pd.DataFrame, part: str = "all") -> pd.DataFrame:
+    """The comparison with report headers, units applied and numbers as text; ``part``
+    ``speed`` (throughput and latency), ``speculation`` (acceptance, utilization, quality) or
+    ``all``."""
+    out = pd.DataFrame({"controller": table["controller"].astype(str)})
+    if part != "speculation":
+        out["seeds"] = table["seeds"].astype(int).astype(str)
     for col, header, scale, fmt in COMPARISON_COLUMNS:
+        if part == "speed" and col in SPECULATION_METRICS:
+            continue
+        if part == "speculation" and col not in SPECULATION_METRICS:
+            continue
         if col in table.columns:
             out[header] = [fmt_num(v * scale, fmt) for v in table[col]]
     return out

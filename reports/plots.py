@@ -120,6 +120,8 @@ def plot_controller_traces(trace: pd.DataFrame, colors: dict | None = None) -> F
             ax.step(g["now_s"], y, where="post", color=c, label=f"{name} (request {rid})")
             ends = g["block_end"].astype(str).str.lower().isin(("true", "1", "1.0")).to_numpy()
             ax.plot(g["now_s"][ends], y[ends], color=c, **block_mark)
+            for t in g["now_s"][ends]:
+                ax.axvline(t, color=c, lw=0.8, ls=":", alpha=0.45)
             drawn = True
         if not drawn:
             ax.text(0.5, 0.5, f"{col} not recorded by these controllers", transform=ax.transAxes,
