@@ -48,7 +48,7 @@ class DSparkConfig:
     # the seed's starting aggressiveness.
     alpha0: float = param(0.8, lo=0.3, hi=1.5, doc="initial α (aggressiveness)")
     # the seed's starting conservativeness.
-    beta0: float = param(0.85, lo=0.7, hi=0.99, doc="initial β (threshold-mode acceptance threshold)")
+    beta0: float = param(0.85, lo=0.7, hi=0.99, doc="initial β (threshold-mode threshold)")
     # DESIGN's α range.
     alpha_min: float = param(0.3, lo=0.3, hi=1.5, doc="lower clamp of α and of its integrator")
     alpha_max: float = param(1.5, lo=0.3, hi=1.5, doc="upper clamp of α and of its integrator")
@@ -81,7 +81,7 @@ class DSparkConfig:
     # a sentence end within 16 tokens before B closes the block early.
     snap_tokens: int = param(16, lo=0, hi=256, doc="snap window before B for a sentence end")
     # 0 = no attention-span limit on block length.
-    span_tokens: int = param(0, lo=0, hi=1 << 20, doc="attention-span limit on block length (0 = none)")
+    span_tokens: int = param(0, lo=0, hi=1 << 20, doc="attention-span limit of a block (0 = none)")
     # --- update timing ----------------------------------------------------------------------------
     # 8 rounds before the first update: â of fewer rounds is mostly noise.
     warmup_rounds: int = param(8, lo=0, hi=10_000, doc="rounds before the first update")
@@ -94,14 +94,14 @@ class DSparkConfig:
     alpha_ki: float = param(0.1, lo=0.0, hi=10.0, doc="α loop integral gain (the seed's γ)")
     # seed has no derivative term.
     alpha_kd: float = param(0.0, lo=0.0, hi=10.0, doc="α loop derivative gain")
-    # --- β loop gains -------------------------------------------------------------------------------
+    # --- β loop gains --
     beta_kp: float = param(0.0, lo=0.0, hi=10.0, doc="β loop proportional gain")  # seed: none
     # same γ as the α loop, as in the seed.
     beta_ki: float = param(0.1, lo=0.0, hi=10.0, doc="β loop integral gain (the seed's γ)")
     beta_kd: float = param(0.0, lo=0.0, hi=10.0, doc="β loop derivative gain")  # seed: none
     # λ = 0.5: derivative of the error averaged over ~2 updates.
     d_filter: float = param(0.5, lo=0.01, hi=1.0, doc="low-pass coefficient λ of the derivative")
-    # --- anomaly guard --------------------------------------------------------------------------------
+    # --- anomaly guard --
     # z-score reacts to one bad block; cusum to a sustained smaller drop.
     anomaly_detector: str = param("zscore", choices=("zscore", "cusum", "off"),
                                   doc="collapse-of-â detector")
@@ -126,11 +126,11 @@ class DSparkConfig:
     beta_raise: float = param(0.05, lo=0.0, hi=0.29, doc="β increase of the raise_beta action")
     # 2 clean block ends before the guard clears.
     recovery_blocks: int = param(2, lo=1, hi=100, doc="clean block ends that end an anomaly")
-    # --- retry cap ------------------------------------------------------------------------------------
+    # --- retry cap --
     # DESIGN: R <= 3 consecutive fruitless rounds.
     retry_cap: int = param(3, lo=1, hi=3, doc="fruitless rounds (drafted, none accepted) before AR")
     # 4 plain steps, then try speculating again.
-    cooldown_rounds: int = param(4, lo=1, hi=1000, doc="plain autoregressive rounds of the cool-down")
+    cooldown_rounds: int = param(4, lo=1, hi=1000, doc="plain AR rounds of the cool-down")
 
     def __post_init__(self) -> None:
         if self.alpha_min > self.alpha_max:
@@ -172,7 +172,7 @@ class DSparkController(Controller):
                                    c.baseline_min_blocks, c.lossy_limit, c.recovery_blocks)
         self.reset()
 
-    # --- protocol ----------------------------------------------------------------------------------
+    # --- protocol --
     def reset(self) -> None:
         c = self.config
         self._win.clear()
@@ -242,7 +242,7 @@ class DSparkController(Controller):
             "updates": self.updates,
         }
 
-    # --- internals ------------------------------------------------------------------------------------
+    # --- internals --
     def _rebuild(self, block_end: bool) -> None:
         c = self.config
         strict = self._guard.active and c.anomaly_action == "strict"

@@ -113,7 +113,8 @@ class RoundWindow:
         return self.sum_lossy / self.sum_n if self.sum_n > 0 else 0.0
 
 
-def a_hat_of(accepted: list[int] | tuple[int, ...], drafted: list[int] | tuple[int, ...]) -> float | None:
+def a_hat_of(accepted: list[int] | tuple[int, ...],
+             drafted: list[int] | tuple[int, ...]) -> float | None:
     """â of a list of rounds (reference implementation used by tests and reports)."""
     s = sum(accepted)
     rej = sum(1 for n, k in zip(accepted, drafted) if n < k)

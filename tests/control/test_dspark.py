@@ -174,7 +174,8 @@ def test_state_has_the_trace_fields_and_reset_restores():
     ({"beta0": 0.75, "beta_min": 0.8}, "beta0 = 0.75 outside"),
     ({"k_min": 9, "k_max": 4}, "k_min = 9 > k_max = 4"),
     ({"snap_tokens": 32, "block_tokens": 32}, "snap_tokens = 32 must be < block_tokens"),
-    ({"alpha_ki": 11.0}, r"controller.dspark.alpha_ki = 11.0 is out of range; allowed \[0.0, 10.0\]"),
+    ({"alpha_ki": 11.0},
+     r"controller.dspark.alpha_ki = 11.0 is out of range; allowed \[0.0, 10.0\]"),
     ({"retry_cap": 4}, r"retry_cap = 4 is out of range; allowed \[1, 3\]"),
     ({"gain": 1.0}, "unknown key 'controller.dspark.gain'"),
 ])

@@ -9,8 +9,17 @@ from typing import Any, Literal
 import pytest
 
 from control import Decision, Observation, RoundRecord, make_config, make_controller
-from control.configio import (allowed_text, describe, from_mapping, load, param, read_toml,
-                              to_dict, to_toml, write_toml)
+from control.configio import (
+    allowed_text,
+    describe,
+    from_mapping,
+    load,
+    param,
+    read_toml,
+    to_dict,
+    to_toml,
+    write_toml,
+)
 from control.errors import ConfigError
 from control.registry import controller_names
 from control.types import PositionRecord, records_from_rows, records_to_columns
