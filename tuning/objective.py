@@ -1,0 +1,159 @@
+"""The objective: one callable that scores a controller config over workloads × seeds.
+
+``Objective(cfg)(trial)`` suggests a config (:func:`tuning.space.suggest_config`), simulates it
+on every tuning workload and seed (an *instance*), and returns the mean of the objective's
+metric(s) over the instances. After each instance of a single-objective study it reports to
+the pruner: the running mean (median pruner: comparable across trials at the same step) or the
+instance's own value (Wilcoxon pruner: paired per-instance comparison). The mean of every
+summary metric is kept as a user attribute, and ``constraint`` holds
+``mean lossy_accept_fraction − max_lossy_fraction`` (feasible when <= 0) for the samplers'
+``constraints_func``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from tuning.config import TuningConfig, WorkloadSpec
+from tuning.space import suggest_config
+from tuning.storage import worker_tag
+
+# objective -> ((summary metric, direction), ...)
+OBJECTIVE_METRICS: dict[str, tuple[tuple[str, str], ...]] = {
+    "throughput": (("throughput_tokens_per_s", "maximize"),),
+    "goodput": (("goodput_tokens_per_s", "maximize"),),
+    "p99_tpot": (("tpot_p99_s", "minimize"),),
+    "throughput-p99": (("throughput_tokens_per_s", "maximize"), ("tpot_p99_s", "minimize")),
+    "throughput-quality": (("throughput_tokens_per_s", "maximize"),
+                           ("lossy_accept_fraction", "minimize")),
+}
+#: metrics averaged over instances and stored on every trial.
+KEPT_METRICS = ("throughput_tokens_per_s", "goodput_tokens_per_s", "tpot_p99_s",
+                "mean_accepted_length", "acceptance_rate", "lossy_accept_fraction")
+
+
+def directions(objective: str) -> list[str]:
+    return [d for _, d in OBJECTIVE_METRICS[objective]]
+
+
+def metric_names(objective: str) -> list[str]:
+    return [m for m, _ in OBJECTIVE_METRICS[objective]]
+
+
+class NoSlot(RuntimeError):
+    """The trial was not one of the study's queued slots (the queue ran dry under a race)."""
+
+
+#: Optuna >= 5 takes constraints from ``Trial.set_constraint``; older ones need constraints_func.
+NATIVE_CONSTRAINTS = hasattr(optuna.Trial, "set_constraint")
+
+
+def constraint_of(trial: optuna.trial.FrozenTrial) -> tuple[float, ...]:
+    """``constraints_func`` for samplers of Optuna < 5 (module level: workers rebuild it)."""
+    return tuple(trial.user_attrs.get("constraint", (0.0,)))
+
+
+def load_workload(spec: WorkloadSpec) -> Any:
+    from sim import load_scenario
+    scn = load_scenario(spec.scenario)
+    return scn.with_overrides(dict(spec.overrides)) if spec.overrides else scn
+
+
+def default_simulate(scn: Any, controller: str, config: Any, seed: int, baseline: bool) -> dict:
+    from sim import simulate
+    return dict(simulate(scn, controller, controller_config=config, seed=seed, trace=False,
+                         baseline=baseline).summary)
+
+
+@dataclass
+class Instance:
+    workload: str
+    seed: int
+    scenario: Any
+
+
+class Objective:
+    """Score a controller config over ``workloads × seeds``; callable on an Optuna trial.
+
+    ``simulate`` replaces the simulator (signature of :func:`default_simulate`); used by tests
+    of the storage machinery. ``require_slot``: refuse trials that are not queued slots.
+    """
+
+    def __init__(self, cfg: TuningConfig, simulate: Callable[..., dict] | None = None,
+                 controller: str | None = None, objective: str | None = None,
+                 workloads: tuple[WorkloadSpec, ...] | None = None,
+                 seeds: tuple[int, ...] | None = None, require_slot: bool = False) -> None:
+        self.cfg = cfg
+        self.controller = controller or cfg.tune.controller
+        self.objective = objective or cfg.tune.objective
+        self.metrics = OBJECTIVE_METRICS[self.objective]
+        self.pinned = cfg.pinned() if self.controller == cfg.tune.controller else {}
+        self.simulate = simulate or default_simulate
+        self.require_slot = require_slot
+        self.max_lossy = cfg.tune.max_lossy_fraction
+        self.constrained = self.objective != "throughput-quality"
+        self.report_each = cfg.tune.pruner == "wilcoxon"
+        wls = workloads if workloads is not None else cfg.tune.workloads
+        seeds = seeds if seeds is not None else cfg.tune.sim_seeds
+        self.instances = [Instance(w.name, s, load_workload(w)) for w in wls for s in seeds]
+
+    def scores(self, config: Any, trial: Any = None) -> dict[str, float]:
+        """Mean summary metrics of ``config`` over the instances (reports to ``trial``)."""
+        primary = self.metrics[0][0]
+        single = len(self.metrics) == 1 and trial is not None
+        rows: list[dict] = []
+        for step, inst in enumerate(self.instances):
+            s = self.simulate(inst.scenario, self.controller, config, inst.seed, False)
+            rows.append(s)
+            if single:
+                v = float(s[primary])
+                if not self.report_each:
+                    v = sum(float(r[primary]) for r in rows) / len(rows)
+                trial.report(v, step)
+                if trial.should_prune():
+                    self._keep(trial, rows)
+                    raise optuna.TrialPruned(f"pruned after {inst.workload} seed {inst.seed}")
+        means = {m: sum(float(r[m]) for r in rows) / len(rows)
+                 for m in {*KEPT_METRICS, *(m for m, _ in self.metrics)} if m in rows[0]}
+        for m, _ in self.metrics:
+            if m not in rows[0]:
+                raise KeyError(f"simulator summary has no metric '{m}'")
+        if trial is not None:
+            self._keep(trial, rows)
+        return means
+
+    def _keep(self, trial: Any, rows: list[dict]) -> None:
+        for m in KEPT_METRICS:
+            if rows and m in rows[0]:
+                trial.set_user_attr(m, sum(float(r[m]) for r in rows) / len(rows))
+        if self.constrained:
+            lossy = sum(float(r.get("lossy_accept_fraction", 0.0)) for r in rows) / len(rows)
+            c = lossy - self.max_lossy
+            trial.set_user_attr("constraint", [c])
+            if hasattr(trial, "set_constraint") and not isinstance(trial, optuna.trial.FixedTrial):
+                trial.set_constraint("lossy", c)   # Optuna >= 5: samplers read it from here
+        trial.set_user_attr("instances", len(rows))
+
+    def values(self, config: Any) -> tuple[float, ...]:
+        """The objective value(s) of ``config`` without a trial (independent re-check)."""
+        means = self.scores(config)
+        return tuple(means[m] for m, _ in self.metrics)
+
+    def __call__(self, trial: optuna.Trial) -> float | tuple[float, ...]:
+        if self.require_slot and "slot" not in trial.user_attrs:
+            trial.set_user_attr("stray", True)
+            raise NoSlot(f"trial {trial.number} is not a queued slot")
+        if hasattr(trial, "set_user_attr") and not isinstance(trial, optuna.trial.FixedTrial):
+            trial.set_user_attr("worker", worker_tag())
+        config = suggest_config(trial, self.controller, self.pinned)
+        means = self.scores(config, trial)
+        vals = tuple(means[m] for m, _ in self.metrics)
+        for v in vals:
+            if not math.isfinite(v):
+                raise ValueError(f"objective value {v} is not finite")
+        return vals[0] if len(vals) == 1 else vals
