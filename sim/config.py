@@ -61,8 +61,9 @@ class SimConfig:
     # a name for reports.
     name: str = param("scenario", doc="scenario name")
     hardware: HardwareConfig = param(default_factory=HardwareConfig)
-    target: ModelConfig = param(default_factory=ModelConfig)
-    drafter: ModelConfig = param(default_factory=lambda: ModelConfig(preset="Llama-3.1-8B"))
+    # a default deployment that fits one GPU: Llama-3.1-8B with a Llama-3.2-1B drafter.
+    target: ModelConfig = param(default_factory=lambda: ModelConfig(preset="Llama-3.1-8B"))
+    drafter: ModelConfig = param(default_factory=lambda: ModelConfig(preset="Llama-3.2-1B"))
     deployment: DeploymentConfig = param(default_factory=DeploymentConfig)
     workload: WorkloadConfig = param(default_factory=WorkloadConfig)
     acceptance: AcceptanceConfig = param(default_factory=AcceptanceConfig)
@@ -117,11 +118,7 @@ def _resolve(cfg: SimConfig, base: Path) -> SimConfig:
 
 
 def _finish(cfg: SimConfig) -> SimConfig:
-    base = Path(cfg.base_dir) if cfg.base_dir else Path.cwd()
-    try:
-        return _resolve(cfg, base)
-    except ConfigError:
-        raise
+    return _resolve(cfg, Path(cfg.base_dir) if cfg.base_dir else Path.cwd())
 
 
 def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> SimConfig:

@@ -1,0 +1,59 @@
+"""Two requests, constant latencies, scripted (replayed) acceptance: exact event times."""
+
+import pandas as pd
+import pytest
+
+from conftest import scenario
+from sim import simulate
+
+
+def write_inputs(tmp_path):
+    (tmp_path / "trace.csv").write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 10:00:00.000,10,4\n"
+        "2023-11-16 10:00:00.005,10,3\n")
+    # request 0: 4 output tokens; at position 1 the next 2 drafted tokens agree.
+    # request 1: 3 output tokens; nothing agrees at position 1, 5 agree at position 2.
+    rows = [(0, 0, 1), (0, 1, 2), (0, 2, 1), (0, 3, 0), (1, 0, 0), (1, 1, 0), (1, 2, 5)]
+    pd.DataFrame(rows, columns=["request_id", "position", "run_length"]).to_csv(
+        tmp_path / "positions.csv", index=False)
+
+
+def test_exact_event_times(tmp_path):
+    write_inputs(tmp_path)
+    scn = scenario({
+        "deployment": {"max_batch": 2},
+        "latency": {"backend": "constant", "constant_target_s": 0.01,
+                    "constant_drafter_s": 0.001, "constant_prefill_s": 0.02},
+        "workload": {"arrival": "trace", "trace_path": "trace.csv"},
+        "acceptance": {"model": "replay", "replay_path": "positions.csv"},
+    }, base=tmp_path)
+    res = simulate(scn, "fixed", {"k": 2}, trace=True, baseline=False)
+    r = res.requests.set_index("request_id")
+    # t=0 A arrives, prefill [0, 0.02]; B (t=0.005) prefill [0.02, 0.04];
+    # round 1 [0.04, 0.052] = 2 draft steps x 0.001 + verify 0.01: A accepts 2 -> 3 tokens, done;
+    # B accepts 0 -> 1 token; round 2 [0.052, 0.064]: B accepts 2 but needs only 1 more token.
+    assert r.loc[0, "first_token_s"] == pytest.approx(0.02, abs=1e-12)
+    assert r.loc[1, "first_token_s"] == pytest.approx(0.04, abs=1e-12)
+    assert r.loc[0, "finish_s"] == pytest.approx(0.052, abs=1e-12)
+    assert r.loc[1, "finish_s"] == pytest.approx(0.064, abs=1e-12)
+    assert r.loc[1, "ttft_s"] == pytest.approx(0.035, abs=1e-12)
+    assert r.loc[0, "tpot_s"] == pytest.approx(0.032 / 3, abs=1e-12)
+    assert list(r["output_tokens"]) == [4, 3] and list(r["emitted_tokens"]) == [4, 3]
+    rd = res.rounds
+    assert list(rd["request_id"]) == [0, 1, 1]
+    assert list(rd["accepted"]) == [2, 0, 2]
+    assert list(rd["emitted"]) == [3, 1, 1]
+    assert list(rd["now_s"]) == pytest.approx([0.052, 0.052, 0.064])
+    assert list(rd["draft_s"]) == pytest.approx([0.002, 0.002, 0.002])
+    assert list(rd["context_tokens"]) == [11, 11, 12]
+    s = res.summary
+    assert s["output_tokens"] == 7 and s["sim_time_s"] == pytest.approx(0.064)
+    # busy: prefills 0.04 + rounds 0.024 over 0.064 s on one GPU
+    assert s["gpu_busy_fraction"] == pytest.approx(1.0)
+    assert s["mean_accepted_length"] == pytest.approx(1 + 4 / 3)
+    # a = sum(n) / (sum(n) + rejected rounds) = 4 / (4 + 1)
+    assert s["acceptance_rate"] == pytest.approx(0.8)
+    assert s["vpr"] == pytest.approx(4 / 6)
+    # DU: drafted tokens in the output: 2 + 0 + 1 (the last round's emission is capped)
+    assert s["du"] == pytest.approx(3 / 6)
