@@ -154,6 +154,7 @@ def plot_acceptance_by_position(rounds: pd.DataFrame, colors: dict | None = None
         ax.set_ylim(0, 1.02)
         ax.xaxis.get_major_locator().set_params(integer=True)
     ax1.set_ylabel("probability")
+    ax2.set_ylabel("probability")
     _legend(ax1, loc="lower left")
     _legend(ax2, loc="lower left")
     return fig
@@ -212,7 +213,7 @@ def plot_tuning_history(trials: pd.DataFrame, directions: Sequence[str] = ("maxi
         ax.step(d["number"], best, where="post", color="#D55E00", label=f"best so far ({direction})")
         if pruned:
             ax.plot([], [], "x", color="#999999", label=f"{pruned} pruned trial(s) not shown")
-        ax.set_xlabel("trial number")
+        ax.set_xlabel("trial number (count, in start order)")
         ax.set_ylabel(objective_label(name))
         ax.set_title(f"Tuning history: {name}")
         _legend(ax)
