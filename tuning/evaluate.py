@@ -1,0 +1,168 @@
+"""Held-out evaluation: the tuned config against every baseline and the oracle.
+
+Entries (rows of the matrix ``controller × workload × seed``):
+
+- ``<controller>-tuned``: the study's best config;
+- ``<controller>-seed`` / ``<controller>-default``: the seed's starting point and the untuned
+  defaults (when the controller has them);
+- every baseline of ``[evaluate] controllers`` with its own config: tuned by a small study on
+  the *tuning* workloads when ``baseline_trials > 0``, else its defaults;
+- ``fixed-best``: the best fixed k of a sweep on the tuning workloads;
+- ``oracle`` (knows each round's accepted run) and ``fixed-k0`` (no speculation), whose
+  ``mean_tpot_s`` is the reference of every row's ``speedup`` on the same workload and seed.
+
+Every entry runs on the *held-out* workloads and seeds only.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from control import make_config
+from tuning.config import TuningConfig, WorkloadSpec
+from tuning.objective import OBJECTIVE_METRICS, Objective, default_simulate, load_workload
+from tuning.space import SEED_POINT, params_to_config, start_points, suggest_config
+
+
+@dataclass(frozen=True)
+class Entry:
+    label: str
+    controller: str
+    config: Any
+    source: str          # tuned | seed | default | sweep | reference
+
+
+SINGLE_OF = {"throughput-p99": "throughput", "throughput-quality": "throughput"}
+
+
+def primary(objective: str) -> tuple[str, str]:
+    """(single objective, metric) used for baselines and the k sweep: the first metric."""
+    single = SINGLE_OF.get(objective, objective)
+    return single, OBJECTIVE_METRICS[single][0][0]
+
+
+def fixed_k_sweep(cfg: TuningConfig, simulate: Callable | None = None) -> tuple[int, list[dict]]:
+    """Best fixed k on the tuning workloads (strict verification); and every k's score."""
+    single, metric = primary(cfg.tune.objective)
+    obj = Objective(cfg, simulate=simulate, controller="fixed", objective=single)
+    sign = 1 if OBJECTIVE_METRICS[single][0][1] == "maximize" else -1
+    rows = []
+    for k in cfg.evaluate.fixed_k:
+        v = obj.values(make_config("fixed", {"k": k}))[0]
+        rows.append({"k": k, metric: v})
+    best = max(rows, key=lambda r: sign * r[metric])
+    return int(best["k"]), rows
+
+
+def tune_baseline(cfg: TuningConfig, controller: str, n_trials: int,
+                  simulate: Callable | None = None) -> tuple[Any, float]:
+    """A small in-memory study of a baseline on the tuning workloads; (best config, value)."""
+    single, _ = primary(cfg.tune.objective)
+    obj = Objective(cfg, simulate=simulate, controller=controller, objective=single)
+    study = optuna.create_study(direction=OBJECTIVE_METRICS[single][0][1],
+                                sampler=optuna.samplers.TPESampler(seed=cfg.tune.seed,
+                                                                   n_startup_trials=min(10, n_trials)))
+    for p in start_points(controller):
+        study.enqueue_trial(p)
+
+    def f(trial: optuna.Trial) -> float:
+        return obj.values(suggest_config(trial, controller))[0]
+
+    study.optimize(f, n_trials=n_trials, gc_after_trial=False)
+    return params_to_config(controller, study.best_params), study.best_value
+
+
+def entries(cfg: TuningConfig, best_config: Any, simulate: Callable | None = None,
+            log: Callable[[str], None] = lambda s: None) -> tuple[list[Entry], dict]:
+    """Everything to evaluate, and a record of how the references were chosen."""
+    c = cfg.tune.controller
+    out = [Entry(f"{c}-tuned", c, best_config, "tuned")]
+    info: dict[str, Any] = {}
+    if c in SEED_POINT:
+        out.append(Entry(f"{c}-seed", c, make_config(c, SEED_POINT[c]), "seed"))
+    out.append(Entry(f"{c}-default", c, make_config(c), "default"))
+    for b in cfg.evaluate.controllers:
+        if b in (c, "oracle"):
+            continue
+        if cfg.evaluate.baseline_trials > 0:
+            log(f"tuning baseline {b} ({cfg.evaluate.baseline_trials} trials)")
+            bc, bv = tune_baseline(cfg, b, cfg.evaluate.baseline_trials, simulate)
+            info[f"{b}_tuned_value"] = bv
+            out.append(Entry(b, b, bc, "tuned"))
+        else:
+            out.append(Entry(b, b, make_config(b), "default"))
+    if cfg.evaluate.fixed_k:
+        log("sweeping fixed k on the tuning workloads")
+        k, rows = fixed_k_sweep(cfg, simulate)
+        info["fixed_k_sweep"] = rows
+        info["fixed_best_k"] = k
+        out.append(Entry("fixed-best", "fixed", make_config("fixed", {"k": k}), "sweep"))
+    out.append(Entry("oracle", "oracle", make_config("oracle"), "default"))
+    out.append(Entry("fixed-k0", "fixed", make_config("fixed", {"k": 0}), "reference"))
+    return out, info
+
+
+_SCN: dict = {}
+
+
+def _one(task: tuple) -> dict:
+    entry, spec, seed, simulate = task
+    key = spec.key()
+    if key not in _SCN:
+        _SCN[key] = load_workload(spec)
+    s = (simulate or default_simulate)(_SCN[key], entry.controller, entry.config, seed, False)
+    row = {**s, "controller": entry.label, "workload": spec.name, "seed": seed,
+           "controller_name": entry.controller, "config_source": entry.source}
+    return row
+
+
+def evaluate(cfg: TuningConfig, entry_list: list[Entry], workers: int = 1,
+             simulate: Callable | None = None, progress: bool = False,
+             workloads: tuple[WorkloadSpec, ...] | None = None,
+             seeds: tuple[int, ...] | None = None) -> Any:
+    """The evaluation matrix as a DataFrame: ``controller, workload, seed`` + summary keys."""
+    import pandas as pd
+    wls = workloads if workloads is not None else cfg.evaluate.workloads
+    seeds = seeds if seeds is not None else cfg.evaluate.sim_seeds
+    tasks = [(e, w, s, simulate) for w in wls for s in seeds for e in entry_list]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(tasks), desc="held-out", unit="run", dynamic_ncols=True)
+    rows = []
+    if workers > 1 and len(tasks) > 1:
+        with mp.get_context("fork").Pool(workers) as pool:
+            for r in pool.imap(_one, tasks):
+                rows.append(r)
+                if bar is not None:
+                    bar.update(1)
+    else:
+        for t in tasks:
+            rows.append(_one(t))
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+    df = pd.DataFrame(rows)
+    ref = df[df["controller"] == "fixed-k0"].set_index(["workload", "seed"])["mean_tpot_s"] \
+        if "mean_tpot_s" in df else None
+    if ref is not None and len(ref):
+        base = df.set_index(["workload", "seed"]).index.map(ref.to_dict())
+        df["speedup"] = [b / t if t and t > 0 else float("nan")
+                         for b, t in zip(base, df["mean_tpot_s"])]
+    first = ["controller", "workload", "seed"]
+    return df[first + [c for c in df.columns if c not in first]]
+
+
+def table(df: Any, metrics: tuple[str, ...] = ("throughput_tokens_per_s", "speedup",
+                                                "goodput_tokens_per_s", "tpot_p99_s",
+                                                "lossy_accept_fraction")) -> Any:
+    """Mean over held-out workloads and seeds per controller (the final table)."""
+    cols = [m for m in metrics if m in df.columns]
+    order = list(dict.fromkeys(df["controller"]))
+    return df.groupby("controller", sort=False)[cols].mean().loc[order]

@@ -1,0 +1,170 @@
+"""Pick the best trial and write the ``kind = "tune"`` run folder (docs/results-format.md).
+
+``best_config.toml`` holds one ``[controller.<name>]`` table with every field of the config:
+a scenario can include it as is, ``dspark simulate --controller-config`` reads it, and the
+real engine loads it with :func:`load_best_config` (``control.make_config`` underneath).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from control import make_config
+from control.configio import read_toml, to_dict, to_toml
+from control.errors import ConfigError
+from tuning.config import TuningConfig
+from tuning.objective import directions, metric_names
+from tuning.space import params_to_config
+
+
+def _feasible(t: optuna.trial.FrozenTrial) -> bool:
+    return all(c <= 0 for c in t.user_attrs.get("constraint", (0.0,)))
+
+
+def choose_best(study: optuna.Study, cfg: TuningConfig,
+                slo_tpot_s: float | None = None) -> optuna.trial.FrozenTrial:
+    """The trial to export.
+
+    Single objective: the best COMPLETE trial among the feasible ones (quality constraint),
+    all of them when none is feasible. Multi-objective, from the Pareto front:
+    ``throughput-quality`` -> the highest throughput with lossy fraction <= the limit
+    (else the least lossy); ``throughput-p99`` -> the highest throughput with p99 TPOT <=
+    ``slo_tpot_s`` (else the lowest p99).
+    """
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not done:
+        raise ConfigError(f"study '{study.study_name}' has no completed trial to export")
+    dirs = directions(cfg.tune.objective)
+    if len(dirs) == 1:
+        pool = [t for t in done if _feasible(t)] or done
+        sign = 1 if dirs[0] == "maximize" else -1
+        return max(pool, key=lambda t: (sign * t.value, -t.number))
+    front = study.best_trials
+    limit = cfg.tune.max_lossy_fraction if cfg.tune.objective == "throughput-quality" \
+        else (slo_tpot_s if slo_tpot_s is not None else math.inf)
+    ok = [t for t in front if t.values[1] <= limit]
+    if ok:
+        return max(ok, key=lambda t: (t.values[0], -t.number))
+    return min(front, key=lambda t: (t.values[1], t.number))
+
+
+def best_config(study: optuna.Study, cfg: TuningConfig, trial: optuna.trial.FrozenTrial) -> Any:
+    return params_to_config(cfg.tune.controller, trial.params, cfg.pinned())
+
+
+def best_config_text(controller: str, config: Any, note: str = "") -> str:
+    head = "".join(f"# {line}\n" for line in note.splitlines()) if note else ""
+    return head + to_toml({"controller": {controller: to_dict(config)}})
+
+
+def write_best_config(path: str | Path, controller: str, config: Any, note: str = "") -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(best_config_text(controller, config, note))
+    return p
+
+
+def load_best_config(path: str | Path, controller: str | None = None) -> tuple[str, Any]:
+    """``(controller name, checked config)`` from a ``best_config.toml``."""
+    data = read_toml(path)
+    tables = data.get("controller")
+    if not isinstance(tables, dict) or not tables:
+        raise ConfigError(f"{path}: no [controller.<name>] table")
+    if controller is None:
+        if len(tables) != 1:
+            raise ConfigError(f"{path}: several controller tables {sorted(tables)}; name one")
+        controller = next(iter(tables))
+    if controller not in tables:
+        raise ConfigError(f"{path}: no [controller.{controller}] table; has {sorted(tables)}")
+    return controller, make_config(controller, tables[controller], source=str(path))
+
+
+def importances(study: optuna.Study) -> tuple[Any, str]:
+    """(DataFrame ``param, importance``, evaluator name). fANOVA when scikit-learn is
+    installed, else PED-ANOVA (no extra dependency); first objective of multi-objective."""
+    import pandas as pd
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    empty = pd.DataFrame(columns=["param", "importance"])
+    if len(done) < 3:
+        return empty, "none (fewer than 3 completed trials)"
+    if importlib.util.find_spec("sklearn") is not None:
+        ev, name = optuna.importance.FanovaImportanceEvaluator(seed=0), "fanova"
+    else:
+        ev, name = optuna.importance.PedAnovaImportanceEvaluator(), "ped-anova"
+    target = None if len(study.directions) == 1 else (lambda t: t.values[0])
+    try:
+        with warnings.catch_warnings():   # "some regimes have < 2 trials" on short studies
+            warnings.simplefilter("ignore", UserWarning)
+            imp = optuna.importance.get_param_importances(study, evaluator=ev, target=target)
+    except (ValueError, RuntimeError) as e:
+        return empty, f"{name} failed: {str(e).splitlines()[0]}"
+    return pd.DataFrame({"param": list(imp), "importance": list(imp.values())}), name
+
+
+def pareto(study: optuna.Study, cfg: TuningConfig) -> Any:
+    import pandas as pd
+    names = metric_names(cfg.tune.objective)
+    rows = []
+    for t in study.best_trials:
+        rows.append({"number": t.number, **dict(zip(names, t.values)),
+                     **{f"params_{k}": v for k, v in t.params.items()}})
+    return pd.DataFrame(rows)
+
+
+def _safe(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_safe(x) for x in v]
+    return v
+
+
+def write_run(out: str | Path, cfg: TuningConfig, study: optuna.Study, storage_url: str,
+              best: optuna.trial.FrozenTrial, config: Any, evaluation: Any = None,
+              extra: dict | None = None) -> dict:
+    """Write trials.csv, best_config.toml, importances.csv, pareto.csv (multi-objective),
+    evaluation.csv (when given), config.toml and summary.json; returns the summary."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    study.trials_dataframe().to_csv(out / "trials.csv", index=False)
+    c = cfg.tune.controller
+    vals = best.values if len(best.values) > 1 else best.value
+    write_best_config(out / "best_config.toml", c, config,
+                      f"best {c} config of study '{study.study_name}' (trial {best.number}, "
+                      f"objective {cfg.tune.objective} = {vals})\n"
+                      "a scenario's [controller.<name>] table: paste it into a scenario for `dspark simulate`; "
+                      "the engine loads it with tuning.export.load_best_config / control.make_config")
+    imp, evaluator = importances(study)
+    imp.to_csv(out / "importances.csv", index=False)
+    if len(study.directions) > 1:
+        pareto(study, cfg).to_csv(out / "pareto.csv", index=False)
+    if evaluation is not None:
+        evaluation.to_csv(out / "evaluation.csv", index=False)
+    (out / "config.toml").write_text(to_toml(cfg))
+    from tuning.storage import redact
+    n_done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+    summary = {
+        "kind": "tune", "study_name": study.study_name, "storage": redact(storage_url),
+        "objective": cfg.tune.objective, "directions": directions(cfg.tune.objective),
+        "n_trials": n_done, "best_value": vals, "best_params": best.params,
+        "best_trial": best.number, "controller": c, "importance_evaluator": evaluator,
+        "n_complete": len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))),
+        "n_pruned": len(study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))),
+        "n_failed": len(study.get_trials(deepcopy=False, states=(TrialState.FAIL,))),
+        "tuning_workloads": [w.name for w in cfg.tune.workloads],
+        "heldout_workloads": [w.name for w in cfg.evaluate.workloads],
+        **(extra or {}),
+    }
+    summary = _safe(summary)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    return summary

@@ -1,0 +1,81 @@
+"""One tuning run end to end: study -> best config -> held-out evaluation -> run folder."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from control.errors import ConfigError
+from tuning.config import TuningConfig
+from tuning.evaluate import entries, evaluate, table
+from tuning.export import best_config, choose_best, write_run
+from tuning.objective import load_workload
+from tuning.storage import JOURNAL_NAME, is_journal, resolve_url
+from tuning.study import run_study, sampler_name
+
+
+def _check_out(out: Path, url: str, resume: bool) -> None:
+    if resume:
+        return
+    j = out / JOURNAL_NAME
+    if is_journal(url) and Path(url[len("journal:"):]) == j.resolve() and j.exists() \
+            and j.stat().st_size > 0:
+        raise ConfigError(f"{out} already holds a study ({JOURNAL_NAME}); pass --resume to "
+                          "continue it, or choose another --out")
+
+
+def _check_heldout(cfg: TuningConfig) -> None:
+    """Held-out workloads must differ from tuning ones as simulated, not only as written."""
+    from control.configio import to_dict
+
+    def body(spec: Any) -> dict:
+        d = to_dict(load_workload(spec))
+        for k in ("name", "controller", "base_dir", "sim"):
+            d.pop(k, None)
+        return d
+
+    train = [(w.name, body(w)) for w in cfg.tune.workloads]
+    for w in cfg.evaluate.workloads:
+        b = body(w)
+        for name, t in train:
+            if b == t:
+                raise ConfigError(f"held-out workload '{w.name}' simulates the same scenario as "
+                                  f"tuning workload '{name}'; held-out workloads must differ")
+
+
+def tune(cfg: TuningConfig, out: str | Path, storage: str | None = None, workers: int = 1,
+         resume: bool = False, progress: bool = False, evaluate_heldout: bool = True,
+         simulate: Callable | None = None, log: Callable[[str], None] = lambda s: None) -> dict:
+    """Run the study, export the best config, evaluate on held-out workloads; returns the
+    summary (also written to ``out/summary.json``)."""
+    out = Path(out)
+    url = resolve_url(storage, out)
+    _check_out(out, url, resume)
+    if evaluate_heldout and not cfg.evaluate.workloads:
+        raise ConfigError("no [[evaluate.workloads]]: add held-out workloads or skip evaluation")
+    _check_heldout(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    log(f"study '{cfg.study_name()}': {cfg.tune.n_trials} trials, {workers} worker(s), "
+        f"sampler {sampler_name(cfg)}, objective {cfg.tune.objective}")
+    study = run_study(cfg, url, workers=workers, resume=resume, simulate=simulate,
+                      progress=progress)
+    tune_s = time.perf_counter() - t0
+    slo = None
+    if cfg.tune.objective == "throughput-p99":
+        slo = min(load_workload(w).slo.tpot_s for w in cfg.tune.workloads)
+    best = choose_best(study, cfg, slo)
+    config = best_config(study, cfg, best)
+    extra: dict[str, Any] = {"tune_seconds": round(tune_s, 3), "workers": workers,
+                             "sampler": sampler_name(cfg), "pinned": cfg.pinned()}
+    df = None
+    if evaluate_heldout:
+        t1 = time.perf_counter()
+        ents, info = entries(cfg, config, simulate, log)
+        extra.update(info)
+        df = evaluate(cfg, ents, workers=workers, simulate=simulate, progress=progress)
+        extra["evaluate_seconds"] = round(time.perf_counter() - t1, 3)
+        extra["heldout_means"] = table(df).reset_index().to_dict("records")
+    return write_run(out, cfg, study, url, best, config, df, extra)
