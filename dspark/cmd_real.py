@@ -1,0 +1,87 @@
+"""``dspark real ...``: the real PyTorch engine on the project's own trained models.
+
+Sub-subcommands live in their own modules (``REAL_SUBCOMMANDS``: name -> module), each with
+``add_parser(subparsers) -> parser`` and ``run(args) -> int``; a module missing from the checkout
+is simply not offered, so ``profile`` and ``trace`` can be added without touching this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from typing import Any
+
+REAL_SUBCOMMANDS = {
+    "train": "dspark.real_train",
+    "generate": "dspark.real_generate",
+    "bench": "dspark.real_bench",
+    "profile": "dspark.real_profile",
+    "trace": "dspark.real_trace",
+}
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("real", help="run the real speculative-decoding engine",
+                              description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="real_command", metavar="REAL_COMMAND")
+    for name, mod_name in REAL_SUBCOMMANDS.items():
+        try:
+            mod = importlib.import_module(mod_name)
+        except ModuleNotFoundError as e:
+            if e.name == mod_name:
+                continue
+            raise
+        sp = mod.add_parser(sub)
+        sp.set_defaults(_real_run=mod.run)
+    p.set_defaults(_parser=p)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    fn = getattr(args, "_real_run", None)
+    if fn is None:
+        args._parser.print_help()
+        return 2
+    return int(fn(args) or 0)
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    """Engine options shared by generate / bench (and later profile / trace)."""
+    p.add_argument("--config", default=None, help="TOML file with [engine] and "
+                   "[controller.<name>] tables")
+    p.add_argument("--checkpoints", default=None, help="checkpoint folder (default: shipped)")
+    p.add_argument("--drafter", choices=("conv", "tf", "ngram"), default=None)
+    p.add_argument("--device", choices=("cpu", "cuda"), default=None)
+    p.add_argument("--target-dtype", default=None,
+                   choices=("float32", "float64", "bfloat16", "float16"))
+    p.add_argument("--temperature", type=float, default=None)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+
+
+def engine_config(args: argparse.Namespace, **overrides: Any):
+    """EngineConfig from ``--config``'s [engine] table, then command-line flags."""
+    from control.configio import from_mapping, read_toml
+    from real.engine import EngineConfig
+
+    data = dict(read_toml(args.config).get("engine", {})) if args.config else {}
+    flags = {"drafter": args.drafter, "device": args.device, "target_dtype": args.target_dtype,
+             "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
+             "seed": args.seed}
+    data.update({k: v for k, v in flags.items() if v is not None})
+    data.update(overrides)
+    cfg = from_mapping(EngineConfig, data, source=args.config or "<command line>",
+                       prefix="engine")
+    return cfg
+
+
+def controller_from_args(name: str, config_path: str | None):
+    from control.configio import read_toml
+    from control.registry import make_controller
+
+    table = None
+    if config_path:
+        table = read_toml(config_path).get("controller", {}).get(name)
+    return make_controller(name, table, source=config_path or "<defaults>")

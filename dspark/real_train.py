@@ -1,0 +1,44 @@
+"""``dspark real train``: rebuild tokenizer, target and drafters deterministically (resumable)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from typing import Any
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("train", help="train tokenizer, target and distilled drafters",
+                              description=__doc__)
+    p.add_argument("--work-dir", default="runs/real-train",
+                   help="resumable training state (default: runs/real-train)")
+    p.add_argument("--out", default=None, help="checkpoint folder (default: real/checkpoints)")
+    p.add_argument("--config", default=None, help="TOML file with a [train] table")
+    p.add_argument("--target-steps", type=int, default=None)
+    p.add_argument("--drafter-steps", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--threads", type=int, default=None)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from control.configio import from_mapping, read_toml
+    from real.store import CHECKPOINT_DIR
+    from real.train import TrainConfig, run_training
+
+    data = dict(read_toml(args.config).get("train", {})) if args.config else {}
+    for key in ("target_steps", "drafter_steps", "seed", "threads"):
+        v = getattr(args, key)
+        if v is not None:
+            data[key] = v
+    cfg = from_mapping(TrainConfig, data, source=args.config or "<command line>", prefix="train")
+    command = "dspark real train " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+    m = run_training(Path(args.work_dir), Path(args.out) if args.out else CHECKPOINT_DIR, cfg,
+                     command.strip())
+    for name, e in m["models"].items():
+        print(f"{name}: {e['params']} parameters, {e['steps']} steps, validation "
+              f"{e['validation']}")
+    return 0

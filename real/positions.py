@@ -1,0 +1,66 @@
+"""Greedy position trace: from every output position, how far the drafter agrees with the target.
+
+Under greedy decoding the output is the target's own greedy continuation G, and what the drafter
+proposes from output position t depends only on ``prompt + G[:t]``. ``record_positions`` stores,
+for each t, the run length L(t) of drafter proposals equal to ``G[t:]`` (up to ``horizon``), the
+drafter's confidences along that run and of the first disagreeing proposal, and whether G[t] ends
+a sentence. A round of any fixed k (and τ) starting at t then accepts ``min(k_eff, L(t))``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from control.errors import DSparkError
+from control.types import PositionRecord
+from real.sampling import SamplingParams
+
+_GREEDY = SamplingParams()
+
+
+@torch.inference_mode()
+def record_positions(engine, prompt_ids, max_new_tokens: int, horizon: int | None = None,
+                     request_id: int = 0) -> list[PositionRecord]:
+    h = engine.cfg.k_max + 1 if horizon is None else horizon
+    if engine.drafter is None:
+        raise DSparkError("a position trace needs a drafter")
+    if h > engine.cfg.k_max + 1:
+        raise DSparkError(f"horizon {h} exceeds k_max + 1 = {engine.cfg.k_max + 1}")
+    prompt = [int(t) for t in prompt_ids]
+    # the continuation is extended by the horizon so that runs near the end are not cut short.
+    cont = engine.greedy_reference(prompt, max_new_tokens + h)
+    full = prompt + cont
+    P, seq, drafter = len(prompt), engine.seq, engine.drafter
+    seq[0, :len(full)] = torch.tensor(full, dtype=seq.dtype, device=seq.device)
+    drafter.reset()
+    out = []
+    for t in range(min(max_new_tokens, len(cont))):
+        L = P + t
+        count, confs, _ = drafter.propose(seq, L, h, 0.0, _GREEDY, None)
+        proposed = seq[0, L:L + count].tolist()
+        run = 0
+        while run < count and t + run < len(cont) and proposed[run] == cont[t + run]:
+            run += 1
+        drafter.accept(L, count, run)
+        seq[0, L:L + count] = torch.tensor(full[L:L + count], dtype=seq.dtype, device=seq.device)
+        out.append(PositionRecord(request_id=request_id, position=t, run_length=run,
+                                  confidences=tuple(confs[:min(run + 1, count)]),
+                                  sentence_end=cont[t] in engine.sentence_end_ids))
+    return out
+
+
+def replay_fixed_k(records: list[PositionRecord], k: int, tau: float = 0.0) -> list[int]:
+    """Accepted count of each round of a fixed-k greedy run, predicted from a position trace."""
+    N = len(records)
+    pos, accepted = 0, []
+    while pos < N:
+        r = records[pos]
+        kk = min(k, N - pos - 1)
+        if tau > 0:
+            stop = next((i for i, c in enumerate(r.confidences) if c < tau), None)
+            if stop is not None:
+                kk = min(kk, stop)
+        n = min(kk, r.run_length)
+        accepted.append(n)
+        pos += n + 1
+    return accepted
