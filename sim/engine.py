@@ -211,6 +211,8 @@ def run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
                 if len(s):
                     beta = np.array([decs[i].beta for i in s.tolist()])
                     p = lossy_probability(beta, lossy_max)
+                    s, p = s[p > 0], p[p > 0]  # β = 0.99 is strict: no draws at all
+                if len(s):
                     cur, lo, kk = n[s].copy(), np.zeros(len(s), dtype=np.int64), keff[s]
                     active = np.ones(len(s), dtype=bool)
                     while active.any():
