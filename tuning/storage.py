@@ -78,11 +78,12 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         lock = JournalFileOpenLock(path, grace_period=LOCK_GRACE_S)
         return JournalStorage(JournalFileBackend(path, lock_obj=lock))
-    retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)
+    import warnings
+    url = _with_driver(url)
     try:
-        import warnings
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)
             return optuna.storages.RDBStorage(
                 url, heartbeat_interval=HEARTBEAT_INTERVAL_S, grace_period=HEARTBEAT_GRACE_S,
                 heartbeat_stale_trial_callback=retry,
@@ -93,6 +94,18 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
     except Exception as e:  # noqa: BLE001 - sqlalchemy errors vary: one line, no password
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"storage '{_redact(url)}' cannot be opened: {first}") from None
+
+
+def _with_driver(url: str) -> str:
+    """``postgresql://`` with the installed driver: SQLAlchemy 2.1 defaults to psycopg 3, the
+    ``postgres`` extra installs psycopg2-binary; ``postgres://`` is an alias."""
+    import importlib.util
+    scheme, sep, rest = url.partition("://")
+    if scheme in ("postgresql", "postgres"):
+        if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2"):
+            return f"postgresql+psycopg2://{rest}"
+        return f"postgresql://{rest}"
+    return url
 
 
 def _redact(url: str) -> str:

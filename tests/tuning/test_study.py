@@ -1,0 +1,115 @@
+"""Studies on the tiny scenario: bookkeeping, objective re-check, export, held-out evaluation."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import optuna
+import pandas as pd
+import pytest
+from optuna.trial import TrialState
+
+from control import make_config
+from control.configio import read_toml
+from sim import load_scenario, simulate
+from tuning.export import load_best_config
+from tuning.objective import Objective
+from tuning.run import tune
+from tuning.space import params_to_config, start_points
+from tuning.study import run_study
+
+
+def test_five_trial_memory_study(tiny_cfg):
+    study = run_study(tiny_cfg, "memory", n_trials=5)
+    done = study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
+    assert len(study.trials) == 5 and len(done) == 5
+    assert sorted(t.user_attrs["slot"] for t in study.trials) == [0, 1, 2, 3, 4]
+    # the seed's starting point and the untuned defaults ran first, in that order
+    seed_pt, dflt = start_points("dspark")
+    assert study.trials[0].params == seed_pt and study.trials[1].params == dflt
+    assert params_to_config("dspark", study.trials[1].params) == make_config("dspark")
+    # bookkeeping: the best is no worse than the enqueued starting points
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert study.best_value == max(t.value for t in complete)
+    assert study.best_value >= study.trials[1].value
+    # the stored value is exactly what an independent simulation of the best params gives
+    best = params_to_config("dspark", study.best_params)
+    runs = [simulate(load_scenario(w.scenario).with_overrides(w.overrides), "dspark",
+                     controller_config=best, seed=s, baseline=False).summary
+            for w in tiny_cfg.tune.workloads for s in tiny_cfg.tune.sim_seeds]
+    mean = sum(r["throughput_tokens_per_s"] for r in runs) / len(runs)
+    assert study.best_value == pytest.approx(mean, rel=1e-12)
+    # per-workload intermediate reports (running means) for the pruner
+    iv = study.best_trial.intermediate_values
+    assert list(iv) == [0, 1]
+    assert iv[0] == pytest.approx(runs[0]["throughput_tokens_per_s"], rel=1e-12)
+    assert iv[1] == pytest.approx(mean, rel=1e-12)
+    # the seed point runs threshold mode: its lossy fraction is measured and constrained
+    t0 = study.trials[0]
+    assert t0.user_attrs["constraint"][0] == pytest.approx(
+        t0.user_attrs["lossy_accept_fraction"] - tiny_cfg.tune.max_lossy_fraction)
+
+
+def test_fixed_trial_scores_like_the_simulator(tiny_cfg):
+    obj = Objective(tiny_cfg)
+    p = start_points("dspark")[1]
+    v = obj(optuna.trial.FixedTrial(p))
+    assert v == pytest.approx(obj.values(make_config("dspark"))[0], rel=1e-12)
+
+
+def test_tune_writes_the_run_folder(tiny_cfg, tmp_path):
+    out = tmp_path / "run"
+    s = tune(tiny_cfg, out, storage=None, workers=1)
+    files = {p.name for p in out.iterdir()}
+    assert {"study.journal", "trials.csv", "best_config.toml", "evaluation.csv",
+            "importances.csv", "summary.json", "config.toml"} <= files
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["kind"] == "tune" and summary["n_trials"] == 5
+    assert summary["directions"] == ["maximize"] and summary["objective"] == "throughput"
+    for k in ("study_name", "storage", "best_value", "best_params"):
+        assert k in summary
+    trials = pd.read_csv(out / "trials.csv")
+    assert len(trials) == 5 and trials["value"].max() == pytest.approx(summary["best_value"])
+    # best_config.toml loads as the config of the best trial, and a scenario uses it as is
+    name, cfg = load_best_config(out / "best_config.toml")
+    assert name == "dspark" and cfg == params_to_config("dspark", summary["best_params"])
+    table = read_toml(out / "best_config.toml")["controller"]["dspark"]
+    assert make_config("dspark", table) == cfg
+    w = tiny_cfg.tune.workloads[0]
+    scn = load_scenario(w.scenario).with_overrides({**w.overrides, "controller.dspark": table})
+    via_scenario = simulate(scn, "dspark", seed=0, baseline=False).summary
+    direct = simulate(load_scenario(w.scenario).with_overrides(w.overrides), "dspark",
+                      controller_config=cfg, seed=0, baseline=False).summary
+    assert via_scenario["throughput_tokens_per_s"] == direct["throughput_tokens_per_s"]
+    # evaluation matrix: every entry x held-out workload x held-out seed, nothing else
+    ev = pd.read_csv(out / "evaluation.csv")
+    assert list(ev.columns[:3]) == ["controller", "workload", "seed"]
+    labels = ["dspark-tuned", "dspark-seed", "dspark-default", "fixed", "analytic",
+              "fixed-best", "oracle", "fixed-k0"]
+    assert list(ev["controller"]) == labels
+    assert set(ev["workload"]) == {"tiny-light-iid"} and set(ev["seed"]) == {100}
+    assert ev.set_index("controller").loc["fixed-k0", "speedup"] == 1.0
+    k = summary["fixed_best_k"]
+    sweep = {r["k"]: r["throughput_tokens_per_s"] for r in summary["fixed_k_sweep"]}
+    assert sweep[k] == max(sweep.values())
+    # the tuned row is an independent simulation of the exported config on the held-out workload
+    h = tiny_cfg.evaluate.workloads[0]
+    again = simulate(load_scenario(h.scenario).with_overrides(h.overrides), "dspark",
+                     controller_config=cfg, seed=100, baseline=False).summary
+    row = ev.set_index("controller").loc["dspark-tuned"]
+    assert row["throughput_tokens_per_s"] == pytest.approx(again["throughput_tokens_per_s"])
+    imp = pd.read_csv(out / "importances.csv")
+    assert list(imp.columns) == ["param", "importance"]
+
+
+def test_multi_objective_quality_study_pins_threshold(tiny_cfg, tmp_path):
+    cfg = dataclasses.replace(tiny_cfg, tune=dataclasses.replace(
+        tiny_cfg.tune, objective="throughput-quality", n_trials=4))
+    s = tune(cfg, tmp_path / "q", storage="memory", evaluate_heldout=False)
+    assert s["directions"] == ["maximize", "minimize"] and s["sampler"] == "nsga2"
+    pareto = pd.read_csv(tmp_path / "q" / "pareto.csv")
+    assert {"throughput_tokens_per_s", "lossy_accept_fraction"} <= set(pareto.columns)
+    assert len(pareto) >= 1
+    _, best = load_best_config(tmp_path / "q" / "best_config.toml")
+    assert best.mode == "threshold" and "mode" not in s["best_params"]
