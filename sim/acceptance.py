@@ -156,6 +156,7 @@ class AcceptanceModel:
             ids = sorted(rec)
             self.records = [rec[ids[i % len(ids)]] for i in range(n)]
             self.recorded_ids = [ids[i % len(ids)] for i in range(n)]
+        self._log_rate = self._log_rate_src = None
         # tokens until the next sentence end (0 = the next emitted token ends one).
         self.next_end = self._gaps(n, init_rng)
 
@@ -176,14 +177,22 @@ class AcceptanceModel:
                 L = self.records[r][0]
                 out[i] = min(int(L[p]), H) if p < len(L) and L[p] >= 0 else 0
             return out
-        u = self.rng.random(len(ids))
+        u = 1.0 - self.rng.random(len(ids))  # in (0, 1]
         if self.kind == "decay":
             return np.searchsorted(self.neg_log_surv, -np.log(u), side="left")
-        a = self.rate[ids]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            L = np.floor(np.log(u) / np.log(a))
-        L = np.where(a >= 1.0, H, np.where(a <= 0.0, 0, L))
-        return np.minimum(L, H).astype(np.int64)
+        # P(L >= j) = a^j  <=>  L = floor(log u / log a); log a = -0 (a = 1) gives the cap
+        L = np.log(u)
+        L /= self.log_rate[ids]
+        np.minimum(L, H, out=L)
+        return L.astype(np.int64)
+
+    @property
+    def log_rate(self) -> np.ndarray:
+        if self._log_rate is None or self._log_rate_src is not self.rate:
+            with np.errstate(divide="ignore"):
+                self._log_rate = np.minimum(np.log(self.rate), -1e-300)
+            self._log_rate_src = self.rate
+        return self._log_rate
 
     # -- confidences ---------------------------------------------------------------------
     def confidences(self, ids: np.ndarray, pos: np.ndarray, L: np.ndarray, kmax: int) -> np.ndarray:
@@ -215,6 +224,7 @@ class AcceptanceModel:
         p_easy = np.where(easy, pi_e + (1 - pi_e) * lam, pi_e * (1 - lam))
         self.easy[ids] = self.rng.random(len(ids)) < p_easy
         self.rate[ids] = np.where(self.easy[ids], c.easy_rate, c.hard_rate)
+        self._log_rate = None
 
     def _gaps(self, n: int, rng: np.random.Generator) -> np.ndarray:
         r = self.cfg.sentence_end_rate

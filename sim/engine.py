@@ -96,6 +96,7 @@ def run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
     rec = {c: [] for c in _ROUND_COLS} if trace else None
     ctr = {c: [] for c in _CTRL_COLS} if trace else None
     state = {"finished": 0, "last": 0.0}
+    needs_future = bool(getattr(make_ctrl(), "needs_future", False))
 
     def arrivals():
         rr = 0
@@ -180,15 +181,16 @@ def run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
         pos = emitted[ids]
         ctx = prompt[ids] + pos
         L = acc.run_lengths(ids, pos)
-        ctrls = [r.ctrls[i] for i in run_ids]
+        rc = r.ctrls
+        ctrls = [rc[i] for i in run_ids]
         now = env.now
-        decs = []
-        for c, fut in zip(ctrls, L.tolist()):
-            if c.needs_future:
+        if needs_future:
+            for c, fut in zip(ctrls, L.tolist()):
                 c.set_future(fut)
-            decs.append(c.decide(now))
-        k = np.fromiter((d.k for d in decs), dtype=np.int64, count=B)
-        kmax = int(k.max())
+        decs = [c.decide(now) for c in ctrls]
+        kl = [d.k for d in decs]
+        kmax = max(kl)
+        k = np.array(kl, dtype=np.int64)
         lossy = None
         if kmax > 0:
             conf = acc.confidences(ids, pos, L, kmax)
@@ -205,7 +207,7 @@ def run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
                 steps = k
             n = np.minimum(keff, L)
             thr = [d.mode == "threshold" for d in decs]
-            if any(thr):
+            if True in thr:
                 lossy = np.zeros(B, dtype=np.int64)
                 s = np.flatnonzero(np.array(thr) & (n < keff))
                 if len(s):
@@ -263,13 +265,17 @@ def run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
             cnt.lossy += int(lossy.sum())
         # observations
         kl, nl, eml, ctxl = keff.tolist(), n.tolist(), em.tolist(), ctx.tolist()
-        confl = conf.tolist() if conf is not None else None
-        lol = lossy.tolist() if lossy is not None else None
-        for idx, c in enumerate(ctrls):
+        confl = conf.tolist() if conf is not None else [()] * B
+        lol = lossy.tolist() if lossy is not None else [0] * B
+        Obs = Observation
+        if rec is None:
+            for c, ke, nn, cf, cx, lo, e, se in zip(ctrls, kl, nl, confl, ctxl, lol, eml, sends):
+                c.observe(Obs(end, ke, nn, tuple(cf[:ke]) if ke else (), draft_s, verify_s,
+                              cx, lo, e, se))
+        for idx, c in enumerate(ctrls if rec is not None else ()):
             ke = kl[idx]
             obs = Observation(end, ke, nl[idx], tuple(confl[idx][:ke]) if ke else (),
-                              draft_s, verify_s, ctxl[idx], lol[idx] if lol else 0,
-                              eml[idx], sends[idx])
+                              draft_s, verify_s, ctxl[idx], lol[idx], eml[idx], sends[idx])
             c.observe(obs)
             if rec is not None:
                 d = decs[idx]
