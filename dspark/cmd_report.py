@@ -22,10 +22,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     import matplotlib
     matplotlib.use("Agg")
+    from pathlib import Path
+
     from reports.build import build
     from reports.loader import load_runs
     from reports.render import write_report
-    from pathlib import Path
 
     runs = load_runs(args.runs)
     print(f"reading {len(runs)} run folder(s): "

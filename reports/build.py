@@ -4,15 +4,21 @@ saved is skipped, and the report says why."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
 from control.errors import DSparkError
 from reports import plots
-from reports.analysis import (acceptance_by_position, comparison_table, fmt_num,
-                              format_comparison, full_table, reference_slice)
+from reports.analysis import (
+    acceptance_by_position,
+    comparison_table,
+    fmt_num,
+    format_comparison,
+    full_table,
+    reference_slice,
+)
 from reports.claims import audit
 from reports.loader import Run, load_runs
 from reports.render import FigureBlock, Report, Section, TableBlock, write_report
@@ -259,7 +265,7 @@ class Builder:
                     continue
                 pv = ev.pivot_table(index="controller", columns="workload", values=metric,
                                     aggfunc="mean")
-                shown = pv.map(lambda v: fmt_num(v, f)).reset_index()
+                shown = pv.map(lambda v, f=f: fmt_num(v, f)).reset_index()
                 shown.columns = [str(c) for c in shown.columns]
                 s.blocks.append(TableBlock(f"evaluation_{metric}_{slug}",
                                            f"{head} per controller and held-out workload",
@@ -287,12 +293,14 @@ class Builder:
                    if ra else ""))
             s.blocks.append(_fig(f"parity_{slug}", f"Simulator vs real engine ({_label(r)})",
                                  plots.plot_parity(e, self.colors)))
-            shown = e[["controller", "workload", "metric"]].astype(str).assign(
-                sim=[fmt_num(v, "{:.4g}") for v in e["sim"]],
-                real=[fmt_num(v, "{:.4g}") for v in e["real"]],
-                **{"real spread (%)": [fmt_num(v, "{:.1f}") for v in e["real_spread"]],
-                   "error (%)": [fmt_num(v, "{:+.1f}") for v in e["error_pct"]]})
-            s.blocks.append(TableBlock(f"validation_errors_{slug}", "prediction errors", shown, e))
+            cell = e.assign(_c=[f"{fmt_num(a, '{:+.1f}')} (±{fmt_num(b / 2, '{:.1f}')})"
+                                for a, b in zip(e["error_pct"], e["real_spread"])])
+            shown = cell.pivot_table(index=["controller", "workload"], columns="metric",
+                                     values="_c", aggfunc="first", sort=False).reset_index()
+            shown.columns = [str(c) for c in shown.columns]
+            s.blocks.append(TableBlock(f"validation_errors_{slug}",
+                                       "prediction error in % per metric (± half the real "
+                                       "run-to-run spread, %)", shown.fillna("—"), e))
         self._per_run(sec, runs, body)
         return sec
 

@@ -8,8 +8,9 @@ cannot be checked here, impossible.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,7 +36,7 @@ CLAIMED_GPUS = (1, 1024)
 GAIN = 1.05              # a speedup above 5% counts as "a gain" (below: within noise of a model)
 SCALING_EFFICIENCY = 0.8  # per-GPU throughput kept from the smallest to the largest cluster
 QUALITY_COLUMNS = ("nll_change_pct", "quality_change_pct")
-HARDWARE_RE = re.compile(r"\b(A100|H100|H200|A10G?|L4|L40S?|T4|V100|MI300X?)\b[\w-]*", re.I)
+HARDWARE_RE = re.compile(r"\b(A100|H100|H200|A10G?|L4|L40S?|T4|V100|MI300X?)\b[\w-]*", re.IGNORECASE)
 SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([BM])\b")
 
 

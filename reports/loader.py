@@ -184,7 +184,7 @@ def _trials_from_journal(run: Run) -> pd.DataFrame | None:
         return optuna.load_study(study_name=name, storage=storage).trials_dataframe()
     except DSparkError:
         raise
-    except Exception as e:  # optuna raises many types for a corrupt journal
+    except Exception as e:  # noqa: BLE001  (optuna raises many types for a corrupt journal)
         raise DSparkError(f"{f}: cannot read Optuna journal: {' '.join(str(e).split())}") from None
 
 

@@ -5,7 +5,7 @@ that says what it shows, and a legend; controllers keep one colour across plots 
 from __future__ import annotations
 
 import functools
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import matplotlib
 import numpy as np
@@ -13,8 +13,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from reports.analysis import (acceptance_by_position, ecdf, modal_value, objective_columns,
-                              objective_label)
+from reports.analysis import (
+    acceptance_by_position,
+    ecdf,
+    modal_value,
+    objective_columns,
+    objective_label,
+)
 from reports.style import RC, color_of, controller_colors
 
 
@@ -251,7 +256,7 @@ def plot_pareto(pareto: pd.DataFrame, trials: pd.DataFrame | None = None,
         ax.plot(trials[cols[0]], trials[cols[1]], "o", color="#BBBBBB", ms=4,
                 label="all completed trials")
     p = pareto.sort_values(cols[0])
-    ax.plot(p[cols[0]], p[cols[1]], "o-", color="#D55E00", ms=6, drawstyle="steps-post",
+    ax.plot(p[cols[0]], p[cols[1]], "o-", color="#D55E00", ms=6, drawstyle="steps-pre",
             label="Pareto front")
     ax.set_xlabel(objective_label(labels[0]) + f" — {directions[0] if directions else ''}")
     ax.set_ylabel(objective_label(labels[1]) + (f" — {directions[1]}" if len(directions) > 1
@@ -318,6 +323,7 @@ def plot_parity(errors: pd.DataFrame, colors: dict | None = None) -> Figure:
 def figure_png(fig: Figure) -> bytes:
     """PNG bytes of a figure (Agg canvas)."""
     import io
+
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     FigureCanvasAgg(fig)
     buf = io.BytesIO()

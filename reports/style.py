@@ -6,7 +6,7 @@ Known controller names keep the same colour in every report; other names (``fixe
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 # canonical colours of the registry's controllers (Okabe-Ito-like, readable for colour-blind eyes)
 KNOWN_COLORS: dict[str, str] = {

@@ -2,9 +2,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import pytest  # noqa: E402
+import pytest
 
-from tests.reports.fixtures import write_all  # noqa: E402
+from tests.reports.fixtures import write_all
 
 
 @pytest.fixture(scope="session")

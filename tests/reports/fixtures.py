@@ -14,12 +14,7 @@ import pandas as pd
 
 from control.types import RoundRecord, records_to_columns
 
-SUMMARY_KEYS = ("controller, seed, load_scale, offered_rps, throughput_tokens_per_s, "
-                "goodput_tokens_per_s, speedup, mean_accepted_length, acceptance_rate, vpr, du, "
-                "ttft_p50_s, ttft_p90_s, ttft_p99_s, tpot_p50_s, tpot_p90_s, tpot_p99_s, p99_tpot_s, "
-                "e2e_p50_s, e2e_p90_s, e2e_p99_s, gpu_busy_fraction, bandwidth_utilization, "
-                "lossy_accept_fraction, requests_finished, requests_unfinished, output_tokens, "
-                "sim_time_s, num_gpus").split(", ")
+SUMMARY_KEYS = ["controller", "seed", "load_scale", "offered_rps", "throughput_tokens_per_s", "goodput_tokens_per_s", "speedup", "mean_accepted_length", "acceptance_rate", "vpr", "du", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "p99_tpot_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "gpu_busy_fraction", "bandwidth_utilization", "lossy_accept_fraction", "requests_finished", "requests_unfinished", "output_tokens", "sim_time_s", "num_gpus"]
 
 # controller -> (speedup over k=0, acceptance rate a); "ar" is the k = 0 baseline
 CONTROLLERS = {"ar": (1.0, 0.0), "fixed": (1.8, 0.7), "hf-heuristic": (2.0, 0.7),

@@ -8,8 +8,16 @@ import pandas as pd
 import pytest
 
 from reports.build import SECTION_TITLES
-from reports.claims import (CANNOT, DOES_NOT_HOLD, HOLDS_UNDER, IMPOSSIBLE, VERDICTS, audit,
-                            leviathan_speedup, min_acceptance_for)
+from reports.claims import (
+    CANNOT,
+    DOES_NOT_HOLD,
+    HOLDS_UNDER,
+    IMPOSSIBLE,
+    VERDICTS,
+    audit,
+    leviathan_speedup,
+    min_acceptance_for,
+)
 from reports.loader import load_runs
 
 
