@@ -1,0 +1,268 @@
+"""``dspark real profile``: what the engine spends per verify pass, per draft step and per round.
+
+The simulator's table backend (``sim.latency.Table``) reads ``latency.csv``
+(``model,batch,new_tokens,context_tokens,seconds`` + ``seconds_p10,seconds_p90,repeats``).
+To keep the simulator from being systematically fast, every row times the engine's own code
+path, not a bare forward:
+
+- ``target`` (new_tokens ``T`` = k + 1 <= k_max + 1, context ``L``): exactly the verify region
+  of :meth:`real.engine.Engine.stream` — one target ``step`` over ``[last + k drafted]`` at
+  position ``L - 1``, the greedy verification rule (argmax, prefix match, host sync), writing
+  the next token, device sync. Rows with ``T > k_max + 1`` time a plain chunked forward (the
+  prefill the simulator charges at context 0).
+- ``drafter`` (new_tokens 1): one step of :meth:`ModelDrafter.propose` — forward, softmax,
+  max, host transfer of the confidence — from the slope of propose time over k = 1..k_max
+  (least squares on the per-k medians). The intercept (the propose call's own overhead, paid
+  once per drafting round) is not a step: it goes into the round overhead below.
+  Rows with new_tokens ``N > 1`` time ``propose(k=1)`` that first catches the drafter's cache up
+  by ``N`` tokens (its prefill in the engine's first drafting round), minus the intercept.
+- ``round-overhead`` (one row, batch 1, new_tokens 0, context 0): per-round engine time outside
+  the draft and verify regions (controller decide/observe, bookkeeping, records), measured as
+  the median of ``(gap between consecutive round ends) - draft_s - verify_s`` over real engine
+  rounds of a fixed-k generation, plus the propose intercept.
+
+Repeats are interleaved over the grid (every cell once per pass) so that a change of background
+load hits all cells alike; the first ``warmup`` passes are discarded. Medians and p10/p90 are
+written.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from control.configio import param
+from control.errors import DSparkError
+from real.sampling import SamplingParams, verify_greedy
+
+TARGET, DRAFTER, OVERHEAD = "target", "drafter", "round-overhead"
+COLUMNS = ("model", "batch", "new_tokens", "context_tokens", "seconds", "seconds_p10",
+           "seconds_p90", "repeats")
+_GREEDY = SamplingParams()
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    # context grid: covers prompts of 32-384 tokens plus ~128 generated tokens.
+    contexts: tuple[int, ...] = param((32, 128, 256, 384, 512), lo=1, hi=1 << 16,
+                                      doc="context lengths (tokens already cached) to time")
+    # prefill chunk sizes: the simulator charges a prompt's prefill at context 0 by interpolation.
+    prefill_tokens: tuple[int, ...] = param((32, 64, 128, 256, 384), lo=2, hi=1 << 16,
+                                            doc="new-token counts above k_max + 1 to time")
+    # 2 discarded passes: first-touch allocations and caches.
+    warmup: int = param(2, lo=0, hi=100, doc="discarded passes over the grid")
+    # 7 timed passes: a median and a p10/p90 that mean something.
+    repeats: int = param(7, lo=1, hi=1000, doc="timed passes over the grid")
+    # 6 short fixed-k generations measure the per-round overhead.
+    overhead_prompts: int = param(6, lo=1, hi=1000, doc="generations timed for round overhead")
+    # 48 tokens each: ~20 rounds per generation.
+    overhead_tokens: int = param(48, lo=2, hi=4096, doc="tokens per overhead generation")
+    # k = 4 for the overhead runs: a typical round.
+    overhead_k: int = param(4, lo=1, hi=64, doc="fixed k of the overhead runs")
+    # seed of the random token ids written into the buffers (content does not change timing).
+    seed: int = param(0, lo=0, hi=2**31 - 1, doc="seed of the filler tokens")
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _pct(x, q):
+    return float(np.percentile(np.asarray(x, dtype=float), q))
+
+
+def _row(model, new, ctx, xs):
+    return {"model": model, "batch": 1, "new_tokens": int(new), "context_tokens": int(ctx),
+            "seconds": float(np.median(xs)), "seconds_p10": _pct(xs, 10),
+            "seconds_p90": _pct(xs, 90), "repeats": len(xs)}
+
+
+class _Timer:
+    """Times the engine's regions on its own buffers; never advances anything (rollback = not
+    advancing the position, as in the engine)."""
+
+    def __init__(self, engine, cfg: ProfileConfig) -> None:
+        self.e, self.cfg = engine, cfg
+        g = torch.Generator().manual_seed(cfg.seed)
+        vocab = engine.target.embed_tokens.num_embeddings
+        n = engine.length
+        engine.seq[0, :n] = torch.randint(0, vocab, (n,), generator=g).to(engine.seq.device)
+        self.filler = engine.seq[0, :n].clone()
+
+    def verify(self, T: int, ctx: int) -> float:
+        e = self.e
+        seq, dev = e.seq, e.device
+        L = max(ctx, 1)
+        k = T - 1
+        t1 = time.perf_counter()
+        logits = e.target.step(seq[:, L - 1:L + k], L - 1, e.state)
+        draft = seq[0, L:L + k]
+        n, nxt, _ = verify_greedy(draft, logits)
+        seq[0, L + n] = nxt
+        _sync(dev)
+        t2 = time.perf_counter()
+        seq[0, L + n] = self.filler[L + n]
+        return t2 - t1
+
+    def chunk(self, T: int, ctx: int) -> float:
+        e = self.e
+        t1 = time.perf_counter()
+        e.target.step(e.seq[:, ctx:ctx + T], ctx, e.state)
+        _sync(e.device)
+        return time.perf_counter() - t1
+
+    def propose(self, k: int, ctx: int, catch_up: int = 1) -> float:
+        """``propose(k)`` at committed length ``ctx + catch_up`` with the drafter's cache valid
+        up to ``ctx`` (so its first step feeds ``catch_up`` tokens)."""
+        e = self.e
+        d, seq = e.drafter, e.seq
+        L = ctx + catch_up
+        d.valid = ctx
+        d._fed = None
+        t0 = time.perf_counter()
+        count, _, _ = d.propose(seq, L, k, 0.0, _GREEDY, e.gen)
+        _sync(e.device)
+        t1 = time.perf_counter()
+        d.accept(L, count, 0)
+        seq[0, L:L + k + 1] = self.filler[L:L + k + 1]
+        return t1 - t0
+
+
+def _check(engine, cfg: ProfileConfig) -> tuple[list[int], list[int]]:
+    kmax = engine.cfg.k_max
+    ctxs = sorted(set(int(c) for c in cfg.contexts))
+    pre = sorted(set(int(t) for t in cfg.prefill_tokens if t > kmax + 1))
+    need = max(ctxs) + max([kmax + 2] + pre) + 1
+    if need > engine.length:
+        raise DSparkError(f"profile grid needs {need} cache positions (context {max(ctxs)} + "
+                          f"{max([kmax + 2] + pre)} new) but the engine holds {engine.length}; "
+                          f"raise engine.max_len or lower profile.contexts/prefill_tokens")
+    if engine.drafter is None or not hasattr(engine.drafter, "model"):
+        raise DSparkError("dspark real profile needs a model drafter (conv or tf), not n-gram")
+    return ctxs, pre
+
+
+@torch.inference_mode()
+def profile_grid(engine, cfg: ProfileConfig, progress=None) -> tuple[list[dict], dict]:
+    """Target and drafter rows of ``latency.csv`` plus the drafter fit (slopes, intercepts)."""
+    ctxs, pre = _check(engine, cfg)
+    kmax = engine.cfg.k_max
+    tm = _Timer(engine, cfg)
+    cells: list[tuple] = []
+    for c in [0] + ctxs:
+        for T in range(1, kmax + 2):
+            cells.append(("v", T, c))
+        for T in pre:
+            cells.append(("c", T, c))
+        for k in range(1, kmax + 1):
+            cells.append(("d", k, c))
+        for N in pre:
+            cells.append(("p", N, c))
+    times: dict[tuple, list[float]] = {cell: [] for cell in cells}
+    for rep in range(cfg.warmup + cfg.repeats):
+        for cell in cells:
+            kind, x, c = cell
+            if kind == "v":
+                s = tm.verify(x, c)
+            elif kind == "c":
+                s = tm.chunk(x, c)
+            elif kind == "d":
+                s = tm.propose(x, c)
+            else:
+                s = tm.propose(1, c, x)
+            if rep >= cfg.warmup:
+                times[cell].append(s)
+        if progress is not None:
+            progress(rep + 1, cfg.warmup + cfg.repeats)
+    rows = []
+    fit = {}
+    for c in [0] + ctxs:
+        for T in list(range(1, kmax + 2)) + pre:
+            rows.append(_row(TARGET, T, c, times[("v" if T <= kmax + 1 else "c", T, c)]))
+        ks = np.arange(1, kmax + 1, dtype=float)
+        med = np.array([np.median(times[("d", int(k), c)]) for k in ks])
+        slope, icpt = np.polyfit(ks, med, 1)
+        # per-repeat slopes give the step's spread
+        reps = np.array([times[("d", int(k), c)] for k in ks])  # [k, repeats]
+        slopes = [float(np.polyfit(ks, reps[:, j], 1)[0]) for j in range(reps.shape[1])]
+        row = _row(DRAFTER, 1, c, slopes)
+        row["seconds"] = float(slope)
+        rows.append(row)
+        fit[c] = {"step_s": float(slope), "intercept_s": float(icpt)}
+        for N in pre:
+            xs = [s - icpt for s in times[("p", N, c)]]
+            rows.append(_row(DRAFTER, N, c, xs))
+    return rows, fit
+
+
+@torch.inference_mode()
+def profile_round_overhead(engine, cfg: ProfileConfig, intercept_s: float) -> dict:
+    """Per-round engine time outside draft and verify, from real fixed-k generations."""
+    from control.registry import make_controller
+
+    g = torch.Generator().manual_seed(cfg.seed + 1)
+    vocab = engine.target.embed_tokens.num_embeddings
+    P = max(2, min(64, engine.cfg.max_len - cfg.overhead_tokens - 1))
+    resid: list[float] = []
+    for i in range(cfg.overhead_prompts + 1):
+        prompt = torch.randint(0, vocab, (P,), generator=g).tolist()
+        gen = engine.generate(prompt, cfg.overhead_tokens,
+                              make_controller("fixed", {"k": cfg.overhead_k}))
+        if i == 0:
+            continue  # warm-up generation
+        prev = 0.0
+        for r in gen.records:
+            resid.append(r.now_s - prev - r.draft_s - r.verify_s)
+            prev = r.now_s
+    x = np.asarray(resid)
+    row = _row(OVERHEAD, 0, 0, x + intercept_s)
+    return {"row": row, "residual_median_s": float(np.median(x)), "intercept_s": intercept_s,
+            "rounds": int(len(x))}
+
+
+def profile(engine, cfg: ProfileConfig, progress=None):
+    """The full latency table (pandas DataFrame, ``COLUMNS``) and a dict of fit details."""
+    import pandas as pd
+
+    rows, fit = profile_grid(engine, cfg, progress)
+    icpt = float(np.median([f["intercept_s"] for f in fit.values()]))
+    ov = profile_round_overhead(engine, cfg, max(icpt, 0.0))
+    rows.append(ov["row"])
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    details = {"drafter_fit": {str(c): f for c, f in fit.items()},
+               "round_overhead": {k: v for k, v in ov.items() if k != "row"},
+               "round_overhead_s": ov["row"]["seconds"]}
+    return df, details
+
+
+def read_latency(path) -> "object":
+    """Read and check a ``latency.csv`` (DataFrame); a missing column or bad value is one line."""
+    import pandas as pd
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise DSparkError(f"{p}: latency table not found")
+    try:
+        df = pd.read_csv(p)
+    except Exception as e:  # noqa: BLE001
+        raise DSparkError(f"{p}: cannot read latency table: {str(e).splitlines()[0]}") from None
+    for c in COLUMNS[:5]:
+        if c not in df.columns:
+            raise DSparkError(f"{p}: latency table lacks column '{c}'")
+    for c in COLUMNS[1:5]:
+        v = pd.to_numeric(df[c], errors="coerce")
+        if v.isna().any():
+            raise DSparkError(f"{p}: column '{c}' has a missing or garbled value")
+        df[c] = v
+    return df
+
+
+def round_overhead_s(df) -> float:
+    """The measured per-round overhead of a latency table (0 when it has no such row)."""
+    r = df[df["model"].astype(str) == OVERHEAD]
+    return float(r["seconds"].iloc[0]) if len(r) else 0.0
