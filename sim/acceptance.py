@@ -245,12 +245,20 @@ class AcceptanceModel:
         nxt = self.next_end[ids]
         hit = np.flatnonzero(nxt < emitted)
         self.next_end[ids] = nxt - emitted
-        for i in hit.tolist():
-            r, e = int(ids[i]), int(emitted[i])
-            off, offs = int(nxt[i]), []
-            while off < e:
-                offs.append(off)
-                off += int(self.rng.geometric(self.cfg.sentence_end_rate))
-            out[i] = tuple(offs)
-            self.next_end[r] = off - e
+        if not len(hit):
+            return out
+        rate = self.cfg.sentence_end_rate
+        off = nxt[hit]
+        e = emitted[hit]
+        offs = [[o] for o in off.tolist()]
+        live = np.arange(len(hit))
+        while len(live):  # further sentence ends inside the same round (rare)
+            off[live] += self.rng.geometric(rate, len(live))
+            more = off[live] < e[live]
+            for j in live[more].tolist():
+                offs[j].append(int(off[j]))
+            live = live[more]
+        self.next_end[ids[hit]] = off - e
+        for j, i in enumerate(hit.tolist()):
+            out[i] = tuple(offs[j])
         return out
