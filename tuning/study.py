@@ -36,6 +36,8 @@ DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 def quiet() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    # CMA-ES and random ignore constraints; choose_best still applies them.
+    warnings.filterwarnings("ignore", message="Constraints have been set")
 
 
 def sampler_name(cfg: TuningConfig) -> str:
