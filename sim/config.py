@@ -36,6 +36,11 @@ class DeploymentConfig:
     # vLLM's default gpu_memory_utilization.
     kv_memory_fraction: float = param(0.9, lo=0.05, hi=1.0,
                                       doc="fraction of GPU memory usable for weights + KV cache")
+    # 1024: no cap beyond the controllers' own; a real engine's static cache caps k (k_max).
+    max_draft_tokens: int = param(1024, lo=0, hi=1 << 20, doc="engine cap on a round's k")
+    # off: a server does not know where a request will end; on mirrors an engine that stops at
+    # max_new_tokens and never drafts past it (k <= remaining - 1).
+    draft_within_length: bool = param(False, doc="cut k to the request's remaining tokens - 1")
 
 
 @dataclass(frozen=True)

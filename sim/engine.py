@@ -93,6 +93,7 @@ def run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
     kv_tok, kv_budget = cluster.kv_bytes_per_token, cluster.kv_budget_bytes
     use_drafter = cluster.use_drafter
     lossy_max = scn.acceptance.lossy_accept_max
+    round_overhead_s = scn.latency.round_overhead_s
     rec = {c: [] for c in _ROUND_COLS} if trace else None
     ctr = {c: [] for c in _CTRL_COLS} if trace else None
     state = {"finished": 0, "last": 0.0}
@@ -191,6 +192,12 @@ def run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
         kl = [d.k for d in decs]
         kmax = max(kl)
         k = np.array(kl, dtype=np.int64)
+        if dep.max_draft_tokens < 1024 or dep.draft_within_length:  # engine caps on k
+            if dep.max_draft_tokens < 1024:
+                k = np.minimum(k, dep.max_draft_tokens)
+            if dep.draft_within_length:
+                k = np.minimum(k, np.maximum(output[ids] - pos - 1, 0))
+            kmax = int(k.max())
         lossy = None
         if kmax > 0:
             conf = acc.confidences(ids, pos, L, kmax)
@@ -245,7 +252,7 @@ def run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
         verify_s = lat_t.seconds(B, T, csum)
         cnt.bytes_moved += roof_t.bytes_per_gpu(B, T, csum) * tp
         cnt.gpu_busy_s += (draft_s + verify_s) * tp if colocated else (verify_s * tp + draft_s * dtp)
-        yield env.timeout(draft_s + verify_s)
+        yield env.timeout(draft_s + verify_s + round_overhead_s)
         end = env.now
         rem = output[ids] - pos
         em = np.minimum(n + 1, rem)

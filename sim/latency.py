@@ -36,6 +36,10 @@ class LatencyConfig:
     constant_drafter_s: float = param(5e-4, lo=0.0, hi=100.0, doc="drafter step, s (constant)")
     # prefill as one target forward by default.
     constant_prefill_s: float = param(0.01, lo=0.0, hi=100.0, doc="prefill pass, s (constant)")
+    # 0: GPU serving stacks overlap their scheduling with the GPU; a measured engine sets it
+    # (the `round-overhead` row of latency.csv from `dspark real profile`).
+    round_overhead_s: float = param(0.0, lo=0.0, hi=10.0,
+                                    doc="fixed engine time per round outside draft and verify, s")
 
 
 class Roofline:
