@@ -69,6 +69,16 @@ def reference_slice(results: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return df, ", ".join(where)
 
 
+def at_reference_load(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Rows of a per-request/per-round table at the load scale closest to 1 when the table
+    holds several (the simulator adds a ``load_scale`` column); with a note for titles."""
+    if "load_scale" not in df.columns or df["load_scale"].nunique() <= 1:
+        return df, ""
+    scales = np.array(sorted(df["load_scale"].dropna().unique()), dtype=float)
+    ref = scales[np.argmin(np.abs(scales - 1.0))]
+    return df[np.isclose(df["load_scale"].astype(float), ref)], f" at load scale {ref:g}"
+
+
 def comparison_table(results: pd.DataFrame) -> pd.DataFrame:
     """Mean of every saved metric per controller (one row each), best throughput first."""
     cols = [c for c, *_ in COMPARISON_COLUMNS if c in results.columns]

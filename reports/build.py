@@ -148,7 +148,8 @@ class Builder:
                              p_accepted_given_prefix=t["p_accepted_given_prefix"].map(
                                  lambda v: fmt_num(v, "{:.3f}")))
             s.blocks.append(TableBlock(f"acceptance_by_position_{slug}",
-                                       "counts per draft position", shown, t))
+                                       "Counts and probabilities per draft position", shown, t,
+                                       show=len(t) <= 12))
         self._per_run(sec, runs, body)
         return sec
 

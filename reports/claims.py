@@ -137,7 +137,8 @@ def _deployable(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def _point(row: pd.Series) -> str:
-    gpus = f", {row['num_gpus']:g} GPUs" if pd.notna(row.get("num_gpus")) else ""
+    g = row.get("num_gpus")
+    gpus = f", {g:g} GPU{'s' if g != 1 else ''}" if pd.notna(g) else ""
     return (f"{row['controller']}, scenario {row['scenario']} on {row['hardware']}{gpus}, "
             f"load scale {row['load_scale']:g}")
 
@@ -311,10 +312,11 @@ def claim_short(runs: list[Run]) -> Claim:
         is_base = req["controller"].astype(str).isin(base_names)
         if not is_base.any():
             continue
-        b = req[is_base].groupby("request_id")["e2e_s"].mean().rename("_base")
-        others = req[~is_base]
-        j = others.groupby(["controller", "request_id"], as_index=False).agg(
-            e2e_s=("e2e_s", "mean"), output_tokens=("output_tokens", "first")).join(b, on="request_id")
+        keys = ["load_scale", "request_id"] if "load_scale" in req.columns else ["request_id"]
+        b = req[is_base].groupby(keys)["e2e_s"].mean().rename("_base")
+        others = req[~is_base & ~req["controller"].astype(str).str.startswith("oracle")]
+        j = others.groupby(["controller", *keys], as_index=False).agg(
+            e2e_s=("e2e_s", "mean"), output_tokens=("output_tokens", "first")).join(b, on=keys)
         j = j[j["_base"].notna() & (j["e2e_s"] > 0)]
         j["speedup"] = j["_base"] / j["e2e_s"]
         out.append(j)

@@ -15,6 +15,7 @@ from matplotlib.lines import Line2D
 
 from reports.analysis import (
     acceptance_by_position,
+    at_reference_load,
     ecdf,
     modal_value,
     objective_columns,
@@ -74,7 +75,7 @@ def plot_throughput_vs_load(results: pd.DataFrame, colors: dict | None = None) -
 @styled
 def plot_latency_cdfs(requests: pd.DataFrame, colors: dict | None = None) -> Figure:
     """Empirical CDFs of per-request TPOT (ms) and end-to-end latency (s) per controller."""
-    df = requests
+    df, note = at_reference_load(requests)
     if "finished" in df.columns:
         df = df[df["finished"].astype(str).str.lower().isin(("true", "1", "1.0"))]
     colors = _colors(colors, df["controller"].unique())
@@ -92,8 +93,8 @@ def plot_latency_cdfs(requests: pd.DataFrame, colors: dict | None = None) -> Fig
         ax.set_ylim(0, 1.01)
     ax1.set_xlabel("time per output token, TPOT (ms)")
     ax2.set_xlabel("end-to-end request latency (s)")
-    ax1.set_title("TPOT distribution per controller (dotted: p99)")
-    ax2.set_title("End-to-end latency distribution per controller")
+    ax1.set_title(f"TPOT distribution per controller{note} (dotted: p99)")
+    ax2.set_title(f"End-to-end latency distribution per controller{note}")
     _legend(ax1, loc="lower right")
     _legend(ax2, loc="lower right")
     return fig
@@ -107,6 +108,7 @@ TRACE_PANELS = (("k", "draft length k (tokens)"), ("alpha", "α (aggressiveness)
 def plot_controller_traces(trace: pd.DataFrame, colors: dict | None = None) -> Figure:
     """k, α, β and â over time for one request per controller (its longest trace), with the
     rounds that closed a block marked."""
+    trace, note = at_reference_load(trace)
     colors = _colors(colors, trace["controller"].unique())
     fig = Figure(figsize=(10, 7.2), layout="constrained")
     axes = fig.subplots(len(TRACE_PANELS), 1, sharex=True)
@@ -133,7 +135,8 @@ def plot_controller_traces(trace: pd.DataFrame, colors: dict | None = None) -> F
                     ha="center", va="center", color="#777777")
         ax.set_ylabel(label)
     axes[-1].set_xlabel("simulated time (s)")
-    axes[0].set_title("Controller state over time (one request per controller; | marks block ends)")
+    axes[0].set_title(f"Controller state over time{note} (one request per controller; "
+                      "| marks block ends)")
     handles, labels = axes[0].get_legend_handles_labels()
     handles.append(Line2D([], [], color="#444444", **block_mark))
     labels.append("block end (parameters updated)")

@@ -62,7 +62,7 @@ def controller_colors(names: Iterable[str]) -> dict[str, str]:
     for n in unique:
         if n in out:
             continue
-        base = next((k for k in KNOWN_COLORS if n.startswith(k + "-") or n.startswith(k + "_")), None)
+        base = next((k for k in KNOWN_COLORS if n.startswith((k + "-", k + "_", k + "#"))), None)
         if base is not None and base not in used:
             out[n] = KNOWN_COLORS[base]
             used.add(base)

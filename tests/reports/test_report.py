@@ -111,3 +111,12 @@ def test_leviathan_bound_used_by_the_audit():
     assert best == pytest.approx(4.2, rel=1e-6)
     assert max(leviathan_speedup(a - 0.01, k, 0.05) for k in range(1, 16)) < 4.2
     assert min_acceptance_for(20.0, 0.1) is None  # (k+1)/(k c+1) <= 16/2.5 at k <= 15
+
+
+def test_reports_imports_no_engine_or_simulator():
+    import subprocess
+    import sys
+    code = ("import sys, reports, reports.build, dspark.cmd_report; "
+            "bad = {'torch', 'simpy', 'sim', 'real', 'tuning'} & set(sys.modules); "
+            "assert not bad, bad")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
