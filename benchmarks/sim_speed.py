@@ -23,6 +23,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="0.1,1,10", help="million output tokens per run")
     ap.add_argument("--scenario", default=str(ROOT / "configs" / "standard.toml"))
     args = ap.parse_args(argv)
+    import numpy as np
+
     from sim import load_scenario, simulate
     from sim.workload import read_trace
     scn = load_scenario(args.scenario)
@@ -31,13 +33,16 @@ def main(argv=None) -> int:
     result_1m = None
     simulate(scn.with_overrides({"workload.num_requests": 50}), args.controller, baseline=False)
     for size in (float(x) for x in args.sizes.split(",")):
-        n = max(1, round(size * 1e6 / mean_out))
+        target = size * 1e6
+        cum = np.cumsum(gen)
+        n = (int(np.searchsorted(cum, target)) + 1 if target <= cum[-1]
+             else max(1, round(target / mean_out)))
         over = {"workload.num_requests": n}
         if n > len(t):  # more requests than the trace: replicate it end to end
             over["workload.arrival"] = "gamma"  # keeps the trace's burstiness and rate
             over["workload.rate_rps"] = (len(t) - 1) / (t[-1] * scn.workload.time_scale)
-            over["workload.gamma_cv"] = float((lambda g: g.std() / g.mean())(
-                __import__("numpy").diff(t)))
+            gaps = np.diff(t)
+            over["workload.gamma_cv"] = float(gaps.std() / gaps.mean())
             over["workload.prompt"] = {"dist": "empirical", "path": scn.workload.trace_path,
                                        "column": "ContextTokens"}
             over["workload.output"] = {"dist": "empirical", "path": scn.workload.trace_path,

@@ -106,7 +106,7 @@ def _read_positions(path: str, mtime: float) -> dict:
         if conf is not None:
             for p, c in zip(pos, conf.loc[g.index]):
                 try:
-                    confs[p] = () if (c != c or c is None) else tuple(float(x) for x in str(c).split())
+                    confs[p] = () if (c is None or pd.isna(c)) else tuple(float(x) for x in str(c).split())
                 except ValueError:
                     raise DSparkError(f"{path}: column 'confidences' has a garbled value "
                                       f"{c!r}") from None

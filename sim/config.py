@@ -80,7 +80,7 @@ class SimConfig:
     # folder the scenario was loaded from (relative paths resolve against it).
     base_dir: str = param("", doc="set by load_scenario")
 
-    def with_overrides(self, overrides: dict[str, Any]) -> "SimConfig":
+    def with_overrides(self, overrides: dict[str, Any]) -> SimConfig:
         """A copy with dotted-key overrides, e.g. ``{"workload.rate_rps": 3.0}``; checked."""
         data = to_dict(self)
         for key, value in overrides.items():

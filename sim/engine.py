@@ -13,8 +13,9 @@ round per replica, never one per token.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import simpy
@@ -323,4 +324,4 @@ def run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
     return RunData(reqs, first, finish, emitted, rep_of, cnt, end_s, rec, ctr, rejected)
 
 
-__all__ = ["run", "RunData", "Counters", "Decision"]
+__all__ = ["Counters", "Decision", "RunData", "run"]

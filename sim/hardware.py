@@ -42,7 +42,7 @@ class HardwareConfig:
     # NVLink all-reduce latency ~10-30 us.
     allreduce_latency_s: float = param(2e-5, lo=0.0, hi=1e-2, doc="latency per all-reduce, s")
 
-    def resolved(self) -> "Hardware":
+    def resolved(self) -> Hardware:
         bw, tf, tf8, nv, mem = HARDWARE_PRESETS[self.preset]
         return Hardware(
             name=self.preset,

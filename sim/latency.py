@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from control.configio import param
-from control.errors import ConfigError, DSparkError
+from control.errors import DSparkError
 from sim.hardware import Hardware
 from sim.models import ModelDims
 

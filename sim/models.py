@@ -38,7 +38,7 @@ class ModelConfig:
     # serving precision of the standard deployments.
     dtype: str = param("bf16", choices=tuple(DTYPE_BYTES), doc="weight and KV-cache dtype")
 
-    def resolved(self, where: str = "model") -> "ModelDims":
+    def resolved(self, where: str = "model") -> ModelDims:
         if self.preset == "custom":
             dims = (self.layers, self.d_model, self.heads, self.kv_heads, self.ffn, self.vocab)
             names = ("layers", "d_model", "heads", "kv_heads", "ffn", "vocab")

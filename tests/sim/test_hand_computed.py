@@ -2,8 +2,8 @@
 
 import pandas as pd
 import pytest
-
 from conftest import scenario
+
 from sim import simulate
 
 

@@ -3,9 +3,9 @@
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import CONFIGS, scenario
 
 from control.errors import ConfigError, DSparkError
-from conftest import CONFIGS, scenario
 from sim import load_scenario, simulate
 from sim.latency import Table
 from sim.workload import read_trace

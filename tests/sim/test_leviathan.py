@@ -2,8 +2,8 @@
 batch 1, constant latencies with cost ratio c."""
 
 import pytest
-
 from conftest import constant_scenario
+
 from sim import simulate
 
 C = 0.05

@@ -4,8 +4,8 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import CONFIGS
+
 from sim.acceptance import AcceptanceConfig, AcceptanceModel
 from sim.workload import LengthConfig, WorkloadConfig, draw_lengths, generate
 

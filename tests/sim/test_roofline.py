@@ -1,9 +1,9 @@
 """Roofline latency: memory-bound decode, cheap verification of a few tokens, the ridge point."""
 
 import pytest
+from conftest import scenario
 
 from control.errors import ConfigError
-from conftest import scenario
 from sim.cluster import Cluster
 from sim.hardware import hardware_preset
 from sim.latency import Roofline
@@ -57,8 +57,9 @@ def test_impossible_cluster_is_one_line(dep, target, msg):
 
 
 def test_presets_fit_their_clusters():
-    from sim import load_scenario
     from conftest import CONFIGS
+
+    from sim import load_scenario
     for name in ("standard", "azure_conv", "a100_70b", "tiny"):
         c = Cluster(load_scenario(CONFIGS / f"{name}.toml"))
         assert c.kv_budget_bytes > 0
