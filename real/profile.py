@@ -15,7 +15,8 @@ path, not a bare forward:
   (least squares on the per-k medians). The intercept (the propose call's own overhead, paid
   once per drafting round) is not a step: it goes into the round overhead below.
   Rows with new_tokens ``N > 1`` time ``propose(k=1)`` that first catches the drafter's cache up
-  by ``N`` tokens (its prefill in the engine's first drafting round), minus the intercept.
+  by ``N`` tokens (its prefill in the engine's first drafting round), minus the measured
+  ``propose(k=1)`` of one token, plus one step.
 - ``round-overhead`` (one row, batch 1, new_tokens 0, context 0): per-round engine time outside
   the draft and verify regions (controller decide/observe, bookkeeping, records), measured as
   the median of ``(gap between consecutive round ends) - draft_s - verify_s`` over real engine
@@ -189,12 +190,14 @@ def profile_grid(engine, cfg: ProfileConfig, progress=None) -> tuple[list[dict],
         # per-repeat slopes give the step's spread
         reps = np.array([times[("d", int(k), c)] for k in ks])  # [k, repeats]
         slopes = [float(np.polyfit(ks, reps[:, j], 1)[0]) for j in range(reps.shape[1])]
-        row = _row(DRAFTER, 1, c, slopes)
-        row["seconds"] = float(slope)
+        # a time is never negative; under heavy noise a fit could say so (then 0 is written).
+        row = _row(DRAFTER, 1, c, np.maximum(slopes, 0.0))
+        row["seconds"] = max(float(slope), 0.0)
         rows.append(row)
         fit[c] = {"step_s": float(slope), "intercept_s": float(icpt)}
+        one = float(np.median(times[("d", 1, c)]))  # = intercept + one step, measured directly
         for N in pre:
-            xs = [s - icpt for s in times[("p", N, c)]]
+            xs = np.maximum(np.asarray(times[("p", N, c)]) - one + row["seconds"], 0.0)
             rows.append(_row(DRAFTER, N, c, xs))
     return rows, fit
 

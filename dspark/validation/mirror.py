@@ -1,0 +1,139 @@
+"""Configure the simulator to mirror the engine, and read its prediction back.
+
+The mirror: one replica, batch 1 (``max_batch = 1``), every request arriving at t = 0 (a trace
+in the Azure format with one timestamp), the prompts' own lengths, the table latency backend on
+the measured ``latency.csv`` with its measured per-round overhead, the engine's caps on k
+(``k_max``; never drafting past ``max_new_tokens``), and acceptance either replayed from the
+greedy position traces (exact for any controller under greedy decoding) or a statistical model
+fitted on the calibration traces.
+
+One structural difference is mapped, not modelled away: the engine's prefill runs the target on
+the prompt's first P - 1 tokens and emits nothing (its first round verifies from the last prompt
+token), while the simulator's prefill emits the first token. So the simulator's request is the
+prompt's first P - 1 tokens, and its "first token" is the engine's last prompt token: the sim's
+rounds then start at context P exactly as the engine's, its output is one longer, and its
+position trace is the engine's shifted by one (position 0 is that prompt token, never drafted
+from). Metrics are computed from the rounds and request times by the same function on both
+sides (:mod:`dspark.validation.metrics`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from control.configio import write_toml
+from control.types import PositionRecord, records_to_columns
+from dspark.validation.metrics import compute
+
+TIMESTAMP = "2023-11-16 00:00:00.000000"
+
+
+def write_positions_sim(path: Path, positions: list[list[PositionRecord]]) -> None:
+    """The engine's position traces shifted by one (see the module doc)."""
+    import pandas as pd
+
+    rows = []
+    for rid, recs in enumerate(positions):
+        rows.append(PositionRecord(request_id=rid, position=0, run_length=0))
+        for r in recs:
+            rows.append(PositionRecord(request_id=rid, position=r.position + 1,
+                                       run_length=r.run_length, confidences=r.confidences,
+                                       sentence_end=r.sentence_end))
+    pd.DataFrame(records_to_columns(rows, PositionRecord)).to_csv(path, index=False)
+
+
+def write_requests_trace(path: Path, prompt_tokens: list[int], new_tokens: list[int]) -> None:
+    import pandas as pd
+
+    pd.DataFrame({"TIMESTAMP": [TIMESTAMP] * len(prompt_tokens),
+                  "ContextTokens": [p - 1 for p in prompt_tokens],
+                  "GeneratedTokens": [n + 1 for n in new_tokens]}).to_csv(path, index=False)
+
+
+def fit_acceptance(records) -> dict:
+    """A statistical acceptance model from calibration rounds (``RoundRecord``s).
+
+    i.i.d. rate = â = Σn / (Σn + rejected rounds) (the MLE of a geometric run length censored at
+    k); drafter-confidence logits: mean and pooled std of logit(confidence) of accepted drafted
+    tokens and of the rest of rejected rounds; sentence ends per emitted token.
+    """
+    acc, rej = [], []
+    s = r_ = 0
+    ends = emitted = 0
+    for r in records:
+        s += r.accepted
+        r_ += int(r.accepted < r.drafted)
+        c = np.clip(np.asarray(r.confidences, dtype=float), 1e-6, 1 - 1e-6)
+        z = np.log(c / (1 - c))
+        acc.extend(z[:r.accepted].tolist())
+        rej.extend(z[r.accepted:].tolist())
+        ends += len(r.sentence_ends)
+        emitted += r.emitted
+    rate = s / (s + r_) if s + r_ else 0.0
+    za, zr = np.asarray(acc), np.asarray(rej)
+    resid = np.concatenate([za - za.mean() if len(za) else za, zr - zr.mean() if len(zr) else zr])
+    clip = lambda v: float(np.clip(v, -20.0, 20.0))  # noqa: E731
+    return {"model": "iid", "rate": float(rate),
+            "conf_accept_logit": clip(za.mean()) if len(za) else 2.0,
+            "conf_reject_logit": clip(zr.mean()) if len(zr) else -0.5,
+            "conf_logit_sd": float(min(resid.std(), 20.0)) if len(resid) else 1.0,
+            "sentence_end_rate": float(ends / emitted) if emitted else 0.0}
+
+
+def write_scenario(folder: Path, name: str, latency_csv: Path, round_overhead_s: float,
+                   k_max: int, prompt_tokens: list[int], new_tokens: list[int],
+                   positions: list[list[PositionRecord]] | None, fitted: dict | None,
+                   controllers: dict) -> Path:
+    """Write the mirror scenario (and its data files) into ``folder``; return its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_requests_trace(folder / "requests_trace.csv", prompt_tokens, new_tokens)
+    acc: dict = {"max_run_tokens": k_max + 1}
+    if positions is not None:
+        write_positions_sim(folder / "positions_sim.csv", positions)
+        acc.update(model="replay", replay_path="positions_sim.csv", replay_lengths=True)
+    else:
+        acc.update(fitted or {})
+    data = {
+        "name": name,
+        "deployment": {"replicas": 1, "tp": 1, "max_batch": 1, "max_draft_tokens": k_max,
+                       "draft_within_length": True},
+        "workload": {"arrival": "trace", "trace_path": "requests_trace.csv",
+                     "trace_lengths": True},
+        "acceptance": acc,
+        "latency": {"backend": "table", "table_path": str(Path(latency_csv).resolve()),
+                    "target_name": "target", "drafter_name": "drafter",
+                    "round_overhead_s": float(round_overhead_s)},
+        "sim": {"controllers": list(controllers)},
+        "controller": controllers,
+    }
+    path = folder / "scenario.toml"
+    write_toml(data, path)
+    return path
+
+
+def sim_metrics(res) -> dict[str, float]:
+    """The compared metrics of a ``SimResult`` of a mirror scenario (needs ``trace=True``)."""
+    req = res.requests.sort_values("finish_s")
+    finish = req["finish_s"].to_numpy(dtype=float)
+    start = np.concatenate([[0.0], finish[:-1]])
+    tokens = req["output_tokens"].to_numpy(dtype=float) - 1  # minus the mapped prompt token
+    decode = finish - req["first_token_s"].to_numpy(dtype=float)
+    rd = res.rounds
+    return compute(rd["accepted"].to_numpy(), rd["drafted"].to_numpy(), tokens, finish - start,
+                   decode)
+
+
+def predict(scenario_path: Path, controller: str, config, seeds=(0,)) -> tuple[dict, object]:
+    """Mean metrics over ``seeds`` (replay is deterministic: one seed) and the first run's rounds."""
+    from sim import load_scenario, simulate
+
+    scn = load_scenario(scenario_path)
+    ms, first = [], None
+    for s in seeds:
+        res = simulate(scn, controller, config, seed=int(s), trace=True, baseline=False)
+        ms.append(sim_metrics(res))
+        first = first if first is not None else res
+    out = {k: float(np.mean([m[k] for m in ms])) for k in ms[0]}
+    return out, first
