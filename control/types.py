@@ -153,11 +153,20 @@ def _encode(v: Any) -> Any:
     return v
 
 
+def _int_of(x: Any) -> int:
+    f = float(x)
+    if not f.is_integer():
+        raise ValueError(f"not an integer: {x!r}")
+    return int(f)
+
+
 def _decode(name: str, type_name: str, v: Any) -> Any:
     if name in _TUPLE_FIELDS:
         conv = _TUPLE_FIELDS[name]
         if v is None or (isinstance(v, float) and v != v):  # NaN from an empty CSV cell
             return ()
+        if conv is int:  # pandas reads a column of single offsets ("0", "3") as floats
+            conv = _int_of
         if isinstance(v, (list, tuple)):
             return tuple(conv(x) for x in v)
         return tuple(conv(x) for x in str(v).split())
