@@ -1,0 +1,81 @@
+"""``dspark real profile``: time the engine's verify pass, draft step and per-round overhead over
+a grid (batch 1, new tokens 1..k_max+1 and prefill chunks, context lengths) and write the
+``latency.csv`` the simulator's table backend reads (docs/results-format.md)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    from dspark.cmd_real import add_engine_args
+
+    p = subparsers.add_parser("profile", help="measure the latency table for the simulator",
+                              description=__doc__)
+    p.add_argument("--out", default="runs/profile", help="run folder (default: runs/profile)")
+    p.add_argument("--tiny", action="store_true", help="tiny random models (no checkpoint)")
+    p.add_argument("--repeats", type=int, default=None, help="timed passes over the grid")
+    p.add_argument("--warmup", type=int, default=None, help="discarded passes over the grid")
+    p.add_argument("--contexts", default=None, help="comma-separated context lengths")
+    p.add_argument("--prefill-tokens", default=None, help="comma-separated prefill chunk sizes")
+    p.add_argument("--k-max", type=int, default=None, help="engine k_max (new tokens 1..k_max+1)")
+    add_engine_args(p)
+    return p
+
+
+def _ints(text: str | None):
+    return None if text is None else tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def build(args: argparse.Namespace, **overrides: Any):
+    """The engine of ``dspark real profile|trace`` (shipped checkpoints or ``--tiny``)."""
+    from dspark.cmd_real import engine_config
+
+    if getattr(args, "k_max", None) is not None:
+        overrides["k_max"] = args.k_max
+    cfg = engine_config(args, **overrides)
+    if args.tiny:
+        from real.tiny import TinyModelsConfig, tiny_engine
+
+        return tiny_engine(TinyModelsConfig(), cfg), cfg
+    from real.runtime import build_engine
+
+    return build_engine(cfg, args.checkpoints), cfg
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+    import json
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    from control.configio import from_mapping, read_toml, to_dict, write_toml
+    from real.profile import ProfileConfig, profile
+
+    torch.set_num_threads(args.threads)
+    data = dict(read_toml(args.config).get("profile", {})) if args.config else {}
+    for key, v in (("repeats", args.repeats), ("warmup", args.warmup),
+                   ("contexts", _ints(args.contexts)),
+                   ("prefill_tokens", _ints(args.prefill_tokens))):
+        if v is not None:
+            data[key] = v
+    pcfg = from_mapping(ProfileConfig, data, source=args.config or "<command line>",
+                        prefix="profile")
+    engine, ecfg = build(args, stop_at_eot=False)
+    df, details = profile(engine, pcfg, lambda i, n: print(f"pass {i}/{n}", file=sys.stderr))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / "latency.csv", index=False)
+    write_toml({"engine": dataclasses.asdict(ecfg), "profile": to_dict(pcfg),
+                "models": {"source": "tiny" if args.tiny else "shipped"}}, out / "config.toml")
+    (out / "summary.json").write_text(json.dumps({"kind": "profile", **details}, indent=1))
+    t = df[(df["model"] == "target") & (df["new_tokens"] == 1)]
+    d = df[(df["model"] == "drafter") & (df["new_tokens"] == 1)]
+    print(f"wrote {out / 'latency.csv'} ({len(df)} rows)")
+    print(f"target 1-token verify: {t['seconds'].median() * 1e3:.3f} ms, drafter step: "
+          f"{d['seconds'].median() * 1e3:.3f} ms (c = {d['seconds'].median() / t['seconds'].median():.3f}), "
+          f"round overhead: {details['round_overhead_s'] * 1e3:.3f} ms")
+    return 0
