@@ -128,7 +128,8 @@ class Transformer(nn.Module):
     def tables(self, dtype, device):
         key = (dtype, str(device))
         if key not in self._tables:
-            self._tables[key] = rope_tables(self.cfg, dtype, device)
+            with torch.inference_mode(False):  # normal tensors, usable inside and outside
+                self._tables[key] = rope_tables(self.cfg, dtype, device)
         return self._tables[key]
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -204,22 +205,27 @@ class ConvDrafter(nn.Module):
 
     def new_state(self, length: int, dtype, device) -> dict:
         K, c = self.cfg.kernel, self.cfg
-        # conv inputs by position, with K-1 leading zero rows: position p lives at row p + K - 1.
-        return {"buf": [torch.zeros(1, c.d_model, length + K - 1, dtype=dtype, device=device)
+        # conv inputs by position (position-major), with K-1 leading zero rows: position p
+        # lives at row p + K - 1, so the window of position p is rows p .. p + K - 1.
+        return {"buf": [torch.zeros(length + K - 1, c.d_model, dtype=dtype, device=device)
                         for _ in range(c.n_blocks)], "length": length}
 
     def step(self, ids: torch.Tensor, pos: int, state: dict) -> torch.Tensor:
         T = ids.shape[1]
         if pos + T > state["length"]:
             raise ValueError(f"cache overflow: {pos + T} > {state['length']}")
-        K = self.cfg.kernel
-        x = self.embed_tokens(ids)
+        K, d = self.cfg.kernel, self.cfg.d_model
+        x = self.embed_tokens(ids)[0]  # [T, d]
         for blk, buf in zip(self.blocks, state["buf"]):
-            buf[:, :, pos + K - 1:pos + K - 1 + T] = blk.norm(x).transpose(1, 2)
-            c = F.conv1d(buf[:, :, pos:pos + K - 1 + T], blk.conv.weight, blk.conv.bias,
-                         groups=self.cfg.d_model).transpose(1, 2)
+            buf[pos + K - 1:pos + K - 1 + T] = blk.norm(x)
+            w = blk.conv.weight.view(d, K)
+            if T == 1:  # one position: a weighted sum over the window, no conv kernel launch
+                c = (buf[pos:pos + K] * w.t()).sum(0, keepdim=True) + blk.conv.bias
+            else:
+                c = F.conv1d(buf[pos:pos + K - 1 + T].t().unsqueeze(0), blk.conv.weight,
+                             blk.conv.bias, groups=d)[0].t()
             x = self._mix(blk, x, c)
-        return F.linear(self.norm(x), self.embed_tokens.weight)[0]
+        return F.linear(self.norm(x), self.embed_tokens.weight)
 
 
 def build_model(kind: str, cfg) -> nn.Module:

@@ -1,0 +1,36 @@
+"""``dspark real bench``: tokens/s of target-only decoding vs the engine with every controller
+(and Hugging Face assisted generation when the ``bench`` extra is installed); writes a run
+folder of kind "real" (rounds.csv, results.csv, summary.json, config.toml)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    from dspark.cmd_real import add_engine_args
+
+    p = subparsers.add_parser("bench", help="benchmark the engine's controllers (batch 1)",
+                              description=__doc__)
+    p.add_argument("--out", default=None, help="run folder (default: runs/real-bench-<time>)")
+    p.add_argument("--prompts", type=int, default=None)
+    p.add_argument("--new-tokens", type=int, default=None)
+    p.add_argument("--repeats", type=int, default=None)
+    p.add_argument("--workload", choices=("code", "prose"), default=None)
+    p.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
+    add_engine_args(p)
+    p.set_defaults(threads=1)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from real.bench import bench_main
+
+    overrides = {k: v for k, v in {"prompts": args.prompts, "new_tokens": args.new_tokens,
+                                   "repeats": args.repeats, "workload": args.workload,
+                                   "threads": args.threads}.items() if v is not None}
+    if args.no_hf:
+        overrides["hf"] = False
+    summary = bench_main(args, overrides)
+    return 0 if summary else 1

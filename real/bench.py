@@ -1,0 +1,246 @@
+"""Speed comparison at batch 1: target-only decoding vs the engine with every controller vs
+Hugging Face assisted generation on the same weights. Writes a ``kind = "real"`` run folder.
+
+Methods run interleaved within each repeat (the order rotates per repeat) so that drift of a
+shared machine spreads over all of them; tokens/s of a method in a repeat is the total of new
+tokens over all prompts divided by the total wall time (prefill included). Medians and
+p10/p90 over repeats are reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from control.configio import param
+from control.errors import DSparkError
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    # 8 held-out prompts x 128 new tokens: ~1000 tokens per method per repeat.
+    prompts: int = param(8, lo=1, hi=1000, doc="held-out prompts")
+    prompt_tokens: int = param(128, lo=4, hi=1024, doc="tokens per prompt")
+    new_tokens: int = param(128, lo=1, hi=1024, doc="new tokens per prompt")
+    # 3 repeats give a median and a spread without taking all day on 2 cores.
+    repeats: int = param(3, lo=1, hi=100, doc="repeats of every method")
+    workload: str = param("code", choices=("code", "prose"), doc="held-out workload")
+    # batch-1 decoding on small models is latency bound: 1 thread avoids sync overhead.
+    threads: int = param(1, lo=1, hi=256, doc="torch CPU threads")
+    k_values: str = param("1 2 3 4 5 6 7 8", doc="fixed-k values, space separated")
+    controllers: str = param("hf-heuristic confidence-stop ema-hysteresis analytic dspark",
+                             doc="adaptive controllers to run, space separated")
+    hf: bool = param(True, doc="also run Hugging Face assisted generation (bench extra)")
+
+
+def held_out_prompts(tok, workload: str, n: int, length: int) -> list[list[int]]:
+    """``n`` evenly spaced windows of ``length`` tokens from the test split (never trained on)."""
+    from real import corpus
+    from real.train import encode_docs
+
+    ids = encode_docs(tok, corpus.documents(workload, "test"))
+    if len(ids) < n * length:
+        raise DSparkError(f"test split of {workload} has only {len(ids)} tokens")
+    starts = np.linspace(0, len(ids) - length - 1, n).astype(int)
+    return [ids[s:s + length].astype(int).tolist() for s in starts]
+
+
+def _summ(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "p10": float(np.percentile(values, 10)),
+            "p90": float(np.percentile(values, 90)), "min": min(values), "max": max(values)}
+
+
+def acceptance_stats(records) -> dict[str, float]:
+    rounds = len(records)
+    acc = sum(r.accepted for r in records)
+    drafted = sum(r.drafted for r in records)
+    rejected = sum(1 for r in records if r.accepted < r.drafted)
+    emitted = sum(r.emitted for r in records)
+    return {"mean_accepted_length": emitted / rounds if rounds else float("nan"),
+            "acceptance_rate": acc / (acc + rejected) if acc + rejected else float("nan"),
+            "vpr": acc / drafted if drafted else float("nan"),
+            "mean_k": drafted / rounds if rounds else float("nan"),
+            "rounds": rounds}
+
+
+def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
+              hf_pair=None) -> dict:
+    """Run every method; return the summary (and write the run folder when ``out`` is set)."""
+    import pandas as pd
+
+    from control import make_controller
+    from control.types import records_to_columns
+
+    torch.set_num_threads(bc.threads)
+    prompts = held_out_prompts(engine.tokenizer, bc.workload, bc.prompts, bc.prompt_tokens)
+    N = bc.new_tokens
+    methods: dict[str, object] = {"target-only": None}
+    for k in bc.k_values.split():
+        methods[f"fixed-k{int(k)}"] = ("fixed", {"k": int(k)})
+    for name in bc.controllers.split():
+        methods[name] = (name, None)
+    hf_settings = {}
+    if bc.hf and hf_pair is not None:
+        hf_settings = {"hf-target-only": None, "hf-assisted-heuristic": ("heuristic", 20, 0.4),
+                       "hf-assisted-k4": ("constant", 4, 0.0),
+                       "hf-assisted-k6": ("constant", 6, 0.0)}
+    names = list(methods) + list(hf_settings)
+    results = {m: [] for m in names}
+    outputs: dict[str, list[list[int]]] = {}
+    records_all: list = []
+    for rep in range(bc.repeats):
+        order = names[rep % len(names):] + names[:rep % len(names)]
+        for m in order:
+            total_s, toks, recs = 0.0, [], []
+            for i, p in enumerate(prompts):
+                if m == "target-only":
+                    t0 = time.perf_counter()
+                    out = engine.greedy_reference(p, N)
+                    total_s += time.perf_counter() - t0
+                elif m in hf_settings:
+                    out, s = hf_generate(hf_pair, p, N, hf_settings[m])
+                    total_s += s
+                else:
+                    name, cfg = methods[m]
+                    g = engine.generate(p, N, make_controller(name, cfg), request_id=i)
+                    total_s += g.seconds
+                    out = g.tokens
+                    recs.extend(dataclasses.replace(r, controller=m) for r in g.records)
+                toks.append(out)
+            results[m].append(sum(len(t) for t in toks) / total_s)
+            outputs[m] = toks
+            if rep == bc.repeats - 1:
+                records_all.extend(recs)
+            if progress:
+                print(f"  repeat {rep + 1}/{bc.repeats} {m:24s} {results[m][-1]:8.1f} tok/s",
+                      file=sys.stderr, flush=True)
+    ref = outputs["target-only"]
+    rows = []
+    ar_med = statistics.median(results["target-only"])
+    for m in names:
+        s = _summ(results[m])
+        match = sum(a == b for x, y in zip(outputs[m], ref) for a, b in zip(x, y)) / sum(
+            len(y) for y in ref)
+        row = {"controller": m, "tokens_per_s": s["median"], "tokens_per_s_p10": s["p10"],
+               "tokens_per_s_p90": s["p90"], "tokens_per_s_min": s["min"],
+               "tokens_per_s_max": s["max"],
+               "spread_pct": 100 * (s["max"] - s["min"]) / s["median"],
+               "speedup_vs_ar": s["median"] / ar_med, "greedy_match_rate": match}
+        recs = [r for r in records_all if r.controller == m]
+        if recs:
+            row.update(acceptance_stats(recs))
+        rows.append(row)
+    engine_rows = [r for r in rows if r["controller"] != "target-only"
+                   and not r["controller"].startswith("hf-")]
+    best = max(engine_rows, key=lambda r: r["tokens_per_s"])
+    hf_rows = [r for r in rows if r["controller"].startswith("hf-assisted")]
+    best_hf = max(hf_rows, key=lambda r: r["tokens_per_s"]) if hf_rows else None
+    summary = {"kind": "real", "rows": rows, "best": best["controller"],
+               "speedup_vs_ar": best["tokens_per_s"] / ar_med,
+               "best_hf": best_hf["controller"] if best_hf else None,
+               "speedup_vs_hf": best["tokens_per_s"] / best_hf["tokens_per_s"] if best_hf else None,
+               "bench_config": dataclasses.asdict(bc),
+               "engine_config": dataclasses.asdict(engine.cfg),
+               "drafter": engine.drafter.name, "prompts": len(prompts)}
+    if hf_pair is not None:
+        summary["hf_max_logit_difference"] = hf_pair.get("logit_diff")
+    if out is not None:
+        from control.configio import to_toml
+
+        out.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(records_to_columns(records_all)).to_csv(out / "rounds.csv", index=False)
+        pd.DataFrame(rows).to_csv(out / "results.csv", index=False)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        (out / "config.toml").write_text("[engine]\n" + to_toml(engine.cfg) + "\n[bench]\n"
+                                         + to_toml(bc))
+    return summary
+
+
+def hf_pair_for(engine, drafter_model) -> dict:
+    """HF copies of the engine's target and a transformer drafter, and their export error."""
+    from real.hf_export import max_logit_difference, to_llama
+
+    eot = engine.eot_id
+    target = to_llama(engine.target, eot)
+    draft = to_llama(drafter_model, eot)
+    ids = torch.tensor([list(range(1, 200))])
+    diff = max(max_logit_difference(engine.target.float(), to_llama(engine.target.float(), eot),
+                                    ids),
+               max_logit_difference(drafter_model, draft, ids))
+    engine.target.to(next(target.parameters()).dtype)
+    for m in (target, draft):
+        m.generation_config.eos_token_id = None
+        m.generation_config.pad_token_id = eot
+    return {"target": target, "draft": draft, "logit_diff": diff}
+
+
+@torch.inference_mode()
+def hf_generate(pair: dict, prompt: list[int], n: int, setting) -> tuple[list[int], float]:
+    ids = torch.tensor([prompt])
+    kw = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True)
+    if setting is not None:
+        schedule, k, conf = setting
+        d = pair["draft"]
+        d.generation_config.num_assistant_tokens = k
+        d.generation_config.num_assistant_tokens_schedule = schedule
+        d.generation_config.assistant_confidence_threshold = conf
+        kw["assistant_model"] = d
+    t0 = time.perf_counter()
+    out = pair["target"].generate(ids, **kw)
+    s = time.perf_counter() - t0
+    return out[0, len(prompt):].tolist(), s
+
+
+def format_table(summary: dict) -> str:
+    lines = [f"{'method':24s} {'tok/s':>8s} {'p10':>8s} {'p90':>8s} {'x AR':>6s} "
+             f"{'match':>6s} {'acc.len':>7s} {'a':>5s}"]
+    for r in summary["rows"]:
+        lines.append(f"{r['controller']:24s} {r['tokens_per_s']:8.1f} {r['tokens_per_s_p10']:8.1f} "
+                     f"{r['tokens_per_s_p90']:8.1f} {r['speedup_vs_ar']:6.2f} "
+                     f"{r['greedy_match_rate']:6.3f} {r.get('mean_accepted_length', float('nan')):7.2f} "
+                     f"{r.get('acceptance_rate', float('nan')):5.2f}")
+    return "\n".join(lines)
+
+
+def bench_main(args, overrides: dict) -> dict:
+    """Shared by ``dspark real bench`` and ``benchmarks/real_speed.py``: build, run, print."""
+    from control.configio import from_mapping, read_toml
+    from dspark.cmd_real import engine_config
+    from real.runtime import build_engine
+    from real.store import load_model
+
+    data = dict(read_toml(args.config).get("bench", {})) if args.config else {}
+    data.update(overrides)
+    bc = from_mapping(BenchConfig, data, source=args.config or "<command line>", prefix="bench")
+    torch.set_num_threads(bc.threads)
+    cfg = engine_config(args, stop_at_eot=False,
+                        max_len=max(1024, bc.prompt_tokens + bc.new_tokens))
+    engine = build_engine(cfg, args.checkpoints)
+    pair = None
+    if bc.hf:
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            print("transformers not installed (pip install 'dspark-lab[bench]'): skipping HF",
+                  file=sys.stderr)
+        else:
+            tf = load_model("drafter_tf", args.checkpoints, dtype=torch.float32)
+            pair = hf_pair_for(engine, tf)
+            print(f"HF export: max |logit difference| = {pair['logit_diff']:.3g} (float32)",
+                  file=sys.stderr)
+    out = Path(args.out) if args.out else Path("runs") / time.strftime("real-bench-%Y%m%d-%H%M%S")
+    summary = run_bench(engine, bc, out, hf_pair=pair)
+    print(format_table(summary))
+    print(f"run folder: {out}")
+    hf = summary["speedup_vs_hf"]
+    print(f"real_speedup_vs_ar={summary['speedup_vs_ar']:.3f} "
+          f"real_speedup_vs_hf={'nan' if hf is None else f'{hf:.3f}'}")
+    return summary
