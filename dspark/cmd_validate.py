@@ -18,7 +18,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="validate TOML (default: configs/validate.toml)")
     p.add_argument("--out", default="runs/validate", help="run folder (default: runs/validate)")
     p.add_argument("--fast", action="store_true",
-                   help="tiny random models, small grid and prompt sets (CI; configs/validate_tiny.toml)")
+                   help="tiny random models, small grid and prompt sets "
+                   "(CI; configs/validate_tiny.toml)")
     p.add_argument("--repeats", type=int, default=None, help="real runs per pair (override)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key (TOML value), e.g. --set engine.device='\"cuda\"'")

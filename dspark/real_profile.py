@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     t = df[(df["model"] == "target") & (df["new_tokens"] == 1)]
     d = df[(df["model"] == "drafter") & (df["new_tokens"] == 1)]
     print(f"wrote {out / 'latency.csv'} ({len(df)} rows)")
+    c = d['seconds'].median() / t['seconds'].median()
     print(f"target 1-token verify: {t['seconds'].median() * 1e3:.3f} ms, drafter step: "
-          f"{d['seconds'].median() * 1e3:.3f} ms (c = {d['seconds'].median() / t['seconds'].median():.3f}), "
+          f"{d['seconds'].median() * 1e3:.3f} ms (c = {c:.3f}), "
           f"round overhead: {details['round_overhead_s'] * 1e3:.3f} ms")
     return 0

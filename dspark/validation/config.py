@@ -1,8 +1,8 @@
 """The ``dspark validate`` configuration: one frozen dataclass tree from a TOML file.
 
 Sections: ``[models]`` (shipped checkpoints or tiny random models), ``[engine]``
-(``real.engine.EngineConfig``), ``[profile]`` (``real.profile.ProfileConfig``), ``[workloads.<name>]``
-(``real.tracing.PromptSetConfig``), ``[calibration]``, ``[heldout]``, ``[controller.<name>]``.
+(``real.engine.EngineConfig``), ``[profile]`` (``real.profile.ProfileConfig``),
+``[workloads.<name>]`` (``real.tracing.PromptSetConfig``), ``[calibration]``, ``[heldout]``, ``[controller.<name>]``.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def _finish(cfg: ValidateConfig, source: str) -> ValidateConfig:
             raise ConfigError(f"{source}: controller.{name} must be a table")
         make_config(name, table, source=source)
     make_config(cfg.calibration.controller, cfg.calibration.controller_config, source=source)
-    if not cfg.engine.stop_at_eot is False:
+    if cfg.engine.stop_at_eot:
         raise ConfigError(f"{source}: engine.stop_at_eot must be false for validation (every "
                           f"request generates exactly max_new_tokens)")
     if cfg.engine.temperature != 0.0:

@@ -126,7 +126,7 @@ def sim_metrics(res) -> dict[str, float]:
 
 
 def predict(scenario_path: Path, controller: str, config, seeds=(0,)) -> tuple[dict, object]:
-    """Mean metrics over ``seeds`` (replay is deterministic: one seed) and the first run's rounds."""
+    """Mean metrics over ``seeds`` (replay is deterministic: one seed), first run's result."""
     from sim import load_scenario, simulate
 
     scn = load_scenario(scenario_path)
