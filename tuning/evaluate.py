@@ -16,6 +16,7 @@ Every entry runs on the *held-out* workloads and seeds only.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ import optuna
 from control import make_config
 from tuning.config import TuningConfig, WorkloadSpec
 from tuning.objective import OBJECTIVE_METRICS, Objective, default_simulate, load_workload
-from tuning.space import SEED_POINT, params_to_config, start_points, suggest_config
+from tuning.space import SEED_POINT, params_to_config, start_points
 
 
 @dataclass(frozen=True)
@@ -61,20 +62,23 @@ def fixed_k_sweep(cfg: TuningConfig, simulate: Callable | None = None) -> tuple[
 
 def tune_baseline(cfg: TuningConfig, controller: str, n_trials: int,
                   simulate: Callable | None = None) -> tuple[Any, float]:
-    """A small in-memory study of a baseline on the tuning workloads; (best config, value)."""
+    """A small in-memory study of a baseline on the tuning workloads, same objective (its first
+    metric) and quality constraint as the main study; (best feasible config, its value)."""
+    from tuning.export import choose_best
+    from tuning.study import make_pruner, make_sampler, quiet
+    quiet()
     single, _ = primary(cfg.tune.objective)
-    obj = Objective(cfg, simulate=simulate, controller=controller, objective=single)
+    bcfg = dataclasses.replace(cfg, tune=dataclasses.replace(
+        cfg.tune, controller=controller, objective=single, mode="", sampler="tpe",
+        n_startup_trials=min(cfg.tune.n_startup_trials, max(1, n_trials // 3))))
+    obj = Objective(bcfg, simulate=simulate)
     study = optuna.create_study(direction=OBJECTIVE_METRICS[single][0][1],
-                                sampler=optuna.samplers.TPESampler(seed=cfg.tune.seed,
-                                                                   n_startup_trials=min(10, n_trials)))
+                                sampler=make_sampler(bcfg), pruner=make_pruner(bcfg))
     for p in start_points(controller):
         study.enqueue_trial(p)
-
-    def f(trial: optuna.Trial) -> float:
-        return obj.values(suggest_config(trial, controller))[0]
-
-    study.optimize(f, n_trials=n_trials, gc_after_trial=False)
-    return params_to_config(controller, study.best_params), study.best_value
+    study.optimize(obj, n_trials=n_trials, gc_after_trial=False)
+    best = choose_best(study, bcfg)
+    return params_to_config(controller, best.params), best.value
 
 
 def entries(cfg: TuningConfig, best_config: Any, simulate: Callable | None = None,

@@ -2,9 +2,10 @@
 
 ``Objective(cfg)(trial)`` suggests a config (:func:`tuning.space.suggest_config`), simulates it
 on every tuning workload and seed (an *instance*), and returns the mean of the objective's
-metric(s) over the instances. After each instance of a single-objective study it reports to
-the pruner: the running mean (median pruner: comparable across trials at the same step) or the
-instance's own value (Wilcoxon pruner: paired per-instance comparison). The mean of every
+metric(s) over the instances. After each workload of a single-objective study it reports to
+the pruner (step = workload index): the running mean over the workloads so far (median pruner:
+comparable across trials at the same step) or the workload's own mean (Wilcoxon pruner: paired
+per-workload comparison). The mean of every
 summary metric is kept as a user attribute, and ``constraint`` holds
 ``mean lossy_accept_fraction − max_lossy_fraction`` (feasible when <= 0) for the samplers'
 ``constraints_func``.
@@ -103,29 +104,38 @@ class Objective:
         self.instances = [Instance(w.name, s, load_workload(w)) for w in wls for s in seeds]
 
     def scores(self, config: Any, trial: Any = None) -> dict[str, float]:
-        """Mean summary metrics of ``config`` over the instances (reports to ``trial``)."""
+        """Mean summary metrics of ``config`` over the instances; with ``trial``, one report
+        per workload (step = workload index) for the pruner."""
         primary = self.metrics[0][0]
         single = len(self.metrics) == 1 and trial is not None
         rows: list[dict] = []
-        for step, inst in enumerate(self.instances):
-            s = self.simulate(inst.scenario, self.controller, config, inst.seed, False)
-            rows.append(s)
+        per_workload: list[float] = []
+        for step, (name, group) in enumerate(self._by_workload()):
+            mine = [self.simulate(i.scenario, self.controller, config, i.seed, False)
+                    for i in group]
+            rows += mine
+            per_workload.append(sum(float(r[primary]) for r in mine) / len(mine))
             if single:
-                v = float(s[primary])
-                if not self.report_each:
-                    v = sum(float(r[primary]) for r in rows) / len(rows)
+                v = per_workload[-1] if self.report_each else \
+                    sum(per_workload) / len(per_workload)
                 trial.report(v, step)
                 if trial.should_prune():
                     self._keep(trial, rows)
-                    raise optuna.TrialPruned(f"pruned after {inst.workload} seed {inst.seed}")
-        means = {m: sum(float(r[m]) for r in rows) / len(rows)
-                 for m in {*KEPT_METRICS, *(m for m, _ in self.metrics)} if m in rows[0]}
+                    raise optuna.TrialPruned(f"pruned after workload {name}")
         for m, _ in self.metrics:
             if m not in rows[0]:
                 raise KeyError(f"simulator summary has no metric '{m}'")
+        means = {m: sum(float(r[m]) for r in rows) / len(rows)
+                 for m in {*KEPT_METRICS, *(m for m, _ in self.metrics)} if m in rows[0]}
         if trial is not None:
             self._keep(trial, rows)
         return means
+
+    def _by_workload(self) -> list[tuple[str, list[Instance]]]:
+        groups: dict[str, list[Instance]] = {}
+        for i in self.instances:
+            groups.setdefault(i.workload, []).append(i)
+        return list(groups.items())
 
     def _keep(self, trial: Any, rows: list[dict]) -> None:
         for m in KEPT_METRICS:

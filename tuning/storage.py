@@ -100,7 +100,7 @@ def _with_driver(url: str) -> str:
     """``postgresql://`` with the installed driver: SQLAlchemy 2.1 defaults to psycopg 3, the
     ``postgres`` extra installs psycopg2-binary; ``postgres://`` is an alias."""
     import importlib.util
-    scheme, sep, rest = url.partition("://")
+    scheme, _, rest = url.partition("://")
     if scheme in ("postgresql", "postgres"):
         if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2"):
             return f"postgresql+psycopg2://{rest}"

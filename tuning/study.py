@@ -77,10 +77,9 @@ def make_pruner(cfg: TuningConfig) -> optuna.pruners.BasePruner:
     if cfg.multi_objective or cfg.tune.pruner == "none":
         return optuna.pruners.NopPruner()
     if cfg.tune.pruner == "wilcoxon":
-        return optuna.pruners.WilcoxonPruner(p_threshold=0.1, n_startup_steps=2)
-    n_steps = len(cfg.tune.workloads) * len(cfg.tune.sim_seeds)
+        return optuna.pruners.WilcoxonPruner(p_threshold=0.1, n_startup_steps=1)
     return optuna.pruners.MedianPruner(n_startup_trials=max(5, cfg.tune.n_startup_trials // 2),
-                                       n_warmup_steps=0 if n_steps > 1 else 1)
+                                       n_warmup_steps=0)
 
 
 def _slots(study: optuna.Study) -> set[int]:

@@ -113,3 +113,14 @@ def test_multi_objective_quality_study_pins_threshold(tiny_cfg, tmp_path):
     assert len(pareto) >= 1
     _, best = load_best_config(tmp_path / "q" / "best_config.toml")
     assert best.mode == "threshold" and "mode" not in s["best_params"]
+
+
+def test_baseline_tuning_respects_the_quality_constraint(tiny_cfg):
+    from tuning.evaluate import tune_baseline
+    config, value = tune_baseline(tiny_cfg, "fixed", 6)
+    obj = Objective(tiny_cfg, controller="fixed")
+    # the returned value is the config's own score, no worse than the default k = 4
+    assert value == pytest.approx(obj.values(config)[0], rel=1e-12)
+    assert value >= obj.values(make_config("fixed"))[0]
+    lossy = obj.scores(config)["lossy_accept_fraction"]
+    assert lossy <= tiny_cfg.tune.max_lossy_fraction
