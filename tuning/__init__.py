@@ -1,1 +1,25 @@
-"""tuning package."""
+"""tuning: Optuna studies that tune the controllers on the simulator.
+
+- :mod:`tuning.space` — ``suggest_config(trial, controller)``: the search space, derived from the
+  controllers' config dataclasses (``param`` ranges/choices) and narrowed by a table; log-scale
+  gains with an off switch, block size 16-512, ordered k bounds, threshold-only fields
+  suggested only when ``mode = threshold``.
+- :mod:`tuning.objective` — ``Objective``: one callable scoring a config over workloads × seeds
+  (throughput, goodput, p99 TPOT, or throughput vs p99 / vs quality loss), with per-workload
+  reports for the median or Wilcoxon pruner and the quality constraint.
+- :mod:`tuning.study` — samplers (seeded TPE by default; NSGA-II, CMA-ES, GP, random), the
+  slot queue that gives exactly ``n_trials`` across N worker processes, resume.
+- :mod:`tuning.storage` — storage by URL: ``memory``, a journal file (default, in the run
+  folder), ``sqlite:///`` or ``postgresql://`` (RDB with heartbeat and retry of stale trials).
+- :mod:`tuning.evaluate` — the held-out matrix (controller × workload × seed).
+- :mod:`tuning.export` — best trial, ``best_config.toml``, importances, Pareto front, summary.
+- :mod:`tuning.run` — the whole ``dspark tune`` run.
+
+Watching a study: ``pip install optuna-dashboard`` (not a dependency of the lab), then
+``optuna-dashboard runs/tune-<study>/study.journal`` (journal files are opened directly by
+optuna-dashboard >= 0.14), or ``optuna-dashboard postgresql://USER@HOST/DB`` for a database.
+"""
+
+from tuning.space import config_to_params, params_to_config, space, start_points, suggest_config
+
+__all__ = ["config_to_params", "params_to_config", "space", "start_points", "suggest_config"]

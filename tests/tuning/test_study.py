@@ -124,3 +124,27 @@ def test_baseline_tuning_respects_the_quality_constraint(tiny_cfg):
     assert value >= obj.values(make_config("fixed"))[0]
     lossy = obj.scores(config)["lossy_accept_fraction"]
     assert lossy <= tiny_cfg.tune.max_lossy_fraction
+
+
+@pytest.mark.parametrize("objective, pruner", [("p99_tpot", "wilcoxon"), ("goodput", "median"),
+                                               ("throughput-p99", "median")])
+def test_objectives_directions_and_best(tiny_cfg, tmp_path, objective, pruner):
+    from tuning.export import choose_best
+    cfg = dataclasses.replace(tiny_cfg, tune=dataclasses.replace(
+        tiny_cfg.tune, objective=objective, pruner=pruner, n_trials=4))
+    study = run_study(cfg, "memory")
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    best = choose_best(study, cfg, slo_tpot_s=1.0)
+    if objective == "p99_tpot":
+        assert study.direction == optuna.study.StudyDirection.MINIMIZE
+        feasible = [t for t in complete if t.user_attrs["constraint"][0] <= 0] or complete
+        assert best.value == min(t.value for t in feasible)
+        assert best.value == pytest.approx(best.user_attrs["tpot_p99_s"])
+    elif objective == "goodput":
+        assert best.value == pytest.approx(best.user_attrs["goodput_tokens_per_s"])
+    else:
+        assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
+        front = {t.number for t in study.best_trials}
+        assert best.number in front and best.values[1] <= 1.0
+        assert best.values[0] == max(t.values[0] for t in study.best_trials
+                                     if t.values[1] <= 1.0)
