@@ -16,8 +16,10 @@
 - :mod:`tuning.run` — the whole ``dspark tune`` run.
 
 Watching a study: ``pip install optuna-dashboard`` (not a dependency of the lab), then
-``optuna-dashboard runs/tune-<study>/study.journal`` (journal files are opened directly by
-optuna-dashboard >= 0.14), or ``optuna-dashboard postgresql://USER@HOST/DB`` for a database.
+``optuna-dashboard runs/tune-<study>/study.journal`` (recent optuna-dashboard versions take a
+journal file path as the storage; not checked here, the dashboard is not installed), or
+``optuna-dashboard postgresql://USER@HOST/DB`` / ``sqlite:///PATH`` for a database storage
+(``dspark tune --storage sqlite:///runs/t.db`` works with any dashboard version).
 """
 
 from tuning.space import config_to_params, params_to_config, space, start_points, suggest_config
