@@ -106,7 +106,8 @@ class NgramDrafter:
         q = None
         if not sp.greedy:
             q = torch.zeros(len(toks), self.vocab_size, device=seq.device)
-            q[torch.arange(len(toks)), torch.tensor(toks)] = 1.0
+            q[torch.arange(len(toks), device=seq.device),
+              torch.tensor(toks, device=seq.device)] = 1.0
         return len(toks), [1.0] * len(toks), q
 
     def accept(self, L: int, drafted: int, n: int) -> None:

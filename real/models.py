@@ -65,12 +65,16 @@ def rope_tables(cfg: TransformerConfig, dtype: torch.dtype, device) -> tuple[tor
     t = torch.arange(cfg.max_seq_len, dtype=torch.int64).float()
     freqs = torch.outer(t, inv)
     emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos().to(dtype=dtype, device=device), emb.sin().to(dtype=dtype, device=device)
+    cos, sin = emb.cos().to(dtype=dtype, device=device), emb.sin().to(dtype=dtype, device=device)
+    # Llama's rotate_half(x) = [-x2, x1] = roll(x, hd/2) * [-1.., +1..]: fold the sign into sin
+    # (exact: a sign flip never rounds), so RoPE is mul + roll + mul + add.
+    sign = torch.ones(hd, dtype=dtype, device=device)
+    sign[: hd // 2] = -1
+    return cos, sin * sign
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    h = x.shape[-1] // 2
-    return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin_signed
 
 
 class Block(nn.Module):
@@ -87,10 +91,9 @@ class Block(nn.Module):
 
     def forward(self, x, cos, sin, cache=None, pos=0, mask=None):
         B, T, D = x.shape
-        q, k, v = self.qkv(self.input_layernorm(x)).view(B, T, 3, self.h, self.hd).unbind(2)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        qkv = self.qkv(self.input_layernorm(x)).view(B, T, 3, self.h, self.hd).permute(2, 0, 3, 1, 4)
+        qk = _rope(qkv[:2], cos, sin)  # q and k together: [2, B, H, T, hd]
+        q, k, v = qk[0], qk[1], qkv[2]
         if cache is None:
             a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
