@@ -76,7 +76,7 @@ def test_bad_tuning_config_is_one_line_error(tmp_path, edit, message):
 def test_cli_bad_config_prints_one_line_and_exits_2(tmp_path):
     p = _write(tmp_path, BASE.replace('controller = "dspark"', 'controller = "dspark"\nx = 1'))
     r = subprocess.run([sys.executable, "-m", "dspark", "tune", str(p), "--out",
-                        str(tmp_path / "o")], capture_output=True, text=True, cwd=ROOT,
+                        str(tmp_path / "o")], check=False, capture_output=True, text=True, cwd=ROOT,
                        timeout=60)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
@@ -86,7 +86,7 @@ def test_cli_bad_config_prints_one_line_and_exits_2(tmp_path):
 def test_cli_refuses_memory_storage_with_workers(tmp_path):
     r = subprocess.run([sys.executable, "-m", "dspark", "tune", str(TINY), "--storage", "memory",
                         "--workers", "2", "--out", str(tmp_path / "o"), "--quiet"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+                       check=False, capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 2 and "needs a shared storage" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
@@ -118,3 +118,16 @@ def test_unreachable_database_is_one_line_error():
         make_storage("postgresql://nobody:pw@127.0.0.1:1/none")
     assert "cannot be opened" in str(e.value) and "pw" not in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_cli_tune_prints_the_final_table(tmp_path):
+    out = tmp_path / "o"
+    r = subprocess.run([sys.executable, "-m", "dspark", "tune", str(TINY), "--trials", "3",
+                        "--storage", "memory", "--out", str(out), "--quiet"],
+                       check=False, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "3 trials" in r.stdout and "held-out evaluation" in r.stdout
+    rows = [ln.split()[0] for ln in r.stdout.splitlines() if ln.strip()]
+    for label in ("dspark-tuned", "dspark-seed", "dspark-default", "fixed-best", "oracle"):
+        assert label in rows
+    assert (out / "evaluation.csv").exists() and not (out / "study.journal").exists()

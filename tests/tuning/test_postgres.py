@@ -73,19 +73,19 @@ def pg_url():
     env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
     cmd, _ = _as_user([str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
                        "--auth=trust", "-E", "UTF8", "--no-sync"])
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off"
     cmd, _ = _as_user([str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-l",
                        str(root / "log.txt"), "-w", "-t", "60", "start"])
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:] + (root / "log.txt").read_text()[-2000:]
     try:
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:
         cmd, _ = _as_user([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w",
                            "stop"])
-        subprocess.run(cmd, capture_output=True, env=env, timeout=60)
+        subprocess.run(cmd, check=False, capture_output=True, env=env, timeout=60)
         deadline = time.time() + 10
         while time.time() < deadline:     # the port is free again: the server is gone
             with socket.socket() as s:

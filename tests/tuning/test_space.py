@@ -8,8 +8,16 @@ import optuna
 import pytest
 
 from control import controller_config_class, controller_names, make_config
-from tuning.space import (SEED_POINT, config_to_params, defaults, params_to_config, space,
-                          start_points, suggest_config, suggest_params)
+from tuning.space import (
+    SEED_POINT,
+    config_to_params,
+    defaults,
+    params_to_config,
+    space,
+    start_points,
+    suggest_config,
+    suggest_params,
+)
 
 THRESHOLD_ONLY = ("beta0", "beta_min", "beta_max", "beta_kp", "beta_ki", "beta_kd", "lossy_limit")
 

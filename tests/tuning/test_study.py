@@ -60,12 +60,13 @@ def test_fixed_trial_scores_like_the_simulator(tiny_cfg):
 
 def test_tune_writes_the_run_folder(tiny_cfg, tmp_path):
     out = tmp_path / "run"
-    s = tune(tiny_cfg, out, storage=None, workers=1)
+    returned = tune(tiny_cfg, out, storage=None, workers=1)
     files = {p.name for p in out.iterdir()}
     assert {"study.journal", "trials.csv", "best_config.toml", "evaluation.csv",
             "importances.csv", "summary.json", "config.toml"} <= files
     summary = json.loads((out / "summary.json").read_text())
     assert summary["kind"] == "tune" and summary["n_trials"] == 5
+    assert returned["best_params"] == summary["best_params"]
     assert summary["directions"] == ["maximize"] and summary["objective"] == "throughput"
     for k in ("study_name", "storage", "best_value", "best_params"):
         assert k in summary

@@ -93,11 +93,11 @@ def test_sigkilled_worker_loses_no_finished_trial_and_resume_completes(tmp_path)
     print(f"killed running trials: {[t.number for t in killed]}")
 
     # without --resume the run folder is refused; with it the study is continued
-    r = subprocess.run(_cli(str(cfg), "--out", str(out)), cwd=ROOT, capture_output=True,
+    r = subprocess.run(_cli(str(cfg), "--out", str(out)), cwd=ROOT, check=False, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "pass --resume" in r.stderr
     r = subprocess.run(_cli(str(cfg), "--out", str(out), "--resume"), cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+                       check=False, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
 
     after = {t.number: t for t in _study(out).get_trials()}
