@@ -167,6 +167,8 @@ class DSparkController(Controller):
                           c.alpha_max, c.alpha0)
         self._pid_b = PID(c.beta_kp, c.beta_ki, c.beta_kd, c.d_filter, c.beta_min, c.beta_max,
                           c.beta0)
+        self._push = self._win.push_obs   # bound once: observe() is on the hot path
+        self._feed = self._blocks.feed
         self._guard = AnomalyGuard(c.anomaly_detector, c.anomaly_z, c.anomaly_sigma_floor,
                                    c.cusum_slack, c.cusum_limit, c.baseline_ema,
                                    c.baseline_min_blocks, c.lossy_limit, c.recovery_blocks)
@@ -203,17 +205,16 @@ class DSparkController(Controller):
         return self._decision
 
     def observe(self, obs: Observation) -> None:
-        n = obs.accepted
-        drafted = obs.drafted
-        self._win.push(n, 1 if n < drafted else 0, drafted, obs.emitted, obs.draft_s,
-                       obs.draft_s + obs.verify_s, obs.lossy_accepts, obs.now_s)
+        # hot path (the simulator calls it per sequence per round): locals, no extra calls
+        # unless something happens (a fruitless round, a cool-down step, a block boundary).
+        self._push(obs)
         self.rounds += 1
         changed = False
         if self.cooldown:
             self.cooldown -= 1
             changed = self.cooldown == 0
-        elif drafted:
-            if n:
+        elif obs.drafted:
+            if obs.accepted:
                 self.fails = 0
             else:
                 self.fails += 1
@@ -222,7 +223,7 @@ class DSparkController(Controller):
                     self.cooldown = self.config.cooldown_rounds
                     self.cooldowns += 1
                     changed = True
-        if self._blocks.feed(obs.emitted, obs.sentence_ends):
+        if self._feed(obs.emitted, obs.sentence_ends):
             self._block_end()
         elif changed:
             self._rebuild(False)

@@ -41,7 +41,6 @@ class Decision:
             raise ValueError(f"Decision.mode must be one of {MODES}, got {self.mode!r}")
 
 
-@dataclass(frozen=True, slots=True)
 class Observation:
     """What happened in one round of one sequence.
 
@@ -52,33 +51,72 @@ class Observation:
     drafter's confidence of each drafted token. ``lossy_accepts`` counts accepted tokens
     that strict verification would have rejected (threshold mode only).
     ``sentence_ends`` are 0-based offsets within the emitted tokens that end a sentence.
+
+    Immutable by convention: treat an Observation as a value and never assign to its fields
+    (controllers may keep a reference to it, e.g. in their round window). It is a plain
+    ``__slots__`` class rather than a frozen dataclass because the simulator builds one per
+    sequence per round and a frozen dataclass's ``__init__`` (one ``object.__setattr__`` per
+    field) dominated that cost. Equality, hashing and ``repr`` are by value over the fields.
     """
+
+    __slots__ = ("now_s", "drafted", "accepted", "confidences", "draft_s",  # noqa: RUF023
+                 "verify_s", "context_tokens", "lossy_accepts", "emitted", "sentence_ends")
 
     now_s: float
     drafted: int
     accepted: int
-    confidences: tuple[float, ...] = ()
-    draft_s: float = 0.0
-    verify_s: float = 0.0
-    context_tokens: int = 0
-    lossy_accepts: int = 0
-    emitted: int = -1  # -1 means accepted + 1
-    sentence_ends: tuple[int, ...] = ()
+    confidences: tuple[float, ...]
+    draft_s: float
+    verify_s: float
+    context_tokens: int
+    lossy_accepts: int
+    emitted: int  # -1 given means accepted + 1
+    sentence_ends: tuple[int, ...]
 
-    def __post_init__(self) -> None:
-        if not 0 <= self.accepted <= self.drafted:
+    def __init__(self, now_s: float, drafted: int, accepted: int,
+                 confidences: tuple[float, ...] = (), draft_s: float = 0.0,
+                 verify_s: float = 0.0, context_tokens: int = 0, lossy_accepts: int = 0,
+                 emitted: int = -1, sentence_ends: tuple[int, ...] = ()) -> None:
+        if not 0 <= accepted <= drafted:
             raise ValueError(f"Observation needs 0 <= accepted <= drafted, "
-                             f"got accepted={self.accepted}, drafted={self.drafted}")
-        if self.emitted < 0:
-            object.__setattr__(self, "emitted", self.accepted + 1)
-        if self.confidences and len(self.confidences) != self.drafted:
-            raise ValueError(f"Observation has {len(self.confidences)} confidences "
-                             f"for {self.drafted} drafted tokens")
+                             f"got accepted={accepted}, drafted={drafted}")
+        if confidences and len(confidences) != drafted:
+            raise ValueError(f"Observation has {len(confidences)} confidences "
+                             f"for {drafted} drafted tokens")
+        self.now_s = now_s
+        self.drafted = drafted
+        self.accepted = accepted
+        self.confidences = confidences
+        self.draft_s = draft_s
+        self.verify_s = verify_s
+        self.context_tokens = context_tokens
+        self.lossy_accepts = lossy_accepts
+        self.emitted = accepted + 1 if emitted < 0 else emitted
+        self.sentence_ends = sentence_ends
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, f) for f in OBSERVATION_FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        return "Observation(" + ", ".join(f"{f}={getattr(self, f)!r}"
+                                          for f in OBSERVATION_FIELDS) + ")"
 
     @property
     def rejected(self) -> bool:
         """True when the round ended in a rejection (some drafted token was refused)."""
         return self.accepted < self.drafted
+
+
+#: Field names of :class:`Observation`, in constructor order.
+OBSERVATION_FIELDS: tuple[str, ...] = Observation.__slots__
 
 
 @dataclass(frozen=True)

@@ -17,100 +17,238 @@ rejection as failures, and it penalises a round cut short by the drafter-confide
 such a round that accepted everything it drafted ended in *no* rejection and is all successes
 for â, while VPR would blend it with rounds of different length.
 
-Everything here is O(1) per round: fixed-size ring buffers with running sums. Float sums are
-recomputed from the buffer each time the ring wraps, so rounding drift stays bounded and the
-result depends only on the sequence of rounds (replays give identical values).
+Pushing a round is O(1) and cheap (one append to a history list; the simulator pushes one per
+sequence per round). The window sums are computed when they are read (at most once per push,
+cached) from the history, which keeps at least the last ``2 · size`` rounds. They equal, bit for
+bit, those of a fixed-size ring buffer with running sums ``s += new − old`` whose float sums are
+recomputed (``sum(buffer)``) each time the ring wraps: that bounded-drift rule is what the sums
+follow, so the result depends only on the sequence of rounds and replays give identical values.
+Reading every few rounds catches the running sums up push by push (the same operations as
+eager updates); reading rarely recomputes them from the last wrap.
 """
 
 from __future__ import annotations
 
+from operator import itemgetter
+
+_ROW_COLS = tuple(itemgetter(j) for j in range(8))
+
+
+def _obs_row(o) -> tuple:
+    n, d = o.accepted, o.drafted
+    return (n, 1 if n < d else 0, d, o.emitted, o.draft_s, o.draft_s + o.verify_s,
+            o.lossy_accepts, o.now_s)
+
 
 class RoundWindow:
-    """The last ``size`` rounds: accepted, rejections, drafted, emitted, times, lossy accepts."""
+    """The last ``size`` rounds: accepted, rejections, drafted, emitted, times, lossy accepts.
 
-    __slots__ = ("size", "_n", "_rej", "_drafted", "_emitted", "_draft_s", "_round_s",
-                 "_lossy", "_now", "_i", "count", "sum_n", "sum_rej", "sum_drafted", "sum_emitted",
-                 "sum_draft_s", "sum_round_s", "sum_lossy")
+    A round is pushed either as numbers (:meth:`push`) or as the :class:`~control.types.Observation`
+    itself (``push_obs``: ``rej = accepted < drafted``, ``round_s = draft_s + verify_s``).
+    The window keeps a reference to pushed observations (they are immutable by convention).
+    ``count`` and the ``sum_*`` attributes are read-only views of the window. The history is
+    trimmed to its last ``2 · size`` rounds when the window is read (controllers read theirs
+    at least once per block), so it holds at most the rounds since the previous read plus
+    ``4 · size + 64``.
+    """
+
+    __slots__ = ("_cap", "_ct", "_h", "_off", "_s", "_tup", "push_obs", "size")
 
     def __init__(self, size: int) -> None:
         if size < 1:
             raise ValueError(f"window size must be >= 1, got {size}")
         self.size = size
+        self._cap = 4 * size + 64  # history length that a read trims back to 2 · size
+        self._h: list = []      # pushed rounds, oldest first (tuples or Observations)
+        #: Add one round given as its Observation (``rej = accepted < drafted``,
+        #: ``round_s = draft_s + verify_s``): the history list's own ``append``, so a push
+        #: costs no Python frame. The list object lives as long as the window (``clear``
+        #: empties it in place), so a caller may keep this bound method.
+        self.push_obs = self._h.append
         self.clear()
 
     def clear(self) -> None:
-        s = self.size
-        self._n = [0] * s
-        self._rej = [0] * s
-        self._drafted = [0] * s
-        self._emitted = [0] * s
-        self._draft_s = [0.0] * s
-        self._round_s = [0.0] * s
-        self._lossy = [0] * s
-        self._now = [0.0] * s
-        self._i = 0
-        self.count = 0
-        self.sum_n = self.sum_rej = self.sum_drafted = self.sum_emitted = self.sum_lossy = 0
-        self.sum_draft_s = self.sum_round_s = 0.0
+        self._h.clear()
+        self._off = 0           # absolute push index of _h[0]
+        self._tup = False       # some entries are tuples (pushed as numbers)
+        self._ct = 0            # push count the cached sums _s cover
+        # n, rej, drafted, emitted, draft_s, round_s, lossy (running-sum state at push _ct)
+        self._s = [0, 0, 0, 0, 0.0, 0.0, 0]
 
     def push(self, n: int, rej: int, drafted: int, emitted: int, draft_s: float,
              round_s: float, lossy: int, now_s: float = 0.0) -> None:
         """Add one round (``rej`` is 1 when it ended in a rejection); drop the oldest if full."""
-        i = self._i
-        self.sum_n += n - self._n[i]
-        self.sum_rej += rej - self._rej[i]
-        self.sum_drafted += drafted - self._drafted[i]
-        self.sum_emitted += emitted - self._emitted[i]
-        self.sum_lossy += lossy - self._lossy[i]
-        self.sum_draft_s += draft_s - self._draft_s[i]
-        self.sum_round_s += round_s - self._round_s[i]
-        self._n[i] = n
-        self._rej[i] = rej
-        self._drafted[i] = drafted
-        self._emitted[i] = emitted
-        self._lossy[i] = lossy
-        self._draft_s[i] = draft_s
-        self._round_s[i] = round_s
-        self._now[i] = now_s
-        i += 1
-        if i == self.size:
-            i = 0
-            # exact re-sum of the float columns once per wrap: bounded drift, amortised O(1).
-            self.sum_draft_s = sum(self._draft_s)
-            self.sum_round_s = sum(self._round_s)
-        self._i = i
-        if self.count < self.size:
-            self.count += 1
+        h = self._h
+        h.append((n, rej, drafted, emitted, draft_s, round_s, lossy, now_s))
+        self._tup = True
+
+    # --- reading --
+    @property
+    def count(self) -> int:
+        return min(self._off + len(self._h), self.size)
+
+    @property
+    def sum_n(self) -> int:
+        return self._sums()[0]
+
+    @property
+    def sum_rej(self) -> int:
+        return self._sums()[1]
+
+    @property
+    def sum_drafted(self) -> int:
+        return self._sums(True)[2]
+
+    @property
+    def sum_emitted(self) -> int:
+        return self._sums()[3]
+
+    @property
+    def sum_draft_s(self) -> float:
+        return self._sums(True)[4]
+
+    @property
+    def sum_round_s(self) -> float:
+        return self._sums()[5]
+
+    @property
+    def sum_lossy(self) -> int:
+        return self._sums()[6]
 
     def a_hat(self) -> float | None:
         """â = Σn / (Σn + rejections) over the window; None when no token was verified."""
-        trials = self.sum_n + self.sum_rej
+        s = self._sums()
+        trials = s[0] + s[1]
         if trials == 0:
             return None
-        return self.sum_n / trials
+        return s[0] / trials
 
     def tpot_s(self) -> float | None:
         """Seconds of draft + verify per emitted token over the window; None without data."""
-        if self.sum_emitted <= 0 or self.sum_round_s <= 0.0:
+        s = self._sums()
+        if s[3] <= 0 or s[5] <= 0.0:
             return None
-        return self.sum_round_s / self.sum_emitted
+        return s[5] / s[3]
 
     def wall_tpot_s(self) -> float | None:
         """Wall-clock seconds per emitted token: ``now_s`` span from the end of the oldest round
         to the end of the newest, over the tokens of the rounds after the oldest."""
-        if self.count < 2:
+        count = self.count
+        if count < 2:
             return None
-        old = self._i if self.count == self.size else 0
-        new = self._i - 1
-        tokens = self.sum_emitted - self._emitted[old]
-        span = self._now[new] - self._now[old]
+        h, off = self._h, self._off
+        t = off + len(h)
+        old, new = self._row(h[t - count - off]), self._row(h[-1])
+        tokens = self._sums()[3] - old[3]
+        span = new[7] - old[7]
         if tokens <= 0 or span <= 0.0:
             return None
         return span / tokens
 
     def lossy_fraction(self) -> float:
         """Accepted tokens that strict verification would have refused / accepted tokens."""
-        return self.sum_lossy / self.sum_n if self.sum_n > 0 else 0.0
+        s = self._sums()
+        return s[6] / s[0] if s[0] > 0 else 0.0
+
+    # --- internals --
+    @staticmethod
+    def _row(x) -> tuple:
+        return x if x.__class__ is tuple else _obs_row(x)
+
+    def _rows(self, lo: int, hi: int) -> list:
+        """Rounds with absolute push indices lo..hi-1 as 8-tuples."""
+        seg = self._h[lo - self._off:hi - self._off]
+        if not self._tup:
+            return [_obs_row(o) for o in seg]
+        return [self._row(x) for x in seg]
+
+    def _trim(self) -> None:
+        h = self._h
+        drop = len(h) - 2 * self.size
+        del h[:drop]
+        self._off += drop
+
+    def _sums(self, full: bool = False) -> list:
+        """[Σn, Σrej, Σdrafted, Σemitted, Σdraft_s, Σround_s, Σlossy] after the last push.
+        Without ``full`` the Σdrafted and Σdraft_s slots may be None (not needed by â, TPOT
+        and the lossy fraction, so a rare reader skips them)."""
+        h, size = self._h, self.size
+        t = self._off + len(h)
+        ct = self._ct
+        s = self._s
+        if ct == t and (not full or s[2] is not None):
+            return s
+        if len(h) >= self._cap:
+            self._trim()
+        if (s[2] is not None and t - ct <= size // 2 + 1
+                and (ct - size if ct > size else 0) >= self._off):
+            self._catch_up(ct, t)
+        else:
+            self._recompute(t, full)
+        self._ct = t
+        return self._s
+
+    def _catch_up(self, ct: int, t: int) -> None:
+        """Eager ring-buffer updates for pushes ct..t-1 (needs pushes from ct - size on)."""
+        size = self.size
+        lo = ct - size if ct >= size else 0
+        rows = self._rows(lo, t)
+        zero = (0, 0, 0, 0, 0.0, 0.0, 0, 0.0)
+        sn, srej, sdr, sem, sds, srs, slo = self._s
+        for p in range(ct, t):
+            new = rows[p - lo]
+            old = rows[p - size - lo] if p >= size else zero
+            sn += new[0] - old[0]
+            srej += new[1] - old[1]
+            sdr += new[2] - old[2]
+            sem += new[3] - old[3]
+            slo += new[6] - old[6]
+            sds += new[4] - old[4]
+            srs += new[5] - old[5]
+            if (p + 1) % size == 0:  # the ring wrapped: exact re-sum of the float columns
+                ring = rows[p + 1 - size - lo:p + 1 - lo]
+                sds = sum([r[4] for r in ring])
+                srs = sum([r[5] for r in ring])
+        self._s = [sn, srej, sdr, sem, sds, srs, slo]
+
+    @staticmethod
+    def _float_sum(col: list, size: int, wrapped: bool) -> float:
+        """Running float sum of a column of pushes since one ring wrap before the last one:
+        ``sum`` at the last wrap, then ``+= new - old`` (or from 0.0 before any wrap)."""
+        if wrapped:
+            x = sum(col[:size])
+            for new, old in zip(col[size:], col):
+                x += new - old
+            return x
+        x = 0.0
+        for new in col:
+            x += new - 0.0
+        return x
+
+    def _recompute(self, t: int, full: bool) -> None:
+        """The sums after push t from the rounds since the ring wrap before the last one."""
+        size = self.size
+        w = t - t % size          # pushes at the last wrap
+        lo = w - size if w else 0
+        if not self._tup:  # observations only: read the needed fields directly
+            seg = self._h[lo - self._off:t - self._off]
+            win = seg[-size:]
+            s = [sum([o.accepted for o in win]), sum([o.accepted < o.drafted for o in win]),
+                 None, sum([o.emitted for o in win]), None,
+                 self._float_sum([o.draft_s + o.verify_s for o in seg], size, w > 0),
+                 sum([o.lossy_accepts for o in win])]
+            if full:
+                s[2] = sum([o.drafted for o in win])
+                s[4] = self._float_sum([o.draft_s for o in seg], size, w > 0)
+            self._s = s
+            return
+        rows = self._rows(lo, t)
+        win = rows[-size:]
+        self._s = [sum([r[0] for r in win]), sum([r[1] for r in win]),
+                   sum([r[2] for r in win]), sum([r[3] for r in win]),
+                   self._float_sum([r[4] for r in rows], size, w > 0),
+                   self._float_sum([r[5] for r in rows], size, w > 0),
+                   sum([r[6] for r in win])]
 
 
 def a_hat_of(accepted: list[int] | tuple[int, ...],
