@@ -24,7 +24,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from control.errors import ConfigError
+from control.errors import ConfigError, DSparkError
 from tuning.config import TuningConfig
 from tuning.objective import NATIVE_CONSTRAINTS, NoSlot, Objective, constraint_of, directions
 from tuning.space import start_points
@@ -141,7 +141,10 @@ def run_worker(cfg: TuningConfig, url: str, worker: int = 0, n_trials: int | Non
     n = n_trials or int(study.user_attrs.get("n_trials", cfg.tune.n_trials))
     objective = Objective(cfg, simulate=simulate, require_slot=True)
     done = 0
-    cbs = [optuna.study.MaxTrialsCallback(n, states=DONE), _stop_when_dry, *(callbacks or [])]
+    cbs = [optuna.study.MaxTrialsCallback(n, states=DONE), *(callbacks or [])]
+    if is_journal(url):   # a worker that died while others run: re-queue its trial now
+        cbs.insert(0, lambda st, tr: recover_dead_trials(st))
+    cbs.append(_stop_when_dry)
 
     def count(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         nonlocal done
@@ -200,7 +203,9 @@ def run_study(cfg: TuningConfig, url: str, workers: int = 1, n_trials: int | Non
                 p.join()
             bad = [p.exitcode for p in procs if p.exitcode != 0]
             if bad and count_done(study) < n:
-                raise RuntimeError(f"tuning workers failed (exit codes {bad})")
+                raise DSparkError(f"tuning worker(s) exited with codes {bad} after "
+                                  f"{count_done(study)} of {n} trials; rerun with --resume "
+                                  "to continue the study")
             if bar is not None and count_done(study) > last:
                 bar.update(count_done(study) - last)
     finally:

@@ -141,3 +141,53 @@ def test_other_samplers_run(tmp_path, sampler):
         cfg = dataclasses.replace(cfg, tune=dataclasses.replace(cfg.tune, controller="fixed"))
     study = run_study(cfg, "memory")
     assert len(study.get_trials(states=DONE)) == 4
+
+
+WORKER = ("import sys; from tuning.config import load_tuning_config; "
+          "from tuning.study import run_worker; "
+          "run_worker(load_tuning_config(sys.argv[1]), sys.argv[2], int(sys.argv[3]))")
+
+
+def test_surviving_worker_requeues_the_trial_of_a_killed_one(tmp_path):
+    from tuning.study import prepare_study
+    n = 10
+    path = _config(tmp_path, n)
+    cfg = load_tuning_config(path)
+    out = tmp_path / "run"
+    url = resolve_url(None, out)
+    prepare_study(cfg, url)
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(path), url, str(i)], cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for i in range(2)]
+    victim, survivor = procs
+    killed_trial = None
+    deadline = time.time() + 60
+    try:
+        while time.time() < deadline and killed_trial is None:
+            time.sleep(0.05)
+            running = [t for t in _study(out).get_trials(states=(TrialState.RUNNING,))
+                       if t.user_attrs.get("worker", "").endswith(f":{victim.pid}")]
+            if running and len(_study(out).get_trials(states=DONE)) >= 2:
+                victim.kill()
+                victim.wait()
+                killed_trial = running[0].number
+        assert survivor.wait(timeout=120) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert killed_trial is not None
+    trials = {t.number: t for t in _study(out).get_trials()}
+    done = [t for t in trials.values() if t.state in DONE]
+    assert len(done) == n and sorted(t.user_attrs["slot"] for t in done) == list(range(n))
+    assert not [t for t in trials.values() if t.state == TrialState.RUNNING]
+    # the trial the victim was running (unless it finished in the instant before the kill)
+    # failed, and the survivor re-ran its slot with the same parameters
+    lost = [t for t in trials.values() if t.state == TrialState.FAIL
+            and t.user_attrs.get("worker", "").endswith(f":{victim.pid}")]
+    assert len(lost) <= 1
+    for t in lost:
+        retry = [d for d in done if d.system_attrs.get("failed_trial") == t.number]
+        assert len(retry) == 1 and retry[0].user_attrs["slot"] == t.user_attrs["slot"]
+        assert all(retry[0].params[k] == v for k, v in t.params.items())
