@@ -23,8 +23,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("simulate", help="simulate controllers on a GPU-cluster scenario",
                               description=__doc__.split("\n\n")[0])
     p.add_argument("config", help="scenario TOML (see configs/)")
-    p.add_argument("--controller", action="append", default=None, metavar="NAME",
-                   help="controller to run (repeatable; default: the scenario's [sim] controllers)")
+    p.add_argument("--controller", action="append", default=None, metavar="SPEC",
+                   help="controller to run, repeatable: NAME, NAME:key=value,... (e.g. fixed:k=0) "
+                        "or NAME@FILE.toml (its [controller.NAME] table, e.g. a tuned "
+                        "best_config.toml); default: the scenario's [sim] controllers")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--out", default="runs/simulate", help="run folder (default runs/simulate)")
     p.add_argument("--no-out", action="store_true", help="write no run folder")
@@ -61,13 +63,30 @@ def _parse_sets(items: list[str]) -> dict:
     return out
 
 
+def parse_controller_spec(spec: str) -> str | tuple[str, Any, str]:
+    """``NAME``, ``NAME:key=value,...`` or ``NAME@FILE.toml`` -> compare() entry with a label."""
+    from control.configio import read_toml
+    if "@" in spec:
+        name, path = spec.split("@", 1)
+        table = read_toml(path).get("controller", {}).get(name)
+        if table is None:
+            raise DSparkError(f"{path}: no [controller.{name}] table for --controller {spec!r}")
+        return (name, table, f"{name}@{path.rsplit('/', 1)[-1].removesuffix('.toml')}")
+    if ":" in spec:
+        name, body = spec.split(":", 1)
+        cfg = _parse_sets([kv for kv in body.split(",") if kv.strip()])
+        return (name, cfg, spec)
+    return spec
+
+
 def run(args: argparse.Namespace) -> int:
     import json
 
     from sim import compare, load_scenario
     from sim.metrics import json_safe
     scn = load_scenario(args.config, _parse_sets(args.set) or None)
-    names = args.controller or list(scn.sim.controllers)
+    names = ([parse_controller_spec(c) for c in args.controller] if args.controller
+             else list(scn.sim.controllers))
     loads = _parse_loads(args.loads)
     bar = None
     if not args.quiet and sys.stderr.isatty():

@@ -81,7 +81,7 @@ def _run(scn: SimConfig, name: str, cfg_obj: Any, seed: int, load_scale: float, 
 def resolve_controller_config(scn: SimConfig, name: str, controller_config: Any = None) -> Any:
     if controller_config is None:
         controller_config = scn.controller_config(name)
-    return make_config(name, controller_config, source=f"{scn.name}: controller.{name}")
+    return make_config(name, controller_config, source=str(scn.name))
 
 
 def simulate(scn: SimConfig, controller: str = "dspark", controller_config: Any = None,
@@ -118,15 +118,18 @@ def _items(controllers: Iterable) -> list[tuple[str, Any, str]]:
     items = []
     for c in controllers:
         if isinstance(c, str):
-            items.append((c, None))
-        elif isinstance(c, (tuple, list)) and len(c) == 2 and isinstance(c[0], str):
-            items.append((c[0], c[1]))
+            items.append((c, None, None))
+        elif isinstance(c, (tuple, list)) and len(c) in (2, 3) and isinstance(c[0], str):
+            items.append((c[0], c[1], c[2] if len(c) == 3 else None))
         else:
-            raise ConfigError(f"compare: controller entry {c!r} is not a name or (name, config)")
-    names = [n for n, _ in items]
+            raise ConfigError(f"compare: controller entry {c!r} is not a name, (name, config) "
+                              "or (name, config, label)")
+    names = [n for n, _, lab in items if lab is None]
     out = []
-    for i, (n, cfg) in enumerate(items):
-        label = n if names.count(n) == 1 else f"{n}#{names[:i + 1].count(n)}"
+    for i, (n, cfg, label) in enumerate(items):
+        if label is None:
+            seen = [m for m, _, lab in items[:i + 1] if lab is None]
+            label = n if names.count(n) == 1 else f"{n}#{seen.count(n)}"
         out.append((n, cfg, label))
     return out
 
