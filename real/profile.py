@@ -24,7 +24,9 @@ path, not a bare forward:
 
 Repeats are interleaved over the grid (every cell once per pass) so that a change of background
 load hits all cells alike; the first ``warmup`` passes are discarded. Medians and p10/p90 are
-written.
+written, and the mean (``seconds_mean``): a run's total time is a sum of forwards, so its
+expectation is the sum of MEAN forward times; on a quiet machine the two agree, under a
+changing background load (a shared CPU) the median sits in one load state.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from real.sampling import SamplingParams, verify_greedy
 
 TARGET, DRAFTER, OVERHEAD = "target", "drafter", "round-overhead"
 COLUMNS = ("model", "batch", "new_tokens", "context_tokens", "seconds", "seconds_p10",
-           "seconds_p90", "repeats")
+           "seconds_p90", "repeats", "seconds_mean")
 _GREEDY = SamplingParams()
 
 
@@ -79,7 +81,7 @@ def _pct(x, q):
 def _row(model, new, ctx, xs):
     return {"model": model, "batch": 1, "new_tokens": int(new), "context_tokens": int(ctx),
             "seconds": float(np.median(xs)), "seconds_p10": _pct(xs, 10),
-            "seconds_p90": _pct(xs, 90), "repeats": len(xs)}
+            "seconds_p90": _pct(xs, 90), "repeats": len(xs), "seconds_mean": float(np.mean(xs))}
 
 
 class _Timer:
@@ -147,63 +149,82 @@ def _check(engine, cfg: ProfileConfig) -> tuple[list[int], list[int]]:
     return ctxs, pre
 
 
-@torch.inference_mode()
+class GridProfiler:
+    """The grid of timed cells; passes can be run in slices (e.g. interleaved with other runs,
+    so that a change of background load reaches the profile and those runs alike)."""
+
+    def __init__(self, engine, cfg: ProfileConfig) -> None:
+        self.ctxs, self.pre = _check(engine, cfg)
+        self.engine, self.cfg = engine, cfg
+        self.kmax = kmax = engine.cfg.k_max
+        self.cells: list[tuple] = []
+        for c in [0] + self.ctxs:
+            self.cells += [("v", T, c) for T in range(1, kmax + 2)]
+            self.cells += [("c", T, c) for T in self.pre]
+            self.cells += [("d", k, c) for k in range(1, kmax + 1)]
+            self.cells += [("p", N, c) for N in self.pre]
+        self.times: dict[tuple, list[float]] = {cell: [] for cell in self.cells}
+        self.done = 0
+
+    @torch.inference_mode()
+    def passes(self, n: int, record: bool = True, progress=None) -> None:
+        tm = _Timer(self.engine, self.cfg)  # (re)fills the buffers: other runs may have used them
+        for i in range(n):
+            for cell in self.cells:
+                kind, x, c = cell
+                if kind == "v":
+                    s = tm.verify(x, c)
+                elif kind == "c":
+                    s = tm.chunk(x, c)
+                elif kind == "d":
+                    s = tm.propose(x, c)
+                else:
+                    s = tm.propose(1, c, x)
+                if record:
+                    self.times[cell].append(s)
+            self.done += record
+            if progress is not None:
+                progress(i + 1, n)
+
+    def rows(self) -> tuple[list[dict], dict]:
+        """Target and drafter rows of ``latency.csv`` plus the drafter fit (slope, intercept)."""
+        times, kmax, pre = self.times, self.kmax, self.pre
+        rows, fit = [], {}
+        for c in [0] + self.ctxs:
+            for T in list(range(1, kmax + 2)) + pre:
+                rows.append(_row(TARGET, T, c, times[("v" if T <= kmax + 1 else "c", T, c)]))
+            ks = np.arange(1, kmax + 1, dtype=float)
+            reps = np.array([times[("d", int(k), c)] for k in ks])  # [k, repeats]
+            slope, icpt = np.polyfit(ks, np.median(reps, axis=1), 1)
+            slope_mean, icpt_mean = np.polyfit(ks, reps.mean(axis=1), 1)
+            slopes = [float(np.polyfit(ks, reps[:, j], 1)[0]) for j in range(reps.shape[1])]
+            # a time is never negative; under heavy noise a fit could say so (then 0 is written).
+            row = _row(DRAFTER, 1, c, np.maximum(slopes, 0.0))
+            row["seconds"] = max(float(slope), 0.0)
+            row["seconds_mean"] = max(float(slope_mean), 0.0)
+            rows.append(row)
+            fit[c] = {"step_s": float(slope), "intercept_s": float(icpt),
+                      "step_mean_s": float(slope_mean), "intercept_mean_s": float(icpt_mean)}
+            one = reps[0]  # propose(k=1) of one token = intercept + one step, measured directly
+            for N in pre:
+                x = np.asarray(times[("p", N, c)])
+                r = _row(DRAFTER, N, c, np.maximum(x - np.median(one) + row["seconds"], 0.0))
+                r["seconds_mean"] = max(float(x.mean() - one.mean() + row["seconds_mean"]), 0.0)
+                rows.append(r)
+        return rows, fit
+
+
 def profile_grid(engine, cfg: ProfileConfig, progress=None) -> tuple[list[dict], dict]:
     """Target and drafter rows of ``latency.csv`` plus the drafter fit (slopes, intercepts)."""
-    ctxs, pre = _check(engine, cfg)
-    kmax = engine.cfg.k_max
-    tm = _Timer(engine, cfg)
-    cells: list[tuple] = []
-    for c in [0] + ctxs:
-        for T in range(1, kmax + 2):
-            cells.append(("v", T, c))
-        for T in pre:
-            cells.append(("c", T, c))
-        for k in range(1, kmax + 1):
-            cells.append(("d", k, c))
-        for N in pre:
-            cells.append(("p", N, c))
-    times: dict[tuple, list[float]] = {cell: [] for cell in cells}
-    for rep in range(cfg.warmup + cfg.repeats):
-        for cell in cells:
-            kind, x, c = cell
-            if kind == "v":
-                s = tm.verify(x, c)
-            elif kind == "c":
-                s = tm.chunk(x, c)
-            elif kind == "d":
-                s = tm.propose(x, c)
-            else:
-                s = tm.propose(1, c, x)
-            if rep >= cfg.warmup:
-                times[cell].append(s)
-        if progress is not None:
-            progress(rep + 1, cfg.warmup + cfg.repeats)
-    rows = []
-    fit = {}
-    for c in [0] + ctxs:
-        for T in list(range(1, kmax + 2)) + pre:
-            rows.append(_row(TARGET, T, c, times[("v" if T <= kmax + 1 else "c", T, c)]))
-        ks = np.arange(1, kmax + 1, dtype=float)
-        med = np.array([np.median(times[("d", int(k), c)]) for k in ks])
-        slope, icpt = np.polyfit(ks, med, 1)
-        # per-repeat slopes give the step's spread
-        reps = np.array([times[("d", int(k), c)] for k in ks])  # [k, repeats]
-        slopes = [float(np.polyfit(ks, reps[:, j], 1)[0]) for j in range(reps.shape[1])]
-        # a time is never negative; under heavy noise a fit could say so (then 0 is written).
-        row = _row(DRAFTER, 1, c, np.maximum(slopes, 0.0))
-        row["seconds"] = max(float(slope), 0.0)
-        rows.append(row)
-        fit[c] = {"step_s": float(slope), "intercept_s": float(icpt)}
-        one = float(np.median(times[("d", 1, c)]))  # = intercept + one step, measured directly
-        for N in pre:
-            xs = np.maximum(np.asarray(times[("p", N, c)]) - one + row["seconds"], 0.0)
-            rows.append(_row(DRAFTER, N, c, xs))
-    return rows, fit
+    gp = GridProfiler(engine, cfg)
+    gp.passes(cfg.warmup, record=False)
+    gp.passes(cfg.repeats, progress=progress)
+    return gp.rows()
 
 
 @torch.inference_mode()
-def profile_round_overhead(engine, cfg: ProfileConfig, intercept_s: float) -> dict:
+def profile_round_overhead(engine, cfg: ProfileConfig, intercept_s: float,
+                           intercept_mean_s: float | None = None) -> dict:
     """Per-round engine time outside draft and verify, from real fixed-k generations."""
     from control.registry import make_controller
 
@@ -223,23 +244,41 @@ def profile_round_overhead(engine, cfg: ProfileConfig, intercept_s: float) -> di
             prev = r.now_s
     x = np.asarray(resid)
     row = _row(OVERHEAD, 0, 0, x + intercept_s)
-    return {"row": row, "residual_median_s": float(np.median(x)), "intercept_s": intercept_s,
-            "rounds": int(len(x))}
+    row["seconds_mean"] = float(x.mean() + (intercept_s if intercept_mean_s is None
+                                            else intercept_mean_s))
+    return {"row": row, "residual_median_s": float(np.median(x)),
+            "residual_mean_s": float(x.mean()), "intercept_s": intercept_s, "rounds": int(len(x))}
+
+
+def finish_table(engine, cfg: ProfileConfig, rows: list[dict], fit: dict):
+    """Add the round-overhead row (measured now) to grid rows; DataFrame and details."""
+    import pandas as pd
+
+    icpt = max(float(np.median([f["intercept_s"] for f in fit.values()])), 0.0)
+    icpt_m = max(float(np.median([f["intercept_mean_s"] for f in fit.values()])), 0.0)
+    ov = profile_round_overhead(engine, cfg, icpt, icpt_m)
+    rows = rows + [ov["row"]]
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    details = {"drafter_fit": {str(c): f for c, f in fit.items()},
+               "round_overhead": {k: v for k, v in ov.items() if k != "row"},
+               "round_overhead_s": ov["row"]["seconds"],
+               "round_overhead_mean_s": ov["row"]["seconds_mean"]}
+    return df, details
 
 
 def profile(engine, cfg: ProfileConfig, progress=None):
     """The full latency table (pandas DataFrame, ``COLUMNS``) and a dict of fit details."""
-    import pandas as pd
-
     rows, fit = profile_grid(engine, cfg, progress)
-    icpt = float(np.median([f["intercept_s"] for f in fit.values()]))
-    ov = profile_round_overhead(engine, cfg, max(icpt, 0.0))
-    rows.append(ov["row"])
-    df = pd.DataFrame(rows, columns=list(COLUMNS))
-    details = {"drafter_fit": {str(c): f for c, f in fit.items()},
-               "round_overhead": {k: v for k, v in ov.items() if k != "row"},
-               "round_overhead_s": ov["row"]["seconds"]}
-    return df, details
+    return finish_table(engine, cfg, rows, fit)
+
+
+def with_statistic(df, statistic: str):
+    """The table with ``seconds`` = the median (as written) or the mean of the repeats."""
+    if statistic == "median":
+        return df
+    out = df.copy()
+    out["seconds"] = out["seconds_mean"]
+    return out
 
 
 def read_latency(path) -> "object":
@@ -265,7 +304,7 @@ def read_latency(path) -> "object":
     return df
 
 
-def round_overhead_s(df) -> float:
+def round_overhead_s(df, column: str = "seconds") -> float:
     """The measured per-round overhead of a latency table (0 when it has no such row)."""
     r = df[df["model"].astype(str) == OVERHEAD]
-    return float(r["seconds"].iloc[0]) if len(r) else 0.0
+    return float(r[column].iloc[0]) if len(r) else 0.0

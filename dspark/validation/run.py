@@ -1,14 +1,18 @@
 """``dspark validate``: calibrate the simulator on the engine, predict held-out runs, compare.
 
-1. profile: ``latency.csv`` from a separate profiling pass over the engine (``real.profile``);
+1. profile: ``latency.csv`` from separate profiling passes over the engine (``real.profile``),
+   run in slices between the real repeats (so that the shared machine's changing background load
+   reaches the profile and the measurement alike); the simulator uses the mean of the repeats
+   (``latency_statistic``), ``latency.csv`` keeps the median as its ``seconds``;
 2. position traces: the greedy position trace of every prompt of every workload (recorded once
    per workload, controller-independent);
 3. calibration trace: controller X on workload A, run on the engine; a statistical acceptance
    model is fitted on its rounds, and the mirror is checked on it;
-4. prediction: the simulator mirrors the engine (``dspark.validation.mirror``) for every held-out
-   controller Y x workload B: acceptance replayed from B's position traces, and (separately
-   reported) the statistical model fitted on A;
-5. measurement: the engine runs every held-out pair ``repeats`` times, interleaved;
+4. measurement: the engine runs every held-out pair ``repeats`` times, interleaved;
+5. prediction (from calibration data only): the simulator mirrors the engine
+   (``dspark.validation.mirror``) for every held-out controller Y x workload B: acceptance
+   replayed from B's position traces, and (separately reported) the statistical model fitted
+   on A;
 6. ``errors.csv`` (+ ``errors_fitted.csv``), rank agreement, a latency breakdown that says which
    part of the model is off, ``summary.json`` and the resolved ``config.toml``.
 """
@@ -123,7 +127,7 @@ def run_validate(cfg: ValidateConfig, out: Path, quiet: bool = False) -> dict:
     import pandas as pd
     import torch
 
-    from real.profile import profile
+    from real.profile import GridProfiler, finish_table, round_overhead_s, with_statistic
     from real.tracing import make_prompts, record_positions_full, run_requests
 
     t_start = time.perf_counter()
@@ -138,16 +142,15 @@ def run_validate(cfg: ValidateConfig, out: Path, quiet: bool = False) -> dict:
     log(f"engine: {cfg.models.source} models, target {cfg.engine.target_dtype}, drafter "
         f"{cfg.engine.drafter} {cfg.engine.drafter_dtype}, {cfg.engine.device}, k_max {kmax}")
 
-    # 1. latency profile (a separate profiling pass)
+    # 1. latency profile: separate profiling passes (interleaved with the real repeats)
     prof_dir = out / "profile"
     prof_dir.mkdir(exist_ok=True)
-    lat, details = profile(engine, cfg.profile,
-                           lambda i, n: log(f"profile pass {i}/{n}") if i == n else None)
-    lat_csv = prof_dir / "latency.csv"
-    lat.to_csv(lat_csv, index=False)
-    overhead_s = float(details["round_overhead_s"])
-    (prof_dir / "summary.json").write_text(json.dumps({"kind": "profile", **details}, indent=1))
-    log(f"profile: {len(lat)} rows, round overhead {overhead_s * 1e3:.3f} ms")
+    gp = GridProfiler(engine, cfg.profile)
+    gp.passes(cfg.profile.warmup, record=False)
+    n_slices = cfg.repeats + 1 if cfg.interleave_profile else 1
+    per_slice = [len(x) for x in np.array_split(np.arange(cfg.profile.repeats), n_slices)]
+    gp.passes(per_slice[0])
+    log(f"profile: {per_slice[0]} of {cfg.profile.repeats} passes over {len(gp.cells)} cells")
 
     # 2. prompts and greedy position traces, once per workload
     names = [cfg.calibration.workload] + list(cfg.heldout.workloads)
@@ -168,7 +171,7 @@ def run_validate(cfg: ValidateConfig, out: Path, quiet: bool = False) -> dict:
 
     def scenario(w: str, folder: Path, fitted: dict | None, ctrls: dict) -> Path:
         ps = cfg.prompt_set(w)
-        return write_scenario(folder, f"{cfg.name}-{w}", lat_csv, overhead_s, kmax,
+        return write_scenario(folder, f"{cfg.name}-{w}", sim_lat_csv, overhead_s, kmax,
                               [len(p) for p in prompts[w]], [ps.max_new_tokens] * len(prompts[w]),
                               None if fitted else positions[w], fitted, ctrls)
 
@@ -185,7 +188,53 @@ def run_validate(cfg: ValidateConfig, out: Path, quiet: bool = False) -> dict:
                                                                       index=False)
     fitted = fit_acceptance(cal_recs)
     cal_real = M.real_metrics(cal_recs, cal_reqs)
+    log(f"calibration {x_label} on {A}: â {cal_real['acceptance_rate']:.3f}, throughput "
+        f"{cal_real['throughput_tokens_per_s']:.1f} tokens/s")
+
+    # 4. real runs of the held-out set, repeated and interleaved
+    real: dict = {(c, w): [] for w in cfg.heldout.workloads for c in cfg.heldout.controllers}
+    real_recs: dict = {}
+    greedy_eq: dict = {}
+    all_rounds, all_reqs = [], []
+    ctrl_cfgs, ctrl_src = {}, {}
+    for c in cfg.heldout.controllers:
+        ctrl_cfgs[c], ctrl_src[c] = controller_config(cfg, c)
+    for rep in range(cfg.repeats):
+        for w in cfg.heldout.workloads:
+            n_new = cfg.prompt_set(w).max_new_tokens
+            for c in cfg.heldout.controllers:
+                recs, reqs = run_requests(engine, prompts[w], n_new,
+                                          lambda c=c: make_controller(c, ctrl_cfgs[c]), c)
+                real[c, w].append(M.real_metrics(recs, reqs))
+                real_recs.setdefault((c, w), []).append((recs, reqs))
+                all_rounds.append(pd.DataFrame(records_to_columns(recs)).assign(
+                    workload=w, repeat=rep))
+                all_reqs.append(pd.DataFrame(_requests_rows(reqs, controller=c, workload=w,
+                                                            repeat=rep)))
+                if rep == 0:
+                    same = sum(q.tokens == g for q, g in zip(reqs, greedy[w]))
+                    greedy_eq[c, w] = same / len(reqs)
+        log(f"real runs: repeat {rep + 1}/{cfg.repeats} done")
+        if cfg.interleave_profile:
+            gp.passes(per_slice[rep + 1])
+    pd.concat(all_rounds, ignore_index=True).to_csv(out / "rounds.csv", index=False)
+    pd.concat(all_reqs, ignore_index=True).to_csv(out / "requests.csv", index=False)
+
+    # 5. the latency table (+ round overhead measured now), then the predictions
+    rows, fit = gp.rows()
+    lat, details = finish_table(engine, cfg.profile, rows, fit)
+    lat_csv = prof_dir / "latency.csv"
+    lat.to_csv(lat_csv, index=False)
+    sim_lat = with_statistic(lat, cfg.latency_statistic)
+    sim_lat_csv = prof_dir / f"latency_sim_{cfg.latency_statistic}.csv"
+    sim_lat.to_csv(sim_lat_csv, index=False)
+    overhead_s = round_overhead_s(sim_lat)
+    (prof_dir / "summary.json").write_text(json.dumps(_safe(
+        {"kind": "profile", "passes": gp.done, "slices": per_slice, **details}), indent=1))
+    log(f"profile: {len(lat)} rows from {gp.done} passes, round overhead "
+        f"{overhead_s * 1e3:.3f} ms ({cfg.latency_statistic})")
     scn_a = scenario(A, out / "sim" / A / "replay", None, {cal.controller: to_dict(x_cfg)})
+    cal_real = M.real_metrics(cal_recs, cal_reqs)
     cal_sim, cal_res = predict(scn_a, cal.controller, x_cfg)
     cal_check = {
         "controller": cal.controller, "controller_config": to_dict(x_cfg), "workload": A,
@@ -194,13 +243,7 @@ def run_validate(cfg: ValidateConfig, out: Path, quiet: bool = False) -> dict:
         "error_pct": {k: M.error_pct(cal_sim[k], cal_real[k]) for k in M.METRICS},
         "latency_breakdown": _breakdown(cal_res, cal_recs, cal_reqs),
     }
-    log(f"calibration {x_label} on {A}: â {cal_real['acceptance_rate']:.3f}, throughput real "
-        f"{cal_real['throughput_tokens_per_s']:.1f} sim {cal_sim['throughput_tokens_per_s']:.1f}")
 
-    # 4. predictions for the held-out set
-    ctrl_cfgs, ctrl_src = {}, {}
-    for c in cfg.heldout.controllers:
-        ctrl_cfgs[c], ctrl_src[c] = controller_config(cfg, c)
     ctrl_tables = {c: to_dict(v) for c, v in ctrl_cfgs.items()}
     preds, fitted_preds, sim_runs = {}, {}, {}
     for w in cfg.heldout.workloads:
@@ -212,30 +255,6 @@ def run_validate(cfg: ValidateConfig, out: Path, quiet: bool = False) -> dict:
             if scn_f is not None:
                 fitted_preds[c, w], _ = predict(scn_f, c, ctrl_cfgs[c], seeds=(0, 1, 2))
     log(f"predicted {len(preds)} controller x workload pairs (+{len(fitted_preds)} fitted)")
-
-    # 5. real runs, repeated and interleaved
-    real: dict = {key: [] for key in preds}
-    real_recs: dict = {}
-    greedy_eq: dict = {}
-    all_rounds, all_reqs = [], []
-    for rep in range(cfg.repeats):
-        for w in cfg.heldout.workloads:
-            n_new = cfg.prompt_set(w).max_new_tokens
-            for c in cfg.heldout.controllers:
-                recs, reqs = run_requests(engine, prompts[w], n_new,
-                                          lambda c=c: make_controller(c, ctrl_cfgs[c]), c)
-                real[c, w].append(M.real_metrics(recs, reqs))
-                real_recs.setdefault((c, w), (recs, reqs))
-                all_rounds.append(pd.DataFrame(records_to_columns(recs)).assign(
-                    workload=w, repeat=rep))
-                all_reqs.append(pd.DataFrame(_requests_rows(reqs, controller=c, workload=w,
-                                                            repeat=rep)))
-                if rep == 0:
-                    same = sum(q.tokens == g for q, g in zip(reqs, greedy[w]))
-                    greedy_eq[c, w] = same / len(reqs)
-        log(f"real runs: repeat {rep + 1}/{cfg.repeats} done")
-    pd.concat(all_rounds, ignore_index=True).to_csv(out / "rounds.csv", index=False)
-    pd.concat(all_reqs, ignore_index=True).to_csv(out / "requests.csv", index=False)
 
     # 6. errors
     def table(pred: dict) -> pd.DataFrame:
@@ -265,10 +284,13 @@ def run_validate(cfg: ValidateConfig, out: Path, quiet: bool = False) -> dict:
         ranks[w]["agree"] = ranks[w]["sim_order"] == ranks[w]["real_order"]
     diag = {}
     for (c, w), res in sim_runs.items():
-        recs, reqs = real_recs[c, w]
-        diag[f"{c}|{w}"] = {"replay_exact_requests": _replay_exact(res.rounds, recs),
-                            "real_tokens_equal_greedy_reference": greedy_eq[c, w],
-                            "latency_breakdown_first_repeat": _breakdown(res, recs, reqs)}
+        parts = [_breakdown(res, recs, reqs) for recs, reqs in real_recs[c, w]]
+        diag[f"{c}|{w}"] = {
+            "replay_exact_requests": float(np.mean([_replay_exact(res.rounds, recs)
+                                                    for recs, _ in real_recs[c, w]])),
+            "real_tokens_equal_greedy_reference": greedy_eq[c, w],
+            "latency_breakdown_mean_over_repeats": {k: float(np.mean([p[k] for p in parts]))
+                                                    for k in parts[0]}}
     within = head.assign(ok=head["error_pct"].abs() <= 5.0).groupby("controller")["ok"]
     summary = {
         "kind": "validate", "name": cfg.name,
