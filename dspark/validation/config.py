@@ -2,7 +2,8 @@
 
 Sections: ``[models]`` (shipped checkpoints or tiny random models), ``[engine]``
 (``real.engine.EngineConfig``), ``[profile]`` (``real.profile.ProfileConfig``),
-``[workloads.<name>]`` (``real.tracing.PromptSetConfig``), ``[calibration]``, ``[heldout]``, ``[controller.<name>]``.
+``[workloads.<name>]`` (``real.tracing.PromptSetConfig``), ``[calibration]``, ``[heldout]``,
+``[controller.<name>]``.
 """
 
 from __future__ import annotations
