@@ -158,8 +158,8 @@ class Objective:
         if self.require_slot and "slot" not in trial.user_attrs:
             trial.set_user_attr("stray", True)
             raise NoSlot(f"trial {trial.number} is not a queued slot")
-        if hasattr(trial, "set_user_attr") and not isinstance(trial, optuna.trial.FixedTrial):
-            trial.set_user_attr("worker", worker_tag())
+        if not isinstance(trial, optuna.trial.FixedTrial) and "worker" not in trial.user_attrs:
+            trial.set_user_attr("worker", worker_tag())   # samplers of tuning.study tag already
         config = suggest_config(trial, self.controller, self.pinned)
         means = self.scores(config, trial)
         vals = tuple(means[m] for m, _ in self.metrics)

@@ -16,6 +16,7 @@ Finished trials are never touched: a killed worker loses only the trial it was r
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 from pathlib import Path
@@ -31,6 +32,7 @@ HEARTBEAT_INTERVAL_S = 5      # seconds between heartbeats of a running RDB tria
 HEARTBEAT_GRACE_S = 20        # a trial silent this long is stale: failed and retried
 LOCK_GRACE_S = 10             # a journal lock held this long by a dead process is broken
 MAX_RETRY = 3                 # retries of one trial before it is left failed
+UNTAGGED_STALE_S = 120        # a RUNNING trial never tagged with its worker is dead after this
 
 
 def resolve_url(url: str | None, run_dir: str | Path | None) -> str:
@@ -151,10 +153,15 @@ def recover_dead_trials(study: optuna.Study) -> list[int]:
     """
     host = socket.gethostname()
     recovered = []
+    now = datetime.datetime.now()
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         tag = t.user_attrs.get("worker", "")
         h, _, pid = tag.rpartition(":")
-        if h != host or not pid.isdigit() or _pid_alive(int(pid)):
+        if not tag:   # killed between the claim and the tag (ms): dead once it is old
+            started = t.datetime_start or now
+            if (now - started).total_seconds() < UNTAGGED_STALE_S:
+                continue
+        elif h != host or not pid.isdigit() or _pid_alive(int(pid)):
             continue
         try:
             ok = study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)

@@ -28,7 +28,14 @@ from control.errors import ConfigError, DSparkError
 from tuning.config import TuningConfig
 from tuning.objective import NATIVE_CONSTRAINTS, NoSlot, Objective, constraint_of, directions
 from tuning.space import start_points
-from tuning.storage import is_journal, make_storage, recover_dead_trials, redact, shareable
+from tuning.storage import (
+    is_journal,
+    make_storage,
+    recover_dead_trials,
+    redact,
+    shareable,
+    worker_tag,
+)
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -48,7 +55,25 @@ def sampler_name(cfg: TuningConfig) -> str:
 
 
 def make_sampler(cfg: TuningConfig, worker: int = 0) -> optuna.samplers.BaseSampler:
-    """The configured sampler, seeded ``seed + worker`` (workers must not draw alike)."""
+    """The configured sampler, seeded ``seed + worker`` (workers must not draw alike), tagging
+    each trial it starts with its worker (see :func:`tag_trials`)."""
+    return tag_trials(_sampler(cfg, worker))
+
+
+def tag_trials(sampler: optuna.samplers.BaseSampler) -> optuna.samplers.BaseSampler:
+    """Record ``worker = host:pid`` on a trial the moment it is claimed (the sampler's
+    ``before_trial`` runs right after the claim), so a dead worker's trial can be recovered."""
+    inner = sampler.before_trial
+
+    def before_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        study._storage.set_trial_user_attr(trial._trial_id, "worker", worker_tag())
+        inner(study, trial)
+
+    sampler.before_trial = before_trial
+    return sampler
+
+
+def _sampler(cfg: TuningConfig, worker: int) -> optuna.samplers.BaseSampler:
     name = sampler_name(cfg)
     seed = cfg.tune.seed + worker
     constrained = cfg.tune.objective != "throughput-quality"

@@ -165,9 +165,10 @@ def test_surviving_worker_requeues_the_trial_of_a_killed_one(tmp_path):
     try:
         while time.time() < deadline and killed_trial is None:
             time.sleep(0.05)
-            running = [t for t in _study(out).get_trials(states=(TrialState.RUNNING,))
-                       if t.user_attrs.get("worker", "").endswith(f":{victim.pid}")]
-            if running and len(_study(out).get_trials(states=DONE)) >= 2:
+            now = _study(out).get_trials()     # one read, then kill at once
+            running = [t for t in now if t.state == TrialState.RUNNING
+                       and t.user_attrs.get("worker", "").endswith(f":{victim.pid}")]
+            if running and sum(t.state in DONE for t in now) >= 2:
                 victim.kill()
                 victim.wait()
                 killed_trial = running[0].number
