@@ -167,7 +167,7 @@ class DSparkController(Controller):
                           c.alpha_max, c.alpha0)
         self._pid_b = PID(c.beta_kp, c.beta_ki, c.beta_kd, c.d_filter, c.beta_min, c.beta_max,
                           c.beta0)
-        self._push = self._win.push_obs   # bound once: observe() is on the hot path
+        self._push = self._win.push_row   # bound once: observe() is on the hot path
         self._feed = self._blocks.feed
         self._guard = AnomalyGuard(c.anomaly_detector, c.anomaly_z, c.anomaly_sigma_floor,
                                    c.cusum_slack, c.cusum_limit, c.baseline_ema,
@@ -207,14 +207,18 @@ class DSparkController(Controller):
     def observe(self, obs: Observation) -> None:
         # hot path (the simulator calls it per sequence per round): locals, no extra calls
         # unless something happens (a fruitless round, a cool-down step, a block boundary).
-        self._push(obs)
+        n = obs.accepted
+        drafted = obs.drafted
+        draft_s = obs.draft_s
+        self._push((n, 1 if n < drafted else 0, drafted, obs.emitted, draft_s,
+                    draft_s + obs.verify_s, obs.lossy_accepts, obs.now_s))  # window.row_of
         self.rounds += 1
         changed = False
         if self.cooldown:
             self.cooldown -= 1
             changed = self.cooldown == 0
-        elif obs.drafted:
-            if obs.accepted:
+        elif drafted:
+            if n:
                 self.fails = 0
             else:
                 self.fails += 1

@@ -34,43 +34,44 @@ from operator import itemgetter
 _ROW_COLS = tuple(itemgetter(j) for j in range(8))
 
 
-def _obs_row(o) -> tuple:
-    n, d = o.accepted, o.drafted
-    return (n, 1 if n < d else 0, d, o.emitted, o.draft_s, o.draft_s + o.verify_s,
-            o.lossy_accepts, o.now_s)
+def row_of(obs) -> tuple:
+    """The window row of an :class:`~control.types.Observation`:
+    ``(n, rej, drafted, emitted, draft_s, round_s, lossy, now_s)``."""
+    n, d = obs.accepted, obs.drafted
+    return (n, 1 if n < d else 0, d, obs.emitted, obs.draft_s, obs.draft_s + obs.verify_s,
+            obs.lossy_accepts, obs.now_s)
 
 
 class RoundWindow:
     """The last ``size`` rounds: accepted, rejections, drafted, emitted, times, lossy accepts.
 
-    A round is pushed either as numbers (:meth:`push`) or as the :class:`~control.types.Observation`
-    itself (``push_obs``: ``rej = accepted < drafted``, ``round_s = draft_s + verify_s``).
-    The window keeps a reference to pushed observations (they are immutable by convention).
+    A round is pushed as numbers (:meth:`push`) or as one row tuple (``push_row``, see
+    :func:`row_of`). Rows hold numbers only (no references to observations: tuples of numbers
+    leave the garbage collector's tracking, so a long history costs it nothing).
     ``count`` and the ``sum_*`` attributes are read-only views of the window. The history is
     trimmed to its last ``2 · size`` rounds when the window is read (controllers read theirs
     at least once per block), so it holds at most the rounds since the previous read plus
     ``4 · size + 64``.
     """
 
-    __slots__ = ("_cap", "_ct", "_h", "_off", "_s", "_tup", "push_obs", "size")
+    __slots__ = ("_cap", "_ct", "_h", "_off", "_s", "push_row", "size")
 
     def __init__(self, size: int) -> None:
         if size < 1:
             raise ValueError(f"window size must be >= 1, got {size}")
         self.size = size
         self._cap = 4 * size + 64  # history length that a read trims back to 2 · size
-        self._h: list = []      # pushed rounds, oldest first (tuples or Observations)
-        #: Add one round given as its Observation (``rej = accepted < drafted``,
-        #: ``round_s = draft_s + verify_s``): the history list's own ``append``, so a push
-        #: costs no Python frame. The list object lives as long as the window (``clear``
-        #: empties it in place), so a caller may keep this bound method.
-        self.push_obs = self._h.append
+        self._h: list = []      # pushed rounds, oldest first, as row tuples
+        #: Add one round given as its row ``(n, rej, drafted, emitted, draft_s, round_s, lossy,
+        #: now_s)``: the history list's own ``append``, so a push costs no Python frame. The
+        #: list lives as long as the window (``clear`` empties it in place), so a caller may
+        #: keep this bound method.
+        self.push_row = self._h.append
         self.clear()
 
     def clear(self) -> None:
         self._h.clear()
         self._off = 0           # absolute push index of _h[0]
-        self._tup = False       # some entries are tuples (pushed as numbers)
         self._ct = 0            # push count the cached sums _s cover
         # n, rej, drafted, emitted, draft_s, round_s, lossy (running-sum state at push _ct)
         self._s = [0, 0, 0, 0, 0.0, 0.0, 0]
@@ -78,9 +79,7 @@ class RoundWindow:
     def push(self, n: int, rej: int, drafted: int, emitted: int, draft_s: float,
              round_s: float, lossy: int, now_s: float = 0.0) -> None:
         """Add one round (``rej`` is 1 when it ended in a rejection); drop the oldest if full."""
-        h = self._h
-        h.append((n, rej, drafted, emitted, draft_s, round_s, lossy, now_s))
-        self._tup = True
+        self._h.append((n, rej, drafted, emitted, draft_s, round_s, lossy, now_s))
 
     # --- reading --
     @property
@@ -138,7 +137,7 @@ class RoundWindow:
             return None
         h, off = self._h, self._off
         t = off + len(h)
-        old, new = self._row(h[t - count - off]), self._row(h[-1])
+        old, new = h[t - count - off], h[-1]
         tokens = self._sums()[3] - old[3]
         span = new[7] - old[7]
         if tokens <= 0 or span <= 0.0:
@@ -151,16 +150,9 @@ class RoundWindow:
         return s[6] / s[0] if s[0] > 0 else 0.0
 
     # --- internals --
-    @staticmethod
-    def _row(x) -> tuple:
-        return x if x.__class__ is tuple else _obs_row(x)
-
     def _rows(self, lo: int, hi: int) -> list:
-        """Rounds with absolute push indices lo..hi-1 as 8-tuples."""
-        seg = self._h[lo - self._off:hi - self._off]
-        if not self._tup:
-            return [_obs_row(o) for o in seg]
-        return [self._row(x) for x in seg]
+        """Rows of the pushes with absolute indices lo..hi-1."""
+        return self._h[lo - self._off:hi - self._off]
 
     def _trim(self) -> None:
         h = self._h
@@ -230,25 +222,15 @@ class RoundWindow:
         size = self.size
         w = t - t % size          # pushes at the last wrap
         lo = w - size if w else 0
-        if not self._tup:  # observations only: read the needed fields directly
-            seg = self._h[lo - self._off:t - self._off]
-            win = seg[-size:]
-            s = [sum([o.accepted for o in win]), sum([o.accepted < o.drafted for o in win]),
-                 None, sum([o.emitted for o in win]), None,
-                 self._float_sum([o.draft_s + o.verify_s for o in seg], size, w > 0),
-                 sum([o.lossy_accepts for o in win])]
-            if full:
-                s[2] = sum([o.drafted for o in win])
-                s[4] = self._float_sum([o.draft_s for o in seg], size, w > 0)
-            self._s = s
-            return
         rows = self._rows(lo, t)
         win = rows[-size:]
-        self._s = [sum([r[0] for r in win]), sum([r[1] for r in win]),
-                   sum([r[2] for r in win]), sum([r[3] for r in win]),
-                   self._float_sum([r[4] for r in rows], size, w > 0),
-                   self._float_sum([r[5] for r in rows], size, w > 0),
-                   sum([r[6] for r in win])]
+        s = [sum([r[0] for r in win]), sum([r[1] for r in win]), None,
+             sum([r[3] for r in win]), None, self._float_sum([r[5] for r in rows], size, w > 0),
+             sum([r[6] for r in win])]
+        if full:
+            s[2] = sum([r[2] for r in win])
+            s[4] = self._float_sum([r[4] for r in rows], size, w > 0)
+        self._s = s
 
 
 def a_hat_of(accepted: list[int] | tuple[int, ...],

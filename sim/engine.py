@@ -50,6 +50,20 @@ class Replica:
     kv_used: float = 0.0
     outstanding: int = 0
     wake: Any = None
+    batch: Any = None  # _Batch of the running set, rebuilt when it changes
+
+
+class _Batch:
+    """Per-replica view of the running set, kept between rounds until the set changes:
+    controllers and their bound methods, positions (numpy, authoritative while the batch lives;
+    written back to ``emitted`` by ``flush``), context lengths and remaining tokens (lists)."""
+
+    __slots__ = ("ctrls", "ctx", "decide", "ids", "observe", "pos", "rem", "run_ids")
+
+    def __init__(self, run_ids, ids, ctrls, decide, observe, ctx, rem, pos) -> None:
+        self.run_ids, self.ids, self.ctrls = run_ids, ids, ctrls
+        self.decide, self.observe = decide, observe
+        self.ctx, self.rem, self.pos = ctx, rem, pos
 
 
 @dataclass
@@ -117,28 +131,35 @@ def run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
             if r.wake is not None and not r.wake.triggered:
                 r.wake.succeed()
 
+    # per-request constants as Python lists: the hot loop indexes them one by one.
+    need_l = ((prompt + output) * kv_tok).tolist()  # KV bytes reserved on admission
+    prompt_l, output_l = prompt.tolist(), output.tolist()
+    caps = dep.max_draft_tokens < 1024 or dep.draft_within_length  # engine caps on k
+
     def finish_req(r: Replica, i: int, t: float) -> None:
         finish[i] = t
-        r.kv_used -= (prompt[i] + output[i]) * kv_tok
+        r.kv_used -= need_l[i]
         r.outstanding -= 1
         r.ctrls.pop(i, None)
         state["finished"] += 1
         state["last"] = t
 
     def replica(r: Replica):
+        max_batch = dep.max_batch
+        waiting = r.waiting
         while True:
             new = []
-            while r.waiting and len(r.running) + len(new) < dep.max_batch:
-                i = r.waiting[0]
-                need = (prompt[i] + output[i]) * kv_tok
+            while waiting and len(r.running) + len(new) < max_batch:
+                i = waiting[0]
+                need = need_l[i]
                 if need > kv_budget:  # can never fit: reported unfinished
-                    r.waiting.popleft()
+                    waiting.popleft()
                     rejected[i] = True
                     r.outstanding -= 1
                     continue
                 if r.kv_used + need > kv_budget:
                     break
-                r.waiting.popleft()
+                waiting.popleft()
                 r.kv_used += need
                 new.append(i)
             if new:
@@ -155,13 +176,14 @@ def run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
                 cnt.gpu_busy_s += busy
                 yield env.timeout(pre)
                 t = env.now
+                flush(r)
                 for i in new:
                     first[i] = t
                     emitted[i] = 1
                     cnt.prefill_tokens += 1
                     if t >= warmup:
                         cnt.measured_tokens += 1
-                    if output[i] <= 1:
+                    if output_l[i] <= 1:
                         finish_req(r, i, t)
                     else:
                         r.ctrls[i] = make_ctrl()
@@ -176,48 +198,74 @@ def run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
                 continue
             yield from one_round(r)
 
-    def one_round(r: Replica):
+    def flush(r: Replica) -> None:
+        """Write the running batch's positions back and drop it (the running set changes)."""
+        b = r.batch
+        if b is not None:
+            emitted[b.ids] = b.pos
+            r.batch = None
+
+    def batch_of(r: Replica) -> _Batch:
         run_ids = r.running
         ids = np.array(run_ids, dtype=np.int64)
-        B = len(ids)
+        ctrls = [r.ctrls[i] for i in run_ids]
         pos = emitted[ids]
-        ctx = prompt[ids] + pos
+        pos_l = pos.tolist()
+        return _Batch(list(run_ids), ids, ctrls, [c.decide for c in ctrls],
+                      [c.observe for c in ctrls],
+                      [prompt_l[i] + p for i, p in zip(run_ids, pos_l)],
+                      [output_l[i] - p for i, p in zip(run_ids, pos_l)], pos)
+
+    def one_round(r: Replica):
+        b = r.batch
+        if b is None:
+            b = r.batch = batch_of(r)
+        run_ids, ids, ctrls, ctxl, reml = b.run_ids, b.ids, b.ctrls, b.ctx, b.rem
+        pos = b.pos
+        B = len(run_ids)
         L = acc.run_lengths(ids, pos)
-        rc = r.ctrls
-        ctrls = [rc[i] for i in run_ids]
         now = env.now
         if needs_future:
             for c, fut in zip(ctrls, L.tolist()):
                 c.set_future(fut)
-        decs = [c.decide(now) for c in ctrls]
+        decs = [f(now) for f in b.decide]
         kl = [d.k for d in decs]
         kmax = max(kl)
-        k = np.array(kl, dtype=np.int64)
-        if dep.max_draft_tokens < 1024 or dep.draft_within_length:  # engine caps on k
+        k = None
+        if caps:
+            k = np.array(kl, dtype=np.int64)
             if dep.max_draft_tokens < 1024:
                 k = np.minimum(k, dep.max_draft_tokens)
             if dep.draft_within_length:
                 k = np.minimum(k, np.maximum(output[ids] - pos - 1, 0))
             kmax = int(k.max())
+            kl = k.tolist()
         lossy = None
+        csum = sum(ctxl)
         if kmax > 0:
             conf = acc.confidences(ids, pos, L, kmax)
-            keff = k
-            taus = [d.tau for d in decs]
-            if any(taus):
-                tau = np.array(taus)
+            if any([d.tau for d in decs]):
+                if k is None:
+                    k = np.array(kl, dtype=np.int64)
+                tau = np.array([d.tau for d in decs])
                 j = np.arange(kmax)
                 below = (conf < tau[:, None]) & (j[None, :] < k[:, None])
                 has = below.any(axis=1)
                 keff = np.where(has, below.argmax(axis=1), k)
-                steps = np.where(keff < k, keff + 1, k)
+                dsteps = int(np.where(keff < k, keff + 1, k).max())
+                n = np.minimum(keff, L)
+                kel = keff.tolist()
             else:
-                steps = k
-            n = np.minimum(keff, L)
-            thr = [d.mode == "threshold" for d in decs]
-            if True in thr:
+                keff = None
+                dsteps = kmax
+                kel = kl
+                n = None
+            if True in [d.mode == "threshold" for d in decs]:
+                if keff is None:
+                    keff = k if k is not None else np.array(kl, dtype=np.int64)
+                    n = np.minimum(keff, L)
                 lossy = np.zeros(B, dtype=np.int64)
-                s = np.flatnonzero(np.array(thr) & (n < keff))
+                s = np.flatnonzero(np.array([d.mode == "threshold" for d in decs]) & (n < keff))
                 if len(s):
                     beta = np.array([decs[i].beta for i in s.tolist()])
                     p = lossy_probability(beta, lossy_max)
@@ -237,55 +285,76 @@ def run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
                         active = resc & (cur < kk)
                     n[s] = cur
                     lossy[s] = lo
-            dmask = k > 0
-            nd = int(dmask.sum())
-            dsteps = int(steps.max())
-            d_step = lat_d.seconds(nd, nd, float(ctx[dmask].sum())) if dsteps else 0.0
+            if n is None:
+                nl = [x if x < y else y for x, y in zip(L.tolist(), kel)]
+            else:
+                nl = n.tolist()
+            nd = B - kl.count(0)
+            if dsteps:
+                dctx = float(csum if nd == B else sum([c for c, x in zip(ctxl, kl) if x]))
+                d_step = lat_d.seconds(nd, nd, dctx)
+            else:
+                d_step = 0.0
             draft_s = dsteps * d_step
             if dsteps:
-                cnt.bytes_moved += dsteps * roof_d.bytes_per_gpu(nd, nd, float(ctx[dmask].sum())) * dtp
+                cnt.bytes_moved += dsteps * roof_d.bytes_per_gpu(nd, nd, dctx) * dtp
         else:
-            keff = n = k
+            kel = kl
+            nl = [0] * B
             conf = None
             draft_s = 0.0
-        T = int(keff.sum()) + B
-        csum = float(ctx.sum())
+        ksum = sum(kel)
+        T = ksum + B
+        csum = float(csum)
         verify_s = lat_t.seconds(B, T, csum)
         cnt.bytes_moved += roof_t.bytes_per_gpu(B, T, csum) * tp
         cnt.gpu_busy_s += (draft_s + verify_s) * tp if colocated else (verify_s * tp + draft_s * dtp)
         yield env.timeout(draft_s + verify_s + round_overhead_s)
         end = env.now
-        rem = output[ids] - pos
-        em = np.minimum(n + 1, rem)
+        eml = [x + 1 if x < y else y for x, y in zip(nl, reml)]  # min(n + 1, remaining)
+        em = np.array(eml, dtype=np.int64)
         sends = acc.sentence_ends(ids, pos, em)
         # counters
         cnt.rounds += B
-        nsum = int(n.sum())
+        nsum = sum(nl)
         cnt.accepted += nsum
-        cnt.drafted += int(keff.sum())
-        cnt.rejected_rounds += int((n < keff).sum())
-        cnt.accepted_emitted += int(np.minimum(n, em).sum())
-        emsum = int(em.sum())
+        cnt.drafted += ksum
+        cnt.rejected_rounds += sum([x < y for x, y in zip(nl, kel)])
+        emsum = sum(eml)
+        ended = min(reml) <= kmax + 1  # some request may have emitted its last token
+        # accepted tokens that were emitted: n, less the ones cut by the length limit
+        cnt.accepted_emitted += nsum - (sum([x - y for x, y in zip(nl, eml) if x > y])
+                                        if ended else 0)
         cnt.round_tokens += emsum
         if end >= warmup:
             cnt.measured_tokens += emsum
         if lossy is not None:
             cnt.lossy += int(lossy.sum())
         # observations
-        kl, nl, eml, ctxl = keff.tolist(), n.tolist(), em.tolist(), ctx.tolist()
-        confl = conf.tolist() if conf is not None else [()] * B
-        lol = lossy.tolist() if lossy is not None else [0] * B
         Obs = Observation
         if rec is None:
-            for c, ke, nn, cf, cx, lo, e, se in zip(ctrls, kl, nl, confl, ctxl, lol, eml, sends):
-                c.observe(Obs(end, ke, nn, tuple(cf[:ke]) if ke else (), draft_s, verify_s,
-                              cx, lo, e, se))
-        for idx, c in enumerate(ctrls if rec is not None else ()):
-            ke = kl[idx]
-            obs = Observation(end, ke, nl[idx], tuple(confl[idx][:ke]) if ke else (),
-                              draft_s, verify_s, ctxl[idx], lol[idx], eml[idx], sends[idx])
-            c.observe(obs)
-            if rec is not None:
+            lol = lossy.tolist() if lossy is not None else None
+            if conf is None:
+                for f, e, cx, se in zip(b.observe, eml, ctxl, sends):
+                    f(Obs(end, 0, 0, (), draft_s, verify_s, cx, 0, e, se))
+            elif lol is None:
+                for f, ke, nn, cf, cx, e, se in zip(b.observe, kel, nl, conf.tolist(), ctxl,
+                                                    eml, sends):
+                    f(Obs(end, ke, nn, tuple(cf[:ke]) if ke else (), draft_s, verify_s, cx, 0,
+                          e, se))
+            else:
+                for f, ke, nn, cf, cx, lo, e, se in zip(b.observe, kel, nl, conf.tolist(), ctxl,
+                                                        lol, eml, sends):
+                    f(Obs(end, ke, nn, tuple(cf[:ke]) if ke else (), draft_s, verify_s, cx, lo,
+                          e, se))
+        else:
+            confl = conf.tolist() if conf is not None else [()] * B
+            lol = lossy.tolist() if lossy is not None else [0] * B
+            for idx, c in enumerate(ctrls):
+                ke = kel[idx]
+                obs = Obs(end, ke, nl[idx], tuple(confl[idx][:ke]) if ke else (),
+                          draft_s, verify_s, ctxl[idx], lol[idx], eml[idx], sends[idx])
+                c.observe(obs)
                 d = decs[idx]
                 rid = run_ids[idx]
                 vals = (rid, int(rounds_done[rid]), end, d.k, obs.drafted, obs.accepted,
@@ -299,15 +368,18 @@ def run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
                          st.get("a_hat"), d.block_end)
                 for col, v in zip(_CTRL_COLS, cvals):
                     ctr[col].append(v)
-        rounds_done[ids] += 1
-        emitted[ids] = pos + em
+            rounds_done[ids] += 1
+        # advance the batch
+        pos += em
+        b.ctx = [x + y for x, y in zip(ctxl, eml)]
+        b.rem = reml = [x - y for x, y in zip(reml, eml)]
         acc.advance(ids, em)
-        done = np.flatnonzero(em == rem)
-        if len(done):
-            for i in ids[done].tolist():
-                finish_req(r, i, end)
-            gone = set(ids[done].tolist())
-            r.running = [i for i in run_ids if i not in gone]
+        if ended and 0 in reml:
+            flush(r)
+            for i, x in zip(run_ids, reml):
+                if not x:
+                    finish_req(r, i, end)
+            r.running = [i for i, x in zip(run_ids, reml) if x]
         if progress is not None:
             progress(state["finished"])
 
@@ -320,6 +392,9 @@ def run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
         end_s = float(horizon)
     else:
         env.run()
+    for r in reps:
+        flush(r)
+    if horizon is None:
         end_s = float(max(state["last"], arrival[-1] if N else 0.0))
     return RunData(reqs, first, finish, emitted, rep_of, cnt, end_s, rec, ctr, rejected)
 
