@@ -1,0 +1,122 @@
+"""The embedded default main job (``dspark demo``): every part of the lab once, then a report.
+
+Steps (each writes a run folder under ``OUT``; ``reports/`` then reads only those files):
+
+1. tune the ``dspark`` controller on the simulator (short Optuna study, held-out evaluation);
+2. simulate the standard scenario (8×(TP8 Llama-3.1-70B) on H100 + Llama-3.1-8B drafter, Azure
+   conversation arrivals) with every controller — no speculation, fixed k, every baseline, the
+   seed's defaults, the tuned config, the oracle — at several loads;
+3. the seed's A100 claim scenario and a scaling sweep from 8 to 1024 GPUs;
+4. controller traces on a small scenario (k, α, β, â over time);
+5. the real engine on the shipped models (batch 1, every controller);
+6. a validation of the simulator against the real engine;
+7. the report (Markdown + self-contained HTML).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from control.configio import param
+from control.errors import DSparkError
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    # a short study: enough for TPE to beat the seed point on the tuning workloads.
+    tune_trials: int = param(60, lo=2, hi=100_000, doc="Optuna trials of the demo study")
+    # two workers use both cores of the reference machine.
+    workers: int = param(2, lo=1, hi=64, doc="tuning worker processes")
+    # below, at and above the scenario's nominal load.
+    loads: tuple[float, ...] = param((0.5, 1.0, 1.5), lo=0.01, hi=100.0,
+                                     doc="load scales of the standard-scenario comparison")
+    # replicas of TP8: 8 to 1024 GPUs.
+    scaling_replicas: tuple[int, ...] = param((1, 4, 16, 128), lo=1, hi=4096,
+                                              doc="replica counts of the scaling sweep")
+    # requests per replica in the scaling sweep: keeps each point a few seconds of CPU.
+    scaling_requests_per_replica: int = param(40, lo=1, hi=100_000,
+                                              doc="requests per replica, scaling sweep")
+    # prompts and tokens of the real-engine step: about a minute on 2 cores.
+    real_prompts: int = param(4, lo=1, hi=1000, doc="prompts of the real-engine benchmark")
+    # 96 new tokens per prompt: several controller blocks' worth of rounds.
+    real_new_tokens: int = param(96, lo=8, hi=4096, doc="new tokens per prompt, real engine")
+    # the demo's validation config: shipped models, a few prompts per workload.
+    validate_config: str = param("configs/validate_demo.toml", doc="validate config of the demo")
+
+
+def _step(i: int, n: int, what: str) -> float:
+    print(f"[{i}/{n}] {what}", file=sys.stderr, flush=True)
+    return time.perf_counter()
+
+
+def _cli(argv: list[str]) -> None:
+    from dspark.cli import main
+    rc = main(argv)
+    if rc != 0:
+        raise DSparkError(f"demo step failed: dspark {' '.join(argv)} (exit {rc})")
+
+
+def _scaling(cfg: DemoConfig, tuned: str, out: Path) -> None:
+    """One simulate run folder whose rows span 8..1024 GPUs (reports' scaling plot)."""
+    import pandas as pd
+
+    from dspark.cmd_simulate import parse_controller_spec
+    from sim import compare, load_scenario
+    from sim.api import write_run_folder
+    base = load_scenario(CONFIGS / "standard.toml")
+    rows, reqs = [], []
+    controllers = [parse_controller_spec("fixed:k=0"), parse_controller_spec(tuned)]
+    for r in cfg.scaling_replicas:
+        scn = base.with_overrides({
+            "name": "standard-scaling", "deployment.replicas": r,
+            "workload.num_requests": r * cfg.scaling_requests_per_replica,
+            "workload.time_scale": base.workload.time_scale * base.deployment.replicas / r})
+        df = compare(scn, controllers, seed=0)
+        rows.append(df)
+    df = pd.concat(rows, ignore_index=True)
+    reqs = pd.DataFrame(columns=["controller", "request_id"])
+    write_run_folder(out, base.with_overrides({"name": "standard-scaling"}), 0, df, reqs,
+                     {}, sorted(set(df["controller"])))
+
+
+def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Path:
+    cfg = cfg or DemoConfig()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    n = 7
+    _step(1, n, f"tune: {cfg.tune_trials} trials of the dspark controller on the simulator")
+    _cli(["tune", str(CONFIGS / "tune_standard.toml"), "--trials", str(cfg.tune_trials),
+          "--workers", str(cfg.workers), "--out", str(out / "tune"), "--quiet"])
+    tuned = f"dspark@{out / 'tune' / 'best_config.toml'}"
+    every = ["fixed:k=0", "fixed:k=2", "fixed:k=4", "hf-heuristic", "confidence-stop",
+             "ema-hysteresis", "analytic", "dspark", tuned, "oracle"]
+    _step(2, n, "simulate: standard scenario, every controller, loads "
+          + ",".join(f"{x:g}" for x in cfg.loads))
+    _cli(["simulate", str(CONFIGS / "standard.toml"), *sum((["--controller", c] for c in every), []),
+          "--loads", ",".join(f"{x:g}" for x in cfg.loads), "--out", str(out / "simulate-standard"),
+          "--quiet"])
+    _step(3, n, "simulate: the seed's A100 scenario, and scaling from 8 to 1024 GPUs")
+    _cli(["simulate", str(CONFIGS / "a100_70b.toml"), "--controller", "fixed:k=0",
+          "--controller", "dspark", "--controller", tuned, "--out", str(out / "simulate-a100"),
+          "--quiet"])
+    _scaling(cfg, tuned, out / "simulate-scaling")
+    _step(4, n, "simulate: controller traces on the tiny scenario")
+    _cli(["simulate", str(CONFIGS / "tiny.toml"), "--controller", "hf-heuristic",
+          "--controller", "dspark", "--controller", tuned, "--trace",
+          "--out", str(out / "simulate-traces"), "--quiet"])
+    _step(5, n, "real engine: shipped models, batch 1, every controller")
+    _cli(["real", "bench", "--prompts", str(cfg.real_prompts), "--new-tokens",
+          str(cfg.real_new_tokens), "--repeats", "1", "--no-hf", "--out", str(out / "real")])
+    _step(6, n, "validate: simulator prediction vs the real engine")
+    _cli(["validate", str(REPO / cfg.validate_config), "--out", str(out / "validate"), "--quiet"])
+    _step(7, n, f"report (steps 1-6 took {time.perf_counter() - t0:.0f} s)")
+    report = out / "report"
+    _cli(["report", str(out), "--out", str(report), "--title", "DSpark Lab demo"])
+    return report / "index.html"
