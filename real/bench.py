@@ -103,18 +103,18 @@ def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
             for i, p in enumerate(prompts):
                 if m == "target-only":
                     t0 = time.perf_counter()
-                    out = engine.greedy_reference(p, N)
+                    toks_i = engine.greedy_reference(p, N)
                     total_s += time.perf_counter() - t0
                 elif m in hf_settings:
-                    out, s = hf_generate(hf_pair, p, N, hf_settings[m])
+                    toks_i, s = hf_generate(hf_pair, p, N, hf_settings[m])
                     total_s += s
                 else:
                     name, cfg = methods[m]
                     g = engine.generate(p, N, make_controller(name, cfg), request_id=i)
                     total_s += g.seconds
-                    out = g.tokens
+                    toks_i = g.tokens
                     recs.extend(dataclasses.replace(r, controller=m) for r in g.records)
-                toks.append(out)
+                toks.append(toks_i)
             results[m].append(sum(len(t) for t in toks) / total_s)
             outputs[m] = toks
             if rep == bc.repeats - 1:
@@ -158,10 +158,21 @@ def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
         out.mkdir(parents=True, exist_ok=True)
         pd.DataFrame(records_to_columns(records_all)).to_csv(out / "rounds.csv", index=False)
         pd.DataFrame(rows).to_csv(out / "results.csv", index=False)
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        (out / "summary.json").write_text(json.dumps(_json_safe(summary), indent=2) + "\n")
         (out / "config.toml").write_text("[engine]\n" + to_toml(engine.cfg) + "\n[bench]\n"
                                          + to_toml(bc))
     return summary
+
+
+def _json_safe(x):
+    """NaN/inf (a method that never drafted has no acceptance rate) become null."""
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_json_safe(v) for v in x]
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    return x
 
 
 def hf_pair_for(engine, drafter_model) -> dict:
