@@ -168,7 +168,6 @@ class DSparkController(Controller):
         self._pid_b = PID(c.beta_kp, c.beta_ki, c.beta_kd, c.d_filter, c.beta_min, c.beta_max,
                           c.beta0)
         self._push = self._win.push_row   # bound once: observe() is on the hot path
-        self._feed = self._blocks.feed
         self._guard = AnomalyGuard(c.anomaly_detector, c.anomaly_z, c.anomaly_sigma_floor,
                                    c.cusum_slack, c.cusum_limit, c.baseline_ema,
                                    c.baseline_min_blocks, c.lossy_limit, c.recovery_blocks)
@@ -195,6 +194,8 @@ class DSparkController(Controller):
         self.cooldowns = 0
         self.block_index = 0
         self._pending: Decision | None = None
+        self._decision: Decision | None = None
+        self._block_decision: Decision | None = None
         self._rebuild(False)
 
     def decide(self, now_s: float) -> Decision:
@@ -227,9 +228,17 @@ class DSparkController(Controller):
                     self.cooldown = self.config.cooldown_rounds
                     self.cooldowns += 1
                     changed = True
-        if self._feed(obs.emitted, obs.sentence_ends):
+        # the block planner's fast path inlined (BlockPlanner.feed: nothing can close yet)
+        blk = self._blocks
+        e = obs.emitted
+        t = blk.tokens_in_block + e
+        if t < blk.snap_from or (t < blk.block_tokens and not obs.sentence_ends):
+            blk.tokens_in_block = t
+            blk.total_tokens += e
+        elif blk.feed(e, obs.sentence_ends):
             self._block_end()
-        elif changed:
+            return
+        if changed:
             self._rebuild(False)
 
     def state(self) -> dict[str, Any]:
@@ -253,9 +262,17 @@ class DSparkController(Controller):
         strict = self._guard.active and c.anomaly_action == "strict"
         mode = "strict" if strict else c.mode
         k = 0 if self.cooldown else self.k
-        self._decision = Decision(k=k, mode=mode, beta=self.beta, tau=c.tau)
+        beta = self.beta
+        # reuse the previous (immutable) Decision objects when nothing in them changed
+        d = self._decision
+        if d is None or d.k != k or d.mode != mode or d.beta != beta or d.tau != c.tau:
+            d = self._decision = Decision(k=k, mode=mode, beta=beta, tau=c.tau)
         if block_end:
-            self._pending = Decision(k=k, mode=mode, beta=self.beta, tau=c.tau, block_end=True)
+            p = self._block_decision
+            if p is None or p.k != k or p.mode != mode or p.beta != beta:
+                p = self._block_decision = Decision(k=k, mode=mode, beta=beta, tau=c.tau,
+                                                    block_end=True)
+            self._pending = p
 
     def _block_end(self) -> None:
         c = self.config
