@@ -200,8 +200,14 @@ class AcceptanceModel:
         c = self.cfg
         j = np.arange(kmax)
         mean = np.where(j[None, :] < L[:, None], c.conf_accept_logit, c.conf_reject_logit)
-        z = mean + c.conf_logit_sd * self.rng.standard_normal((len(ids), kmax))
-        conf = 1.0 / (1.0 + np.exp(-z))
+        # conf = 1 / (1 + exp(-(mean + sd · N(0, 1)))), computed in place
+        conf = self.rng.standard_normal((len(ids), kmax))
+        conf *= c.conf_logit_sd
+        conf += mean
+        np.negative(conf, out=conf)
+        np.exp(conf, out=conf)
+        conf += 1.0
+        np.divide(1.0, conf, out=conf)
         if self.kind == "replay":
             for i, (r, p) in enumerate(zip(ids.tolist(), pos.tolist())):
                 confs = self.records[r][1]
@@ -243,22 +249,26 @@ class AcceptanceModel:
                     out[i] = tuple(np.flatnonzero(ends).tolist())
             return out
         nxt = self.next_end[ids]
-        hit = np.flatnonzero(nxt < emitted)
-        self.next_end[ids] = nxt - emitted
+        left = nxt - emitted
+        self.next_end[ids] = left
+        hit = np.flatnonzero(left < 0)  # the next sentence end falls inside this round
         if not len(hit):
             return out
         rate = self.cfg.sentence_end_rate
-        off = nxt[hit]
-        e = emitted[hit]
-        offs = [[o] for o in off.tolist()]
-        live = np.arange(len(hit))
-        while len(live):  # further sentence ends inside the same round (rare)
-            off[live] += self.rng.geometric(rate, len(live))
-            more = off[live] < e[live]
-            for j in live[more].tolist():
-                offs[j].append(int(off[j]))
-            live = live[more]
-        self.next_end[ids[hit]] = off - e
-        for j, i in enumerate(hit.tolist()):
-            out[i] = tuple(offs[j])
+        hl = hit.tolist()
+        cur = nxt[hit].tolist()
+        el = emitted[hit].tolist()
+        offs = [[o] for o in cur]
+        live = list(range(len(hl)))
+        while live:  # further sentence ends inside the same round (rare); one draw per pass
+            more = []
+            for j, g in zip(live, self.rng.geometric(rate, len(live)).tolist()):
+                cur[j] += g
+                if cur[j] < el[j]:
+                    offs[j].append(cur[j])
+                    more.append(j)
+            live = more
+        self.next_end[ids[hit]] = [c - e for c, e in zip(cur, el)]
+        for i, o in zip(hl, offs):
+            out[i] = tuple(o)
         return out
