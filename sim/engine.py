@@ -280,7 +280,7 @@ def _run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
         csum = sum(ctxl)
         if kmax > 0:
             conf = acc.confidences(ids, pos, L, kmax)
-            if any([d.tau for d in decs]):
+            if any([d.tau for d in decs]):  # noqa: C419 - a list comp is faster here
                 if k is None:
                     k = np.array(kl, dtype=np.int64)
                 tau = np.array([d.tau for d in decs])
@@ -296,7 +296,7 @@ def _run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
                 dsteps = kmax
                 kel = kl
                 n = None
-            if True in [d.mode == "threshold" for d in decs]:
+            if "threshold" in [d.mode for d in decs]:
                 if keff is None:
                     keff = k if k is not None else np.array(kl, dtype=np.int64)
                     n = np.minimum(keff, L)
@@ -322,7 +322,7 @@ def _run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
                     n[s] = cur
                     lossy[s] = lo
             if n is None:
-                nl = [x if x < y else y for x, y in zip(L.tolist(), kel)]
+                nl = [x if x < y else y for x, y in zip(L.tolist(), kel)]  # noqa: FURB136
             else:
                 nl = n.tolist()
             nd = B - kl.count(0)
