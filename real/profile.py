@@ -164,31 +164,43 @@ class GridProfiler:
             self.cells += [("d", k, c) for k in range(1, kmax + 1)]
             self.cells += [("p", N, c) for N in self.pre]
         self.times: dict[tuple, list[float]] = {cell: [] for cell in self.cells}
-        self.done = 0
+        self.done = 0  # complete recorded passes
+        self.cursor = 0
 
     @torch.inference_mode()
-    def passes(self, n: int, record: bool = True, progress=None) -> None:
+    def run_cells(self, n: int, record: bool = True) -> None:
+        """Time the next ``n`` cells, continuing the round-robin over the grid where the last
+        call stopped (a slice may end inside a pass)."""
         tm = _Timer(self.engine, self.cfg)  # (re)fills the buffers: other runs may have used them
+        for _ in range(n):
+            kind, x, c = cell = self.cells[self.cursor]
+            if kind == "v":
+                s = tm.verify(x, c)
+            elif kind == "c":
+                s = tm.chunk(x, c)
+            elif kind == "d":
+                s = tm.propose(x, c)
+            else:
+                s = tm.propose(1, c, x)
+            if record:
+                self.times[cell].append(s)
+            self.cursor = (self.cursor + 1) % len(self.cells)
+            if self.cursor == 0:
+                self.done += record
+
+    def passes(self, n: int, record: bool = True, progress=None) -> None:
         for i in range(n):
-            for cell in self.cells:
-                kind, x, c = cell
-                if kind == "v":
-                    s = tm.verify(x, c)
-                elif kind == "c":
-                    s = tm.chunk(x, c)
-                elif kind == "d":
-                    s = tm.propose(x, c)
-                else:
-                    s = tm.propose(1, c, x)
-                if record:
-                    self.times[cell].append(s)
-            self.done += record
+            self.run_cells(len(self.cells), record)
             if progress is not None:
                 progress(i + 1, n)
 
     def rows(self) -> tuple[list[dict], dict]:
         """Target and drafter rows of ``latency.csv`` plus the drafter fit (slope, intercept)."""
         times, kmax, pre = self.times, self.kmax, self.pre
+        n = min(len(v) for v in times.values())  # every cell the same number of repeats
+        times = {cell: v[:n] for cell, v in times.items()}
+        if n == 0:
+            raise DSparkError("profile: no complete pass over the grid was timed")
         rows, fit = [], {}
         for c in [0] + self.ctxs:
             for T in list(range(1, kmax + 2)) + pre:
@@ -204,7 +216,9 @@ class GridProfiler:
             row["seconds_mean"] = max(float(slope_mean), 0.0)
             rows.append(row)
             fit[c] = {"step_s": float(slope), "intercept_s": float(icpt),
-                      "step_mean_s": float(slope_mean), "intercept_mean_s": float(icpt_mean)}
+                      "step_mean_s": float(slope_mean), "intercept_mean_s": float(icpt_mean),
+                      "propose_median_s_by_k": [float(x) for x in np.median(reps, axis=1)],
+                      "propose_mean_s_by_k": [float(x) for x in reps.mean(axis=1)]}
             one = reps[0]  # propose(k=1) of one token = intercept + one step, measured directly
             for N in pre:
                 x = np.asarray(times[("p", N, c)])

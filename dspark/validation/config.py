@@ -66,9 +66,9 @@ class ValidateConfig:
     # the expected run time is a sum of MEAN forward times; the median is kept in latency.csv.
     latency_statistic: str = param("mean", choices=("mean", "median"),
                                    doc="which statistic of the profile the simulator uses")
-    # spread the profile's passes between the real repeats, so that a change of the machine's
+    # spread the profile's cells between the real runs, so that a change of the machine's
     # background load reaches the calibration and the measurement alike.
-    interleave_profile: bool = param(True, doc="profile passes interleaved with real repeats")
+    interleave_profile: bool = param(True, doc="profile cells interleaved with the real runs")
     models: ModelsConfig = param(default_factory=ModelsConfig)
     engine: EngineConfig = param(default_factory=lambda: EngineConfig(stop_at_eot=False))
     profile: ProfileConfig = param(default_factory=ProfileConfig)

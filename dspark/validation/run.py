@@ -1,7 +1,7 @@
 """``dspark validate``: calibrate the simulator on the engine, predict held-out runs, compare.
 
 1. profile: ``latency.csv`` from separate profiling passes over the engine (``real.profile``),
-   run in slices between the real repeats (so that the shared machine's changing background load
+   run in slices between the real runs (so that the shared machine's changing background load
    reaches the profile and the measurement alike); the simulator uses the mean of the repeats
    (``latency_statistic``), ``latency.csv`` keeps the median as its ``seconds``;
 2. position traces: the greedy position trace of every prompt of every workload (recorded once
@@ -147,10 +147,14 @@ def run_validate(cfg: ValidateConfig, out: Path, quiet: bool = False) -> dict:
     prof_dir.mkdir(exist_ok=True)
     gp = GridProfiler(engine, cfg.profile)
     gp.passes(cfg.profile.warmup, record=False)
-    n_slices = cfg.repeats + 1 if cfg.interleave_profile else 1
-    per_slice = [len(x) for x in np.array_split(np.arange(cfg.profile.repeats), n_slices)]
-    gp.passes(per_slice[0])
-    log(f"profile: {per_slice[0]} of {cfg.profile.repeats} passes over {len(gp.cells)} cells")
+    n_pairs = len(cfg.heldout.workloads) * len(cfg.heldout.controllers)
+    n_slices = 1 + cfg.repeats * n_pairs if cfg.interleave_profile else 1
+    # the timed cells, spread evenly: one slice now, one after every real run of a pair
+    per_slice = [len(x) for x in np.array_split(
+        np.arange(cfg.profile.repeats * len(gp.cells)), n_slices)]
+    slices = iter(per_slice)
+    gp.run_cells(next(slices))
+    log(f"profile: {len(gp.cells)} cells x {cfg.profile.repeats} repeats in {n_slices} slices")
 
     # 2. prompts and greedy position traces, once per workload
     names = [cfg.calibration.workload] + list(cfg.heldout.workloads)
@@ -214,9 +218,9 @@ def run_validate(cfg: ValidateConfig, out: Path, quiet: bool = False) -> dict:
                 if rep == 0:
                     same = sum(q.tokens == g for q, g in zip(reqs, greedy[w]))
                     greedy_eq[c, w] = same / len(reqs)
+                if cfg.interleave_profile:
+                    gp.run_cells(next(slices))
         log(f"real runs: repeat {rep + 1}/{cfg.repeats} done")
-        if cfg.interleave_profile:
-            gp.passes(per_slice[rep + 1])
     pd.concat(all_rounds, ignore_index=True).to_csv(out / "rounds.csv", index=False)
     pd.concat(all_reqs, ignore_index=True).to_csv(out / "requests.csv", index=False)
 
@@ -230,7 +234,7 @@ def run_validate(cfg: ValidateConfig, out: Path, quiet: bool = False) -> dict:
     sim_lat.to_csv(sim_lat_csv, index=False)
     overhead_s = round_overhead_s(sim_lat)
     (prof_dir / "summary.json").write_text(json.dumps(_safe(
-        {"kind": "profile", "passes": gp.done, "slices": per_slice, **details}), indent=1))
+        {"kind": "profile", "passes": gp.done, "slices_cells": per_slice, **details}), indent=1))
     log(f"profile: {len(lat)} rows from {gp.done} passes, round overhead "
         f"{overhead_s * 1e3:.3f} ms ({cfg.latency_statistic})")
     scn_a = scenario(A, out / "sim" / A / "replay", None, {cal.controller: to_dict(x_cfg)})
