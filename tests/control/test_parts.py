@@ -57,6 +57,58 @@ def test_wall_tpot_before_wrap():
     assert w2.wall_tpot_s() is None          # no tokens
 
 
+class _EagerRing:
+    """Reference: a fixed ring buffer with running sums (s += new - old) whose float sums are
+    re-summed each time it wraps -- the rule RoundWindow's lazily computed sums must match
+    bit for bit."""
+
+    def __init__(self, size):
+        self.size, self.i, self.count = size, 0, 0
+        self.rows = [(0, 0, 0, 0, 0.0, 0.0, 0, 0.0)] * size
+        self.s = [0, 0, 0, 0, 0.0, 0.0, 0]
+
+    def push(self, row):
+        old = self.rows[self.i]
+        self.s = [a + (b - c) for a, b, c in zip(self.s, row, old)]
+        self.rows[self.i] = row
+        self.i += 1
+        if self.i == self.size:
+            self.i = 0
+            self.s[4] = sum([r[4] for r in self.rows])
+            self.s[5] = sum([r[5] for r in self.rows])
+        self.count = min(self.count + 1, self.size)
+
+
+def test_window_sums_match_an_eager_ring_bit_for_bit():
+    import random
+
+    from control.types import Observation
+    from control.window import row_of
+    rnd = random.Random(7)
+    for size in (1, 3, 8, 32):
+        for read_p in (1.0, 0.3, 0.03, 0.004):   # read every round ... rarely (trimmed history)
+            w, ref, now = RoundWindow(size), _EagerRing(size), 0.0
+            for _ in range(700):
+                d = rnd.randint(0, 9)
+                n = rnd.randint(0, d)
+                now += rnd.random() * 0.02
+                o = Observation(now, d, n, (), rnd.random() * 1e-3, rnd.random() * 1e-2, 0,
+                                rnd.randint(0, n), -1, ())
+                row = row_of(o)
+                ref.push(row)
+                if rnd.random() < 0.5:
+                    w.push_row(row)
+                else:
+                    w.push(*row)
+                if rnd.random() < read_p:
+                    assert [w.sum_n, w.sum_rej, w.sum_drafted, w.sum_emitted, w.sum_draft_s,
+                            w.sum_round_s, w.sum_lossy] == ref.s
+                    assert w.count == ref.count
+            assert w.tpot_s() == ref.s[5] / ref.s[3]
+            assert w.a_hat() == (ref.s[0] / (ref.s[0] + ref.s[1])
+                                 if ref.s[0] + ref.s[1] else None)
+
+
 def test_pid_integral_only_is_the_seed_rule():
     p = PID(0.0, 0.05, 0.0, 1.0, 0.3, 1.5, 0.8)
     x = 0.8
