@@ -8,6 +8,12 @@ phase lasts the batch's largest draft-step count × one drafter step; one target
 Σ(k_i + 1) tokens; each controller gets its Observation with the modelled times; a request ends
 when it has emitted its output length (the last round's emission is capped). One SimPy event per
 round per replica, never one per token.
+
+Speed: per replica the running set is kept as a batch view between rounds (the controllers' bound
+``decide``/``observe``, positions, context lengths, remaining tokens) and rebuilt only when the
+set changes; per-sequence work besides the controller calls is a few list comprehensions, and
+random draws are whole-batch numpy calls in a fixed order (so results are bit-identical to the
+one-array-per-round formulation).
 """
 
 from __future__ import annotations
@@ -84,29 +90,34 @@ class RunData:
 
 
 _GC_LOCK = threading.Lock()
-_GC_DEPTH = [0, None]  # runs in progress, thresholds to restore
+_GC_STATE: list = [0, None, False]  # runs in progress, thresholds to restore, we froze
 
 
 @contextlib.contextmanager
 def _quiet_gc(gen0: int = 50_000) -> Iterator[None]:
     """During a run: freeze the heap that exists before it (collections then skip the
-    libraries' objects) and collect the young generation less often (the loop makes many
-    short-lived containers). Collection stays on; settings are restored when the last
-    concurrent run ends. Results do not depend on it, only speed."""
+    libraries' objects; only when nothing is frozen already, so a caller's own freeze is left
+    alone) and collect the young generation less often (the loop makes many short-lived
+    containers). Collection stays on (nothing changes when the caller disabled it); settings
+    are restored when the last concurrent run ends. Results do not depend on it, only speed."""
     with _GC_LOCK:
-        if _GC_DEPTH[0] == 0:
-            _GC_DEPTH[1] = gc.get_threshold()
-            gc.freeze()
-            gc.set_threshold(gen0, *_GC_DEPTH[1][1:])
-        _GC_DEPTH[0] += 1
+        if _GC_STATE[0] == 0 and gc.isenabled():
+            _GC_STATE[1] = gc.get_threshold()
+            _GC_STATE[2] = gc.get_freeze_count() == 0
+            if _GC_STATE[2]:
+                gc.freeze()
+            gc.set_threshold(max(gen0, _GC_STATE[1][0]), *_GC_STATE[1][1:])
+        _GC_STATE[0] += 1
     try:
         yield
     finally:
         with _GC_LOCK:
-            _GC_DEPTH[0] -= 1
-            if _GC_DEPTH[0] == 0:
-                gc.set_threshold(*_GC_DEPTH[1])
-                gc.unfreeze()
+            _GC_STATE[0] -= 1
+            if _GC_STATE[0] == 0 and _GC_STATE[1] is not None:
+                gc.set_threshold(*_GC_STATE[1])
+                if _GC_STATE[2]:
+                    gc.unfreeze()
+                _GC_STATE[1], _GC_STATE[2] = None, False
 
 
 _ROUND_COLS = ("request_id", "round", "now_s", "k", "drafted", "accepted", "emitted", "draft_s",
