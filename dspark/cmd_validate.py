@@ -67,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
         print("\n# statistical acceptance model fitted on the calibration traces (separate):")
         print(format_table(pd.read_csv(fitted)))
     print(f"\nrank agreement (throughput): {summary['rank_agreement']}")
+    print(f"headline errors within the real runs' spread: "
+          f"{summary['headline_errors_within_real_spread']} of {summary['headline_errors']}; "
+          f"largest spread {summary['max_real_spread_pct']:.1f}%")
     print(f"runtime: {summary['runtime_s']:.0f} s; run folder: {args.out}")
     print(f"validate_max_abs_error_pct={summary['max_abs_error_pct']:.3f}")
     return 0

@@ -308,6 +308,10 @@ def run_validate(cfg: ValidateConfig, out: Path, quiet: bool = False) -> dict:
                                            .abs().max()) if err_f is not None else None),
         "repeats": cfg.repeats,
         "max_real_spread_pct": float(head["real_spread"].max()),
+        # an error no larger than the real runs' own spread cannot be told from noise
+        "headline_errors_within_real_spread": int(
+            (head["error_pct"].abs() <= head["real_spread"]).sum()),
+        "headline_errors": int(len(head)),
         "calibrated_on": {
             "latency": "a separate profiling pass over the engine's own verify/draft code paths "
                        "(profile/latency.csv, medians of interleaved repeats); round overhead "
