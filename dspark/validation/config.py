@@ -60,9 +60,10 @@ class ValidateConfig:
     repeats: int = param(3, lo=1, hi=100, doc="real runs per controller x workload")
     # 1 thread: the machine is shared; one thread is the least sensitive to other loads.
     threads: int = param(1, lo=1, hi=256, doc="torch CPU threads")
-    # a best_config.toml exported by `dspark tune` for the dspark controller, if present.
-    dspark_tuned: str = param("configs/validate_dspark_tuned.toml",
-                              doc="tuned [controller.dspark] table (used when the file exists)")
+    # best_config.toml files exported by `dspark tune`; the first that exists is used.
+    dspark_tuned: tuple[str, ...] = param(
+        ("configs/validate_dspark_tuned.toml", "runs/tune-standard/best_config.toml"),
+        doc="candidate tuned [controller.dspark] tables (project-relative); first existing wins")
     # the expected run time is a sum of MEAN forward times; the median is kept in latency.csv.
     latency_statistic: str = param("mean", choices=("mean", "median"),
                                    doc="which statistic of the profile the simulator uses")
@@ -146,10 +147,9 @@ def load_validate(path: str | Path | None, overrides: dict[str, Any] | None = No
 
 def controller_config(cfg: ValidateConfig, name: str) -> tuple[Any, str]:
     """(checked config, where it came from) of held-out controller ``name``."""
-    if name == "dspark" and cfg.dspark_tuned:
-        p = Path(cfg.dspark_tuned)
-        if not p.is_absolute():
-            p = Path(cfg.base_dir).parent / p if cfg.base_dir else p
+    root = Path(__file__).resolve().parents[2]
+    for cand in (cfg.dspark_tuned if name == "dspark" else ()):
+        p = Path(cand) if Path(cand).is_absolute() else root / cand
         if p.is_file():
             table = read_toml(p).get("controller", {}).get("dspark")
             if table is None:
