@@ -20,7 +20,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--workload", choices=("code", "prose"), default=None)
     p.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
     add_engine_args(p)
-    p.set_defaults(threads=1)
     return p
 
 
