@@ -28,9 +28,10 @@ caches the other leaves behind; timing either in isolation was measured to be of
 
 Repeats are interleaved over the grid (every cell once per pass) so that a change of background
 load hits all cells alike; the first ``warmup`` passes are discarded. Medians and p10/p90 are
-written, and the mean (``seconds_mean``): a run's total time is a sum of forwards, so its
-expectation is the sum of MEAN forward times; on a quiet machine the two agree, under a
-changing background load (a shared CPU) the median sits in one load state.
+written, and a trimmed mean (``seconds_mean``, 20% cut at each end): a run's total time is a sum
+of forwards, so its expectation is the sum of MEAN forward times; on a quiet machine the two
+agree, under a changing background load (a shared CPU) the median sits in one load state, while
+a plain mean of a few repeats follows single preemption spikes of several milliseconds.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ TARGET, DRAFTER, OVERHEAD = "target", "drafter", "round-overhead"
 COLUMNS = ("model", "batch", "new_tokens", "context_tokens", "seconds", "seconds_p10",
            "seconds_p90", "repeats", "seconds_mean")
 _GREEDY = SamplingParams()
+TRIM = 0.2  # fraction cut at each end for ``seconds_mean``
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,16 @@ def _pct(x, q):
 def _row(model, new, ctx, xs):
     return {"model": model, "batch": 1, "new_tokens": int(new), "context_tokens": int(ctx),
             "seconds": float(np.median(xs)), "seconds_p10": _pct(xs, 10),
-            "seconds_p90": _pct(xs, 90), "repeats": len(xs), "seconds_mean": float(np.mean(xs))}
+            "seconds_p90": _pct(xs, 90), "repeats": len(xs), "seconds_mean": _tmean(xs)}
+
+
+def _tmean(xs, axis=None):
+    """Mean after cutting the 20% highest and lowest samples: keeps the load mix of a shared
+    machine (unlike the median) but not its rare multi-millisecond preemption spikes."""
+    from scipy.stats import trim_mean
+
+    return trim_mean(np.asarray(xs, dtype=float), TRIM, axis=axis) if axis is not None \
+        else float(trim_mean(np.asarray(xs, dtype=float), TRIM))
 
 
 class _Timer:
@@ -223,7 +234,7 @@ class GridProfiler:
             ks = np.arange(1, kmax + 1, dtype=float)
             reps = np.array([times[("d", int(k), c)] for k in ks])  # [k, repeats]
             slope, icpt = np.polyfit(ks, np.median(reps, axis=1), 1)
-            slope_mean, icpt_mean = np.polyfit(ks, reps.mean(axis=1), 1)
+            slope_mean, icpt_mean = np.polyfit(ks, _tmean(reps, axis=1), 1)
             slopes = [float(np.polyfit(ks, reps[:, j], 1)[0]) for j in range(reps.shape[1])]
             # a time is never negative; under heavy noise a fit could say so (then 0 is written).
             row = _row(DRAFTER, 1, c, np.maximum(slopes, 0.0))
@@ -233,12 +244,12 @@ class GridProfiler:
             fit[c] = {"step_s": float(slope), "intercept_s": float(icpt),
                       "step_mean_s": float(slope_mean), "intercept_mean_s": float(icpt_mean),
                       "propose_median_s_by_k": [float(x) for x in np.median(reps, axis=1)],
-                      "propose_mean_s_by_k": [float(x) for x in reps.mean(axis=1)]}
+                      "propose_mean_s_by_k": [float(x) for x in _tmean(reps, axis=1)]}
             one = reps[0]  # propose(k=1) of one token = intercept + one step, measured directly
             for N in pre:
                 x = np.asarray(times[("p", N, c)])
                 r = _row(DRAFTER, N, c, np.maximum(x - np.median(one) + row["seconds"], 0.0))
-                r["seconds_mean"] = max(float(x.mean() - one.mean() + row["seconds_mean"]), 0.0)
+                r["seconds_mean"] = max(float(_tmean(x) - _tmean(one) + row["seconds_mean"]), 0.0)
                 rows.append(r)
         return rows, fit
 
@@ -273,10 +284,10 @@ def profile_round_overhead(engine, cfg: ProfileConfig, intercept_s: float,
             prev = r.now_s
     x = np.asarray(resid)
     row = _row(OVERHEAD, 0, 0, x + intercept_s)
-    row["seconds_mean"] = float(x.mean() + (intercept_s if intercept_mean_s is None
-                                            else intercept_mean_s))
+    row["seconds_mean"] = _tmean(x) + (intercept_s if intercept_mean_s is None
+                                       else intercept_mean_s)
     return {"row": row, "residual_median_s": float(np.median(x)),
-            "residual_mean_s": float(x.mean()), "intercept_s": intercept_s,
+            "residual_mean_s": _tmean(x), "intercept_s": intercept_s,
             "intercept_mean_s": intercept_s if intercept_mean_s is None else intercept_mean_s,
             "rounds": int(len(x))}
 

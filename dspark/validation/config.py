@@ -64,9 +64,10 @@ class ValidateConfig:
     dspark_tuned: tuple[str, ...] = param(
         ("configs/validate_dspark_tuned.toml", "runs/tune-standard/best_config.toml"),
         doc="candidate tuned [controller.dspark] tables (project-relative); first existing wins")
-    # the expected run time is a sum of MEAN forward times; the median is kept in latency.csv.
+    # the expected run time is a sum of MEAN forward times (the 20%-trimmed mean of the repeats,
+    # `seconds_mean`: robust to single preemption spikes); latency.csv keeps the median.
     latency_statistic: str = param("mean", choices=("mean", "median"),
-                                   doc="which statistic of the profile the simulator uses")
+                                   doc="profile statistic the simulator uses (trimmed mean or median)")
     # spread the profile's cells between the real runs, so that a change of the machine's
     # background load reaches the calibration and the measurement alike.
     interleave_profile: bool = param(True, doc="profile cells interleaved with the real runs")

@@ -101,7 +101,7 @@ def _breakdown(sim_res, records, reqs, propose_intercept_s: float = 0.0) -> dict
     overhead, the engine times it inside ``draft_s``: it is moved to the draft side here so the
     parts compare like with like."""
     rd = sim_res.rounds
-    moved = propose_intercept_s * int((rd["drafted"] > 0).sum())
+    moved = propose_intercept_s * int((rd["draft_s"] > 0).sum())  # rounds that ran the drafter
     req = sim_res.requests.sort_values("finish_s")
     finish = req["finish_s"].to_numpy(dtype=float)
     start = np.concatenate([[0.0], finish[:-1]])
