@@ -67,7 +67,7 @@ class ValidateConfig:
     # the expected run time is a sum of MEAN forward times (the 20%-trimmed mean of the repeats,
     # `seconds_mean`: robust to single preemption spikes); latency.csv keeps the median.
     latency_statistic: str = param("mean", choices=("mean", "median"),
-                                   doc="profile statistic the simulator uses (trimmed mean or median)")
+                                   doc="profile statistic for the simulator (trimmed mean, median)")
     # spread the profile's cells between the real runs, so that a change of the machine's
     # background load reaches the calibration and the measurement alike.
     interleave_profile: bool = param(True, doc="profile cells interleaved with the real runs")
