@@ -10,8 +10,8 @@ prefix plus one target token is committed -> an ``Observation`` with measured se
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import torch
 

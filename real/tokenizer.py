@@ -7,8 +7,8 @@ block scheduler and the traces) are defined here, once: a token whose decoded te
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from control.errors import DSparkError
 

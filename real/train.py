@@ -11,7 +11,6 @@ so a resumed run draws exactly the batches an uninterrupted one would.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import sys
@@ -26,7 +25,7 @@ import torch.nn.functional as F
 from control.configio import param
 from real import checkpoint as ck
 from real import corpus, tokenizer
-from real.models import ConvConfig, TransformerConfig, build_model, count_params
+from real.models import ConvConfig, TransformerConfig, build_model
 
 STAGES = ("target", "drafter_conv", "drafter_tf")
 

@@ -5,8 +5,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from real.hf_export import max_logit_difference, to_llama  # noqa: E402
-from real.models import Transformer, TransformerConfig  # noqa: E402
+from real.hf_export import max_logit_difference, to_llama
+from real.models import Transformer, TransformerConfig
 
 
 def test_llama_export_has_zero_logit_difference_in_float32():
