@@ -62,7 +62,7 @@ class ValidateConfig:
     threads: int = param(1, lo=1, hi=256, doc="torch CPU threads")
     # best_config.toml files exported by `dspark tune`; the first that exists is used.
     dspark_tuned: tuple[str, ...] = param(
-        ("configs/validate_dspark_tuned.toml", "runs/tune-standard/best_config.toml"),
+        ("configs/dspark_tuned.toml", "runs/tune-standard/best_config.toml"),
         doc="candidate tuned [controller.dspark] tables (project-relative); first existing wins")
     # the expected run time is a sum of MEAN forward times (the 20%-trimmed mean of the repeats,
     # `seconds_mean`: robust to single preemption spikes); latency.csv keeps the median.
