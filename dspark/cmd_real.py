@@ -58,7 +58,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1)")
 
 
 def engine_config(args: argparse.Namespace, **overrides: Any):

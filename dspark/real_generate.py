@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from dspark.cmd_real import controller_from_args, engine_config
     from real.runtime import build_engine, encode
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or 1)
     cfg = engine_config(args)
     ctrl = controller_from_args(args.controller, args.config)
     engine = build_engine(cfg, args.checkpoints)

@@ -33,8 +33,9 @@ class BenchConfig:
     # 3 repeats give a median and a spread without taking all day on 2 cores.
     repeats: int = param(3, lo=1, hi=100, doc="repeats of every method")
     workload: str = param("code", choices=("code", "prose"), doc="held-out workload")
-    # measured here: bf16 batch-1 decoding was ~1.4x faster on 2 threads than on 1.
-    threads: int = param(2, lo=1, hi=256, doc="torch CPU threads")
+    # 1 thread: on a quiet 2-core machine 2 threads were ~1.4x faster, but with other
+    # processes on the cores 2 threads stalled on each other (up to 10x slower); 1 is robust.
+    threads: int = param(1, lo=1, hi=256, doc="torch CPU threads")
     k_values: str = param("1 2 3 4 5 6 7 8", doc="fixed-k values, space separated")
     controllers: str = param("hf-heuristic confidence-stop ema-hysteresis analytic dspark",
                              doc="adaptive controllers to run, space separated")
