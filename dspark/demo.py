@@ -64,25 +64,27 @@ def _cli(argv: list[str]) -> None:
 
 def _scaling(cfg: DemoConfig, tuned: str, out: Path) -> None:
     """One simulate run folder whose rows span 8..1024 GPUs (reports' scaling plot)."""
+    import tempfile
+
     import pandas as pd
 
     from dspark.cmd_simulate import parse_controller_spec
     from sim import compare, load_scenario
     from sim.api import write_run_folder
     base = load_scenario(CONFIGS / "standard.toml")
-    rows, reqs = [], []
     controllers = [parse_controller_spec("fixed:k=0"), parse_controller_spec(tuned)]
+    rows, reqs = [], []
     for r in cfg.scaling_replicas:
         scn = base.with_overrides({
-            "name": "standard-scaling", "deployment.replicas": r,
-            "workload.num_requests": r * cfg.scaling_requests_per_replica,
+            "deployment.replicas": r, "workload.num_requests": r * cfg.scaling_requests_per_replica,
             "workload.time_scale": base.workload.time_scale * base.deployment.replicas / r})
-        df = compare(scn, controllers, seed=0)
-        rows.append(df)
-    df = pd.concat(rows, ignore_index=True)
-    reqs = pd.DataFrame(columns=["controller", "request_id"])
-    write_run_folder(out, base.with_overrides({"name": "standard-scaling"}), 0, df, reqs,
-                     {}, sorted(set(df["controller"])))
+        with tempfile.TemporaryDirectory() as tmp:
+            rows.append(compare(scn, controllers, seed=0, out_dir=tmp))
+            reqs.append(pd.read_csv(Path(tmp) / "requests.csv").assign(
+                num_gpus=r * base.deployment.tp))
+    write_run_folder(out, base.with_overrides({"name": "standard-scaling"}), 0,
+                     pd.concat(rows, ignore_index=True), pd.concat(reqs, ignore_index=True),
+                     {}, [name for name, _, _ in controllers])
 
 
 def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Path:
