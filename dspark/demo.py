@@ -6,7 +6,7 @@ Steps (each writes a run folder under ``OUT``; ``reports/`` then reads only thos
 2. simulate the standard scenario (8×(TP8 Llama-3.1-70B) on H100 + Llama-3.1-8B drafter, Azure
    conversation arrivals) with every controller — no speculation, fixed k, every baseline, the
    seed's defaults, the tuned config, the oracle — at several loads;
-3. the seed's A100 claim scenario and a scaling sweep from 8 to 1024 GPUs;
+3. the seed's A100 claim scenario and a scaling sweep from 1 to 1024 GPUs;
 4. controller traces on a small scenario (k, α, β, â over time);
 5. the real engine on the shipped models (batch 1, every controller);
 6. a validation of the simulator against the real engine;
@@ -36,11 +36,11 @@ class DemoConfig:
     # below, at and above the scenario's nominal load.
     loads: tuple[float, ...] = param((0.5, 1.0, 1.5), lo=0.01, hi=100.0,
                                      doc="load scales of the standard-scenario comparison")
-    # replicas of TP8: 8 to 1024 GPUs.
-    scaling_replicas: tuple[int, ...] = param((1, 4, 16, 128), lo=1, hi=4096,
+    # one-GPU replicas: 1 to 1024 GPUs.
+    scaling_replicas: tuple[int, ...] = param((1, 8, 64, 1024), lo=1, hi=4096,
                                               doc="replica counts of the scaling sweep")
-    # requests per replica in the scaling sweep: keeps each point a few seconds of CPU.
-    scaling_requests_per_replica: int = param(40, lo=1, hi=100_000,
+    # requests per replica in the scaling sweep: ~5 s of arrivals; the 1024-GPU point ~ 25 s CPU.
+    scaling_requests_per_replica: int = param(20, lo=1, hi=100_000,
                                               doc="requests per replica, scaling sweep")
     # prompts and tokens of the real-engine step: about a minute on 2 cores.
     real_prompts: int = param(4, lo=1, hi=1000, doc="prompts of the real-engine benchmark")
@@ -63,7 +63,12 @@ def _cli(argv: list[str]) -> None:
 
 
 def _scaling(cfg: DemoConfig, tuned: str, out: Path) -> None:
-    """One simulate run folder whose rows span 8..1024 GPUs (reports' scaling plot)."""
+    """One simulate run folder whose rows span 1..1024 GPUs (reports' scaling plot).
+
+    Data-parallel replicas of the tiny scenario (Llama-3.1-8B + Llama-3.2-1B on one H100 each)
+    with Poisson arrivals at the same rate per replica, so every point offers each GPU the same
+    load; the simulator models no cross-node network, which the report states.
+    """
     import tempfile
 
     import pandas as pd
@@ -71,18 +76,19 @@ def _scaling(cfg: DemoConfig, tuned: str, out: Path) -> None:
     from dspark.cmd_simulate import parse_controller_spec
     from sim import compare, load_scenario
     from sim.api import write_run_folder
-    base = load_scenario(CONFIGS / "standard.toml")
+    base = load_scenario(CONFIGS / "tiny.toml")
     controllers = [parse_controller_spec("fixed:k=0"), parse_controller_spec(tuned)]
     rows, reqs = [], []
     for r in cfg.scaling_replicas:
         scn = base.with_overrides({
-            "deployment.replicas": r, "workload.num_requests": r * cfg.scaling_requests_per_replica,
-            "workload.time_scale": base.workload.time_scale * base.deployment.replicas / r})
+            "deployment.replicas": r, "deployment.routing": "least-outstanding",
+            "workload.rate_rps": base.workload.rate_rps * r,
+            "workload.num_requests": r * cfg.scaling_requests_per_replica})
         with tempfile.TemporaryDirectory() as tmp:
             rows.append(compare(scn, controllers, seed=0, out_dir=tmp))
             reqs.append(pd.read_csv(Path(tmp) / "requests.csv").assign(
                 num_gpus=r * base.deployment.tp))
-    write_run_folder(out, base.with_overrides({"name": "standard-scaling"}), 0,
+    write_run_folder(out, base.with_overrides({"name": "tiny-scaling"}), 0,
                      pd.concat(rows, ignore_index=True), pd.concat(reqs, ignore_index=True),
                      {}, [name for name, _, _ in controllers])
 
@@ -104,7 +110,7 @@ def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Pa
     _cli(["simulate", str(CONFIGS / "standard.toml"), *sum((["--controller", c] for c in every), []),
           "--loads", ",".join(f"{x:g}" for x in cfg.loads), "--out", str(out / "simulate-standard"),
           "--quiet"])
-    _step(3, n, "simulate: the seed's A100 scenario, and scaling from 8 to 1024 GPUs")
+    _step(3, n, "simulate: the seed's A100 scenario, and scaling from 1 to 1024 GPUs")
     _cli(["simulate", str(CONFIGS / "a100_70b.toml"), "--controller", "fixed:k=0",
           "--controller", "dspark", "--controller", tuned, "--out", str(out / "simulate-a100"),
           "--quiet"])

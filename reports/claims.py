@@ -386,6 +386,9 @@ def claim_scaling(runs: list[Run]) -> Claim:
         return Claim("1 to 1024 GPUs", seed, "no simulate run with a num_gpus column given.", CANNOT,
                      "Run `dspark simulate` on a sweep of cluster sizes 1, 2, 4, …, 1024 with load "
                      "scaled to the cluster.")
+    # judge scaling within one run (same scenario and load per GPU): the widest sweep.
+    span = rows.groupby("run")["num_gpus"].agg(lambda g: g.max() / g.min())
+    rows = rows[rows["run"] == span.idxmax()]
     lo, hi = float(rows["num_gpus"].min()), float(rows["num_gpus"].max())
     sp = rows[~baseline_mask(rows)]
     m = sp.groupby(["controller", "num_gpus", "load_scale"], as_index=False).mean(numeric_only=True)
@@ -402,7 +405,7 @@ def claim_scaling(runs: list[Run]) -> Claim:
             eff = effs[top]
             eff_txt = (f"; per-GPU throughput at {hi:g} GPUs is {eff * 100:.0f}% of that at "
                        f"{lo:g} ({top})")
-    finds = f"simulated clusters span {lo:g} to {hi:g} GPUs{eff_txt}."
+    finds = f"run {rows['run'].iloc[0]}: simulated clusters span {lo:g} to {hi:g} GPUs{eff_txt}."
     covers = lo <= CLAIMED_GPUS[0] and hi >= CLAIMED_GPUS[1]
     if not covers:
         return Claim("1 to 1024 GPUs", seed, finds, CANNOT,
