@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from control.errors import DSparkError
+from dspark.args import parse_sets
 
 TABLE_COLUMNS = ("controller", "load_scale", "throughput_tokens_per_s", "goodput_tokens_per_s",
                  "speedup", "mean_accepted_length", "acceptance_rate", "tpot_p50_s",
@@ -31,7 +32,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/simulate", help="run folder (default runs/simulate)")
     p.add_argument("--no-out", action="store_true", help="write no run folder")
     p.add_argument("--json", action="store_true", help="print the summary rows as JSON")
-    p.add_argument("--trace", action="store_true", help="also write rounds.csv and controller_trace.csv")
+    p.add_argument("--trace", action="store_true",
+                   help="also write rounds.csv and controller_trace.csv")
     p.add_argument("--loads", default="1", help="comma-separated load scales, e.g. 0.5,1,2")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key, e.g. workload.rate_rps=3 (TOML value)")
@@ -49,20 +51,6 @@ def _parse_loads(text: str) -> list[float]:
     return loads
 
 
-def _parse_sets(items: list[str]) -> dict:
-    import tomllib
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise DSparkError(f"--set {item!r}: expected KEY=VALUE")
-        key, val = item.split("=", 1)
-        try:
-            out[key.strip()] = tomllib.loads(f"v = {val}")["v"]
-        except tomllib.TOMLDecodeError:
-            out[key.strip()] = val
-    return out
-
-
 def parse_controller_spec(spec: str) -> str | tuple[str, Any, str]:
     """``NAME``, ``NAME:key=value,...`` or ``NAME@FILE.toml`` -> compare() entry with a label."""
     from control.configio import read_toml
@@ -74,7 +62,7 @@ def parse_controller_spec(spec: str) -> str | tuple[str, Any, str]:
         return (name, table, f"{name}@{path.rsplit('/', 1)[-1].removesuffix('.toml')}")
     if ":" in spec:
         name, body = spec.split(":", 1)
-        cfg = _parse_sets([kv for kv in body.split(",") if kv.strip()])
+        cfg = parse_sets([kv for kv in body.split(",") if kv.strip()])
         return (name, cfg, spec)
     return spec
 
@@ -84,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
     from sim import compare, load_scenario
     from sim.metrics import json_safe
-    scn = load_scenario(args.config, _parse_sets(args.set) or None)
+    scn = load_scenario(args.config, parse_sets(args.set) or None)
     names = ([parse_controller_spec(c) for c in args.controller] if args.controller
              else list(scn.sim.controllers))
     loads = _parse_loads(args.loads)

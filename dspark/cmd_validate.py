@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from dspark.args import parse_sets
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("validate", help="measure how well the simulator predicts the engine",
@@ -27,23 +29,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def _overrides(items: list[str]) -> dict:
-    import tomllib
-
-    from control.errors import ConfigError
-
-    out = {}
-    for it in items:
-        if "=" not in it:
-            raise ConfigError(f"--set {it!r}: expected KEY=VALUE")
-        k, v = it.split("=", 1)
-        try:
-            out[k.strip()] = tomllib.loads(f"x = {v}")["x"]
-        except tomllib.TOMLDecodeError:
-            out[k.strip()] = v
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -53,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     path = args.config
     if path is None and args.fast:
         path = str(Path(__file__).resolve().parents[1] / "configs" / "validate_tiny.toml")
-    ov = _overrides(args.set)
+    ov = parse_sets(args.set)
     if args.repeats is not None:
         ov["repeats"] = args.repeats
     cfg = load_validate(path, ov)

@@ -107,7 +107,8 @@ def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Pa
              "ema-hysteresis", "analytic", "dspark", tuned, "oracle"]
     _step(2, n, "simulate: standard scenario, every controller, loads "
           + ",".join(f"{x:g}" for x in cfg.loads))
-    _cli(["simulate", str(CONFIGS / "standard.toml"), *sum((["--controller", c] for c in every), []),
+    specs = [a for c in every for a in ("--controller", c)]
+    _cli(["simulate", str(CONFIGS / "standard.toml"), *specs,
           "--loads", ",".join(f"{x:g}" for x in cfg.loads), "--out", str(out / "simulate-standard"),
           "--quiet"])
     _step(3, n, "simulate: the seed's A100 scenario, and scaling from 1 to 1024 GPUs")

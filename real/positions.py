@@ -3,7 +3,7 @@
 Under greedy decoding the output is the target's own greedy continuation G, and what the drafter
 proposes from output position t depends only on ``prompt + G[:t]``. ``record_positions`` stores,
 for each t, the run length L(t) of drafter proposals equal to ``G[t:]`` (up to ``horizon``), the
-drafter's confidences along that run and of the first disagreeing proposal, and whether G[t] ends
+drafter's confidences of all its proposals from there (up to ``horizon``), and whether G[t] ends
 a sentence. A round of any fixed k (and τ) starting at t then accepts ``min(k_eff, L(t))``.
 """
 
@@ -18,9 +18,18 @@ from real.sampling import SamplingParams
 _GREEDY = SamplingParams()
 
 
-@torch.inference_mode()
 def record_positions(engine, prompt_ids, max_new_tokens: int, horizon: int | None = None,
                      request_id: int = 0) -> list[PositionRecord]:
+    """The greedy position trace of one prompt (see the module docstring)."""
+    return record_positions_full(engine, prompt_ids, max_new_tokens, request_id, horizon)[0]
+
+
+@torch.inference_mode()
+def record_positions_full(engine, prompt_ids, max_new_tokens: int, request_id: int = 0,
+                          horizon: int | None = None) -> tuple[list[PositionRecord], list[int]]:
+    """Position trace plus the greedy continuation. Confidences are the drafter's whole chain
+    of ``horizon`` proposals, not only the run and its first miss: a τ stop beyond the first
+    miss still decides how many tokens a round drafts (and so its draft time)."""
     h = engine.cfg.k_max + 1 if horizon is None else horizon
     if engine.drafter is None:
         raise DSparkError("a position trace needs a drafter")
@@ -31,6 +40,8 @@ def record_positions(engine, prompt_ids, max_new_tokens: int, horizon: int | Non
     cont = engine.greedy_reference(prompt, max_new_tokens + h)
     full = prompt + cont
     P, seq, drafter = len(prompt), engine.seq, engine.drafter
+    if len(full) > engine.length:
+        raise DSparkError(f"prompt + {max_new_tokens} + horizon {h} exceeds the engine's cache")
     seq[0, :len(full)] = torch.tensor(full, dtype=seq.dtype, device=seq.device)
     drafter.reset()
     out = []
@@ -44,9 +55,9 @@ def record_positions(engine, prompt_ids, max_new_tokens: int, horizon: int | Non
         drafter.accept(L, count, run)
         seq[0, L:L + count] = torch.tensor(full[L:L + count], dtype=seq.dtype, device=seq.device)
         out.append(PositionRecord(request_id=request_id, position=t, run_length=run,
-                                  confidences=tuple(confs[:min(run + 1, count)]),
+                                  confidences=tuple(float(c) for c in confs),
                                   sentence_end=cont[t] in engine.sentence_end_ids))
-    return out
+    return out, cont[:max_new_tokens]
 
 
 def replay_fixed_k(records: list[PositionRecord], k: int, tau: float = 0.0) -> list[int]:

@@ -20,14 +20,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-import torch
 
 from control.configio import param
 from control.errors import DSparkError
 from control.types import PositionRecord, RoundRecord
-from real.sampling import SamplingParams
+from real.positions import record_positions_full  # noqa: F401  (re-exported: part of the trace API)
 
-_GREEDY = SamplingParams()
 
 
 @dataclass(frozen=True)
@@ -112,37 +110,6 @@ def _relabel(r: RoundRecord, label: str) -> RoundRecord:
     return dataclasses.replace(r, controller=label)
 
 
-@torch.inference_mode()
-def record_positions_full(engine, prompt_ids, max_new_tokens: int, request_id: int = 0,
-                          horizon: int | None = None) -> tuple[list[PositionRecord], list[int]]:
-    """Greedy position trace with the full confidence chain; also the greedy continuation."""
-    h = engine.cfg.k_max + 1 if horizon is None else horizon
-    if engine.drafter is None:
-        raise DSparkError("a position trace needs a drafter")
-    if h > engine.cfg.k_max + 1:
-        raise DSparkError(f"horizon {h} exceeds k_max + 1 = {engine.cfg.k_max + 1}")
-    prompt = [int(t) for t in prompt_ids]
-    cont = engine.greedy_reference(prompt, max_new_tokens + h)
-    full = prompt + cont
-    P, seq, drafter = len(prompt), engine.seq, engine.drafter
-    if len(full) > engine.length:
-        raise DSparkError(f"prompt + {max_new_tokens} + horizon {h} exceeds the engine's cache")
-    seq[0, :len(full)] = torch.tensor(full, dtype=seq.dtype, device=seq.device)
-    drafter.reset()
-    out = []
-    for t in range(min(max_new_tokens, len(cont))):
-        L = P + t
-        count, confs, _ = drafter.propose(seq, L, h, 0.0, _GREEDY, None)
-        proposed = seq[0, L:L + count].tolist()
-        run = 0
-        while run < count and t + run < len(cont) and proposed[run] == cont[t + run]:
-            run += 1
-        drafter.accept(L, count, run)
-        seq[0, L:L + count] = torch.tensor(full[L:L + count], dtype=seq.dtype, device=seq.device)
-        out.append(PositionRecord(request_id=request_id, position=t, run_length=run,
-                                  confidences=tuple(float(c) for c in confs),
-                                  sentence_end=cont[t] in engine.sentence_end_ids))
-    return out, cont[:max_new_tokens]
 
 
 def replay_accepted(positions: list[PositionRecord], ks: list[int], taus: list[float],
