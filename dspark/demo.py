@@ -120,9 +120,10 @@ def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Pa
     _cli(["simulate", str(CONFIGS / "tiny.toml"), "--controller", "hf-heuristic",
           "--controller", "dspark", "--controller", tuned, "--trace",
           "--out", str(out / "simulate-traces"), "--quiet"])
-    _step(5, n, "real engine: shipped models, batch 1, every controller")
+    _step(5, n, "real engine: shipped models, batch 1, every controller; threshold-mode quality")
     _cli(["real", "bench", "--prompts", str(cfg.real_prompts), "--new-tokens",
-          str(cfg.real_new_tokens), "--repeats", "1", "--no-hf", "--out", str(out / "real")])
+          str(cfg.real_new_tokens), "--repeats", "1", "--no-hf", "--quality-betas", "0.95 0.85 0.7",
+          "--out", str(out / "real")])
     _step(6, n, "validate: simulator prediction vs the real engine")
     _cli(["validate", str(REPO / cfg.validate_config), "--out", str(out / "validate"), "--quiet"])
     _step(7, n, f"report (steps 1-6 took {time.perf_counter() - t0:.0f} s)")

@@ -19,6 +19,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--workload", choices=("code", "prose"), default=None)
     p.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
+    p.add_argument("--quality-betas", default=None, metavar="'B1 B2 ...'",
+                   help="also measure threshold verification's quality change at these β")
     add_engine_args(p)
     return p
 
@@ -28,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = {k: v for k, v in {"prompts": args.prompts, "new_tokens": args.new_tokens,
                                    "repeats": args.repeats, "workload": args.workload,
-                                   "threads": args.threads}.items() if v is not None}
+                                   "threads": args.threads,
+                                   "quality_betas": args.quality_betas}.items() if v is not None}
     if args.no_hf:
         overrides["hf"] = False
     summary = bench_main(args, overrides)

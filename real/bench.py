@@ -40,6 +40,9 @@ class BenchConfig:
     controllers: str = param("hf-heuristic confidence-stop ema-hysteresis analytic dspark",
                              doc="adaptive controllers to run, space separated")
     hf: bool = param(True, doc="also run Hugging Face assisted generation (bench extra)")
+    # empty = strict only; e.g. "0.99 0.85 0.7" measures threshold (β) verification's quality
+    # cost against strict greedy on the same prompts (real.quality.threshold_quality, k = 4).
+    quality_betas: str = param("", doc="β values whose quality change to measure, space separated")
 
 
 def held_out_prompts(tok, workload: str, n: int, length: int) -> list[list[int]]:
@@ -160,6 +163,16 @@ def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
                "drafter": engine.drafter.name, "prompts": len(prompts)}
     if hf_pair is not None:
         summary["hf_max_logit_difference"] = hf_pair.get("logit_diff")
+    for beta in (float(b) for b in bc.quality_betas.split()):
+        from real.quality import threshold_quality
+        q = threshold_quality(engine, prompts, bc.new_tokens, beta)
+        rows.append({"controller": f"threshold-beta{beta:g}", "beta": beta,
+                     "nll_change_pct": q["nll_change_pct"], "token_agreement": q["agreement"],
+                     "lossy_accept_fraction": q["lossy_fraction"],
+                     "mean_accepted_length": q["mean_accepted_length_threshold"]})
+        if progress:
+            print(f"  threshold beta={beta:g}: NLL change {q['nll_change_pct']:+.2f}%, "
+                  f"agreement {q['agreement']:.3f}", file=sys.stderr, flush=True)
     if out is not None:
         from control.configio import to_toml
 
@@ -221,14 +234,22 @@ def hf_generate(pair: dict, prompt: list[int], n: int, setting) -> tuple[list[in
 
 
 def format_table(summary: dict) -> str:
+    nan = float("nan")
     lines = [f"{'method':24s} {'tok/s':>8s} {'p10':>8s} {'p90':>8s} {'x AR':>6s} "
              f"{'match':>6s} {'acc.len':>7s} {'a':>5s}"]
+    quality = []
     for r in summary["rows"]:
-        lines.append(f"{r['controller']:24s} {r['tokens_per_s']:8.1f} {r['tokens_per_s_p10']:8.1f} "
-                     f"{r['tokens_per_s_p90']:8.1f} {r['speedup_vs_ar']:6.2f} "
-                     f"{r['greedy_match_rate']:6.3f} {r.get('mean_accepted_length', float('nan')):7.2f} "
-                     f"{r.get('acceptance_rate', float('nan')):5.2f}")
-    return "\n".join(lines)
+        if "nll_change_pct" in r:
+            quality.append(f"{r['controller']:24s} NLL change {r['nll_change_pct']:+.2f}%, "
+                           f"agreement with strict {r['token_agreement']:.3f}, lossy accepts "
+                           f"{100 * r['lossy_accept_fraction']:.2f}%")
+            continue
+        lines.append(f"{r['controller']:24s} {r['tokens_per_s']:8.1f} "
+                     f"{r['tokens_per_s_p10']:8.1f} {r['tokens_per_s_p90']:8.1f} "
+                     f"{r['speedup_vs_ar']:6.2f} {r['greedy_match_rate']:6.3f} "
+                     f"{r.get('mean_accepted_length', nan):7.2f} "
+                     f"{r.get('acceptance_rate', nan):5.2f}")
+    return "\n".join(lines + quality)
 
 
 def bench_main(args, overrides: dict) -> dict:
