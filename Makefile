@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --upgrade pip
 	# torch first and pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[real,dev]"
+	$(PIP) install -q -e ".[real,dev,postgres,bench]"
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(VENV)/bin/dspark demo
 
 test: $(STAMP)
-	$(VENV)/bin/pytest --cov=control --cov-branch --cov-report=term --cov-fail-under=95
+	$(VENV)/bin/pytest -rs --cov=control --cov-branch --cov-report=term --cov-fail-under=95
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check control sim real tuning reports dspark tests
