@@ -8,24 +8,8 @@ import torch
 from control import make_controller
 from control.types import Decision
 from real.positions import record_positions, replay_fixed_k
-from real.quality import threshold_quality
+from real.quality import FixedDecision, threshold_quality
 from tests.real.conftest import CFG, make_engine, prompt
-
-
-class Const:
-    name = "const"
-
-    def __init__(self, d):
-        self.d = d
-
-    def decide(self, now_s):
-        return self.d
-
-    def observe(self, obs):
-        pass
-
-    def reset(self):
-        pass
 
 
 def test_stream_and_whole_agree():
@@ -77,7 +61,7 @@ def test_threshold_beta_one_equals_strict_greedy():
         p = prompt(20 + s)
         ref = eng.greedy_reference(p, 40)
         for k in (2, 4, 8):
-            g = eng.generate(p, 40, Const(Decision(k=k, mode="threshold", beta=1.0)))
+            g = eng.generate(p, 40, FixedDecision(Decision(k=k, mode="threshold", beta=1.0)))
             assert g.tokens == ref
             assert sum(r.lossy_accepts for r in g.records) == 0
 
@@ -99,7 +83,7 @@ def test_threshold_quality_is_measured():
 def test_lossy_accept_count_matches_definition():
     eng = make_engine("tf", scale=0.1)
     p = prompt(40)
-    g = eng.generate(p, 40, Const(Decision(k=4, mode="threshold", beta=0.3)))
+    g = eng.generate(p, 40, FixedDecision(Decision(k=4, mode="threshold", beta=0.3)))
     # recount: an accepted token is lossy iff it differs from the target's argmax after the
     # prefix emitted so far (teacher-forced on the threshold output itself)
     ids = torch.tensor([p + g.tokens])
@@ -148,7 +132,7 @@ def test_position_trace_reproduces_fixed_k_accepts():
             g = eng.generate(p, 50, make_controller("fixed", {"k": k}))
             assert replay_fixed_k(recs, k) == [r.accepted for r in g.records], k
         for tau in (0.5, 0.9):
-            g = eng.generate(p, 50, Const(Decision(k=6, tau=tau)))
+            g = eng.generate(p, 50, FixedDecision(Decision(k=6, tau=tau)))
             assert replay_fixed_k(recs, 6, tau) == [r.accepted for r in g.records]
         ends = {3, 7}
         ref = eng.greedy_reference(p, 50)

@@ -4,6 +4,7 @@ import pytest
 
 from control import ENGINE_CONTROLLERS, make_controller
 from control.types import Decision
+from real.quality import FixedDecision
 from tests.real.conftest import make_engine, prompt
 
 
@@ -54,27 +55,11 @@ def test_drafter_equal_to_target_accepts_everything():
         assert all(r.drafted == k for r in g.records[:-1])
 
 
-class _Const:
-    name = "const"
-
-    def __init__(self, d: Decision):
-        self.d = d
-
-    def decide(self, now_s):
-        return self.d
-
-    def observe(self, obs):
-        pass
-
-    def reset(self):
-        pass
-
-
 def test_tau_stop_never_changes_output_and_cuts_drafts():
     eng = make_engine("tf")
     p = prompt(4)
     ref = eng.greedy_reference(p, 40)
-    g = eng.generate(p, 40, _Const(Decision(k=8, tau=0.9)))
+    g = eng.generate(p, 40, FixedDecision(Decision(k=8, tau=0.9)))
     assert g.tokens == ref
     for r in g.records:
         assert all(c >= 0.9 for c in r.confidences)
