@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import Any
 
 from control.errors import DSparkError
 
@@ -29,17 +30,21 @@ SUBCOMMANDS = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dspark", description="DSpark Lab: simulate, tune and validate speculative decoding.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, mod_name in SUBCOMMANDS.items():
+    add_subcommands(parser.add_subparsers(dest="command", metavar="COMMAND"), SUBCOMMANDS, "_run")
+    return parser
+
+
+def add_subcommands(sub: Any, table: dict[str, str], run_attr: str) -> None:
+    """Add each module's parser to ``sub``; its ``run`` is stored as ``args.<run_attr>``.
+    A module missing from the checkout is simply not offered."""
+    for mod_name in table.values():
         try:
             mod = importlib.import_module(mod_name)
         except ModuleNotFoundError as e:
             if e.name == mod_name:
                 continue
             raise
-        p = mod.add_parser(sub)
-        p.set_defaults(_run=mod.run)
-    return parser
+        mod.add_parser(sub).set_defaults(**{run_attr: mod.run})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,6 @@ is simply not offered, so ``profile`` and ``trace`` can be added without touchin
 from __future__ import annotations
 
 import argparse
-import importlib
 from typing import Any
 
 REAL_SUBCOMMANDS = {
@@ -23,16 +22,9 @@ REAL_SUBCOMMANDS = {
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("real", help="run the real speculative-decoding engine",
                               description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="real_command", metavar="REAL_COMMAND")
-    for name, mod_name in REAL_SUBCOMMANDS.items():
-        try:
-            mod = importlib.import_module(mod_name)
-        except ModuleNotFoundError as e:
-            if e.name == mod_name:
-                continue
-            raise
-        sp = mod.add_parser(sub)
-        sp.set_defaults(_real_run=mod.run)
+    from dspark.cli import add_subcommands
+    add_subcommands(p.add_subparsers(dest="real_command", metavar="REAL_COMMAND"),
+                    REAL_SUBCOMMANDS, "_real_run")
     p.set_defaults(_parser=p)
     return p
 
