@@ -16,7 +16,7 @@ KNOWN_COLORS: dict[str, str] = {
     "ema-hysteresis": "#CC79A7",  # pink
     "confidence-stop": "#E69F00",  # orange
     "fixed": "#56B4E9",           # sky blue
-    "oracle": "#000000",          # black: an upper bound, not a contender
+    "oracle": "#000000",          # black: knows the future, not a contender
 }
 BASELINE_NAMES = ("ar", "k=0", "k0", "autoregressive", "fixed-k0", "no-spec", "baseline")
 BASELINE_COLOR = "#8C8C8C"        # grey: plain autoregressive decoding
