@@ -119,6 +119,9 @@ def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Pa
     _step(4, n, "simulate: controller traces on the tiny scenario")
     _cli(["simulate", str(CONFIGS / "tiny.toml"), "--controller", "hf-heuristic",
           "--controller", "dspark", "--controller", tuned, "--trace",
+          # long outputs, so that a request spans many blocks of controller updates
+          "--set", "workload.output.mean_tokens=900", "--set", "workload.output.max_tokens=2000",
+          "--set", "workload.num_requests=12",
           "--out", str(out / "simulate-traces"), "--quiet"])
     _step(5, n, "real engine: shipped models, batch 1, every controller; threshold-mode quality")
     _cli(["real", "bench", "--prompts", str(cfg.real_prompts), "--new-tokens",

@@ -106,15 +106,18 @@ TRACE_PANELS = (("k", "draft length k (tokens)"), ("alpha", "α (aggressiveness)
 
 @styled
 def plot_controller_traces(trace: pd.DataFrame, colors: dict | None = None) -> Figure:
-    """k, α, β and â over time for one request per controller (its longest trace), with the
-    rounds that closed a block marked."""
+    """k, α, β and â over time for one request, the same for every controller where it can be
+    (the request with the most rounds over all controllers; arrivals are identical across
+    controllers of one run), with the rounds that closed a block marked."""
     trace, note = at_reference_load(trace)
     colors = _colors(colors, trace["controller"].unique())
     fig = Figure(figsize=(10, 7.2), layout="constrained")
     axes = fig.subplots(len(TRACE_PANELS), 1, sharex=True)
     chosen = []
+    common = trace.groupby("request_id").size().idxmax()
     for name, g in trace.groupby("controller", sort=True):
-        rid = g.groupby("request_id").size().idxmax()
+        has = (g["request_id"] == common).any()
+        rid = common if has else g.groupby("request_id").size().idxmax()
         chosen.append((str(name), rid, g[g["request_id"] == rid].sort_values("now_s")))
     block_mark = dict(marker="|", ms=9, mew=1.4, ls="none")
     for ax, (col, label) in zip(axes, TRACE_PANELS):
