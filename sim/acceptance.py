@@ -34,6 +34,7 @@ import numpy as np
 
 from control.configio import param
 from control.errors import DSparkError
+from sim.tables import read_table
 
 
 @dataclass(frozen=True)
@@ -82,17 +83,9 @@ def lossy_probability(beta: np.ndarray, lossy_accept_max: float) -> np.ndarray:
 @functools.lru_cache(maxsize=4)
 def _read_positions(path: str, mtime: float) -> dict:
     import pandas as pd
-    try:
-        df = pd.read_csv(path)
-    except Exception as e:  # noqa: BLE001
-        raise DSparkError(f"{path}: cannot read position trace: {str(e).splitlines()[0]}") from None
-    for c in ("request_id", "position", "run_length"):
-        if c not in df.columns:
-            raise DSparkError(f"{path}: position trace lacks column '{c}'")
-        v = pd.to_numeric(df[c], errors="coerce")
-        if v.isna().any() or (v < 0).any():
-            raise DSparkError(f"{path}: column '{c}' has a missing or garbled value")
-        df[c] = v.astype(np.int64)
+    required = ("request_id", "position", "run_length")
+    df = read_table(path, "position trace", required, numeric=required)
+    df = df.astype({c: np.int64 for c in required})
     conf = df["confidences"] if "confidences" in df.columns else None
     send = df["sentence_end"] if "sentence_end" in df.columns else None
     out = {}

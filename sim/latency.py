@@ -17,6 +17,7 @@ from control.configio import param
 from control.errors import DSparkError
 from sim.hardware import Hardware
 from sim.models import ModelDims
+from sim.tables import read_table
 
 
 @dataclass(frozen=True)
@@ -101,13 +102,7 @@ class Table:
         p = Path(path)
         if not p.is_file():
             raise DSparkError(f"{p}: latency table not found")
-        try:
-            df = pd.read_csv(p)
-        except Exception as e:  # noqa: BLE001 - any parse failure is a bad file
-            raise DSparkError(f"{p}: cannot read latency table: {str(e).splitlines()[0]}") from None
-        for c in TABLE_COLUMNS:
-            if c not in df.columns:
-                raise DSparkError(f"{p}: latency table lacks column '{c}'")
+        df = read_table(p, "latency table", TABLE_COLUMNS)
         df = df[df["model"].astype(str) == model_name]
         if df.empty:
             raise DSparkError(f"{p}: latency table has no rows for model '{model_name}'")

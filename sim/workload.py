@@ -14,6 +14,7 @@ import numpy as np
 
 from control.configio import param
 from control.errors import DSparkError
+from sim.tables import read_table
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 DEFAULT_TRACE = "../../shared/data/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"
@@ -80,13 +81,7 @@ class Requests:
 @functools.lru_cache(maxsize=8)
 def _read_trace(path: str, mtime: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     import pandas as pd
-    try:
-        df = pd.read_csv(path)
-    except Exception as e:  # noqa: BLE001 - any parse failure is a bad file
-        raise DSparkError(f"{path}: cannot read trace: {str(e).splitlines()[0]}") from None
-    for c in AZURE_COLUMNS:
-        if c not in df.columns:
-            raise DSparkError(f"{path}: trace lacks column '{c}' (need {', '.join(AZURE_COLUMNS)})")
+    df = read_table(path, "trace", AZURE_COLUMNS)
     ts = pd.to_datetime(df["TIMESTAMP"], errors="coerce", format="mixed")
     if ts.isna().any():
         row = int(np.flatnonzero(ts.isna().to_numpy())[0])
@@ -117,17 +112,8 @@ def read_trace(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 @functools.lru_cache(maxsize=8)
 def _read_column(path: str, column: str) -> np.ndarray:
-    import pandas as pd
-    try:
-        df = pd.read_csv(path)
-    except Exception as e:  # noqa: BLE001
-        raise DSparkError(f"{path}: cannot read: {str(e).splitlines()[0]}") from None
-    if column not in df.columns:
-        raise DSparkError(f"{path}: lacks column '{column}'")
-    v = pd.to_numeric(df[column], errors="coerce")
-    if v.isna().any() or (v < 1).any():
-        raise DSparkError(f"{path}: column '{column}' has a missing or garbled value")
-    return v.to_numpy(dtype=np.int64)
+    df = read_table(path, "length table", (column,), numeric=(column,), minimum=1)
+    return df[column].to_numpy(dtype=np.int64)
 
 
 def draw_lengths(cfg: LengthConfig, n: int, rng: np.random.Generator, what: str) -> np.ndarray:
