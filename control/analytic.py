@@ -65,6 +65,7 @@ class AnalyticConfig:
 
 class AnalyticController(Controller):
     name = "analytic"
+    reads_confidences = False
 
     def __init__(self, config: AnalyticConfig | None = None) -> None:
         self.config = config or AnalyticConfig()

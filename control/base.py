@@ -18,12 +18,28 @@ class Controller:
     name: str = "base"
     #: True for controllers that must be told the future (the simulator's ``oracle``).
     needs_future: bool = False
+    #: False for controllers whose ``observe`` never reads ``Observation.confidences``: a driver
+    #: may then hand them an empty tuple (the simulator skips building per-token tuples).
+    reads_confidences: bool = True
 
     def decide(self, now_s: float) -> Decision:  # pragma: no cover - interface
         raise NotImplementedError
 
     def observe(self, obs: Observation) -> None:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def observe_values(self, now_s: float, drafted: int, accepted: int,
+                       confidences: tuple[float, ...], draft_s: float, verify_s: float,
+                       context_tokens: int, lossy_accepts: int, emitted: int,
+                       sentence_ends: tuple[int, ...]) -> None:
+        """``observe`` with the :class:`Observation` fields passed positionally, in field order.
+
+        Same effect as ``observe(Observation(...))``; a driver that already holds valid values
+        (the simulator's hot loop) calls this to skip building the object. Hot controllers
+        override it and make ``observe`` delegate here; the default builds the Observation.
+        """
+        self.observe(Observation(now_s, drafted, accepted, confidences, draft_s, verify_s,
+                                 context_tokens, lossy_accepts, emitted, sentence_ends))
 
     def reset(self) -> None:  # pragma: no cover - interface
         raise NotImplementedError

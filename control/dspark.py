@@ -158,6 +158,7 @@ def k_of_alpha(alpha: float, k_ref: float, k_min: int, k_max: int) -> int:
 
 class DSparkController(Controller):
     name = "dspark"
+    reads_confidences = False
 
     def __init__(self, config: DSparkConfig | None = None) -> None:
         c = self.config = config or DSparkConfig()
@@ -206,13 +207,16 @@ class DSparkController(Controller):
         return self._decision
 
     def observe(self, obs: Observation) -> None:
+        self.observe_values(obs.now_s, obs.drafted, obs.accepted, obs.confidences, obs.draft_s,
+                            obs.verify_s, obs.context_tokens, obs.lossy_accepts, obs.emitted,
+                            obs.sentence_ends)
+
+    def observe_values(self, now_s, drafted, n, confidences, draft_s, verify_s, context_tokens,
+                       lossy_accepts, e, sentence_ends) -> None:
         # hot path (the simulator calls it per sequence per round): locals, no extra calls
         # unless something happens (a fruitless round, a cool-down step, a block boundary).
-        n = obs.accepted
-        drafted = obs.drafted
-        draft_s = obs.draft_s
-        self._push((n, 1 if n < drafted else 0, drafted, obs.emitted, draft_s,
-                    draft_s + obs.verify_s, obs.lossy_accepts, obs.now_s))  # window.row_of
+        self._push((n, 1 if n < drafted else 0, drafted, e, draft_s, draft_s + verify_s,
+                    lossy_accepts, now_s))  # window.row_of
         self.rounds += 1
         changed = False
         if self.cooldown:
@@ -230,12 +234,11 @@ class DSparkController(Controller):
                     changed = True
         # the block planner's fast path inlined (BlockPlanner.feed: nothing can close yet)
         blk = self._blocks
-        e = obs.emitted
         t = blk.tokens_in_block + e
-        if t < blk.snap_from or (t < blk.block_tokens and not obs.sentence_ends):
+        if t < blk.snap_from or (t < blk.block_tokens and not sentence_ends):
             blk.tokens_in_block = t
             blk.total_tokens += e
-        elif blk.feed(e, obs.sentence_ends):
+        elif blk.feed(e, sentence_ends):
             self._block_end()
             return
         if changed:

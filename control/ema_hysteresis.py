@@ -50,6 +50,7 @@ class EmaHysteresisConfig:
 
 class EmaHysteresisController(Controller):
     name = "ema-hysteresis"
+    reads_confidences = False
 
     def __init__(self, config: EmaHysteresisConfig | None = None) -> None:
         self.config = config or EmaHysteresisConfig()

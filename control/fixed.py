@@ -22,6 +22,7 @@ class FixedConfig:
 
 class FixedController(Controller):
     name = "fixed"
+    reads_confidences = False
 
     def __init__(self, config: FixedConfig | None = None) -> None:
         self.config = config or FixedConfig()
@@ -36,6 +37,10 @@ class FixedController(Controller):
         return self._decision
 
     def observe(self, obs: Observation) -> None:
+        self.rounds += 1
+
+    def observe_values(self, now_s, drafted, accepted, confidences, draft_s, verify_s,
+                       context_tokens, lossy_accepts, emitted, sentence_ends) -> None:
         self.rounds += 1
 
     def state(self) -> dict[str, Any]:

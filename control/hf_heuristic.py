@@ -31,6 +31,7 @@ class HFHeuristicConfig:
 
 class HFHeuristicController(Controller):
     name = "hf-heuristic"
+    reads_confidences = False
 
     def __init__(self, config: HFHeuristicConfig | None = None) -> None:
         self.config = config or HFHeuristicConfig()

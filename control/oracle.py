@@ -33,6 +33,7 @@ class OracleConfig:
 class OracleController(Controller):
     name = "oracle"
     needs_future = True
+    reads_confidences = False
 
     def __init__(self, config: OracleConfig | None = None) -> None:
         self.config = config or OracleConfig()

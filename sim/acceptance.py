@@ -209,6 +209,12 @@ class AcceptanceModel:
                     conf[i, :m] = confs[p][:m]
         return conf
 
+    def skip_confidences(self, batch: int, kmax: int) -> None:
+        """Draw what :meth:`confidences` would draw from ``rng`` without computing anything from
+        it: when nobody reads the confidences the random stream (and every later draw) stays the
+        same as when they are computed."""
+        self.rng.standard_normal((batch, kmax))
+
     # -- after a round -------------------------------------------------------------------
     def advance(self, ids: np.ndarray, emitted: np.ndarray) -> None:
         if self.kind != "markov":

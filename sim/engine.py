@@ -126,6 +126,16 @@ _ROUND_COLS = ("request_id", "round", "now_s", "k", "drafted", "accepted", "emit
 _CTRL_COLS = ("controller", "request_id", "now_s", "k", "alpha", "beta", "a_hat", "block_end")
 
 
+def _observer(c: Any) -> Callable[..., None]:
+    """``c.observe_values`` (Observation fields positionally), or an adapter for a controller
+    that only has ``observe``."""
+    f = getattr(c, "observe_values", None)
+    if f is not None:
+        return f
+    obs = c.observe
+    return lambda *values: obs(Observation(*values))
+
+
 def run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
         acc: AcceptanceModel, *, trace: bool = False, label: str = "",
         progress: Any = None) -> RunData:
@@ -159,7 +169,11 @@ def _run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
     rec = {c: [] for c in _ROUND_COLS} if trace else None
     ctr = {c: [] for c in _CTRL_COLS} if trace else None
     state = {"finished": 0, "last": 0.0}
-    needs_future = bool(getattr(make_ctrl(), "needs_future", False))
+    probe = make_ctrl()
+    needs_future = bool(getattr(probe, "needs_future", False))
+    # controllers that never read Observation.confidences get () (no per-token tuples); the
+    # confidences are still drawn (same random stream), and built whenever τ or a trace needs them
+    conf_to_ctrl = bool(getattr(probe, "reads_confidences", True)) or trace
 
     def arrivals():
         rr = 0
@@ -259,7 +273,7 @@ def _run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
         pos = emitted[ids]
         pos_l = pos.tolist()
         return _Batch(list(run_ids), ids, ctrls, [c.decide for c in ctrls],
-                      [c.observe for c in ctrls],
+                      [_observer(c) for c in ctrls],
                       [prompt_l[i] + p for i, p in zip(run_ids, pos_l)],
                       [output_l[i] - p for i, p in zip(run_ids, pos_l)], pos)
 
@@ -290,8 +304,13 @@ def _run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
         lossy = None
         csum = sum(ctxl)
         if kmax > 0:
-            conf = acc.confidences(ids, pos, L, kmax)
-            if any([d.tau for d in decs]):  # noqa: C419 - a list comp is faster here
+            any_tau = any([d.tau for d in decs])  # noqa: C419 - a list comp is faster here
+            if any_tau or conf_to_ctrl:
+                conf = acc.confidences(ids, pos, L, kmax)
+            else:
+                acc.skip_confidences(B, kmax)
+                conf = None
+            if any_tau:
                 if k is None:
                     k = np.array(kl, dtype=np.int64)
                 tau = np.array([d.tau for d in decs])
@@ -350,6 +369,7 @@ def _run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
             nl = [0] * B
             conf = None
             draft_s = 0.0
+        drafted_any = kmax > 0
         ksum = sum(kel)
         T = ksum + B
         csum = float(csum)
@@ -379,21 +399,28 @@ def _run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
             cnt.lossy += int(lossy.sum())
         # observations
         Obs = Observation
-        if rec is None:
+        if rec is None:  # bound observe_values(now_s, drafted, accepted, confidences, ...)
             lol = lossy.tolist() if lossy is not None else None
-            if conf is None:
+            if not drafted_any:
                 for f, e, cx, se in zip(b.observe, eml, ctxl, sends):
-                    f(Obs(end, 0, 0, (), draft_s, verify_s, cx, 0, e, se))
+                    f(end, 0, 0, (), draft_s, verify_s, cx, 0, e, se)
+            elif conf is None:
+                if lol is None:
+                    for f, ke, nn, cx, e, se in zip(b.observe, kel, nl, ctxl, eml, sends):
+                        f(end, ke, nn, (), draft_s, verify_s, cx, 0, e, se)
+                else:
+                    for f, ke, nn, cx, lo, e, se in zip(b.observe, kel, nl, ctxl, lol, eml,
+                                                        sends):
+                        f(end, ke, nn, (), draft_s, verify_s, cx, lo, e, se)
             elif lol is None:
                 for f, ke, nn, cf, cx, e, se in zip(b.observe, kel, nl, conf.tolist(), ctxl,
                                                     eml, sends):
-                    f(Obs(end, ke, nn, tuple(cf[:ke]) if ke else (), draft_s, verify_s, cx, 0,
-                          e, se))
+                    f(end, ke, nn, tuple(cf[:ke]) if ke else (), draft_s, verify_s, cx, 0, e, se)
             else:
                 for f, ke, nn, cf, cx, lo, e, se in zip(b.observe, kel, nl, conf.tolist(), ctxl,
                                                         lol, eml, sends):
-                    f(Obs(end, ke, nn, tuple(cf[:ke]) if ke else (), draft_s, verify_s, cx, lo,
-                          e, se))
+                    f(end, ke, nn, tuple(cf[:ke]) if ke else (), draft_s, verify_s, cx, lo, e,
+                      se)
         else:
             confl = conf.tolist() if conf is not None else [()] * B
             lol = lossy.tolist() if lossy is not None else [0] * B

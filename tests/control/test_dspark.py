@@ -12,6 +12,7 @@ from control import make_controller
 from control.configio import from_mapping, to_toml
 from control.dspark import DSparkConfig, k_of_alpha
 from control.errors import ConfigError
+from control.types import OBSERVATION_FIELDS
 from control.window import a_hat_of
 from tests.control.helpers import obs, run
 
@@ -285,3 +286,23 @@ def test_replaying_a_trace_twice_gives_identical_decisions():
     a, b = once(), once()
     assert a == b
     assert sum(d.block_end for d, _ in a) >= 5
+
+
+@settings(max_examples=60, deadline=None)
+@given(cfg=config_st, stream=st.lists(round_st, max_size=120),
+       name=st.sampled_from(["dspark", "fixed", "hf-heuristic", "analytic", "ema-hysteresis"]))
+def test_observe_values_is_observe(cfg, stream, name):
+    """The positional fast path the simulator calls has exactly the effect of observe()."""
+    a = make_controller(name, cfg if name == "dspark" else None)
+    b = make_controller(name, cfg if name == "dspark" else None)
+    t = 0.0
+    for drafted, acc, dr_s, ve_s, lossy, ends in stream:
+        assert a.decide(t) == b.decide(t)
+        n = min(acc, drafted)
+        t += dr_s + ve_s
+        o = obs(drafted, n, now_s=t, draft_s=dr_s, verify_s=ve_s, lossy=min(lossy, n),
+                ends=tuple(e for e in ends if e <= n))
+        a.observe(o)
+        b.observe_values(*(getattr(o, f) for f in OBSERVATION_FIELDS))
+        assert a.state() == b.state()
+    assert a.decide(t) == b.decide(t)

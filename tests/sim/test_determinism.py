@@ -1,6 +1,7 @@
 """Same config and seed -> identical tables; other seeds differ; controllers share arrivals."""
 
 import pandas as pd
+import pytest
 
 from sim import compare, simulate
 
@@ -37,3 +38,42 @@ def test_compare_rows_and_determinism(tiny):
     # k = 0 with a drafter deployed only pays the drafter's prefill over the plain baseline
     assert 0.95 < df1.loc[1, "speedup"] <= 1.0
     assert df1.loc[2, "offered_rps"] == 4 * df1.loc[0, "offered_rps"]
+
+
+class _ObserveOnly:
+    """A controller seen only through ``observe(Observation)``, asking for confidences: the
+    simulator's slow path (no ``observe_values``, per-token confidence tuples built)."""
+
+    reads_confidences = True
+
+    def __init__(self, inner):
+        self.inner, self.decide, self.state = inner, inner.decide, inner.state
+        self.seen_confidences = 0
+
+    def observe(self, obs):
+        assert len(obs.confidences) == obs.drafted
+        self.seen_confidences += len(obs.confidences)
+        self.inner.observe(obs)
+
+
+@pytest.mark.parametrize("cfg", [{}, {"mode": "threshold", "beta0": 0.75},
+                                 {"tau": 0.5, "mode": "threshold"}])
+def test_fast_observe_path_changes_nothing(tiny, monkeypatch, cfg):
+    """observe_values with () confidences (and the confidences drawn but not built) gives the
+    same run, to the bit, as observe(Observation) with every confidence handed over."""
+    import sim.api
+    fast = simulate(tiny, "dspark", cfg, seed=2, baseline=False)
+    real_make = sim.api.make_controller
+    made = []
+
+    def slow_make(name, config):
+        made.append(_ObserveOnly(real_make(name, config)))
+        return made[-1]
+
+    monkeypatch.setattr(sim.api, "make_controller", slow_make)
+    slow = simulate(tiny, "dspark", cfg, seed=2, baseline=False)
+    assert sum(c.seen_confidences for c in made) > 1000
+    pd.testing.assert_frame_equal(fast.requests, slow.requests)
+    assert pd.Series(fast.summary).equals(pd.Series(slow.summary))
+    traced = simulate(tiny, "dspark", cfg, seed=2, baseline=False, trace=True)
+    pd.testing.assert_frame_equal(fast.requests, traced.requests)
