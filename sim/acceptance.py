@@ -150,8 +150,9 @@ class AcceptanceModel:
             self.records = [rec[ids[i % len(ids)]] for i in range(n)]
             self.recorded_ids = [ids[i % len(ids)] for i in range(n)]
         self._log_rate = self._log_rate_src = None
-        # tokens until the next sentence end (0 = the next emitted token ends one).
-        self.next_end = self._gaps(n, init_rng)
+        # tokens until the next sentence end (0 = the next emitted token ends one); a list of
+        # Python ints, read and written a few at a time.
+        self.next_end = self._gaps(n, init_rng).tolist()
 
     # -- lengths -------------------------------------------------------------------------
     def output_lengths(self) -> np.ndarray | None:
@@ -237,26 +238,31 @@ class AcceptanceModel:
             return np.full(n, np.iinfo(np.int64).max // 4, dtype=np.int64)
         return rng.geometric(r, n).astype(np.int64) - 1
 
-    def sentence_ends(self, ids: np.ndarray, pos: np.ndarray, emitted: np.ndarray) -> list:
+    def sentence_ends(self, ids, pos, emitted) -> list:
         """Per sequence, the 0-based offsets within this round's emitted tokens that end a
-        sentence (tuple, usually empty)."""
+        sentence (tuple, usually empty). ``ids`` and ``emitted`` are sequences of ints (Python
+        lists on the simulator's hot path: a batch of a few dozen is cheaper without numpy)."""
         out = [()] * len(ids)
         if self.kind == "replay":
-            for i, (r, p, e) in enumerate(zip(ids.tolist(), pos.tolist(), emitted.tolist())):
+            for i, (r, p, e) in enumerate(zip(np.asarray(ids).tolist(), np.asarray(pos).tolist(),
+                                              np.asarray(emitted).tolist())):
                 ends = self.records[r][2][p:p + e]
                 if ends.any():
                     out[i] = tuple(np.flatnonzero(ends).tolist())
             return out
-        nxt = self.next_end[ids]
-        left = nxt - emitted
-        self.next_end[ids] = left
-        hit = np.flatnonzero(left < 0)  # the next sentence end falls inside this round
-        if not len(hit):
+        ne = self.next_end
+        hl = []   # batch indices whose next sentence end falls inside this round
+        for j, (i, e) in enumerate(zip(ids, emitted)):
+            left = ne[i] - e
+            if left < 0:
+                hl.append(j)
+            else:
+                ne[i] = left
+        if not hl:
             return out
         rate = self.cfg.sentence_end_rate
-        hl = hit.tolist()
-        cur = nxt[hit].tolist()
-        el = emitted[hit].tolist()
+        cur = [ne[ids[j]] for j in hl]   # offset of that sentence end in the round
+        el = [emitted[j] for j in hl]
         offs = [[o] for o in cur]
         live = list(range(len(hl)))
         while live:  # further sentence ends inside the same round (rare); one draw per pass
@@ -267,7 +273,7 @@ class AcceptanceModel:
                     offs[j].append(cur[j])
                     more.append(j)
             live = more
-        self.next_end[ids[hit]] = [c - e for c, e in zip(cur, el)]
-        for i, o in zip(hl, offs):
-            out[i] = tuple(o)
+        for j, c, e, o in zip(hl, cur, el, offs):
+            ne[ids[j]] = c - e
+            out[j] = tuple(o)
         return out

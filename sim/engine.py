@@ -380,7 +380,7 @@ def _run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
         end = env.now
         eml = [x + 1 if x < y else y for x, y in zip(nl, reml)]  # min(n + 1, remaining)
         em = np.array(eml, dtype=np.int64)
-        sends = acc.sentence_ends(ids, pos, em)
+        sends = acc.sentence_ends(run_ids, pos, eml)
         # counters
         cnt.rounds += B
         nsum = sum(nl)
