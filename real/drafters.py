@@ -1,4 +1,5 @@
-"""Drafters: a model drafter with its own incremental cache, and n-gram prompt lookup.
+"""Drafters: a model drafter with its own incremental cache, n-gram prompt lookup, and the
+hybrid of the two (prompt lookup when the context repeats itself, the model otherwise).
 
 A drafter proposes tokens that continue the committed sequence ``seq[0, :L]`` and writes them
 into ``seq[0, L:L+k']`` (the engine's preallocated token buffer). It keeps ``valid``: how many
@@ -87,13 +88,20 @@ class NgramDrafter:
         pass
 
     def lookup(self, tokens: list[int], k: int) -> list[int]:
+        return self.lookup_n(tokens, k)[0]
+
+    def lookup_n(self, tokens: list[int], k: int) -> tuple[list[int], int]:
+        """(up to k tokens that followed the latest earlier occurrence of the longest matching
+        suffix of ``tokens``, that suffix's length n); ([], 0) when nothing matches."""
         L = len(tokens)
         for n in range(min(self.max_ngram, L - 1), self.min_ngram - 1, -1):
             tail = tokens[L - n:]
             for s in range(L - n - 1, -1, -1):
                 if tokens[s:s + n] == tail:
-                    return tokens[s + n:s + n + k]
-        return []
+                    got = tokens[s + n:s + n + k]
+                    if got:
+                        return got, n
+        return [], 0
 
     def propose(self, seq: torch.Tensor, L: int, k: int, tau: float, sp: SamplingParams,
                 gen: torch.Generator | None):
@@ -102,6 +110,10 @@ class NgramDrafter:
         toks = self.lookup(seq[0, :L].tolist(), k)
         if not toks or tau > 1.0:
             return 0, [], None
+        return self.write(seq, L, toks, sp)
+
+    def write(self, seq: torch.Tensor, L: int, toks: list[int], sp: SamplingParams):
+        """Put ``toks`` after position L; (count, confidences of 1.0, one-hot q or None)."""
         seq[0, L:L + len(toks)] = torch.tensor(toks, dtype=seq.dtype, device=seq.device)
         q = None
         if not sp.greedy:
@@ -112,3 +124,41 @@ class NgramDrafter:
 
     def accept(self, L: int, drafted: int, n: int) -> None:
         pass
+
+
+class HybridDrafter:
+    """Prompt lookup first, the model drafter otherwise.
+
+    When the last ``min_match`` or more tokens occurred earlier in the sequence (code repeats
+    names, calls and whole lines), the tokens that followed are proposed at no model cost;
+    otherwise the model drafter drafts. The model's cache simply falls behind during lookup
+    rounds and catches up in one multi-token step the next time it drafts (its ``valid``
+    prefix never covers tokens it did not see).
+    """
+
+    name = "drafter-hybrid"
+
+    def __init__(self, model: ModelDrafter, ngram: NgramDrafter, min_match: int = 2) -> None:
+        self.model, self.ngram, self.min_match = model, ngram, min_match
+        self.state = model.state
+        self.name = f"drafter-hybrid-{model.model.kind}"
+        self.lookups = self.model_rounds = 0
+
+    def reset(self) -> None:
+        self.model.reset()
+        self.lookups = self.model_rounds = 0
+
+    def propose(self, seq: torch.Tensor, L: int, k: int, tau: float, sp: SamplingParams,
+                gen: torch.Generator | None):
+        if k <= 0:
+            return 0, [], None
+        toks, n = self.ngram.lookup_n(seq[0, :L].tolist(), k)
+        if n >= self.min_match and tau <= 1.0:
+            self.model._fed = None
+            self.lookups += 1
+            return self.ngram.write(seq, L, toks, sp)
+        self.model_rounds += 1
+        return self.model.propose(seq, L, k, tau, sp, gen)
+
+    def accept(self, L: int, drafted: int, n: int) -> None:
+        self.model.accept(L, drafted, n)

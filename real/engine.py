@@ -39,7 +39,10 @@ class EngineConfig:
     # drafters stay fp32 (issue 4): their confidences feed the controllers.
     drafter_dtype: str = param("float32", choices=tuple(DTYPES), doc="drafter precision")
     # the seed's drafter.
-    drafter: str = param("conv", choices=("conv", "tf", "ngram"), doc="which drafter")
+    drafter: str = param("conv", choices=("conv", "tf", "ngram", "ngram+conv", "ngram+tf"),
+                         doc="which drafter (ngram+X: prompt lookup, else model X)")
+    # a 2-token match is where prompt lookup beats a small model drafter on code.
+    lookup_min_match: int = param(2, lo=1, hi=8, doc="ngram+X: shortest match used for lookup")
     # stop at the end-of-text token, as a user would; benchmarks turn it off.
     stop_at_eot: bool = param(True, doc="stop after emitting the end-of-text token")
 

@@ -3,7 +3,7 @@ import copy
 import pytest
 import torch
 
-from real.drafters import ModelDrafter, NgramDrafter
+from real.drafters import HybridDrafter, ModelDrafter, NgramDrafter
 from real.engine import Engine, EngineConfig
 from real.models import ConvConfig, ConvDrafter, Transformer, TransformerConfig
 
@@ -56,6 +56,10 @@ def make_engine(drafter_kind: str = "tf", target=None, scale: float = 0.05,
         d = ModelDrafter(copy.deepcopy(target), length, torch.float64, "cpu")
     elif drafter_kind == "conv":
         d = ModelDrafter(tiny_conv(), length, torch.float64, "cpu")
+    elif drafter_kind.startswith("ngram+"):
+        inner = (tiny_conv() if drafter_kind == "ngram+conv" else perturbed(target, scale))
+        d = HybridDrafter(ModelDrafter(inner, length, torch.float64, "cpu"),
+                          NgramDrafter(vocab_size=V), min_match=1)
     else:
         d = NgramDrafter(vocab_size=V)
     return Engine(target, d, cfg, sentence_end_ids=frozenset({3, 7}))

@@ -8,7 +8,7 @@ from real.quality import FixedDecision
 from tests.real.conftest import make_engine, prompt
 
 
-@pytest.mark.parametrize("drafter", ["tf", "conv", "ngram"])
+@pytest.mark.parametrize("drafter", ["tf", "conv", "ngram", "ngram+conv", "ngram+tf"])
 def test_fixed_k_1_to_8_equals_target_greedy(drafter):
     eng = make_engine(drafter)
     for s in range(2):
@@ -72,3 +72,15 @@ def test_k_zero_is_autoregressive():
     g = eng.generate(p, 20, make_controller("fixed", {"k": 0}))
     assert g.tokens == eng.greedy_reference(p, 20)
     assert len(g.records) == 20 and all(r.drafted == 0 for r in g.records)
+
+
+def test_hybrid_drafter_uses_both_sources_and_stays_exact():
+    """Lookup rounds and model rounds interleave; the model's cache catches up after lookups."""
+    eng = make_engine("ngram+tf")
+    p = prompt(5) * 2  # a repeated prompt: lookup has matches from the start
+    ref = eng.greedy_reference(p, 60)
+    g = eng.generate(p, 60, make_controller("fixed", {"k": 4}))
+    assert g.tokens == ref
+    d = eng.drafter
+    assert d.lookups > 0 and d.model_rounds > 0
+    assert d.lookups + d.model_rounds == sum(1 for r in g.records if r.drafted)
