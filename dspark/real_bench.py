@@ -21,6 +21,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
     p.add_argument("--quality-betas", default=None, metavar="'B1 B2 ...'",
                    help="also measure threshold verification's quality change at these β")
+    p.add_argument("--drafters", default=None, metavar="'D1 D2 ...'",
+                   help="bench these drafters side by side in one run (conv tf ngram "
+                        "ngram+conv ngram+tf); methods are named drafter/controller")
     add_engine_args(p)
     return p
 
@@ -31,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in {"prompts": args.prompts, "new_tokens": args.new_tokens,
                                    "repeats": args.repeats, "workload": args.workload,
                                    "threads": args.threads,
-                                   "quality_betas": args.quality_betas}.items() if v is not None}
+                                   "quality_betas": args.quality_betas,
+                                   "drafters": args.drafters}.items() if v is not None}
     if args.no_hf:
         overrides["hf"] = False
     summary = bench_main(args, overrides)

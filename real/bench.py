@@ -43,6 +43,10 @@ class BenchConfig:
     # empty = strict only; e.g. "0.99 0.85 0.7" measures threshold (β) verification's quality
     # cost against strict greedy on the same prompts (real.quality.threshold_quality, k = 4).
     quality_betas: str = param("", doc="β values whose quality change to measure, space separated")
+    # empty = the engine's drafter only; e.g. "ngram ngram+conv tf" benches those drafters in
+    # the same interleaved run (methods named drafter/controller), so one last line compares
+    # the best of all of them with the HF settings measured beside them.
+    drafters: str = param("", doc="drafters to bench side by side, space separated")
 
 
 def held_out_prompts(tok, workload: str, n: int, length: int) -> list[list[int]]:
@@ -76,8 +80,12 @@ def acceptance_stats(records) -> dict[str, float]:
 
 
 def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
-              hf_pair=None) -> dict:
-    """Run every method; return the summary (and write the run folder when ``out`` is set)."""
+              hf_pair=None, drafters: dict | None = None) -> dict:
+    """Run every method; return the summary (and write the run folder when ``out`` is set).
+
+    ``drafters`` (label -> drafter object) benches each controller with each drafter in the
+    same run, methods named ``label/controller``; by default the engine's own drafter, with
+    plain controller names."""
     import pandas as pd
 
     from control import make_controller
@@ -86,11 +94,16 @@ def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
     torch.set_num_threads(bc.threads)
     prompts = held_out_prompts(engine.tokenizer, bc.workload, bc.prompts, bc.prompt_tokens)
     N = bc.new_tokens
+    own = engine.drafter
+    if not drafters:
+        drafters = {"": own}
     methods: dict[str, object] = {"target-only": None}
-    for k in bc.k_values.split():
-        methods[f"fixed-k{int(k)}"] = ("fixed", {"k": int(k)})
-    for name in bc.controllers.split():
-        methods[name] = (name, None)
+    for label, d in drafters.items():
+        pre = f"{label}/" if label else ""
+        for k in bc.k_values.split():
+            methods[f"{pre}fixed-k{int(k)}"] = ("fixed", {"k": int(k)}, d)
+        for name in bc.controllers.split():
+            methods[f"{pre}{name}"] = (name, None, d)
     hf_settings = {}
     if bc.hf and hf_pair is not None:
         # "transformers-" prefix: never confused with our own "hf-heuristic" controller.
@@ -116,7 +129,7 @@ def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
                     toks_i, s = hf_generate(hf_pair, p, N, hf_settings[m])
                     total_s += s
                 else:
-                    name, cfg = methods[m]
+                    name, cfg, engine.drafter = methods[m]
                     g = engine.generate(p, N, make_controller(name, cfg), request_id=i)
                     total_s += g.seconds
                     toks_i = g.tokens
@@ -129,6 +142,7 @@ def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
             if progress:
                 print(f"  repeat {rep + 1}/{bc.repeats} {m:24s} {results[m][-1]:8.1f} tok/s",
                       file=sys.stderr, flush=True)
+    engine.drafter = own
     ref = outputs["target-only"]
     rows = []
     ar_med = statistics.median(results["target-only"])
@@ -167,7 +181,8 @@ def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
                                                if lookup else None),
                "bench_config": dataclasses.asdict(bc),
                "engine_config": dataclasses.asdict(engine.cfg),
-               "drafter": engine.drafter.name, "prompts": len(prompts)}
+               "drafter": methods[best["controller"]][2].name,
+               "drafters": [d.name for d in drafters.values()], "prompts": len(prompts)}
     if hf_pair is not None:
         summary["hf_max_logit_difference"] = hf_pair.get("logit_diff")
     for beta in (float(b) for b in bc.quality_betas.split()):
@@ -263,6 +278,7 @@ def bench_main(args, overrides: dict) -> dict:
     """Shared by ``dspark real bench`` and ``benchmarks/real_speed.py``: build, run, print."""
     from control.configio import from_mapping, read_toml
     from dspark.cmd_real import engine_config
+    from real.checkpoint import DTYPES
     from real.runtime import build_engine
     from real.store import load_model
 
@@ -272,7 +288,24 @@ def bench_main(args, overrides: dict) -> dict:
     torch.set_num_threads(bc.threads)
     cfg = engine_config(args, stop_at_eot=False,
                         max_len=max(1024, bc.prompt_tokens + bc.new_tokens))
-    engine = build_engine(cfg, args.checkpoints)
+    names = bc.drafters.split()
+    if names:
+        from real.runtime import build_drafter, drafter_models
+        from real.store import load_bundle
+
+        bad = [n for n in names if n not in ("conv", "tf", "ngram", "ngram+conv", "ngram+tf")]
+        if bad:
+            raise DSparkError(f"bench.drafters: unknown drafter {bad[0]!r}; allowed conv, tf, "
+                              "ngram, ngram+conv, ngram+tf")
+        models = sorted({m for n in names for m in drafter_models(n)})
+        bundle = load_bundle(args.checkpoints, names=("target", *models),
+                             target_dtype=DTYPES[cfg.target_dtype],
+                             drafter_dtype=DTYPES[cfg.drafter_dtype], device=cfg.device)
+        engine = build_engine(cfg, bundle=bundle) if cfg.drafter in names else build_engine(
+            dataclasses.replace(cfg, drafter=names[0]), bundle=bundle)
+        drafters = {n: build_drafter(engine.cfg, bundle, n) for n in names}
+    else:
+        engine, drafters = build_engine(cfg, args.checkpoints), None
     pair = None
     if bc.hf:
         try:
@@ -286,7 +319,7 @@ def bench_main(args, overrides: dict) -> dict:
             print(f"HF export: max |logit difference| = {pair['logit_diff']:.3g} (float32)",
                   file=sys.stderr)
     out = Path(args.out) if args.out else Path("runs") / time.strftime("real-bench-%Y%m%d-%H%M%S")
-    summary = run_bench(engine, bc, out, hf_pair=pair)
+    summary = run_bench(engine, bc, out, hf_pair=pair, drafters=drafters)
     print(format_table(summary))
     print(f"run folder: {out}")
     hf = summary["speedup_vs_hf"]

@@ -20,25 +20,35 @@ def build_engine(cfg: EngineConfig, checkpoint_dir: str | Path | None = None,
                  bundle=None) -> Engine:
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise DSparkError("engine.device = 'cuda' but no CUDA device is available")
-    model_kind = cfg.drafter.removeprefix("ngram+")
-    names = ("target",) + ((DRAFTER_MODELS[model_kind],) if model_kind in DRAFTER_MODELS else ())
     if bundle is None:
-        bundle = load_bundle(checkpoint_dir, names=names, target_dtype=DTYPES[cfg.target_dtype],
+        bundle = load_bundle(checkpoint_dir, names=("target",) + drafter_models(cfg.drafter),
+                             target_dtype=DTYPES[cfg.target_dtype],
                              drafter_dtype=DTYPES[cfg.drafter_dtype], device=cfg.device)
     tok = bundle.tokenizer
-    length = cfg.max_len + cfg.k_max + 1
     target = bundle.models["target"].to(device=cfg.device, dtype=DTYPES[cfg.target_dtype])
-    if cfg.drafter == "ngram":
-        drafter = NgramDrafter(vocab_size=tok.get_vocab_size())
-    else:
-        m = bundle.models[DRAFTER_MODELS[model_kind]].to(device=cfg.device,
-                                                        dtype=DTYPES[cfg.drafter_dtype])
-        drafter = ModelDrafter(m, length, DTYPES[cfg.drafter_dtype], cfg.device)
-        if model_kind != cfg.drafter:
-            drafter = HybridDrafter(drafter, NgramDrafter(vocab_size=tok.get_vocab_size()),
-                                    cfg.lookup_min_match)
-    return Engine(target, drafter, cfg, tokenizer=tok, eot_id=tok.token_to_id(EOT),
-                  sentence_end_ids=sentence_end_ids(tok))
+    return Engine(target, build_drafter(cfg, bundle, cfg.drafter), cfg, tokenizer=tok,
+                  eot_id=tok.token_to_id(EOT), sentence_end_ids=sentence_end_ids(tok))
+
+
+def drafter_models(drafter: str) -> tuple[str, ...]:
+    """Checkpoint names a drafter choice needs (none for ``ngram``)."""
+    kind = drafter.removeprefix("ngram+")
+    return (DRAFTER_MODELS[kind],) if kind in DRAFTER_MODELS else ()
+
+
+def build_drafter(cfg: EngineConfig, bundle, drafter: str):
+    """The drafter ``drafter`` (an ``EngineConfig.drafter`` choice) from a loaded bundle."""
+    vocab = bundle.tokenizer.get_vocab_size()
+    if drafter == "ngram":
+        return NgramDrafter(vocab_size=vocab)
+    kind = drafter.removeprefix("ngram+")
+    if kind not in DRAFTER_MODELS or DRAFTER_MODELS[kind] not in bundle.models:
+        raise DSparkError(f"drafter {drafter!r} needs the {kind!r} drafter checkpoint")
+    m = bundle.models[DRAFTER_MODELS[kind]].to(device=cfg.device, dtype=DTYPES[cfg.drafter_dtype])
+    d = ModelDrafter(m, cfg.max_len + cfg.k_max + 1, DTYPES[cfg.drafter_dtype], cfg.device)
+    if kind != drafter:
+        d = HybridDrafter(d, NgramDrafter(vocab_size=vocab), cfg.lookup_min_match)
+    return d
 
 
 def encode(engine: Engine, text: str) -> list[int]:

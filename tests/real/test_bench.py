@@ -1,0 +1,29 @@
+"""The speed benchmark's accounting, on tiny float64 models (no timing is asserted)."""
+
+import real.bench as bench
+from real.bench import BenchConfig, run_bench
+from real.drafters import NgramDrafter
+from tests.real.conftest import V, make_engine, prompt
+
+
+def test_side_by_side_drafters_are_exact_and_accounted(monkeypatch, tmp_path):
+    eng = make_engine("tf")
+    prompts = [prompt(20 + i) for i in range(2)]
+    monkeypatch.setattr(bench, "held_out_prompts", lambda tok, w, n, length: prompts)
+    bc = BenchConfig(prompts=2, new_tokens=24, repeats=2, hf=False, k_values="2 4",
+                     controllers="dspark")
+    drafters = {"tf": eng.drafter, "ngram": NgramDrafter(vocab_size=V)}
+    s = run_bench(eng, bc, tmp_path, progress=False, drafters=drafters)
+    rows = {r["controller"]: r for r in s["rows"]}
+    assert set(rows) == {"target-only", "tf/fixed-k2", "tf/fixed-k4", "tf/dspark",
+                         "ngram/fixed-k2", "ngram/fixed-k4", "ngram/dspark"}
+    # float64: every method emits exactly target-only greedy's tokens
+    assert all(r["greedy_match_rate"] == 1.0 for r in rows.values())
+    assert s["drafter"] == ("drafter-ngram" if s["best"].startswith("ngram/") else
+                            eng.drafter.name)
+    assert eng.drafter is drafters["tf"]  # the engine gets its own drafter back
+    import pandas as pd
+    rounds = pd.read_csv(tmp_path / "rounds.csv")
+    per = rounds.groupby("controller")["emitted"].sum()
+    assert (per == 2 * 24).all() and len(per) == 6  # the last repeat's rounds, every method
+    assert rows["tf/fixed-k4"]["mean_k"] <= 4 and rows["ngram/fixed-k2"]["mean_k"] <= 2
