@@ -43,6 +43,12 @@ class ConvConfig:
     kernel: int = param(8, lo=1, hi=64, doc="causal depthwise conv kernel size")
     d_hidden: int = param(256, lo=8, hi=8192, doc="GLU width of each block")
     norm_eps: float = param(1e-5, lo=1e-8, hi=1e-2, doc="RMSNorm epsilon")
+    # 1 = the seed's plain convs (receptive field n_blocks·(K-1)+1 = 29 tokens); 2 dilates
+    # block i by 2^i (1, 2, 4, 8: 106 tokens) at the same parameter count and step cost.
+    dilation_base: int = param(1, lo=1, hi=4, doc="block i dilates its conv by base**i")
+
+    def dilation(self, i: int) -> int:
+        return self.dilation_base ** i
 
 
 class RMSNorm(nn.Module):
@@ -172,10 +178,12 @@ class Transformer(nn.Module):
 
 
 class ConvBlock(nn.Module):
-    def __init__(self, cfg: ConvConfig) -> None:
+    def __init__(self, cfg: ConvConfig, dilation: int = 1) -> None:
         super().__init__()
+        self.dil = dilation
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.conv = nn.Conv1d(cfg.d_model, cfg.d_model, cfg.kernel, groups=cfg.d_model, bias=True)
+        self.conv = nn.Conv1d(cfg.d_model, cfg.d_model, cfg.kernel, groups=cfg.d_model, bias=True,
+                              dilation=dilation)
         self.proj_in = nn.Linear(cfg.d_model, 2 * cfg.d_hidden, bias=False)
         self.proj_out = nn.Linear(cfg.d_hidden, cfg.d_model, bias=False)
 
@@ -190,7 +198,7 @@ class ConvDrafter(nn.Module):
         self.cfg = cfg
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
         nn.init.normal_(self.embed_tokens.weight, 0.0, 0.02)
-        self.blocks = nn.ModuleList(ConvBlock(cfg) for _ in range(cfg.n_blocks))
+        self.blocks = nn.ModuleList(ConvBlock(cfg, cfg.dilation(i)) for i in range(cfg.n_blocks))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
 
     def _mix(self, blk: ConvBlock, x: torch.Tensor, u_conv: torch.Tensor) -> torch.Tensor:
@@ -202,16 +210,17 @@ class ConvDrafter(nn.Module):
         K = self.cfg.kernel
         for blk in self.blocks:
             u = blk.norm(x).transpose(1, 2)
-            c = blk.conv(F.pad(u, (K - 1, 0))).transpose(1, 2)
+            c = blk.conv(F.pad(u, ((K - 1) * blk.dil, 0))).transpose(1, 2)
             x = self._mix(blk, x, c)
         return F.linear(self.norm(x), self.embed_tokens.weight)
 
     def new_state(self, length: int, dtype, device) -> dict:
         K, c = self.cfg.kernel, self.cfg
-        # conv inputs by position (position-major), with K-1 leading zero rows: position p
-        # lives at row p + K - 1, so the window of position p is rows p .. p + K - 1.
-        return {"buf": [torch.zeros(length + K - 1, c.d_model, dtype=dtype, device=device)
-                        for _ in range(c.n_blocks)], "length": length}
+        # conv inputs by position (position-major), with (K-1)·dilation leading zero rows:
+        # position p lives at row p + (K-1)·dil, so the window of position p is rows
+        # p, p + dil, ..., p + (K-1)·dil.
+        return {"buf": [torch.zeros(length + (K - 1) * blk.dil, c.d_model, dtype=dtype,
+                                    device=device) for blk in self.blocks], "length": length}
 
     def step(self, ids: torch.Tensor, pos: int, state: dict) -> torch.Tensor:
         T = ids.shape[1]
@@ -220,13 +229,14 @@ class ConvDrafter(nn.Module):
         K, d = self.cfg.kernel, self.cfg.d_model
         x = self.embed_tokens(ids)[0]  # [T, d]
         for blk, buf in zip(self.blocks, state["buf"]):
-            buf[pos + K - 1:pos + K - 1 + T] = blk.norm(x)
+            r = (K - 1) * blk.dil  # receptive span of the block, minus one
+            buf[pos + r:pos + r + T] = blk.norm(x)
             w = blk.conv.weight.view(d, K)
             if T == 1:  # one position: a weighted sum over the window, no conv kernel launch
-                c = (buf[pos:pos + K] * w.t()).sum(0, keepdim=True) + blk.conv.bias
+                c = (buf[pos:pos + r + 1:blk.dil] * w.t()).sum(0, keepdim=True) + blk.conv.bias
             else:
-                c = F.conv1d(buf[pos:pos + K - 1 + T].t().unsqueeze(0), blk.conv.weight,
-                             blk.conv.bias, groups=d)[0].t()
+                c = F.conv1d(buf[pos:pos + r + T].t().unsqueeze(0), blk.conv.weight,
+                             blk.conv.bias, groups=d, dilation=blk.dil)[0].t()
             x = self._mix(blk, x, c)
         return F.linear(self.norm(x), self.embed_tokens.weight)
 

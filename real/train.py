@@ -47,6 +47,9 @@ class TrainConfig:
     drafter_batch: int = param(16, lo=1, hi=1024, doc="drafter sequences per step")
     drafter_seq_len: int = param(256, lo=8, hi=4096, doc="drafter tokens per sequence")
     conv_lr: float = param(3e-3, lo=1e-6, hi=1.0, doc="conv drafter peak learning rate")
+    # 2: dilations 1, 2, 4, 8 see 106 tokens back instead of 29 (code needs the longer view);
+    # 1 trains the seed's plain convs.
+    conv_dilation_base: int = param(2, lo=1, hi=4, doc="conv drafter: block i dilates by base**i")
     tf_lr: float = param(3e-3, lo=1e-6, hi=1.0, doc="transformer drafter peak learning rate")
     # small decoupled weight decay, Llama-style betas.
     weight_decay: float = param(0.1, lo=0.0, hi=1.0, doc="AdamW weight decay (matrices only)")
@@ -59,7 +62,7 @@ def target_config(c: TrainConfig) -> TransformerConfig:
 
 
 def conv_config(c: TrainConfig) -> ConvConfig:
-    return ConvConfig(vocab_size=c.vocab_size)
+    return ConvConfig(vocab_size=c.vocab_size, dilation_base=c.conv_dilation_base)
 
 
 def tf_drafter_config(c: TrainConfig) -> TransformerConfig:
