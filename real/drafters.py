@@ -99,8 +99,12 @@ class NgramDrafter:
             for s in range(L - n - 1, -1, -1):
                 if tokens[s:s + n] == tail:
                     got = tokens[s + n:s + n + k]
-                    if got:
-                        return got, n
+                    # a match inside a repeating stretch: the copy runs into the present, so
+                    # continue the period (token s + n + j for j past the end is got[j - P])
+                    period = L - (s + n)
+                    while len(got) < k:
+                        got.append(got[len(got) - period])
+                    return got, n
         return [], 0
 
     def propose(self, seq: torch.Tensor, L: int, k: int, tau: float, sp: SamplingParams,

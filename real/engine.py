@@ -41,8 +41,8 @@ class EngineConfig:
     # the seed's drafter.
     drafter: str = param("conv", choices=("conv", "tf", "ngram", "ngram+conv", "ngram+tf"),
                          doc="which drafter (ngram+X: prompt lookup, else model X)")
-    # a 2-token match is where prompt lookup beats a small model drafter on code.
-    lookup_min_match: int = param(2, lo=1, hi=8, doc="ngram+X: shortest match used for lookup")
+    # shorter matches are often coincidences that a model drafter continues better.
+    lookup_min_match: int = param(4, lo=1, hi=32, doc="ngram+X: match length that triggers lookup")
     # stop at the end-of-text token, as a user would; benchmarks turn it off.
     stop_at_eot: bool = param(True, doc="stop after emitting the end-of-text token")
 

@@ -47,7 +47,8 @@ def build_drafter(cfg: EngineConfig, bundle, drafter: str):
     m = bundle.models[DRAFTER_MODELS[kind]].to(device=cfg.device, dtype=DTYPES[cfg.drafter_dtype])
     d = ModelDrafter(m, cfg.max_len + cfg.k_max + 1, DTYPES[cfg.drafter_dtype], cfg.device)
     if kind != drafter:
-        d = HybridDrafter(d, NgramDrafter(vocab_size=vocab), cfg.lookup_min_match)
+        m = cfg.lookup_min_match
+        d = HybridDrafter(d, NgramDrafter(max_ngram=m, min_ngram=m, vocab_size=vocab), m)
     return d
 
 

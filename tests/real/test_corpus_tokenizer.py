@@ -45,3 +45,12 @@ def test_ngram_lookup_copies_the_latest_match():
     toks = [1, 2, 3, 9, 9, 1, 2, 3, 7, 8, 5, 1, 2, 3]
     assert d.lookup(toks, 2) == [7, 8]  # latest earlier occurrence of (1, 2, 3)
     assert d.lookup([4, 5, 6], 3) == []
+
+
+def test_ngram_lookup_continues_a_repeating_stretch():
+    """A match whose continuation runs into the present continues with the same period."""
+    d = NgramDrafter(max_ngram=3)
+    toks = [5, 1, 2, 3, 1, 2, 3]
+    assert d.lookup(toks, 2) == [1, 2]
+    assert d.lookup(toks, 7) == [1, 2, 3, 1, 2, 3, 1]
+    assert d.lookup([4, 4], 3) == [4, 4, 4]  # period 1
