@@ -1,11 +1,15 @@
 """Real-engine speed benchmark (batch 1, held-out code prompts, same weights for everyone).
 
 Measures tokens/s of target-only decoding, of the engine with every controller (fixed k 1..8,
-hf-heuristic, confidence-stop, ema-hysteresis, analytic, dspark) and of Hugging Face
-assisted generation on the same target and transformer drafter exported to LlamaForCausalLM.
-Prints the table and, as its last line, ``real_speedup_vs_ar=<x> real_speedup_vs_hf=<y>``.
+hf-heuristic, confidence-stop, ema-hysteresis, analytic, dspark) with every drafter (transformer,
+conv, n-gram lookup and the two lookup+model hybrids), and of Hugging Face generation on the same
+target (assisted generation with the same transformer drafter exported to LlamaForCausalLM at
+k 4/6/8/12 and its heuristic schedule; prompt lookup at 4 and 10 tokens), all interleaved in one
+run. Prints the table and, as its last line, ``real_speedup_vs_ar=<x> real_speedup_vs_hf=<y>``
+(the best engine method over target-only, and over the best HF setting).
 
     .venv/bin/python benchmarks/real_speed.py [--repeats 3] [--prompts 8] [--new-tokens 128]
+        [--drafters "tf conv ngram ngram+tf ngram+conv"]
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import sys
 
 from control.errors import DSparkError
+
+ALL_DRAFTERS = "tf conv ngram ngram+tf ngram+conv"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="real_speed")
     sub = parser.add_subparsers(dest="cmd")
     add_parser(sub)
-    args = parser.parse_args(["bench", *(sys.argv[1:] if argv is None else argv)])
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not any(a.startswith(("--drafters", "--drafter")) for a in argv):
+        argv += ["--drafters", ALL_DRAFTERS]
+    args = parser.parse_args(["bench", *argv])
     from dspark.real_bench import run
 
     try:

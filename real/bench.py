@@ -111,6 +111,8 @@ def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
                        "transformers-assisted-heuristic": ("heuristic", 20, 0.4),
                        "transformers-assisted-k4": ("constant", 4, 0.0),
                        "transformers-assisted-k6": ("constant", 6, 0.0),
+                       "transformers-assisted-k8": ("constant", 8, 0.0),
+                       "transformers-assisted-k12": ("constant", 12, 0.0),
                        "transformers-prompt-lookup": ("lookup", 10, 0.0),
                        "transformers-prompt-lookup-k4": ("lookup", 4, 0.0)}
     names = list(methods) + list(hf_settings)
