@@ -61,6 +61,25 @@ def held_out_prompts(tok, workload: str, n: int, length: int) -> list[list[int]]
     return [ids[s:s + length].astype(int).tolist() for s in starts]
 
 
+def copyable_fraction(prompts: list[list[int]], outputs: list[list[int]], n: int = 4) -> float:
+    """Fraction of output tokens that follow an earlier occurrence of their preceding ``n``
+    tokens (in prompt + output so far) and equal what followed it: how much of the text a
+    prompt-lookup drafter could copy. Greedy decoding of a small model repeats itself, and
+    lookup drafters profit from exactly that, so the benchmark reports it beside its speeds."""
+    hit = total = 0
+    for p, out in zip(prompts, outputs):
+        seq = list(p) + list(out)
+        last: dict[tuple, int] = {}   # n-gram -> index of the token after its latest occurrence
+        for i in range(n, len(seq)):
+            key = tuple(seq[i - n:i])
+            if i >= len(p):
+                total += 1
+                j = last.get(key)
+                hit += j is not None and seq[j] == seq[i]
+            last[key] = i
+    return hit / total if total else float("nan")
+
+
 def _summ(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "p10": float(np.percentile(values, 10)),
             "p90": float(np.percentile(values, 90)), "min": min(values), "max": max(values)}
@@ -186,7 +205,8 @@ def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
                "bench_config": dataclasses.asdict(bc),
                "engine_config": dataclasses.asdict(engine.cfg),
                "drafter": methods[best["controller"]][2].name,
-               "drafters": [d.name for d in drafters.values()], "prompts": len(prompts)}
+               "drafters": [d.name for d in drafters.values()], "prompts": len(prompts),
+               "copyable_fraction": copyable_fraction(prompts, ref)}
     if hf_pair is not None:
         summary["hf_max_logit_difference"] = hf_pair.get("logit_diff")
     for beta in (float(b) for b in bc.quality_betas.split()):
@@ -326,6 +346,9 @@ def bench_main(args, overrides: dict) -> dict:
     summary = run_bench(engine, bc, out, hf_pair=pair, drafters=drafters)
     print(format_table(summary))
     print(f"run folder: {out}")
+    print(f"target-only greedy output: {summary['copyable_fraction']:.3f} of its tokens repeat "
+          "what followed an earlier occurrence of their preceding 4 tokens (prompt lookup's "
+          "share)")
     hf = summary["speedup_vs_hf"]
     if hf is not None:
         print(f"best engine method {summary['best']} ({summary['drafter']} drafter) vs HF: "

@@ -27,3 +27,14 @@ def test_side_by_side_drafters_are_exact_and_accounted(monkeypatch, tmp_path):
     per = rounds.groupby("controller")["emitted"].sum()
     assert (per == 2 * 24).all() and len(per) == 6  # the last repeat's rounds, every method
     assert rows["tf/fixed-k4"]["mean_k"] <= 4 and rows["ngram/fixed-k2"]["mean_k"] <= 2
+
+
+def test_copyable_fraction_counts_repeats_after_a_matching_ngram():
+    from real.bench import copyable_fraction
+    # prompt 1 2 3 4 5; output 1 2 3 4 5 9: 1 2 3 4 was seen, followed by 5 -> the 5 is
+    # copyable; "9" follows 2 3 4 5 which was seen followed by 1 -> not copyable. The first
+    # output tokens' 4-grams (4 5 1 2 ...) are new.
+    assert copyable_fraction([[1, 2, 3, 4, 5]], [[1, 2, 3, 4, 5, 9]]) == 1 / 6
+    # the first 7 has no earlier 7 7 7 7 to copy from (only its own context); the next two do
+    assert copyable_fraction([[7, 7, 7, 7]], [[7, 7, 7]]) == 2 / 3
+    assert copyable_fraction([[1, 2, 3, 4]], [[5, 6]]) == 0.0
