@@ -18,8 +18,6 @@ import sys
 
 from control.errors import DSparkError
 
-ALL_DRAFTERS = "tf conv ngram ngram+tf ngram+conv"
-
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
@@ -30,8 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd")
     add_parser(sub)
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not any(a.startswith(("--drafters", "--drafter")) for a in argv):
-        argv += ["--drafters", ALL_DRAFTERS]
+    if not any(a.startswith("--drafter") for a in argv):  # --drafter X or --drafters "X Y"
+        from real import DRAFTERS
+        argv += ["--drafters", " ".join(DRAFTERS)]
     args = parser.parse_args(["bench", *argv])
     from dspark.real_bench import run
 

@@ -42,8 +42,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, help="TOML file with [engine] and "
                    "[controller.<name>] tables")
     p.add_argument("--checkpoints", default=None, help="checkpoint folder (default: shipped)")
-    p.add_argument("--drafter", choices=("conv", "tf", "ngram", "ngram+conv", "ngram+tf"),
-                   default=None)
+    from real import DRAFTERS
+    p.add_argument("--drafter", choices=DRAFTERS, default=None)
     p.add_argument("--device", choices=("cpu", "cuda"), default=None)
     p.add_argument("--target-dtype", default=None,
                    choices=("float32", "float64", "bfloat16", "float16"))

@@ -314,20 +314,23 @@ def bench_main(args, overrides: dict) -> dict:
                         max_len=max(1024, bc.prompt_tokens + bc.new_tokens))
     names = bc.drafters.split()
     if names:
+        from real import DRAFTERS
         from real.runtime import build_drafter, drafter_models
         from real.store import load_bundle
 
-        bad = [n for n in names if n not in ("conv", "tf", "ngram", "ngram+conv", "ngram+tf")]
+        bad = [n for n in names if n not in DRAFTERS]
         if bad:
-            raise DSparkError(f"bench.drafters: unknown drafter {bad[0]!r}; allowed conv, tf, "
-                              "ngram, ngram+conv, ngram+tf")
+            raise DSparkError(f"bench.drafters: unknown drafter {bad[0]!r}; allowed "
+                              f"{', '.join(DRAFTERS)}")
         models = sorted({m for n in names for m in drafter_models(n)})
         bundle = load_bundle(args.checkpoints, names=("target", *models),
                              target_dtype=DTYPES[cfg.target_dtype],
                              drafter_dtype=DTYPES[cfg.drafter_dtype], device=cfg.device)
-        engine = build_engine(cfg, bundle=bundle) if cfg.drafter in names else build_engine(
-            dataclasses.replace(cfg, drafter=names[0]), bundle=bundle)
-        drafters = {n: build_drafter(engine.cfg, bundle, n) for n in names}
+        if cfg.drafter not in names:
+            cfg = dataclasses.replace(cfg, drafter=names[0])
+        engine = build_engine(cfg, bundle=bundle)
+        drafters = {n: engine.drafter if n == cfg.drafter else build_drafter(cfg, bundle, n)
+                    for n in names}
     else:
         engine, drafters = build_engine(cfg, args.checkpoints), None
     pair = None

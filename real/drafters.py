@@ -91,7 +91,7 @@ class NgramDrafter:
         return self.lookup_n(tokens, k)[0]
 
     def lookup_n(self, tokens: list[int], k: int) -> tuple[list[int], int]:
-        """(up to k tokens that followed the latest earlier occurrence of the longest matching
+        """(the k tokens that followed the latest earlier occurrence of the longest matching
         suffix of ``tokens``, that suffix's length n); ([], 0) when nothing matches."""
         L = len(tokens)
         for n in range(min(self.max_ngram, L - 1), self.min_ngram - 1, -1):
@@ -140,9 +140,7 @@ class HybridDrafter:
     prefix never covers tokens it did not see).
     """
 
-    name = "drafter-hybrid"
-
-    def __init__(self, model: ModelDrafter, ngram: NgramDrafter, min_match: int = 2) -> None:
+    def __init__(self, model: ModelDrafter, ngram: NgramDrafter, min_match: int) -> None:
         self.model, self.ngram, self.min_match = model, ngram, min_match
         self.state = model.state
         self.name = f"drafter-hybrid-{model.model.kind}"
@@ -158,7 +156,6 @@ class HybridDrafter:
             return 0, [], None
         toks, n = self.ngram.lookup_n(seq[0, :L].tolist(), k)
         if n >= self.min_match and tau <= 1.0:
-            self.model._fed = None
             self.lookups += 1
             return self.ngram.write(seq, L, toks, sp)
         self.model_rounds += 1

@@ -18,6 +18,7 @@ import torch
 from control.configio import param
 from control.errors import DSparkError
 from control.types import Decision, Observation, RoundRecord
+from real import DRAFTERS
 from real.checkpoint import DTYPES
 from real.sampling import SamplingParams, verify_greedy, verify_sampling, verify_threshold
 
@@ -39,7 +40,7 @@ class EngineConfig:
     # drafters stay fp32 (issue 4): their confidences feed the controllers.
     drafter_dtype: str = param("float32", choices=tuple(DTYPES), doc="drafter precision")
     # the seed's drafter.
-    drafter: str = param("conv", choices=("conv", "tf", "ngram", "ngram+conv", "ngram+tf"),
+    drafter: str = param("conv", choices=DRAFTERS,
                          doc="which drafter (ngram+X: prompt lookup, else model X)")
     # shorter matches are often coincidences that a model drafter continues better.
     lookup_min_match: int = param(4, lo=1, hi=32, doc="ngram+X: match length that triggers lookup")

@@ -47,8 +47,8 @@ def build_drafter(cfg: EngineConfig, bundle, drafter: str):
     m = bundle.models[DRAFTER_MODELS[kind]].to(device=cfg.device, dtype=DTYPES[cfg.drafter_dtype])
     d = ModelDrafter(m, cfg.max_len + cfg.k_max + 1, DTYPES[cfg.drafter_dtype], cfg.device)
     if kind != drafter:
-        m = cfg.lookup_min_match
-        d = HybridDrafter(d, NgramDrafter(max_ngram=m, min_ngram=m, vocab_size=vocab), m)
+        n = cfg.lookup_min_match
+        d = HybridDrafter(d, NgramDrafter(max_ngram=n, min_ngram=n, vocab_size=vocab), n)
     return d
 
 

@@ -27,7 +27,6 @@ from control.types import PositionRecord, RoundRecord
 from real.positions import record_positions_full  # noqa: F401  (re-exported: part of the trace API)
 
 
-
 @dataclass(frozen=True)
 class PromptSetConfig:
     # code completion is the first validation workload.

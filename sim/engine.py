@@ -23,6 +23,7 @@ import gc
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
+from itertools import repeat
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -369,7 +370,6 @@ def _run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
             nl = [0] * B
             conf = None
             draft_s = 0.0
-        drafted_any = kmax > 0
         ksum = sum(kel)
         T = ksum + B
         csum = float(csum)
@@ -400,22 +400,10 @@ def _run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
         # observations
         Obs = Observation
         if rec is None:  # bound observe_values(now_s, drafted, accepted, confidences, ...)
-            lol = lossy.tolist() if lossy is not None else None
-            if not drafted_any:
-                for f, e, cx, se in zip(b.observe, eml, ctxl, sends):
-                    f(end, 0, 0, (), draft_s, verify_s, cx, 0, e, se)
-            elif conf is None:
-                if lol is None:
-                    for f, ke, nn, cx, e, se in zip(b.observe, kel, nl, ctxl, eml, sends):
-                        f(end, ke, nn, (), draft_s, verify_s, cx, 0, e, se)
-                else:
-                    for f, ke, nn, cx, lo, e, se in zip(b.observe, kel, nl, ctxl, lol, eml,
-                                                        sends):
-                        f(end, ke, nn, (), draft_s, verify_s, cx, lo, e, se)
-            elif lol is None:
-                for f, ke, nn, cf, cx, e, se in zip(b.observe, kel, nl, conf.tolist(), ctxl,
-                                                    eml, sends):
-                    f(end, ke, nn, tuple(cf[:ke]) if ke else (), draft_s, verify_s, cx, 0, e, se)
+            lol = lossy.tolist() if lossy is not None else repeat(0)
+            if conf is None:  # nothing drafted, or no controller reads confidences
+                for f, ke, nn, cx, lo, e, se in zip(b.observe, kel, nl, ctxl, lol, eml, sends):
+                    f(end, ke, nn, (), draft_s, verify_s, cx, lo, e, se)
             else:
                 for f, ke, nn, cf, cx, lo, e, se in zip(b.observe, kel, nl, conf.tolist(), ctxl,
                                                         lol, eml, sends):
