@@ -23,8 +23,8 @@ import gc
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from itertools import repeat
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
