@@ -47,6 +47,13 @@ class Controller:
     def state(self) -> dict[str, Any]:  # pragma: no cover - interface
         raise NotImplementedError
 
+    @classmethod
+    def make_planner(cls, config: Any) -> Any:
+        """The round planner (:class:`control.batch.RoundPlanner`) that a batched engine calls
+        once per round for a batch of this controller's sequences, or None: each sequence
+        then decides on its own (``decide``). One planner per engine replica."""
+        return None
+
     def set_future(self, run_length: int) -> None:
         """Told by a driver that knows it: how many of the next drafted tokens would be accepted.
 

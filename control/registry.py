@@ -59,3 +59,9 @@ def make_controller(name: str, config: Any = None, source: str = "<config>") -> 
     """Build controller ``name`` with ``config`` (None, a mapping, or its config dataclass)."""
     ctrl_cls, _ = _lookup(name)
     return ctrl_cls(make_config(name, config, source))
+
+
+def make_planner(name: str, config: Any = None, source: str = "<config>") -> Any:
+    """The round planner of controller ``name`` with ``config``, or None when it has none."""
+    ctrl_cls, _ = _lookup(name)
+    return ctrl_cls.make_planner(make_config(name, config, source))

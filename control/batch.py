@@ -1,0 +1,85 @@
+"""The round-level contract between a batched engine (sim or real) and a controller's planner.
+
+A batched round serves several sequences at once: the draft phase lasts as long as the longest
+draft of the batch, and ONE target pass verifies Σ(k_i + 1) tokens. Draft length is therefore
+a round-level decision. Both engines drive it the same way, once per round:
+
+    decisions = plan_round(planner, members, now_s, BatchContext(...))   # before drafting
+    ... draft, verify, commit; each member gets its own Observation ...
+    planner.observe_round(RoundStats(...))                              # after the round
+
+``members`` are the per-sequence controllers of the running sequences, in batch order. A
+controller class that plans per round returns a planner from ``make_planner(config)``; for every
+other controller ``plan_round`` with ``planner=None`` is simply ``[c.decide(now_s) ...]``, so
+existing controllers work unchanged. Pure and sans-IO: times are arguments, never read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from control.types import Decision
+
+
+@dataclass(frozen=True, slots=True)
+class BatchContext:
+    """The round's batch as the engine knows it before drafting.
+
+    ``batch_size``: running sequences in this round. ``context_tokens``: Σ of their context
+    lengths (prompt + emitted so far). ``max_draft``: the engine's cap on any k this round
+    (its static cache or its configuration), ``None`` when it has none.
+    """
+
+    batch_size: int
+    context_tokens: int
+    max_draft: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RoundStats:
+    """What one batched round cost: the evidence of a planner's online cost model.
+
+    ``drafting``: sequences that drafted at least one token. ``draft_steps``: drafter forward
+    steps of the round (the longest draft; 0 when nobody drafted). ``verify_tokens``: tokens in
+    the target's verify pass, Σ(drafted_i + 1). ``accepted`` / ``emitted``: Σ over the batch.
+    ``draft_s`` / ``verify_s``: measured (real) or modelled (sim) seconds of the two phases;
+    ``end_s - start_s`` also holds the round's fixed overheads.
+    """
+
+    start_s: float
+    end_s: float
+    batch_size: int
+    drafting: int
+    draft_steps: int
+    verify_tokens: int
+    context_tokens: int
+    draft_s: float
+    verify_s: float
+    accepted: int = 0
+    emitted: int = 0
+
+
+class RoundPlanner:
+    """Decides one round for a whole batch; subclasses override ``plan``/``observe_round``."""
+
+    def plan(self, now_s: float, members: Sequence[Any], batch: BatchContext) -> list[Decision]:
+        return [c.decide(now_s) for c in members]
+
+    def observe_round(self, stats: RoundStats) -> None:
+        """Told after every round (default: nothing to learn)."""
+
+    def reset(self) -> None:
+        """Back to the initial state (default: stateless)."""
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+
+def plan_round(planner: RoundPlanner | None, members: Sequence[Any], now_s: float,
+               batch: BatchContext) -> list[Decision]:
+    """The round's decisions: the planner's, or each member's own ``decide`` when none."""
+    if planner is None:
+        return [c.decide(now_s) for c in members]
+    return planner.plan(now_s, members, batch)
