@@ -209,10 +209,12 @@ class DSparkController(Controller):
     def observe(self, obs: Observation) -> None:
         self.observe_values(obs.now_s, obs.drafted, obs.accepted, obs.confidences, obs.draft_s,
                             obs.verify_s, obs.context_tokens, obs.lossy_accepts, obs.emitted,
-                            obs.sentence_ends)
+                            obs.sentence_ends, obs.batch_size, obs.batch_tokens,
+                            obs.batch_context_tokens)
 
     def observe_values(self, now_s, drafted, n, confidences, draft_s, verify_s, context_tokens,
-                       lossy_accepts, e, sentence_ends) -> None:
+                       lossy_accepts, e, sentence_ends, batch_size=1, batch_tokens=0,
+                       batch_context_tokens=0) -> None:
         # hot path (the simulator calls it per sequence per round): locals, no extra calls
         # unless something happens (a fruitless round, a cool-down step, a block boundary).
         self._push((n, 1 if n < drafted else 0, drafted, e, draft_s, draft_s + verify_s,

@@ -40,7 +40,8 @@ class FixedController(Controller):
         self.rounds += 1
 
     def observe_values(self, now_s, drafted, accepted, confidences, draft_s, verify_s,
-                       context_tokens, lossy_accepts, emitted, sentence_ends) -> None:
+                       context_tokens, lossy_accepts, emitted, sentence_ends, batch_size=1,
+                       batch_tokens=0, batch_context_tokens=0) -> None:
         self.rounds += 1
 
     def state(self) -> dict[str, Any]:

@@ -51,6 +51,9 @@ class Observation:
     drafter's confidence of each drafted token. ``lossy_accepts`` counts accepted tokens
     that strict verification would have rejected (threshold mode only).
     ``sentence_ends`` are 0-based offsets within the emitted tokens that end a sentence.
+    The round's batch context: ``batch_size`` sequences shared the round, whose verify pass
+    held ``batch_tokens`` = Σ(drafted_i + 1) tokens over ``batch_context_tokens`` of context
+    (a batch-1 engine passes 1, drafted + 1 and context_tokens; 0 means "not told").
 
     Immutable by convention: treat an Observation as a value and never assign to its fields
     (controllers may keep a reference to it, e.g. in their round window). It is a plain
@@ -60,7 +63,8 @@ class Observation:
     """
 
     __slots__ = ("now_s", "drafted", "accepted", "confidences", "draft_s",  # noqa: RUF023
-                 "verify_s", "context_tokens", "lossy_accepts", "emitted", "sentence_ends")
+                 "verify_s", "context_tokens", "lossy_accepts", "emitted", "sentence_ends",
+                 "batch_size", "batch_tokens", "batch_context_tokens")
 
     now_s: float
     drafted: int
@@ -72,11 +76,15 @@ class Observation:
     lossy_accepts: int
     emitted: int  # -1 given means accepted + 1
     sentence_ends: tuple[int, ...]
+    batch_size: int
+    batch_tokens: int
+    batch_context_tokens: int
 
     def __init__(self, now_s: float, drafted: int, accepted: int,
                  confidences: tuple[float, ...] = (), draft_s: float = 0.0,
                  verify_s: float = 0.0, context_tokens: int = 0, lossy_accepts: int = 0,
-                 emitted: int = -1, sentence_ends: tuple[int, ...] = ()) -> None:
+                 emitted: int = -1, sentence_ends: tuple[int, ...] = (), batch_size: int = 1,
+                 batch_tokens: int = 0, batch_context_tokens: int = 0) -> None:
         if not 0 <= accepted <= drafted:
             raise ValueError(f"Observation needs 0 <= accepted <= drafted, "
                              f"got accepted={accepted}, drafted={drafted}")
@@ -93,6 +101,9 @@ class Observation:
         self.lossy_accepts = lossy_accepts
         self.emitted = accepted + 1 if emitted < 0 else emitted
         self.sentence_ends = sentence_ends
+        self.batch_size = batch_size
+        self.batch_tokens = batch_tokens
+        self.batch_context_tokens = batch_context_tokens
 
     def _values(self) -> tuple:
         return tuple(getattr(self, f) for f in OBSERVATION_FIELDS)
@@ -141,6 +152,9 @@ class RoundRecord:
     confidences: tuple[float, ...] = ()
     sentence_ends: tuple[int, ...] = ()
     controller: str = ""
+    batch_size: int = 1
+    batch_tokens: int = 0
+    batch_context_tokens: int = 0
 
     @classmethod
     def from_round(cls, request_id: int, round_index: int, decision: Decision,
@@ -151,7 +165,9 @@ class RoundRecord:
                    context_tokens=obs.context_tokens, mode=decision.mode, beta=decision.beta,
                    tau=decision.tau, lossy_accepts=obs.lossy_accepts,
                    block_end=decision.block_end, confidences=tuple(obs.confidences),
-                   sentence_ends=tuple(obs.sentence_ends), controller=controller)
+                   sentence_ends=tuple(obs.sentence_ends), controller=controller,
+                   batch_size=obs.batch_size, batch_tokens=obs.batch_tokens,
+                   batch_context_tokens=obs.batch_context_tokens)
 
     def observation(self) -> Observation:
         """The observation this round fed to its controller."""
@@ -159,7 +175,9 @@ class RoundRecord:
                            confidences=self.confidences, draft_s=self.draft_s,
                            verify_s=self.verify_s, context_tokens=self.context_tokens,
                            lossy_accepts=self.lossy_accepts, emitted=self.emitted,
-                           sentence_ends=self.sentence_ends)
+                           sentence_ends=self.sentence_ends, batch_size=self.batch_size,
+                           batch_tokens=self.batch_tokens,
+                           batch_context_tokens=self.batch_context_tokens)
 
 
 @dataclass(frozen=True)
