@@ -5,6 +5,24 @@ A drafter proposes tokens that continue the committed sequence ``seq[0, :L]`` an
 into ``seq[0, L:L+k']`` (the engine's preallocated token buffer). It keeps ``valid``: how many
 leading positions of its own cache are known to match the committed sequence; the engine calls
 ``accept(L, drafted, n)`` after verification, so rollback is just a smaller ``valid``.
+
+The τ stop (one rule for every drafter). Before drafting position i the drafter computes its
+distribution q_i; the position's *confidence* is ``max q_i`` — the drafter's probability of its
+most likely token, read BEFORE any token is drawn. Drafting stops before position i when that
+confidence is below τ; otherwise the token is drawn (argmax under greedy, x ~ q_i under
+sampling) and always kept. So the stop at position i depends only on the committed sequence and
+the tokens already drafted at positions < i, never on the token drawn at i: a draft is a
+stopping-time prefix of tokens each drawn from exactly the q row that verification divides by,
+and speculative sampling stays exactly target-distributed for every τ (DESIGN.md, "Drafting stop
+vs verification threshold"). The rejected alternative, "draw x ~ q, drop x if q(x) < τ", proposes
+from q conditioned on q(x) >= τ while verification divides by q: biased. HF's rule (keep the drawn
+token, stop after it) is exact too; this one is chosen because under greedy decoding the drawn
+token IS the argmax, so ``max q = q(x)`` and the rule is exactly the historical one ("stop before
+the first drafted token whose confidence is below τ", as ``control.types.Decision``, the
+simulator and the position-trace replay model it), and because it spends no verification slot
+on a token the drafter itself rates below τ. Under sampling the reported confidences are these
+``max q_i`` values too (not q_i(x) of the drawn token), so every reported confidence is >= τ.
+N-gram lookup has no probabilities: confidence 1.0 and a one-hot q, so τ <= 1 never stops it.
 """
 
 from __future__ import annotations
@@ -33,8 +51,9 @@ class ModelDrafter:
                 gen: torch.Generator | None):
         """Draft up to ``k`` tokens after ``seq[0, :L]``; returns (count, confidences, q rows).
 
-        Drafting stops before the first token whose confidence (the drafter's probability of its
-        own proposal) is below ``tau``. ``q`` is None in greedy mode.
+        Drafting stops before position i when its confidence ``max q_i`` (computed before
+        drawing; see the module docstring) is below ``tau``; a drawn token is always kept.
+        ``q`` is None in greedy mode.
         """
         self._fed = None
         if k <= 0:
@@ -46,15 +65,18 @@ class ModelDrafter:
         qs = []
         count = fed = 0
         for i in range(k):
+            # the stop reads max q before drawing: never a function of the drawn token
             if sp.greedy:
                 c, tok = torch.softmax(logits.float(), -1).max(-1)
+                cf = float(c)
+                if cf < tau:
+                    break
             else:
                 q = probs(logits, sp)
+                cf = float(q.max())
+                if cf < tau:
+                    break
                 tok = torch.multinomial(q, 1, generator=gen)[0]
-                c = q[tok]
-            cf = float(c)
-            if cf < tau:
-                break
             seq[0, L + i] = tok
             confs.append(cf)
             if not sp.greedy:
@@ -77,6 +99,7 @@ class NgramDrafter:
     """Prompt lookup: copy what followed the latest earlier occurrence of the last n tokens.
 
     Confidence of a proposal is 1.0 (it has no probabilities); in sampling mode q is one-hot.
+    The τ stop is the module's rule with ``max q = 1``: τ <= 1 never stops, τ > 1 drafts nothing.
     """
 
     name = "drafter-ngram"
@@ -137,7 +160,8 @@ class HybridDrafter:
     names, calls and whole lines), the tokens that followed are proposed at no model cost;
     otherwise the model drafter drafts. The model's cache simply falls behind during lookup
     rounds and catches up in one multi-token step the next time it drafts (its ``valid``
-    prefix never covers tokens it did not see).
+    prefix never covers tokens it did not see). The τ stop is the module's one rule: lookup
+    rounds have confidence 1.0, model rounds stop where the model drafter's ``max q`` < τ.
     """
 
     def __init__(self, model: ModelDrafter, ngram: NgramDrafter, min_match: int) -> None:
