@@ -1,9 +1,17 @@
 """The project's models: a Llama-style target / tiny transformer drafter and the seed's conv drafter.
 
 Both expose ``forward(ids)`` for teacher-forced training (``[B, T] -> [B, T, V]`` logits) and an
-incremental ``step(ids, pos, state)`` for batch-1 decoding that writes into a static cache at
-positions ``pos .. pos+T-1`` and reads only positions ``< pos+T``. Rolling back is not advancing
-``pos``: slots beyond the accepted prefix are overwritten by the next step and never read.
+incremental, batched ``step_packed(ids, segs, state)`` for decoding. The static cache is slotted:
+``new_state(length, dtype, device, slots)`` holds ``slots`` sequences of ``length`` positions each.
+A call serves several sequences at once, *packed*: ``segs`` (:class:`Segments`) says which slot each
+sequence lives in, where its new tokens start and how many it brings (ragged: 1 for a plain step,
+k + 1 for a verify pass, a whole prompt for a prefill); ``ids`` holds all their tokens back to back.
+Every matmul runs on the packed tokens (no padding FLOPs); attention runs per sequence on a view of
+its own slot, reading only positions ``< start + count`` of that slot, so nothing beyond a
+sequence's written prefix — stale drafts, other slots, free slots — is ever read, not even under a
+mask. Rolling back is not advancing the start: positions beyond the accepted prefix are
+overwritten by the next step and never read. ``step(ids, pos, state, slot=0)`` is the one-sequence
+special case (``ids`` of shape ``[1, T]``).
 """
 
 from __future__ import annotations
@@ -16,6 +24,50 @@ import torch.nn.functional as F
 from torch import nn
 
 from control.configio import param
+
+
+class Segments:
+    """The sequences of one packed step: sequence b lives in cache slot ``slots[b]``, its
+    ``lens[b]`` new tokens sit at positions ``starts[b] ..`` and occupy rows
+    ``offsets[b] .. offsets[b] + lens[b]`` of the packed ``ids``. ``slot_idx`` / ``pos_idx``:
+    per packed token, its slot and position (long tensors on ``device``)."""
+
+    __slots__ = ("slots", "starts", "lens", "offsets", "n", "slot_idx", "pos_idx", "last")
+
+    def __init__(self, slots, starts, lens, device="cpu") -> None:
+        self.slots = [int(s) for s in slots]
+        self.starts = [int(p) for p in starts]
+        self.lens = [int(t) for t in lens]
+        if not (len(self.slots) == len(self.starts) == len(self.lens)):
+            raise ValueError("Segments: slots, starts and lens differ in length")
+        if any(t < 1 for t in self.lens):
+            raise ValueError(f"Segments: every sequence needs >= 1 new token, got {self.lens}")
+        off, offs = 0, []
+        for t in self.lens:
+            offs.append(off)
+            off += t
+        self.offsets, self.n = offs, off
+        if all(t == 1 for t in self.lens):
+            si, pi = self.slots, self.starts
+        else:
+            si = [s for s, t in zip(self.slots, self.lens) for _ in range(t)]
+            pi = [p + j for p, t in zip(self.starts, self.lens) for j in range(t)]
+        self.slot_idx = torch.tensor(si, dtype=torch.long, device=device)
+        self.pos_idx = torch.tensor(pi, dtype=torch.long, device=device)
+        #: packed row of each sequence's last new token
+        self.last = [o + t - 1 for o, t in zip(offs, self.lens)]
+
+    @classmethod
+    def one(cls, slot: int, start: int, count: int, device="cpu") -> "Segments":
+        return cls([slot], [start], [count], device)
+
+    def check(self, state: dict) -> None:
+        length, n_slots = state["length"], state["slots"]
+        for s, p, t in zip(self.slots, self.starts, self.lens):
+            if p + t > length:
+                raise ValueError(f"cache overflow: {p + t} > {length}")
+            if not 0 <= s < n_slots or p < 0:
+                raise ValueError(f"bad slot/position: slot {s} of {n_slots}, position {p}")
 
 
 @dataclass(frozen=True)
@@ -112,6 +164,27 @@ class Block(nn.Module):
         g, u = self.gate_up(self.post_attention_layernorm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(g) * u)
 
+    def forward_packed(self, x, cos, sin, cache, segs: "Segments", causal):
+        """``x``: ``[N, D]`` packed new tokens of several sequences (see :class:`Segments`)."""
+        N, D = x.shape
+        qkv = self.qkv(self.input_layernorm(x)).view(N, 3, self.h, self.hd)
+        qk = _rope(qkv[:, :2], cos, sin)  # [N, 2, H, hd]; cos/sin: [N, 1, 1, hd]
+        kc, vc = cache
+        kc[segs.slot_idx, :, segs.pos_idx] = qk[:, 1]
+        vc[segs.slot_idx, :, segs.pos_idx] = qkv[:, 2]
+        q = qk[:, 0].transpose(0, 1)  # [H, N, hd]
+        outs = []
+        for s, p, t, o in zip(segs.slots, segs.starts, segs.lens, segs.offsets):
+            end = p + t
+            a = F.scaled_dot_product_attention(
+                q[None, :, o:o + t], kc[s:s + 1, :, :end], vc[s:s + 1, :, :end],
+                attn_mask=None if t == 1 else causal[p:end, :end])
+            outs.append(a[0])
+        a = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)  # [H, N, hd]
+        x = x + self.o(a.transpose(0, 1).reshape(N, D))
+        g, u = self.gate_up(self.post_attention_layernorm(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(g) * u)
+
 
 class Transformer(nn.Module):
     """Llama-style decoder (RMSNorm, RoPE, SwiGLU, tied embeddings)."""
@@ -153,28 +226,35 @@ class Transformer(nn.Module):
             x = layer(x, cos, sin)
         return self.logits(x)
 
-    # --- incremental decoding (batch 1) ---
-    def new_state(self, length: int, dtype, device) -> dict:
+    # --- incremental decoding: slotted static cache, packed sequences ---
+    def new_state(self, length: int, dtype, device, slots: int = 1) -> dict:
         c = self.cfg
         hd = c.d_model // c.n_heads
-        kv = [(torch.zeros(1, c.n_heads, length, hd, dtype=dtype, device=device),
-               torch.zeros(1, c.n_heads, length, hd, dtype=dtype, device=device))
+        if length > c.max_seq_len:
+            raise ValueError(f"cache of {length} positions exceeds the RoPE table "
+                             f"({c.max_seq_len})")
+        kv = [(torch.zeros(slots, c.n_heads, length, hd, dtype=dtype, device=device),
+               torch.zeros(slots, c.n_heads, length, hd, dtype=dtype, device=device))
               for _ in range(c.n_layers)]
         causal = torch.ones(length, length, dtype=torch.bool, device=device).tril()
         cos, sin = self.tables(dtype, device)
-        return {"kv": kv, "causal": causal, "cos": cos, "sin": sin, "length": length}
+        return {"kv": kv, "causal": causal, "cos": cos, "sin": sin, "length": length,
+                "slots": slots}
 
-    def step(self, ids: torch.Tensor, pos: int, state: dict) -> torch.Tensor:
-        """Logits ``[T, V]`` of ``ids`` (shape ``[1, T]``) placed at ``pos..pos+T-1``."""
-        T = ids.shape[1]
-        if pos + T > state["length"]:
-            raise ValueError(f"cache overflow: {pos + T} > {state['length']}")
+    def step_packed(self, ids: torch.Tensor, segs: Segments, state: dict) -> torch.Tensor:
+        """Logits ``[N, V]`` of the packed new tokens ``ids`` (shape ``[N]``) of ``segs``."""
+        segs.check(state)
         x = self.embed_tokens(ids)
-        cos, sin = state["cos"][pos:pos + T], state["sin"][pos:pos + T]
-        mask = None if T == 1 else state["causal"][pos:pos + T, :pos + T]
+        cos = state["cos"][segs.pos_idx][:, None, None, :]
+        sin = state["sin"][segs.pos_idx][:, None, None, :]
         for layer, cache in zip(self.layers, state["kv"]):
-            x = layer(x, cos, sin, cache, pos, mask)
-        return self.logits(x)[0]
+            x = layer.forward_packed(x, cos, sin, cache, segs, state["causal"])
+        return self.logits(x)
+
+    def step(self, ids: torch.Tensor, pos: int, state: dict, slot: int = 0) -> torch.Tensor:
+        """Logits ``[T, V]`` of ``ids`` (shape ``[1, T]``) placed at ``pos..pos+T-1`` of
+        ``slot``: one sequence through :meth:`step_packed`."""
+        return self.step_packed(ids[0], Segments.one(slot, pos, ids.shape[1], ids.device), state)
 
 
 class ConvBlock(nn.Module):
@@ -214,31 +294,45 @@ class ConvDrafter(nn.Module):
             x = self._mix(blk, x, c)
         return F.linear(self.norm(x), self.embed_tokens.weight)
 
-    def new_state(self, length: int, dtype, device) -> dict:
+    def new_state(self, length: int, dtype, device, slots: int = 1) -> dict:
         K, c = self.cfg.kernel, self.cfg
-        # conv inputs by position (position-major), with (K-1)·dilation leading zero rows:
-        # position p lives at row p + (K-1)·dil, so the window of position p is rows
-        # p, p + dil, ..., p + (K-1)·dil.
-        return {"buf": [torch.zeros(length + (K - 1) * blk.dil, c.d_model, dtype=dtype,
-                                    device=device) for blk in self.blocks], "length": length}
+        # conv inputs by slot and position (position-major), with (K-1)·dilation leading zero
+        # rows: position p lives at row p + (K-1)·dil, so the window of position p is rows
+        # p, p + dil, ..., p + (K-1)·dil of its slot.
+        return {"buf": [torch.zeros(slots, length + (K - 1) * blk.dil, c.d_model, dtype=dtype,
+                                    device=device) for blk in self.blocks], "length": length,
+                "slots": slots}
 
-    def step(self, ids: torch.Tensor, pos: int, state: dict) -> torch.Tensor:
-        T = ids.shape[1]
-        if pos + T > state["length"]:
-            raise ValueError(f"cache overflow: {pos + T} > {state['length']}")
+    def step_packed(self, ids: torch.Tensor, segs: Segments, state: dict) -> torch.Tensor:
+        """Logits ``[N, V]`` of the packed new tokens ``ids`` (shape ``[N]``) of ``segs``."""
+        segs.check(state)
         K, d = self.cfg.kernel, self.cfg.d_model
-        x = self.embed_tokens(ids)[0]  # [T, d]
+        x = self.embed_tokens(ids)  # [N, d]
+        si, pi = segs.slot_idx, segs.pos_idx
+        one = len(segs.slots) == 1
         for blk, buf in zip(self.blocks, state["buf"]):
             r = (K - 1) * blk.dil  # receptive span of the block, minus one
-            buf[pos + r:pos + r + T] = blk.norm(x)
             w = blk.conv.weight.view(d, K)
-            if T == 1:  # one position: a weighted sum over the window, no conv kernel launch
-                c = (buf[pos:pos + r + 1:blk.dil] * w.t()).sum(0, keepdim=True) + blk.conv.bias
-            else:
-                c = F.conv1d(buf[pos:pos + r + T].t().unsqueeze(0), blk.conv.weight,
-                             blk.conv.bias, groups=d, dilation=blk.dil)[0].t()
+            if one:  # one sequence: contiguous rows of its slot, as a view
+                s, p, T = segs.slots[0], segs.starts[0], segs.lens[0]
+                b = buf[s]
+                b[p + r:p + r + T] = blk.norm(x)
+                if T == 1:  # a weighted sum over the window, no conv kernel launch
+                    c = (b[p:p + r + 1:blk.dil] * w.t()).sum(0, keepdim=True) + blk.conv.bias
+                else:
+                    c = F.conv1d(b[p:p + r + T].t().unsqueeze(0), blk.conv.weight,
+                                 blk.conv.bias, groups=d, dilation=blk.dil)[0].t()
+            else:  # packed: write every new input, then gather each token's window
+                buf[si, pi + r] = blk.norm(x)
+                win = pi[:, None] + torch.arange(0, r + 1, blk.dil, device=pi.device)
+                c = (buf[si[:, None], win] * w.t()).sum(1) + blk.conv.bias
             x = self._mix(blk, x, c)
         return F.linear(self.norm(x), self.embed_tokens.weight)
+
+    def step(self, ids: torch.Tensor, pos: int, state: dict, slot: int = 0) -> torch.Tensor:
+        """Logits ``[T, V]`` of ``ids`` (shape ``[1, T]``) placed at ``pos..pos+T-1`` of
+        ``slot``: one sequence through :meth:`step_packed`."""
+        return self.step_packed(ids[0], Segments.one(slot, pos, ids.shape[1], ids.device), state)
 
 
 def build_model(kind: str, cfg) -> nn.Module:

@@ -32,8 +32,8 @@ def _poison_after_each_step(model):
             kc[:, :, end:] = float("nan")
             vc[:, :, end:] = float("nan")
         for buf in state.get("buf", []):
-            k1 = buf.shape[0] - state["length"]  # position-major, K-1 leading rows
-            buf[end + k1:] = float("nan")
+            k1 = buf.shape[1] - state["length"]  # [slot, position-major with K-1 lead rows]
+            buf[:, end + k1:] = float("nan")
         return out
 
     model.step = step
