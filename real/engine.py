@@ -1,10 +1,26 @@
-"""The speculative-decoding engine (batch 1), driven by any ``control`` controller.
+"""The speculative-decoding engine: continuous batching, driven by any ``control`` controller.
 
-Each round: ``controller.decide(now_s)`` -> the drafter proposes up to k tokens (stopping below
-τ) -> ONE target forward over ``[last token + drafted]`` under a causal mask -> the longest valid
-prefix plus one target token is committed -> an ``Observation`` with measured seconds goes to
-``controller.observe`` and a ``RoundRecord`` is kept. The target's KV cache is static, sized
-``max_len + k_max + 1``; rollback is not advancing the position.
+Many sequences are in flight at once, each in a slot of a static, slotted KV cache
+(``slots × (max_len + k_max + 1)`` positions, per-row positions; rollback is not advancing a
+row's position). Each round, for all running sequences together:
+
+1. ``decisions = plan_round(planner, controllers, now_s, BatchContext(B, Σ context, k_max))``
+   (each sequence's own ``decide`` when there is no round planner);
+2. the drafter proposes up to k_i tokens per row (model drafters: one packed forward per draft
+   step for every row still drafting; lookup drafters per row; stopping below τ_i);
+3. ONE target forward verifies the whole batch's ragged drafts ``[last token + drafted]``, packed
+   (no padding: see ``real.models``);
+4. per row, acceptance (strict greedy, strict speculative sampling or the β threshold, per the
+   row's decision) commits the longest valid prefix plus one target token;
+5. each sequence's controller gets its ``Observation`` (measured seconds after device sync, and
+   the round's batch context), a ``RoundRecord`` is kept, the planner gets ``RoundStats``;
+   finished sequences free their slot.
+
+Waiting requests are admitted at round boundaries (:meth:`Engine.admit`): one packed prefill
+forward for all of them. ``stream`` / ``generate`` (one prompt) are the batch-1 case of the same
+core; :meth:`Engine.run_batch` serves a list of requests with continuous batching and
+``real.serve`` replays arrivals in wall-clock time. Under sampling each sequence draws from its
+own generator (seeded from the request), so its output never depends on its batch-mates.
 """
 
 from __future__ import annotations
@@ -12,14 +28,17 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from control.batch import BatchContext, RoundStats, plan_round
 from control.configio import param
 from control.errors import DSparkError
-from control.types import Decision, Observation, RoundRecord
+from control.types import Observation, RoundRecord
 from real import DRAFTERS
 from real.checkpoint import DTYPES
+from real.models import Segments
 from real.sampling import SamplingParams, verify_greedy, verify_sampling, verify_threshold
 
 
@@ -46,6 +65,8 @@ class EngineConfig:
     lookup_min_match: int = param(4, lo=1, hi=32, doc="ngram+X: match length that triggers lookup")
     # stop at the end-of-text token, as a user would; benchmarks turn it off.
     stop_at_eot: bool = param(True, doc="stop after emitting the end-of-text token")
+    # 1: the batch-1 engine; serving and batched benchmarks raise it (cache memory grows with it).
+    slots: int = param(1, lo=1, hi=256, doc="sequences in flight at once (KV cache slots)")
 
     @property
     def sampling(self) -> SamplingParams:
@@ -60,110 +81,333 @@ class Generation:
     text: str = ""
 
 
+@dataclass
+class Request:
+    """A request for the batched core. ``seed`` seeds the sequence's own sampling generator
+    (None: ``EngineConfig.seed + request_id``); ``arrival_s`` is on the caller's clock."""
+
+    request_id: int
+    prompt: list[int]
+    max_new_tokens: int
+    controller: Any
+    arrival_s: float = 0.0
+    seed: int | None = None
+
+
+class Sequence:
+    """A request in flight: its slot, committed length ``L`` (prompt + emitted), the length at
+    which it ends, emitted tokens, round records and timestamps (on the engine's clock)."""
+
+    __slots__ = ("req", "slot", "L", "end", "rnd", "tokens", "records", "gen", "name",
+                 "admit_s", "first_token_s", "finish_s", "done", "prompt_tokens")
+
+    def __init__(self, req: Request, slot: int, end: int, gen) -> None:
+        self.req, self.slot, self.end, self.gen = req, slot, end, gen
+        self.prompt_tokens = self.L = len(req.prompt)
+        self.rnd = 0
+        self.tokens: list[int] = []
+        self.records: list[RoundRecord] | None = []
+        self.name = getattr(req.controller, "name", "")
+        self.admit_s = self.first_token_s = self.finish_s = float("nan")
+        self.done = False
+
+    @property
+    def ctrl(self):
+        return self.req.controller
+
+
 def _sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
 
 
+_NO_PROPOSAL = (0, [], None)
+
+
 class Engine:
-    """Speculative decoding with ``target`` (a ``real.models`` model) and a drafter object."""
+    """Speculative decoding with ``target`` (a ``real.models`` model) and a drafter object,
+    ``cfg.slots`` sequences at a time."""
 
     def __init__(self, target: torch.nn.Module, drafter, config: EngineConfig | None = None,
                  tokenizer=None, eot_id: int | None = None,
                  sentence_end_ids: frozenset[int] = frozenset()) -> None:
         self.cfg = c = config or EngineConfig()
-        self.target, self.drafter, self.tokenizer = target, drafter, tokenizer
+        self.target, self.tokenizer = target, tokenizer
         self.device = c.device
         self.dtype = next(target.parameters()).dtype
         self.length = c.max_len + c.k_max + 1
-        self.state = target.new_state(self.length, self.dtype, self.device)
-        self.seq = torch.zeros(1, self.length, dtype=torch.long, device=self.device)
-        self.gen = torch.Generator(device=self.device)
+        self.slots = c.slots
+        self.state = target.new_state(self.length, self.dtype, self.device, self.slots)
+        self.seq = torch.zeros(self.slots, self.length, dtype=torch.long, device=self.device)
+        self.gen = torch.Generator(device=self.device)  # the target-only references' generator
         self.gen.manual_seed(c.seed)
         self.eot_id = eot_id
         self.sentence_end_ids = sentence_end_ids
-        if self.drafter is not None and hasattr(self.drafter, "state"):
-            if self.drafter.state["length"] < self.length:
-                raise DSparkError(f"drafter cache holds {self.drafter.state['length']} positions, "
-                                  f"engine needs {self.length}")
+        self._free = list(range(self.slots))
+        self.running: list[Sequence] = []
+        self.drafter = drafter
+        #: RoundStats of every round (plus the prefill passes in ``prefills``) when not None
+        self.round_log: list[RoundStats] | None = None
+        self.prefills: list[dict] = []
 
-    # ------------------------------------------------------------------ helpers
-    def _check_prompt(self, prompt_ids, max_new_tokens: int) -> list[int]:
+    # ------------------------------------------------------------------ drafter
+    @property
+    def drafter(self):
+        return self._drafter
+
+    @drafter.setter
+    def drafter(self, d) -> None:
+        """Any drafter object; a model drafter's cache is (re)built for the engine's slots."""
+        if d is not None and hasattr(d, "state"):
+            if d.state["length"] < self.length:
+                raise DSparkError(f"drafter cache holds {d.state['length']} positions, "
+                                  f"engine needs {self.length}")
+            if d.state.get("slots", 1) != self.slots:
+                d.allocate(self.slots)
+        if d is not None and self.running:
+            raise DSparkError("the drafter cannot change while sequences are running")
+        self._drafter = d
+
+    # ------------------------------------------------------------------ requests and slots
+    def check_request(self, prompt_ids, max_new_tokens: int) -> list[int]:
+        """The prompt as a list of ints; a request that cannot fit a slot is a one-line error."""
         ids = [int(t) for t in prompt_ids]
         if not ids:
             raise DSparkError("empty prompt: at least one token is needed")
+        if max_new_tokens < 0:
+            raise DSparkError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         if len(ids) + max_new_tokens > self.cfg.max_len:
             raise DSparkError(f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new_tokens}) "
                               f"exceeds max_len {self.cfg.max_len}")
         return ids
 
-    def _prefill(self, ids: list[int]) -> int:
-        L = len(ids)
-        self.seq[0, :L] = torch.tensor(ids, dtype=torch.long, device=self.device)
-        if L > 1:
-            self.target.step(self.seq[:, :L - 1], 0, self.state)
-        if self.drafter is not None:
-            self.drafter.reset()
-        return L
+    _check_prompt = check_request
 
-    def _reseed(self) -> None:
-        self.gen.manual_seed(self.cfg.seed)
+    @property
+    def free_slots(self) -> int:
+        return len(self._free)
 
-    # ------------------------------------------------------------------ decoding
+    def _release(self, s: Sequence) -> None:
+        if s.slot >= 0:
+            self._free.append(s.slot)
+            self._free.sort()
+            s.slot = -1
+
+    def _gen_for(self, req: Request):
+        if self.cfg.sampling.greedy:
+            return None  # greedy verification and threshold-greedy never draw
+        g = torch.Generator(device=self.device)
+        seed = self.cfg.seed + req.request_id if req.seed is None else req.seed
+        g.manual_seed(int(seed) % (2 ** 63))
+        return g
+
+    @torch.inference_mode()
+    def admit(self, requests: list[Request], origin: float | None = None) -> list[Sequence]:
+        """Take ``requests`` into free slots and prefill them (ONE packed target forward over
+        every new prompt but its last token, which the first round feeds). Requests that do not
+        fit a slot raise (``check_request``); a request with ``max_new_tokens == 0`` finishes at
+        once. Returns the new sequences (running ones appended to ``self.running``)."""
+        if len(requests) > len(self._free):
+            raise DSparkError(f"{len(requests)} requests but {len(self._free)} free slots")
+        origin = time.perf_counter() if origin is None else origin
+        t0 = time.perf_counter()
+        new: list[Sequence] = []
+        for r in requests:
+            ids = self.check_request(r.prompt, r.max_new_tokens)
+            slot = self._free.pop(0)
+            s = Sequence(r, slot, len(ids) + r.max_new_tokens, self._gen_for(r))
+            self.seq[slot, :len(ids)] = torch.tensor(ids, dtype=torch.long, device=self.device)
+            if self._drafter is not None and hasattr(self._drafter, "reset_slot"):
+                self._drafter.reset_slot(slot)
+            new.append(s)
+        pre = [s for s in new if s.L > 1]
+        if pre:
+            segs = Segments([s.slot for s in pre], [0] * len(pre), [s.L - 1 for s in pre],
+                            self.device)
+            self.target.step_packed(self.seq[segs.slot_idx, segs.pos_idx], segs, self.state,
+                                    logits=False)
+        _sync(self.device)
+        t1 = time.perf_counter()
+        if new:
+            self.prefills.append({"start_s": t0 - origin, "end_s": t1 - origin,
+                                  "requests": len(new),
+                                  "prompt_tokens": sum(s.L for s in new),
+                                  "prefill_tokens": sum(s.L - 1 for s in pre)})
+        for s in new:
+            s.admit_s = t1 - origin
+            if s.L >= s.end:
+                s.done = True
+                s.finish_s = s.first_token_s = t1 - origin
+                self._release(s)
+            else:
+                self.running.append(s)
+        return new
+
+    def abort(self) -> None:
+        """Drop every running sequence (frees their slots)."""
+        for s in self.running:
+            self._release(s)
+        self.running = []
+
+    # ------------------------------------------------------------------ one round
+    @torch.inference_mode()
+    def round(self, origin: float, planner=None) -> list[tuple[Sequence, list[int]]]:
+        """One round for every running sequence; ``(sequence, tokens it committed)`` per row.
+        Times (``now_s``, first token, finish) are seconds since ``origin`` (perf_counter)."""
+        c, sp = self.cfg, self.cfg.sampling
+        run = self.running
+        if not run:
+            return []
+        dev, seq = self.device, self.seq
+        B = len(run)
+        slots = [s.slot for s in run]
+        Ls = [s.L for s in run]
+        ctx_sum = sum(Ls)
+        now = time.perf_counter() - origin
+        decs = plan_round(planner, [s.ctrl for s in run], now, BatchContext(B, ctx_sum, c.k_max))
+        if len(decs) != B:
+            raise DSparkError(f"the round planner returned {len(decs)} decisions for {B} rows")
+        drafter = self._drafter
+        ks = [0] * B if drafter is None else \
+            [max(0, min(d.k, c.k_max, s.end - s.L - 1)) for d, s in zip(decs, run)]
+        t0 = time.perf_counter()
+        if any(ks):
+            props = drafter.propose_batch(seq, slots, Ls, ks, [d.tau for d in decs], sp,
+                                          [s.gen for s in run])
+            _sync(dev)
+        else:
+            props = [_NO_PROPOSAL] * B
+        t1 = time.perf_counter()
+        drafted = [p[0] for p in props]
+        segs = Segments(slots, [L - 1 for L in Ls], [d + 1 for d in drafted], dev)
+        ids = seq[segs.slot_idx, segs.pos_idx]
+        logits = self.target.step_packed(ids, segs, self.state)
+        strict_greedy = sp.greedy and all(d.mode == "strict" for d in decs)
+        if strict_greedy:  # the whole batch in one host transfer
+            am, idl = torch.stack([logits.argmax(-1), ids]).tolist()
+            ns, nxts, lossys = [], [], [0] * B
+            for o, d in zip(segs.offsets, drafted):
+                n = 0
+                while n < d and am[o + n] == idl[o + 1 + n]:
+                    n += 1
+                ns.append(n)
+                nxts.append(am[o + n])
+        else:
+            ns, nxts, lossys = [], [], []
+            for b, (o, d, dec) in enumerate(zip(segs.offsets, drafted, decs)):
+                lg, draft = logits[o:o + d + 1], ids[o + 1:o + 1 + d]
+                if dec.mode == "threshold":
+                    n, nxt, lossy = verify_threshold(draft, lg, dec.beta, sp, run[b].gen)
+                elif sp.greedy:
+                    n, nxt, lossy = verify_greedy(draft, lg)
+                else:
+                    n, nxt, lossy = verify_sampling(draft, props[b][2] if d else None, lg, sp,
+                                                    run[b].gen)
+                ns.append(n)
+                nxts.append(nxt)
+                lossys.append(lossy)
+            idl = ids.tolist()
+        seq[segs.slot_idx.new_tensor(slots), segs.pos_idx.new_tensor(
+            [L + n for L, n in zip(Ls, ns)])] = torch.tensor(nxts, dtype=torch.long, device=dev)
+        _sync(dev)
+        t2 = time.perf_counter()
+        if drafter is not None and any(drafted):
+            drafter.accept_batch(slots, Ls, drafted, ns)
+        draft_s, verify_s, end_s = t1 - t0, t2 - t1, t2 - origin
+        verify_tokens = segs.n
+        eot = self.eot_id if c.stop_at_eot else None
+        events: list[tuple[Sequence, list[int]]] = []
+        emitted_sum = 0
+        for b, s in enumerate(run):
+            o, n = segs.offsets[b], ns[b]
+            out = idl[o + 1:o + 1 + n] + [nxts[b]]
+            if eot is not None and eot in out:
+                out = out[:out.index(eot) + 1]
+                s.end = s.L + len(out)
+            ends = tuple(i for i, t in enumerate(out) if t in self.sentence_end_ids)
+            obs = Observation(end_s, drafted[b], n, tuple(props[b][1]), draft_s, verify_s,
+                              s.L, lossys[b], len(out), ends, B, verify_tokens, ctx_sum)
+            s.ctrl.observe(obs)
+            if s.records is not None:
+                s.records.append(RoundRecord.from_round(s.req.request_id, s.rnd, decs[b], obs,
+                                                        s.name))
+            s.rnd += 1
+            if not s.tokens:
+                s.first_token_s = end_s
+            s.tokens.extend(out)
+            s.L += len(out)
+            emitted_sum += len(out)
+            if s.L >= s.end:
+                s.done = True
+                s.finish_s = end_s
+            events.append((s, out))
+        if any(s.done for s in run):
+            for s in run:
+                if s.done:
+                    self._release(s)
+            self.running = [s for s in run if not s.done]
+        stats = None
+        if planner is not None or self.round_log is not None:
+            stats = RoundStats(start_s=now, end_s=time.perf_counter() - origin, batch_size=B,
+                               drafting=sum(1 for d in drafted if d),
+                               draft_steps=max(drafted), verify_tokens=verify_tokens,
+                               context_tokens=ctx_sum, draft_s=draft_s, verify_s=verify_s,
+                               accepted=sum(ns), emitted=emitted_sum)
+        if planner is not None:
+            planner.observe_round(stats)
+        if self.round_log is not None:
+            self.round_log.append(stats)
+        return events
+
+    # ------------------------------------------------------------------ many requests
+    @torch.inference_mode()
+    def run_batch(self, requests: list[Request], planner=None, on_round=None) -> list[Sequence]:
+        """Serve ``requests`` (all waiting from the start) with continuous batching: whenever
+        slots are free at a round boundary, the next waiting requests (FIFO) are admitted and
+        prefilled. A fresh state per controller is the caller's job. Returns the sequences in
+        request order; ``on_round(events)`` is called after every round."""
+        for r in requests:
+            self.check_request(r.prompt, r.max_new_tokens)
+        if self.running:
+            raise DSparkError("run_batch needs an idle engine")
+        origin = time.perf_counter()
+        waiting = list(requests)
+        done: list[Sequence] = []
+        try:
+            while waiting or self.running:
+                if waiting and self._free:
+                    n = len(self._free)
+                    done += self.admit(waiting[:n], origin)
+                    waiting = waiting[n:]
+                ev = self.round(origin, planner)
+                if on_round is not None:
+                    on_round(ev)
+        finally:
+            self.abort()
+        order = {id(r): i for i, r in enumerate(requests)}
+        return sorted(done, key=lambda s: order[id(s.req)])
+
+    # ------------------------------------------------------------------ one request
     @torch.inference_mode()
     def stream(self, prompt_ids, max_new_tokens: int, controller, request_id: int = 0,
                records: list | None = None) -> Iterator[list[int]]:
-        """Yield the tokens committed by each round (a list per round)."""
-        c, sp = self.cfg, self.cfg.sampling
-        ids = self._check_prompt(prompt_ids, max_new_tokens)
-        self._reseed()
+        """Yield the tokens committed by each round (a list per round): the batch-1 case of the
+        batched core (a fresh controller state, the sampling generator seeded with
+        ``cfg.seed``, times from the end of the prefill)."""
+        ids = self.check_request(prompt_ids, max_new_tokens)
+        if self.running:
+            raise DSparkError("stream/generate need an idle engine (sequences are running)")
         controller.reset()
-        L = self._prefill(ids)
-        end = L + max_new_tokens
-        seq, dev = self.seq, self.device
-        t_start = time.perf_counter()
-        rnd = 0
-        name = getattr(controller, "name", "")
-        while L < end:
-            now = time.perf_counter() - t_start
-            dec: Decision = controller.decide(now)
-            k = max(0, min(dec.k, c.k_max, end - L - 1))
-            if self.drafter is None:
-                k = 0
-            t0 = time.perf_counter()
-            drafted, confs, q = (self.drafter.propose(seq, L, k, dec.tau, sp, self.gen)
-                                 if k else (0, [], None))
-            _sync(dev)
-            t1 = time.perf_counter()
-            logits = self.target.step(seq[:, L - 1:L + drafted], L - 1, self.state)
-            draft = seq[0, L:L + drafted]
-            if dec.mode == "threshold":
-                n, nxt, lossy = verify_threshold(draft, logits, dec.beta, sp, self.gen)
-            elif sp.greedy:
-                n, nxt, lossy = verify_greedy(draft, logits)
-            else:
-                n, nxt, lossy = verify_sampling(draft, q if drafted else None, logits, sp,
-                                                self.gen)
-            seq[0, L + n] = nxt
-            _sync(dev)
-            t2 = time.perf_counter()
-            if self.drafter is not None:
-                self.drafter.accept(L, drafted, n)
-            out = seq[0, L:L + n + 1].tolist()
-            if c.stop_at_eot and self.eot_id is not None and self.eot_id in out:
-                out = out[:out.index(self.eot_id) + 1]
-                end = L + len(out)
-            ends = tuple(i for i, t in enumerate(out) if t in self.sentence_end_ids)
-            obs = Observation(now_s=t2 - t_start, drafted=drafted, accepted=n,
-                              confidences=tuple(confs), draft_s=t1 - t0, verify_s=t2 - t1,
-                              context_tokens=L, lossy_accepts=lossy, emitted=len(out),
-                              sentence_ends=ends)
-            controller.observe(obs)
-            if records is not None:
-                records.append(RoundRecord.from_round(request_id, rnd, dec, obs, name))
-            rnd += 1
-            L += len(out)
-            yield out
+        (s,) = self.admit([Request(request_id, ids, max_new_tokens, controller,
+                                   seed=self.cfg.seed)])
+        s.records = records
+        origin = time.perf_counter()
+        try:
+            while self.running:
+                for _, out in self.round(origin):
+                    yield out
+        finally:
+            self.abort()
 
     def generate(self, prompt_ids, max_new_tokens: int, controller,
                  request_id: int = 0) -> Generation:
@@ -192,15 +436,29 @@ class Engine:
         if len(text) > len(shown):
             yield text[len(shown):]
 
+    # ------------------------------------------------------------------ references
+    def _prefill(self, ids: list[int]) -> int:
+        """Slot 0 holds ``ids`` with all but the last token in the target's cache (references
+        and traces; the engine must be idle)."""
+        if self.running:
+            raise DSparkError("the engine is busy (sequences are running)")
+        L = len(ids)
+        self.seq[0, :L] = torch.tensor(ids, dtype=torch.long, device=self.device)
+        if L > 1:
+            self.target.step(self.seq[:1, :L - 1], 0, self.state)
+        if self._drafter is not None:
+            self._drafter.reset()
+        return L
+
     @torch.inference_mode()
     def greedy_reference(self, prompt_ids, max_new_tokens: int) -> list[int]:
         """Target-only greedy decoding (the baseline): one token per forward, no drafter."""
-        ids = self._check_prompt(prompt_ids, max_new_tokens)
+        ids = self.check_request(prompt_ids, max_new_tokens)
         L = self._prefill(ids)
         seq, step, st = self.seq, self.target.step, self.state
         out = []
         for _ in range(max_new_tokens):
-            nxt = step(seq[:, L - 1:L], L - 1, st)[-1].argmax()
+            nxt = step(seq[:1, L - 1:L], L - 1, st)[-1].argmax()
             seq[0, L] = nxt
             L += 1
             if self.cfg.stop_at_eot and self.eot_id is not None:
@@ -217,12 +475,13 @@ class Engine:
         """Target-only sampling with the engine's sampling parameters and generator."""
         from real.sampling import probs
 
-        ids = self._check_prompt(prompt_ids, max_new_tokens)
-        self._reseed()
+        ids = self.check_request(prompt_ids, max_new_tokens)
+        self.gen.manual_seed(self.cfg.seed)
         L = self._prefill(ids)
         out = []
         for _ in range(max_new_tokens):
-            p = probs(self.target.step(self.seq[:, L - 1:L], L - 1, self.state), self.cfg.sampling)
+            p = probs(self.target.step(self.seq[:1, L - 1:L], L - 1, self.state),
+                      self.cfg.sampling)
             t = int(torch.multinomial(p[-1], 1, generator=self.gen))
             self.seq[0, L] = t
             L += 1

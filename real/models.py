@@ -241,15 +241,17 @@ class Transformer(nn.Module):
         return {"kv": kv, "causal": causal, "cos": cos, "sin": sin, "length": length,
                 "slots": slots}
 
-    def step_packed(self, ids: torch.Tensor, segs: Segments, state: dict) -> torch.Tensor:
-        """Logits ``[N, V]`` of the packed new tokens ``ids`` (shape ``[N]``) of ``segs``."""
+    def step_packed(self, ids: torch.Tensor, segs: Segments, state: dict,
+                    logits: bool = True) -> torch.Tensor | None:
+        """Logits ``[N, V]`` of the packed new tokens ``ids`` (shape ``[N]``) of ``segs``
+        (None with ``logits=False``: a prefill only fills the cache)."""
         segs.check(state)
         x = self.embed_tokens(ids)
         cos = state["cos"][segs.pos_idx][:, None, None, :]
         sin = state["sin"][segs.pos_idx][:, None, None, :]
         for layer, cache in zip(self.layers, state["kv"]):
             x = layer.forward_packed(x, cos, sin, cache, segs, state["causal"])
-        return self.logits(x)
+        return self.logits(x) if logits else None
 
     def step(self, ids: torch.Tensor, pos: int, state: dict, slot: int = 0) -> torch.Tensor:
         """Logits ``[T, V]`` of ``ids`` (shape ``[1, T]``) placed at ``pos..pos+T-1`` of
@@ -303,8 +305,10 @@ class ConvDrafter(nn.Module):
                                     device=device) for blk in self.blocks], "length": length,
                 "slots": slots}
 
-    def step_packed(self, ids: torch.Tensor, segs: Segments, state: dict) -> torch.Tensor:
-        """Logits ``[N, V]`` of the packed new tokens ``ids`` (shape ``[N]``) of ``segs``."""
+    def step_packed(self, ids: torch.Tensor, segs: Segments, state: dict,
+                    logits: bool = True) -> torch.Tensor | None:
+        """Logits ``[N, V]`` of the packed new tokens ``ids`` (shape ``[N]``) of ``segs``
+        (None with ``logits=False``)."""
         segs.check(state)
         K, d = self.cfg.kernel, self.cfg.d_model
         x = self.embed_tokens(ids)  # [N, d]
@@ -327,7 +331,7 @@ class ConvDrafter(nn.Module):
                 win = pi[:, None] + torch.arange(0, r + 1, blk.dil, device=pi.device)
                 c = (buf[si[:, None], win] * w.t()).sum(1) + blk.conv.bias
             x = self._mix(blk, x, c)
-        return F.linear(self.norm(x), self.embed_tokens.weight)
+        return F.linear(self.norm(x), self.embed_tokens.weight) if logits else None
 
     def step(self, ids: torch.Tensor, pos: int, state: dict, slot: int = 0) -> torch.Tensor:
         """Logits ``[T, V]`` of ``ids`` (shape ``[1, T]``) placed at ``pos..pos+T-1`` of

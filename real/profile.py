@@ -139,8 +139,7 @@ class _Timer:
         e = self.e
         d, seq = e.drafter, e.seq
         L = ctx + catch_up
-        d.valid = ctx
-        d._fed = None
+        d.set_valid(0, ctx)
         t0 = time.perf_counter()
         count, _, _ = d.propose(seq, L, k, 0.0, _GREEDY, e.gen)
         _sync(e.device)
