@@ -16,6 +16,7 @@ REAL_SUBCOMMANDS = {
     "bench": "dspark.real_bench",
     "profile": "dspark.real_profile",
     "trace": "dspark.real_trace",
+    "serve": "dspark.real_serve",
 }
 
 

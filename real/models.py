@@ -32,7 +32,7 @@ class Segments:
     ``offsets[b] .. offsets[b] + lens[b]`` of the packed ``ids``. ``slot_idx`` / ``pos_idx``:
     per packed token, its slot and position (long tensors on ``device``)."""
 
-    __slots__ = ("slots", "starts", "lens", "offsets", "n", "slot_idx", "pos_idx", "last")
+    __slots__ = ("slots", "starts", "lens", "offsets", "n", "slot_idx", "pos_idx", "last")  # noqa: RUF023
 
     def __init__(self, slots, starts, lens, device="cpu") -> None:
         self.slots = [int(s) for s in slots]
@@ -58,7 +58,7 @@ class Segments:
         self.last = [o + t - 1 for o, t in zip(offs, self.lens)]
 
     @classmethod
-    def one(cls, slot: int, start: int, count: int, device="cpu") -> "Segments":
+    def one(cls, slot: int, start: int, count: int, device="cpu") -> Segments:
         return cls([slot], [start], [count], device)
 
     def check(self, state: dict) -> None:
@@ -164,15 +164,15 @@ class Block(nn.Module):
         g, u = self.gate_up(self.post_attention_layernorm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(g) * u)
 
-    def forward_packed(self, x, cos, sin, cache, segs: "Segments", causal):
+    def forward_packed(self, x, cos, sin, cache, segs: Segments, causal):
         """``x``: ``[N, D]`` packed new tokens of several sequences (see :class:`Segments`)."""
         N, D = x.shape
         qkv = self.qkv(self.input_layernorm(x)).view(N, 3, self.h, self.hd)
         qk = _rope(qkv[:, :2], cos, sin)  # [N, 2, H, hd]; cos/sin: [N, 1, 1, hd]
-        kc, vc = cache
-        kc[segs.slot_idx, :, segs.pos_idx] = qk[:, 1]
-        vc[segs.slot_idx, :, segs.pos_idx] = qkv[:, 2]
-        q = qk[:, 0].transpose(0, 1)  # [H, N, hd]
+        kc, vc = cache  # the cache may hold another dtype than x (``kv_dtype``)
+        kc[segs.slot_idx, :, segs.pos_idx] = qk[:, 1].to(kc.dtype)
+        vc[segs.slot_idx, :, segs.pos_idx] = qkv[:, 2].to(vc.dtype)
+        q = qk[:, 0].transpose(0, 1).to(kc.dtype)  # [H, N, hd]
         outs = []
         for s, p, t, o in zip(segs.slots, segs.starts, segs.lens, segs.offsets):
             end = p + t
@@ -181,7 +181,7 @@ class Block(nn.Module):
                 attn_mask=None if t == 1 else causal[p:end, :end])
             outs.append(a[0])
         a = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)  # [H, N, hd]
-        x = x + self.o(a.transpose(0, 1).reshape(N, D))
+        x = x + self.o(a.transpose(0, 1).reshape(N, D).to(x.dtype))
         g, u = self.gate_up(self.post_attention_layernorm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(g) * u)
 
@@ -227,14 +227,16 @@ class Transformer(nn.Module):
         return self.logits(x)
 
     # --- incremental decoding: slotted static cache, packed sequences ---
-    def new_state(self, length: int, dtype, device, slots: int = 1) -> dict:
+    def new_state(self, length: int, dtype, device, slots: int = 1, kv_dtype=None) -> dict:
+        """``kv_dtype`` (default ``dtype``): the KV cache's dtype; attention runs in it."""
         c = self.cfg
         hd = c.d_model // c.n_heads
+        kvd = dtype if kv_dtype is None else kv_dtype
         if length > c.max_seq_len:
             raise ValueError(f"cache of {length} positions exceeds the RoPE table "
                              f"({c.max_seq_len})")
-        kv = [(torch.zeros(slots, c.n_heads, length, hd, dtype=dtype, device=device),
-               torch.zeros(slots, c.n_heads, length, hd, dtype=dtype, device=device))
+        kv = [(torch.zeros(slots, c.n_heads, length, hd, dtype=kvd, device=device),
+               torch.zeros(slots, c.n_heads, length, hd, dtype=kvd, device=device))
               for _ in range(c.n_layers)]
         causal = torch.ones(length, length, dtype=torch.bool, device=device).tril()
         cos, sin = self.tables(dtype, device)
