@@ -98,7 +98,7 @@ class Sequence:
     """A request in flight: its slot, committed length ``L`` (prompt + emitted), the length at
     which it ends, emitted tokens, round records and timestamps (on the engine's clock)."""
 
-    __slots__ = ("req", "slot", "L", "end", "rnd", "tokens", "records", "gen", "name",
+    __slots__ = ("req", "slot", "L", "end", "rnd", "tokens", "records", "gen", "name",  # noqa: RUF023
                  "admit_s", "first_token_s", "finish_s", "done", "prompt_tokens")
 
     def __init__(self, req: Request, slot: int, end: int, gen) -> None:
@@ -221,12 +221,7 @@ class Engine:
                 self._drafter.reset_slot(slot)
             new.append(s)
         pre = [s for s in new if s.L > 1]
-        if pre:
-            segs = Segments([s.slot for s in pre], [0] * len(pre), [s.L - 1 for s in pre],
-                            self.device)
-            self.target.step_packed(self.seq[segs.slot_idx, segs.pos_idx], segs, self.state,
-                                    logits=False)
-        _sync(self.device)
+        self.prefill_rows([s.slot for s in pre], [0] * len(pre), [s.L - 1 for s in pre])
         t1 = time.perf_counter()
         if new:
             self.prefills.append({"start_s": t0 - origin, "end_s": t1 - origin,
@@ -243,6 +238,15 @@ class Engine:
                 self.running.append(s)
         return new
 
+    def prefill_rows(self, slots: list[int], starts: list[int], counts: list[int]) -> None:
+        """The target caches ``seq[slot, start:start+count]`` of every row: ONE packed forward,
+        no logits (admission; the profiler times it as it is)."""
+        if slots:
+            segs = Segments(slots, starts, counts, self.device)
+            self.target.step_packed(self.seq[segs.slot_idx, segs.pos_idx], segs, self.state,
+                                    logits=False)
+        _sync(self.device)
+
     def abort(self) -> None:
         """Drop every running sequence (frees their slots)."""
         for s in self.running:
@@ -254,11 +258,10 @@ class Engine:
     def round(self, origin: float, planner=None) -> list[tuple[Sequence, list[int]]]:
         """One round for every running sequence; ``(sequence, tokens it committed)`` per row.
         Times (``now_s``, first token, finish) are seconds since ``origin`` (perf_counter)."""
-        c, sp = self.cfg, self.cfg.sampling
+        c = self.cfg
         run = self.running
         if not run:
             return []
-        dev, seq = self.device, self.seq
         B = len(run)
         slots = [s.slot for s in run]
         Ls = [s.L for s in run]
@@ -271,45 +274,11 @@ class Engine:
         ks = [0] * B if drafter is None else \
             [max(0, min(d.k, c.k_max, s.end - s.L - 1)) for d, s in zip(decs, run)]
         t0 = time.perf_counter()
-        if any(ks):
-            props = drafter.propose_batch(seq, slots, Ls, ks, [d.tau for d in decs], sp,
-                                          [s.gen for s in run])
-            _sync(dev)
-        else:
-            props = [_NO_PROPOSAL] * B
+        props = self.draft(slots, Ls, ks, [d.tau for d in decs], [s.gen for s in run])
         t1 = time.perf_counter()
         drafted = [p[0] for p in props]
-        segs = Segments(slots, [L - 1 for L in Ls], [d + 1 for d in drafted], dev)
-        ids = seq[segs.slot_idx, segs.pos_idx]
-        logits = self.target.step_packed(ids, segs, self.state)
-        strict_greedy = sp.greedy and all(d.mode == "strict" for d in decs)
-        if strict_greedy:  # the whole batch in one host transfer
-            am, idl = torch.stack([logits.argmax(-1), ids]).tolist()
-            ns, nxts, lossys = [], [], [0] * B
-            for o, d in zip(segs.offsets, drafted):
-                n = 0
-                while n < d and am[o + n] == idl[o + 1 + n]:
-                    n += 1
-                ns.append(n)
-                nxts.append(am[o + n])
-        else:
-            ns, nxts, lossys = [], [], []
-            for b, (o, d, dec) in enumerate(zip(segs.offsets, drafted, decs)):
-                lg, draft = logits[o:o + d + 1], ids[o + 1:o + 1 + d]
-                if dec.mode == "threshold":
-                    n, nxt, lossy = verify_threshold(draft, lg, dec.beta, sp, run[b].gen)
-                elif sp.greedy:
-                    n, nxt, lossy = verify_greedy(draft, lg)
-                else:
-                    n, nxt, lossy = verify_sampling(draft, props[b][2] if d else None, lg, sp,
-                                                    run[b].gen)
-                ns.append(n)
-                nxts.append(nxt)
-                lossys.append(lossy)
-            idl = ids.tolist()
-        seq[segs.slot_idx.new_tensor(slots), segs.pos_idx.new_tensor(
-            [L + n for L, n in zip(Ls, ns)])] = torch.tensor(nxts, dtype=torch.long, device=dev)
-        _sync(dev)
+        segs, ns, nxts, lossys, idl = self.verify(slots, Ls, drafted, decs, props,
+                                                  [s.gen for s in run])
         t2 = time.perf_counter()
         if drafter is not None and any(drafted):
             drafter.accept_batch(slots, Ls, drafted, ns)
@@ -358,6 +327,54 @@ class Engine:
         if self.round_log is not None:
             self.round_log.append(stats)
         return events
+
+    def draft(self, slots, Ls, ks, taus, gens) -> list:
+        """The draft phase of a round: per row (count, confidences, q rows), device-synced."""
+        if not any(ks):
+            return [_NO_PROPOSAL] * len(slots)
+        props = self._drafter.propose_batch(self.seq, slots, Ls, ks, taus, self.cfg.sampling,
+                                            gens)
+        _sync(self.device)
+        return props
+
+    def verify(self, slots, Ls, drafted, decs, props, gens):
+        """The verify phase of a round: ONE packed target forward over every row's
+        ``[last token + drafted]``, per-row acceptance, the next token written, device-synced.
+        Returns (segments, accepted n, next tokens, lossy counts, packed ids on the host)."""
+        sp, dev, seq = self.cfg.sampling, self.device, self.seq
+        B = len(slots)
+        segs = Segments(slots, [L - 1 for L in Ls], [d + 1 for d in drafted], dev)
+        ids = seq[segs.slot_idx, segs.pos_idx]
+        logits = self.target.step_packed(ids, segs, self.state)
+        if sp.greedy and all(d.mode == "strict" for d in decs):
+            # the whole batch in one host transfer
+            am, idl = torch.stack([logits.argmax(-1), ids]).tolist()
+            ns, nxts, lossys = [], [], [0] * B
+            for o, d in zip(segs.offsets, drafted):
+                n = 0
+                while n < d and am[o + n] == idl[o + 1 + n]:
+                    n += 1
+                ns.append(n)
+                nxts.append(am[o + n])
+        else:
+            ns, nxts, lossys = [], [], []
+            for b, (o, d, dec) in enumerate(zip(segs.offsets, drafted, decs)):
+                lg, draft = logits[o:o + d + 1], ids[o + 1:o + 1 + d]
+                if dec.mode == "threshold":
+                    n, nxt, lossy = verify_threshold(draft, lg, dec.beta, sp, gens[b])
+                elif sp.greedy:
+                    n, nxt, lossy = verify_greedy(draft, lg)
+                else:
+                    n, nxt, lossy = verify_sampling(draft, props[b][2] if d else None, lg, sp,
+                                                    gens[b])
+                ns.append(n)
+                nxts.append(nxt)
+                lossys.append(lossy)
+            idl = ids.tolist()
+        seq[segs.slot_idx.new_tensor(slots), segs.pos_idx.new_tensor(
+            [L + n for L, n in zip(Ls, ns)])] = torch.tensor(nxts, dtype=torch.long, device=dev)
+        _sync(dev)
+        return segs, ns, nxts, lossys, idl
 
     # ------------------------------------------------------------------ many requests
     @torch.inference_mode()
