@@ -46,7 +46,14 @@ def llama_state_dict(model) -> dict[str, torch.Tensor]:
 
 
 def to_llama(model, eot_id: int | None = None, dtype: torch.dtype | None = None):
-    """A ``LlamaForCausalLM`` with ``model``'s weights (same dtype unless given)."""
+    """A ``LlamaForCausalLM`` with ``model``'s weights (same dtype unless given).
+
+    Only parameters take ``dtype``: non-weight buffers (RoPE's ``inv_freq`` and
+    ``original_inv_freq``) stay float32, as in HF's own bf16 checkpoints and as
+    ``real.models.rope_tables`` computes its tables (float32, cast to the model dtype after
+    cos/sin). Casting ``inv_freq`` to bf16 would make HF's rotary angles a different
+    computation from the engine's (issue 17: bf16 greedy agreement 0.70-0.88 instead of 1).
+    """
     from transformers import LlamaForCausalLM
 
     dt = dtype or next(model.parameters()).dtype
@@ -57,7 +64,19 @@ def to_llama(model, eot_id: int | None = None, dtype: torch.dtype | None = None)
         raise DSparkError(f"Llama export mismatch: missing {missing[:3]}, unexpected "
                           f"{unexpected[:3]}")
     hf.tie_weights()
-    return hf.to(dt).eval()
+    return keep_buffers_fp32(hf, dt).eval()
+
+
+def keep_buffers_fp32(hf, dtype: torch.dtype):
+    """``hf.to(dtype)`` for parameters only: floating buffers keep their float32 values (saved
+    before the cast, so nothing passes through ``dtype``)."""
+    saved = [(mod, name, buf.detach().float().clone())
+             for mod in hf.modules() for name, buf in mod.named_buffers(recurse=False)
+             if buf is not None and buf.is_floating_point()]
+    hf.to(dtype)
+    for mod, name, buf in saved:
+        mod._buffers[name] = buf
+    return hf
 
 
 @torch.inference_mode()
