@@ -32,6 +32,7 @@ from typing import Any
 
 from control.anomaly import AnomalyGuard
 from control.base import Controller
+from control.batch import BatchContext, RoundStats
 from control.blocks import BlockPlanner
 from control.configio import param
 from control.errors import ConfigError
@@ -42,6 +43,22 @@ from control.window import RoundWindow
 
 @dataclass(frozen=True)
 class DSparkConfig:
+    # --- policy -------------------------------------------------------------------------------
+    # goodput: load-aware round planning (control.dspark_planner); seed: the seed's α → k rule.
+    policy: str = param("goodput", choices=("goodput", "seed"),
+                        doc="goodput (load-aware, default) or seed (α → k as written)")
+    # 4 pseudo-trials: a new request starts at the pooled rate and is its own after ~2 rounds.
+    prior_trials: float = param(4.0, lo=0.0, hi=1000.0,
+                                doc="goodput: weight of the pooled rate in a sequence's â")
+    # 0.7: a middling drafter, used only until the first rounds of any request are seen.
+    a_prior: float = param(0.7, lo=0.01, hi=0.99, doc="goodput: pooled rate before any round")
+    # 4: explores a useful length while the cost model has seen only one token count.
+    k_start: int = param(4, lo=1, hi=64, doc="goodput: cap of the first rounds (cold start)")
+    # every 32nd round tries the neighbouring cap so the cost slope stays identifiable.
+    explore_every: int = param(32, lo=0, hi=100_000,
+                               doc="goodput: rounds between cost probes at cap ± 1 (0 = never)")
+    # 0.99 per round: the cost fit remembers ~100 rounds and follows a change of load.
+    cost_forget: float = param(0.99, lo=0.5, hi=1.0, doc="goodput: forgetting factor of costs")
     # --- modes and starting point -------------------------------------------------------------
     # lossless by default; threshold (lossy β rule) only when asked.
     mode: str = param("strict", choices=("strict", "threshold"), doc="verification mode")
@@ -58,8 +75,8 @@ class DSparkConfig:
     # --- α → k mapping ------------------------------------------------------------------------
     # DESIGN: k = clip(round(α · 10), 3, 15); α0 = 0.8 gives k = 8.
     k_ref: float = param(10.0, lo=1.0, hi=64.0, doc="draft length at α = 1")
-    # DESIGN: k in [3, 15] when speculating.
-    k_min: int = param(3, lo=1, hi=64, doc="smallest draft length when speculating")
+    # DESIGN: k in [3, 15] when speculating (seed policy; goodput may choose any k ≤ k_max).
+    k_min: int = param(3, lo=1, hi=64, doc="seed: smallest draft length when speculating")
     k_max: int = param(15, lo=1, hi=64, doc="largest draft length")
     # 1 = follow α exactly (the seed); larger damps chatter of k between neighbours.
     k_hysteresis: int = param(1, lo=1, hi=16, doc="k changes only when |k_new - k| >= this")
@@ -164,8 +181,11 @@ class DSparkController(Controller):
         c = self.config = config or DSparkConfig()
         self._win = RoundWindow(c.window_rounds)
         self._blocks = BlockPlanner(c.block_tokens, c.snap_tokens, c.span_tokens)
-        self._pid_a = PID(c.alpha_kp, c.alpha_ki, c.alpha_kd, c.d_filter, c.alpha_min,
-                          c.alpha_max, c.alpha0)
+        self.goodput = c.policy == "goodput"
+        # goodput: α is the time-penalty weight of speculation, 1 = pure goodput (its ceiling)
+        a_hi, a0 = (1.0, 1.0) if self.goodput else (c.alpha_max, c.alpha0)
+        self._pid_a = PID(c.alpha_kp, c.alpha_ki, c.alpha_kd, c.d_filter, c.alpha_min, a_hi, a0)
+        self._decay = 1.0 - 1.0 / c.window_rounds  # goodput: forgetting of the â counts
         self._pid_b = PID(c.beta_kp, c.beta_ki, c.beta_kd, c.d_filter, c.beta_min, c.beta_max,
                           c.beta0)
         self._push = self._win.push_row   # bound once: observe() is on the hot path
@@ -173,6 +193,13 @@ class DSparkController(Controller):
                                    c.cusum_slack, c.cusum_limit, c.baseline_ema,
                                    c.baseline_min_blocks, c.lossy_limit, c.recovery_blocks)
         self.reset()
+
+    @classmethod
+    def make_planner(cls, config: DSparkConfig) -> Any:
+        if config.policy != "goodput":
+            return None
+        from control.dspark_planner import DSparkPlanner
+        return DSparkPlanner(config)
 
     # --- protocol --
     def reset(self) -> None:
@@ -182,9 +209,13 @@ class DSparkController(Controller):
         self._pid_a.reset()
         self._pid_b.reset()
         self._guard.reset()
-        self.alpha = c.alpha0
+        self.alpha = self._pid_a.output
         self.beta = c.beta0
-        self.k = k_of_alpha(c.alpha0, c.k_ref, c.k_min, c.k_max)
+        self.k = c.k_max if self.goodput else k_of_alpha(c.alpha0, c.k_ref, c.k_min, c.k_max)
+        self.sum_n = 0.0    # goodput: accepted tokens, forgotten at 1/window_rounds per round
+        self.sum_rej = 0.0  # goodput: rounds that ended in a rejection, same forgetting
+        self.context_tokens = 0
+        self._solo = None   # goodput: own planner when no round planner drives this sequence
         self.a_hat: float | None = None
         self.latency_ratio: float | None = None
         self.rounds = 0
@@ -199,7 +230,21 @@ class DSparkController(Controller):
         self._block_decision: Decision | None = None
         self._rebuild(False)
 
-    def decide(self, now_s: float) -> Decision:
+    def decide(self, now_s: float, batch=None) -> Decision:
+        """Seed policy: this sequence's decision. Goodput policy with no round planner driving
+        it (a batch-1 engine, a trace replay): a plan for a batch of this one sequence, its
+        costs learned from its own rounds."""
+        if self.goodput:
+            if self._solo is None:
+                from control.dspark_planner import DSparkPlanner
+                self._solo = DSparkPlanner(self.config)
+            ctx = BatchContext(1, self.context_tokens) if batch is None else batch
+            return self._solo.plan(now_s, (self,), ctx)[0]
+        return self.take_decision()
+
+    def take_decision(self) -> Decision:
+        """The sequence's own decision (the block-end one once, then the cached one); under
+        the goodput policy its k is the sequence's cap (k_max, 0 in a cool-down)."""
         d = self._pending
         if d is not None:
             self._pending = None
@@ -220,6 +265,16 @@ class DSparkController(Controller):
         self._push((n, 1 if n < drafted else 0, drafted, e, draft_s, draft_s + verify_s,
                     lossy_accepts, now_s))  # window.row_of
         self.rounds += 1
+        if self.goodput:
+            f = self._decay
+            self.sum_n = self.sum_n * f + n
+            self.sum_rej = self.sum_rej * f + (1 if n < drafted else 0)
+            self.context_tokens = context_tokens + e
+            if self._solo is not None:
+                self._solo.observe_round(RoundStats(
+                    now_s - draft_s - verify_s, now_s, batch_size, 1 if drafted else 0,
+                    drafted, batch_tokens or drafted + 1, batch_context_tokens or context_tokens,
+                    draft_s, verify_s, n, e))
         changed = False
         if self.cooldown:
             self.cooldown -= 1
@@ -258,7 +313,9 @@ class DSparkController(Controller):
             "cusum": g.cusum, "baseline_a": g.mu, "fails": self.fails, "cooldown": self.cooldown,
             "cooldowns": self.cooldowns, "block_index": self.block_index,
             "block_tokens_so_far": self._blocks.tokens_in_block, "rounds": self.rounds,
-            "updates": self.updates,
+            "updates": self.updates, "policy": self.config.policy,
+            "a_seq": (self.sum_n / (self.sum_n + self.sum_rej)
+                      if self.sum_n + self.sum_rej > 0 else None),
         }
 
     # --- internals --
@@ -289,7 +346,10 @@ class DSparkController(Controller):
         self.latency_ratio = None if tpot is None else tpot / c.slo_tpot_s
         if self.rounds >= c.warmup_rounds:
             if self.rounds - self.last_update_round >= c.min_update_rounds:
-                if a is not None:
+                if self.goodput:  # α trims the time penalty to hold the TPOT SLO
+                    if self.latency_ratio is not None:
+                        self.alpha = self._pid_a.step(1.0 - self.latency_ratio)
+                elif a is not None:
                     self.alpha = self._pid_a.step(a - c.a_target)
                 if self.latency_ratio is not None:
                     self.beta = self._pid_b.step(1.0 - self.latency_ratio)
@@ -297,9 +357,10 @@ class DSparkController(Controller):
                 self.updates += 1
             if self._guard.check(a, win.lossy_fraction(), c.mode == "threshold"):
                 self._on_anomaly()
-            k = k_of_alpha(self.alpha, c.k_ref, c.k_min, c.k_max)
-            if abs(k - self.k) >= c.k_hysteresis:
-                self.k = k
+            if not self.goodput:
+                k = k_of_alpha(self.alpha, c.k_ref, c.k_min, c.k_max)
+                if abs(k - self.k) >= c.k_hysteresis:
+                    self.k = k
         self._rebuild(True)
 
     def _on_anomaly(self) -> None:

@@ -18,11 +18,14 @@ _REGISTRY: dict[str, tuple[str, str, str]] = {
     "ema-hysteresis": ("control.ema_hysteresis", "EmaHysteresisController", "EmaHysteresisConfig"),
     "analytic": ("control.analytic", "AnalyticController", "AnalyticConfig"),
     "dspark": ("control.dspark", "DSparkController", "DSparkConfig"),
-    "oracle": ("control.oracle", "OracleController", "OracleConfig"),
+    "clairvoyant": ("control.references", "ClairvoyantController", "ClairvoyantConfig"),
+    "rate-oracle": ("control.references", "RateOracleController", "DSparkConfig"),
 }
 
-#: Controllers the real engine can run (the oracle needs the future, which only the sim knows).
-ENGINE_CONTROLLERS = tuple(n for n in _REGISTRY if n != "oracle")
+#: References told what only the simulator knows (run lengths, true rates).
+REFERENCES = ("clairvoyant", "rate-oracle")
+#: Controllers the real engine can run.
+ENGINE_CONTROLLERS = tuple(n for n in _REGISTRY if n not in REFERENCES)
 
 
 def controller_names() -> tuple[str, ...]:

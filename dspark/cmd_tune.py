@@ -3,7 +3,7 @@
 Runs the study of a tuning config (configs/tune_*.toml) with N worker processes on one storage
 (a journal file in the run folder by default; ``--storage postgresql://...`` for several
 machines), exports the best config as ``best_config.toml`` and judges it against every baseline
-and the oracle on the held-out workloads (evaluation.csv). ``--resume`` continues a study;
+and the references (clairvoyant, rate oracle) on the held-out workloads (evaluation.csv). ``--resume`` continues a study;
 ``--trials`` is the total across all runs and workers. Watch a study live with
 ``optuna-dashboard <storage>`` (e.g. ``optuna-dashboard runs/tune/study.journal``).
 """

@@ -5,7 +5,7 @@ Steps (each writes a run folder under ``OUT``; ``reports/`` then reads only thos
 1. tune the ``dspark`` controller on the simulator (short Optuna study, held-out evaluation);
 2. simulate the standard scenario (8×(TP8 Llama-3.1-70B) on H100 + Llama-3.1-8B drafter, Azure
    conversation arrivals) with every controller — no speculation, fixed k, every baseline, the
-   seed's defaults, the tuned config, the oracle — at several loads;
+   seed's defaults, the tuned config, the clairvoyant and rate-oracle references — at several loads;
 3. the seed's A100 claim scenario and a scaling sweep from 1 to 1024 GPUs;
 4. controller traces on a small scenario (k, α, β, â over time);
 5. the real engine on the shipped models (batch 1, every controller);
@@ -104,7 +104,7 @@ def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Pa
           "--workers", str(cfg.workers), "--out", str(out / "tune"), "--quiet"])
     tuned = f"dspark@{out / 'tune' / 'best_config.toml'}"
     every = ["fixed:k=0", "fixed:k=2", "fixed:k=4", "hf-heuristic", "confidence-stop",
-             "ema-hysteresis", "analytic", "dspark", tuned, "oracle"]
+             "ema-hysteresis", "analytic", "dspark", tuned, "clairvoyant", "rate-oracle"]
     _step(2, n, "simulate: standard scenario, every controller, loads "
           + ",".join(f"{x:g}" for x in cfg.loads))
     specs = [a for c in every for a in ("--controller", c)]

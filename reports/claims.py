@@ -17,6 +17,7 @@ import pandas as pd
 
 from reports.analysis import baseline_mask
 from reports.loader import Run
+from reports.style import is_reference
 
 HOLDS = "holds"
 HOLDS_UNDER = "holds under assumptions"
@@ -128,12 +129,12 @@ def _sim_rows(runs: list[Run]) -> pd.DataFrame:
 
 
 def _deployable(rows: pd.DataFrame) -> pd.DataFrame:
-    """Rows of real contenders: neither the k = 0 baseline nor the oracle (it is told the
-    future; under batching it is not even an upper bound)."""
+    """Rows of real contenders: neither the k = 0 baseline nor a reference (the clairvoyant
+    and the rate oracle are told what no engine knows)."""
     if rows.empty:
         return rows
-    oracle = rows["controller"].astype(str).str.startswith("oracle")
-    return rows[~baseline_mask(rows) & ~oracle]
+    ref = rows["controller"].map(is_reference).astype(bool)
+    return rows[~baseline_mask(rows) & ~ref]
 
 
 def _point(row: pd.Series) -> str:
@@ -169,7 +170,7 @@ def claim_throughput(runs: list[Run]) -> Claim:
                      "row. " + theory)
     m = _mean_over_seeds(_deployable(rows))
     if m.empty:
-        return Claim("4.2× throughput", seed, "no speculative controller besides the oracle in "
+        return Claim("4.2× throughput", seed, "no speculative controller besides the references in "
                      "the simulate runs given." + real_txt, CANNOT,
                      "Run `dspark simulate` with every controller. " + theory)
     best = m.loc[m["speedup"].idxmax()]
@@ -178,10 +179,10 @@ def claim_throughput(runs: list[Run]) -> Claim:
     if not a100.empty and a100["speedup"].idxmax() != best.name:
         ba = a100.loc[a100["speedup"].idxmax()]
         finds += f" On A100: {ba['speedup']:.2f}× ({_point(ba)})."
-    orc = rows[rows["controller"].astype(str).str.startswith("oracle")]
+    orc = rows[rows["controller"].astype(str).str.startswith("clairvoyant")]
     if not orc.empty:
-        finds += (f" Oracle (told each run length; not a bound under batching, where its long "
-                  f"drafts slow the shared verify pass): "
+        finds += (f" Clairvoyant (told each round's run lengths, one round ahead; a reference, "
+                  f"not a deployable controller): "
                   f"{_mean_over_seeds(orc)['speedup'].max():.2f}×.")
     finds += real_txt
     top = float((a100 if not a100.empty else m)["speedup"].max())
@@ -316,7 +317,7 @@ def claim_short(runs: list[Run]) -> Claim:
             continue
         keys = ["load_scale", "request_id"] if "load_scale" in req.columns else ["request_id"]
         b = req[is_base].groupby(keys)["e2e_s"].mean().rename("_base")
-        others = req[~is_base & ~req["controller"].astype(str).str.startswith("oracle")]
+        others = req[~is_base & ~req["controller"].map(is_reference).astype(bool)]
         j = others.groupby(["controller", *keys], as_index=False).agg(
             e2e_s=("e2e_s", "mean"), output_tokens=("output_tokens", "first")).join(b, on=keys)
         j = j[j["_base"].notna() & (j["e2e_s"] > 0)]

@@ -16,8 +16,16 @@ KNOWN_COLORS: dict[str, str] = {
     "ema-hysteresis": "#CC79A7",  # pink
     "confidence-stop": "#E69F00",  # orange
     "fixed": "#56B4E9",           # sky blue
-    "oracle": "#000000",          # black: knows the future, not a contender
+    "clairvoyant": "#000000",     # black: told each round's run lengths, not a contender
+    "rate-oracle": "#555555",     # dark grey: told each request's true rate, not a contender
 }
+#: Reference controllers (told what no engine knows); "oracle" names runs saved before them.
+REFERENCE_NAMES = ("clairvoyant", "rate-oracle", "oracle")
+
+
+def is_reference(name: object) -> bool:
+    """True for a reference row (``clairvoyant``, ``rate-oracle:...``, a legacy ``oracle``)."""
+    return str(name).startswith(REFERENCE_NAMES)
 BASELINE_NAMES = ("ar", "k=0", "k0", "autoregressive", "fixed-k0", "no-spec", "baseline")
 BASELINE_COLOR = "#8C8C8C"        # grey: plain autoregressive decoding
 EXTRA_COLORS = ("#7B3294", "#1B7837", "#B2182B", "#2166AC", "#8C510A", "#01665E", "#C51B7D",

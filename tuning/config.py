@@ -85,7 +85,7 @@ class TuneSection:
 class EvaluateSection:
     # seeds disjoint from the tuning seeds by default.
     sim_seeds: tuple[int, ...] = param((100, 101), lo=0, doc="simulator seeds per workload")
-    # every baseline; the tuned controller and the oracle are always added.
+    # every baseline; the tuned controller and the references (clairvoyant, rate oracle) are always added.
     controllers: tuple[str, ...] = param(
         ("fixed", "hf-heuristic", "confidence-stop", "ema-hysteresis", "analytic"),
         doc="baselines to judge against")

@@ -1,4 +1,4 @@
-"""Held-out evaluation: the tuned config against every baseline and the oracle.
+"""Held-out evaluation: the tuned config against every baseline and the references.
 
 Entries (rows of the matrix ``controller × workload × seed``):
 
@@ -8,7 +8,8 @@ Entries (rows of the matrix ``controller × workload × seed``):
 - every baseline of ``[evaluate] controllers`` with its own config: tuned by a small study on
   the *tuning* workloads when ``baseline_trials > 0``, else its defaults;
 - ``fixed-best``: the best fixed k of a sweep on the tuning workloads;
-- ``oracle`` (knows each round's accepted run) and ``fixed-k0`` (no speculation), whose
+- ``clairvoyant`` (told each round's run lengths, one round ahead), ``rate-oracle`` (told each
+  request's true rate) and ``fixed-k0`` (no speculation), whose
   ``mean_tpot_s`` is the reference of every row's ``speedup`` on the same workload and seed.
 
 Every entry runs on the *held-out* workloads and seeds only.
@@ -25,6 +26,7 @@ from typing import Any
 import optuna
 
 from control import make_config
+from control.registry import REFERENCES
 from tuning.config import TuningConfig, WorkloadSpec
 from tuning.objective import OBJECTIVE_METRICS, Objective, default_simulate, load_workload
 from tuning.space import SEED_POINT, params_to_config, start_points
@@ -91,7 +93,7 @@ def entries(cfg: TuningConfig, best_config: Any, simulate: Callable | None = Non
         out.append(Entry(f"{c}-seed", c, make_config(c, SEED_POINT[c]), "seed"))
     out.append(Entry(f"{c}-default", c, make_config(c), "default"))
     for b in cfg.evaluate.controllers:
-        if b in (c, "oracle"):
+        if b == c or b in REFERENCES:
             continue
         if cfg.evaluate.baseline_trials > 0:
             log(f"tuning baseline {b} ({cfg.evaluate.baseline_trials} trials)")
@@ -106,7 +108,8 @@ def entries(cfg: TuningConfig, best_config: Any, simulate: Callable | None = Non
         info["fixed_k_sweep"] = rows
         info["fixed_best_k"] = k
         out.append(Entry("fixed-best", "fixed", make_config("fixed", {"k": k}), "sweep"))
-    out.append(Entry("oracle", "oracle", make_config("oracle"), "default"))
+    for ref in REFERENCES:
+        out.append(Entry(ref, ref, make_config(ref), "default"))
     out.append(Entry("fixed-k0", "fixed", make_config("fixed", {"k": 0}), "reference"))
     return out, info
 

@@ -77,12 +77,21 @@ TABLE: dict[str, dict[str, dict[str, Any]]] = {
         "update_rounds": {"lo": 1, "hi": 64, "log": True},
     },
     "dspark": {
-        "k_ref": {"lo": 2.0, "hi": 32.0, "log": True},
-        "k_min": {"lo": 1, "hi": 8},
+        # the policy is chosen by the study's config (seed point: seed), not searched; the
+        # seed policy's α → k fields are searched only when it is the seed policy
+        "policy": {"skip": True},
+        "prior_trials": {"lo": 0.5, "hi": 64.0, "log": True, "when": {"policy": ("goodput",)}},
+        "a_prior": {"lo": 0.3, "hi": 0.95, "when": {"policy": ("goodput",)}},
+        "k_start": {"lo": 1, "hi": 8, "when": {"policy": ("goodput",)}},
+        "explore_every": {"lo": 0, "hi": 256, "when": {"policy": ("goodput",)}},
+        "cost_forget": {"lo": 0.9, "hi": 0.999, "when": {"policy": ("goodput",)}},
+        "alpha0": {"lo": 0.3, "hi": 1.5, "when": {"policy": ("seed",)}},
+        "k_ref": {"lo": 2.0, "hi": 32.0, "log": True, "when": {"policy": ("seed",)}},
+        "k_min": {"lo": 1, "hi": 8, "when": {"policy": ("seed",)}},
         "k_max": {"lo": 2, "hi": 32},
-        "k_hysteresis": {"lo": 1, "hi": 4},
+        "k_hysteresis": {"lo": 1, "hi": 4, "when": {"policy": ("seed",)}},
         "tau": {"lo": 0.0, "hi": 0.9},
-        "a_target": {"lo": 0.3, "hi": 0.95},
+        "a_target": {"lo": 0.3, "hi": 0.95, "when": {"policy": ("seed",)}},
         "slo_tpot_s": {"skip": True},       # a property of the service, not a knob
         "tpot_source": {"skip": True},      # how TPOT is measured, not a knob
         "span_tokens": {"skip": True},      # a property of the model
@@ -109,15 +118,18 @@ TABLE: dict[str, dict[str, dict[str, Any]]] = {
                                 "anomaly_detector": ("zscore", "cusum")}},
         "cooldown_rounds": {"lo": 1, "hi": 64, "log": True},
     },
-    "oracle": {
+    "clairvoyant": {
         "k_max": {"lo": 1, "hi": 32},
-        "fallback_k": {"lo": 0, "hi": 8},
+        "k_start": {"lo": 1, "hi": 16},
+        "cost_forget": {"lo": 0.9, "hi": 1.0},
     },
 }
 
+TABLE["rate-oracle"] = TABLE["dspark"]  # the same config, told the true rates
+
 #: The seed document's starting point (α = 0.8, β = 0.85 with threshold verification).
 SEED_POINT: dict[str, dict[str, Any]] = {
-    "dspark": {"mode": "threshold", "alpha0": 0.8, "beta0": 0.85},
+    "dspark": {"policy": "seed", "mode": "threshold", "alpha0": 0.8, "beta0": 0.85},
 }
 
 
@@ -389,6 +401,12 @@ def start_points(controller: str, fixed: dict[str, Any] | None = None) -> list[d
     points = []
     seed = SEED_POINT.get(controller)
     fixed = dict(fixed or {})
+    if seed is not None:
+        # a seed value of an unsearched field (e.g. dspark's policy) must be what trials run
+        tuned = {d.name for d in space(controller)}
+        dflt = {**defaults(controller), **fixed}
+        if any(k not in tuned and dflt.get(k) != v for k, v in seed.items()):
+            seed = None
     if seed is not None and all(seed.get(k, v) == v for k, v in fixed.items()):
         points.append(config_to_params(controller, seed, fixed))
     try:

@@ -18,7 +18,7 @@ from tests.control.helpers import obs, run
 
 
 def seed_config(**kw):
-    base = {"alpha_kp": 0.0, "alpha_kd": 0.0, "alpha_ki": 0.05, "beta_kp": 0.0, "beta_kd": 0.0,
+    base = {"policy": "seed", "alpha_kp": 0.0, "alpha_kd": 0.0, "alpha_ki": 0.05, "beta_kp": 0.0, "beta_kd": 0.0,
             "beta_ki": 0.05, "warmup_rounds": 0, "min_update_rounds": 1, "block_tokens": 16,
             "snap_tokens": 0, "window_rounds": 2, "slo_tpot_s": 0.002, "anomaly_detector": "off"}
     base.update(kw)
@@ -204,6 +204,7 @@ round_st = st.tuples(st.integers(0, 15), st.integers(0, 15), st.floats(0.0, 0.05
                      st.floats(0.0, 0.2), st.integers(0, 15), st.lists(st.integers(0, 15),
                                                                        max_size=2))
 config_st = st.fixed_dictionaries({
+    "policy": st.sampled_from(["goodput", "seed"]),
     "mode": st.sampled_from(["strict", "threshold"]),
     "alpha_kp": st.floats(0, 10), "alpha_ki": st.floats(0, 10), "alpha_kd": st.floats(0, 10),
     "beta_kp": st.floats(0, 10), "beta_ki": st.floats(0, 10), "beta_kd": st.floats(0, 10),
@@ -234,8 +235,12 @@ def test_invariants_hold_for_any_stream(cfg, stream):
         assert conf.alpha_min <= s["alpha_integrator"] <= conf.alpha_max
         assert conf.beta_min <= s["beta"] <= conf.beta_max
         assert conf.beta_min <= s["beta_integrator"] <= conf.beta_max
-        assert d.k == 0 or conf.k_min <= d.k <= conf.k_max
-        assert conf.k_min <= s["k"] <= conf.k_max
+        if conf.policy == "seed":
+            assert d.k == 0 or conf.k_min <= d.k <= conf.k_max
+            assert conf.k_min <= s["k"] <= conf.k_max
+        else:  # goodput: any length the plan pays for, α at most 1 (pure goodput)
+            assert 0 <= d.k <= conf.k_max and s["k"] == conf.k_max
+            assert s["alpha"] <= 1.0
         assert d.mode == conf.mode or (d.mode == "strict" and conf.anomaly_action == "strict")
 
 

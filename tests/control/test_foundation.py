@@ -93,7 +93,8 @@ def test_configio_values_and_text(tmp_path):
 
 def test_registry_paths():
     assert set(controller_names()) == {"fixed", "hf-heuristic", "confidence-stop",
-                                        "ema-hysteresis", "analytic", "dspark", "oracle"}
+                                        "ema-hysteresis", "analytic", "dspark", "clairvoyant",
+                                        "rate-oracle"}
     cfg = make_config("dspark")
     assert make_config("dspark", cfg) is cfg
     assert make_controller("dspark", cfg).config is cfg

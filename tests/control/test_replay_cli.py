@@ -39,10 +39,10 @@ def test_replay_prints_table(capsys, tmp_path):
 
 
 def test_replay_other_controllers(capsys):
-    for name in ("hf-heuristic", "oracle", "fixed"):
+    for name in ("hf-heuristic", "clairvoyant", "fixed"):
         assert main(["replay", str(TRACE), "--controller", name, "--every", "30"]) == 0
     out = capsys.readouterr().out
-    assert "through oracle" in out
+    assert "through clairvoyant" in out
 
 
 def test_replay_is_deterministic(capsys):
@@ -107,7 +107,7 @@ def test_cli_trace_errors(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["fixed", "hf-heuristic", "confidence-stop", "ema-hysteresis",
-                                  "analytic", "dspark", "oracle"])
+                                  "analytic", "dspark", "clairvoyant", "rate-oracle"])
 def test_configio_round_trip(name):
     import tomllib
 

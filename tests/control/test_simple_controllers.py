@@ -1,4 +1,4 @@
-"""Table-driven tests of fixed, hf-heuristic, ema-hysteresis, confidence-stop and oracle."""
+"""Table-driven tests of fixed, hf-heuristic, ema-hysteresis and confidence-stop."""
 
 from __future__ import annotations
 
@@ -109,24 +109,6 @@ def test_confidence_stop_tau_clamped_and_bad_config():
     assert c.tau == 0.5          # bin [0.75, 1) has acceptance 0 -> 1.0, clamped to 0.5
     with pytest.raises(ConfigError, match="tau_min = 0.6 > tau_max = 0.5"):
         make_controller("confidence-stop", {"tau_min": 0.6, "tau_max": 0.5})
-
-
-@pytest.mark.parametrize("futures, expected", [
-    ([3, 0, 20, -1], [3, 0, 16, 0]),  # k = clip(L, 0, k_max)
-])
-def test_oracle_table(futures, expected):
-    c = make_controller("oracle")
-    assert c.needs_future
-    got = []
-    for f in futures:
-        c.set_future(f)
-        got.append(c.decide(0.0).k)
-        c.observe(obs(got[-1], max(0, min(f, got[-1]))))
-    assert got == expected
-    assert c.decide(0.0).k == 0           # no future given: fallback_k
-    assert c.state()["future"] is None
-    c.reset()
-    assert c.state() == {"k": 0, "future": None, "rounds": 0}
 
 
 def test_other_controllers_ignore_set_future():

@@ -128,6 +128,7 @@ def test_cli_tune_prints_the_final_table(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "3 trials" in r.stdout and "held-out evaluation" in r.stdout
     rows = [ln.split()[0] for ln in r.stdout.splitlines() if ln.strip()]
-    for label in ("dspark-tuned", "dspark-seed", "dspark-default", "fixed-best", "oracle"):
+    for label in ("dspark-tuned", "dspark-seed", "dspark-default", "fixed-best", "clairvoyant",
+                  "rate-oracle"):
         assert label in rows
     assert (out / "evaluation.csv").exists() and not (out / "study.journal").exists()

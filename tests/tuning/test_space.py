@@ -60,9 +60,12 @@ def test_dspark_space_covers_its_knobs_with_log_gains_and_block_range():
     assert dims["alpha_min"].hi_from == ("alpha0", 0) and dims["alpha_max"].lo_from == ("alpha0", 0)
     # not knobs: the service's SLO, how TPOT is measured, the model's attention span
     assert not {"slo_tpot_s", "tpot_source", "span_tokens"} & set(dims)
-    # every other field of the config is tuned
+    # every other field of the config is tuned, but the policy (a study pins it)
     names = {f.name for f in dataclasses.fields(controller_config_class("dspark"))}
-    assert names - set(dims) == {"slo_tpot_s", "tpot_source", "span_tokens"}
+    assert names - set(dims) == {"slo_tpot_s", "tpot_source", "span_tokens", "policy"}
+    # the seed policy's α → k fields only under the seed policy, goodput's only under goodput
+    assert dict(dims["k_ref"].when) == {"policy": ("seed",)}
+    assert dict(dims["prior_trials"].when) == {"policy": ("goodput",)}
     for name in THRESHOLD_ONLY:
         assert dict(dims[name].when) == {"mode": ("threshold",)}
 
@@ -111,9 +114,10 @@ def test_conditional_fields_follow_the_anomaly_detector():
 
 
 def test_dependent_bounds_keep_configs_valid():
+    pin = {"policy": "seed"}
     p = config_to_params("dspark", {"mode": "strict", "k_min": 6, "k_max": 6, "block_tokens": 16,
-                                    "snap_tokens": 15})
-    cfg = suggest_config(optuna.trial.FixedTrial(p), "dspark")
+                                    "snap_tokens": 15}, pin)
+    cfg = suggest_config(optuna.trial.FixedTrial(p), "dspark", pin)
     assert (cfg.k_min, cfg.k_max, cfg.snap_tokens) == (6, 6, 15)
     # a sampler can never draw k_max below k_min or snap_tokens >= block_tokens
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
@@ -139,10 +143,15 @@ def test_pinned_mode_is_not_suggested():
 def test_start_points_round_trip(controller):
     points = start_points(controller)
     if controller in SEED_POINT:
-        seed_cfg = params_to_config(controller, points[0])
-        assert (seed_cfg.mode, seed_cfg.alpha0, seed_cfg.beta0) == ("threshold", 0.8, 0.85)
-        assert params_to_config(controller, points[1]) == make_config(controller)
-        assert len(points) == 2
+        pin = {"policy": "seed"}
+        seeded = start_points(controller, pin)
+        seed_cfg = params_to_config(controller, seeded[0], pin)
+        assert (seed_cfg.policy, seed_cfg.mode, seed_cfg.alpha0, seed_cfg.beta0) == (
+            "seed", "threshold", 0.8, 0.85)
+        assert params_to_config(controller, seeded[1], pin) == make_config(controller, pin)
+        assert len(seeded) == 2
+        # a study of the default (goodput) policy does not enqueue the seed policy's point
+        assert points == [config_to_params(controller)]
     else:
         assert points == [config_to_params(controller)]
         assert params_to_config(controller, points[0]) == make_config(controller)
@@ -150,5 +159,5 @@ def test_start_points_round_trip(controller):
 
 def test_defaults_outside_a_narrowed_range_are_refused():
     with pytest.raises(ValueError, match="k_ref"):
-        config_to_params("dspark", {"k_ref": 1.5})   # valid config, outside the tuned [2, 32]
+        config_to_params("dspark", {"k_ref": 1.5}, {"policy": "seed"})  # outside [2, 32]
     assert defaults("fixed") == {"k": 4, "mode": "strict", "beta": 0.85}

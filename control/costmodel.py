@@ -1,0 +1,157 @@
+"""Round costs learned online from observed rounds (no controller reads the simulator's model).
+
+A batched round costs ``draft_steps · step_s(drafting, context) + verify_s(tokens, context)``
+plus a fixed overhead. Both parts are linear in a few features and fitted by exponentially
+weighted least squares (recursive least squares with forgetting, kept as its sufficient
+statistics so it stays well conditioned) with a small ridge pull toward a prior:
+
+    θ = argmin Σ_t λ^(T−t) (y_t − x_tᵀθ)² + ρ‖θ − θ₀‖²
+
+- **verify**: ``x = [1, N, ctx/1000, relu(N − κ) for κ in knots]``: a piecewise-linear cost in
+  the verified tokens ``N`` (hinges at powers of two, so the fit can follow the roofline's turn
+  from memory-bound to compute-bound) plus the context read. A hinge that no observed round
+  reached keeps its prior (0), so the cost beyond the observed range extends the last observed
+  slope: the roofline is convex, so this under-estimates there and the planner goes and looks.
+- **draft step**: ``x = [1, drafting sequences, ctx/1000]``, from ``draft_s / draft_steps``.
+- **overhead**: an exponential average of ``(end − start) − draft_s − verify_s``.
+
+``seed`` takes rows of a measured table (e.g. the engine's ``latency.csv``) as prior rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from control.batch import RoundStats
+
+#: Hinge positions (verified tokens per round) of the verify cost.
+KNOTS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+
+
+class LinearCost:
+    """Exponentially weighted least squares with a ridge pull toward ``prior``."""
+
+    __slots__ = ("_A", "_b", "_dirty", "_theta", "count", "forget", "prior", "ridge")
+
+    def __init__(self, n_features: int, forget: float = 0.99,
+                 ridge: float | Sequence[float] = 1e-10,
+                 prior: Sequence[float] | None = None) -> None:
+        if not 0.0 < forget <= 1.0:
+            raise ValueError(f"forgetting factor must be in (0, 1], got {forget}")
+        self.forget = forget
+        self.ridge = np.broadcast_to(np.asarray(ridge, dtype=float), (n_features,)).copy()
+        self.prior = np.zeros(n_features) if prior is None else np.asarray(prior, float)
+        self.reset()
+
+    def reset(self) -> None:
+        n = len(self.prior)
+        self._A = np.zeros((n, n))
+        self._b = np.zeros(n)
+        self._theta = self.prior.copy()
+        self._dirty = False
+        self.count = 0.0  # effective number of observations (decays with forgetting)
+
+    def update(self, x: np.ndarray, y: float) -> None:
+        f = self.forget
+        self._A *= f
+        self._A += np.outer(x, x)
+        self._b *= f
+        self._b += x * y
+        self.count = self.count * f + 1.0
+        self._dirty = True
+
+    @property
+    def theta(self) -> np.ndarray:
+        if self._dirty:
+            # ridge per feature, relative to that feature's own weight in the data (scale
+            # free); a feature never seen keeps its prior exactly
+            diag = np.diagonal(self._A)
+            rho = self.ridge * np.maximum(diag, 1e-12 * max(float(diag.max()), 1e-300))
+            try:
+                self._theta = np.linalg.solve(self._A + np.diag(rho), self._b + rho * self.prior)
+            except np.linalg.LinAlgError:
+                self._theta = self.prior.copy()
+            self._dirty = False
+        return self._theta
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return X @ self.theta
+
+
+def verify_features(tokens: np.ndarray | float, context_tokens: float) -> np.ndarray:
+    """Feature rows ``[1, N, ctx/1000, relu(N − κ)...]`` for verified tokens ``N`` (array)."""
+    n = np.atleast_1d(np.asarray(tokens, dtype=float))
+    cols = [np.ones_like(n), n, np.full_like(n, context_tokens / 1000.0)]
+    cols += [np.maximum(n - k, 0.0) for k in KNOTS]
+    return np.stack(cols, axis=1)
+
+
+def step_features(drafting: np.ndarray | float, context_tokens: float) -> np.ndarray:
+    """Feature rows ``[1, drafting sequences, ctx/1000]`` of one drafter step."""
+    d = np.atleast_1d(np.asarray(drafting, dtype=float))
+    return np.stack([np.ones_like(d), d, np.full_like(d, context_tokens / 1000.0)], axis=1)
+
+
+class RoundCostModel:
+    """Draft-step, verify and overhead costs of a batched round, learned from ``RoundStats``."""
+
+    def __init__(self, forget: float = 0.99, overhead_ema: float = 0.05) -> None:
+        # a hinge is a change of slope: held near 0 (10⁻⁴ of its data weight) unless the rounds
+        # demand it, so two token counts give a straight line, not an arbitrary kink
+        self.verify = LinearCost(3 + len(KNOTS), forget, [1e-10] * 3 + [1e-4] * len(KNOTS))
+        self.step = LinearCost(3, forget, 1e-10)
+        self.overhead_ema = overhead_ema
+        self.reset()
+
+    def reset(self) -> None:
+        self.verify.reset()
+        self.step.reset()
+        self.overhead_s = 0.0
+        self.rounds = 0
+        self.token_levels: set[int] = set()  # distinct N seen (identifiability of the slope)
+
+    def observe(self, s: RoundStats) -> None:
+        self.rounds += 1
+        self.verify.update(verify_features(s.verify_tokens, s.context_tokens)[0], s.verify_s)
+        if len(self.token_levels) < 4:
+            self.token_levels.add(s.verify_tokens)
+        if s.draft_steps > 0:
+            self.step.update(step_features(s.drafting, s.context_tokens)[0],
+                             s.draft_s / s.draft_steps)
+        extra = (s.end_s - s.start_s) - s.draft_s - s.verify_s
+        if extra >= 0.0:
+            self.overhead_s += self.overhead_ema * (extra - self.overhead_s)
+
+    def seed(self, rows: Iterable[tuple[str, int, int, float, float]]) -> None:
+        """Prior rounds from a measured table: ``(path, batch, tokens, context, seconds)`` with
+        path ``"verify"`` (``tokens`` verified) or ``"draft"`` (one step; ``batch`` drafting)."""
+        for path, batch, tokens, ctx, seconds in rows:
+            if path == "verify":
+                self.verify.update(verify_features(tokens, ctx)[0], seconds)
+                self.token_levels.add(int(tokens))
+            elif path == "draft":
+                self.step.update(step_features(batch, ctx)[0], seconds)
+            else:
+                raise ValueError(f"unknown cost path {path!r}; allowed: verify, draft")
+
+    @property
+    def ready(self) -> bool:
+        """True once the verify slope is identifiable (rounds at ≥ 2 token counts)."""
+        return len(self.token_levels) >= 2
+
+    def verify_s(self, tokens: np.ndarray, context_tokens: float) -> np.ndarray:
+        return np.maximum(self.verify.predict(verify_features(tokens, context_tokens)), 0.0)
+
+    def verify_slope(self, tokens: np.ndarray) -> np.ndarray:
+        """∂verify_s/∂N at ``tokens`` (seconds per extra verified token), never negative."""
+        th = self.verify.theta
+        n = np.atleast_1d(np.asarray(tokens, dtype=float))
+        slope = np.full_like(n, th[1])
+        for j, k in enumerate(KNOTS):
+            slope += np.where(n > k, th[3 + j], 0.0)
+        return np.maximum(slope, 0.0)
+
+    def step_s(self, drafting: np.ndarray, context_tokens: float) -> np.ndarray:
+        return np.maximum(self.step.predict(step_features(drafting, context_tokens)), 0.0)

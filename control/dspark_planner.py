@@ -1,0 +1,119 @@
+"""The round planner of the load-aware ``dspark`` (the default ``goodput`` policy).
+
+Once per round, for the batch's sequences (each a :class:`~control.dspark.DSparkController`):
+
+1. **Evidence per sequence.** ``â_i = (Σn_i + w·p) / (Σn_i + Σrej_i + w)``: the sequence's own
+   acceptance counts (forgotten at ``1/window_rounds`` per round) shrunk toward the pool ``p``
+   of the batch (``w`` = ``prior_trials``), so a new request starts at what its batch-mates see.
+2. **Costs** from :class:`~control.costmodel.RoundCostModel`, fitted on the rounds observed by
+   this planner (``observe_round``), never on the simulator's latency model.
+3. **Choice** by :func:`~control.goodput.plan_round_lengths`: one cap for the round, each sequence
+   stopping below it when its next token does not pay for its verify time; a sequence in a
+   cool-down (retry cap) has cap 0. α (per sequence, the TPOT trim) weights the time penalty.
+4. **Probing.** Until the cost model has seen two token counts, caps alternate between
+   ``k_start`` and 1; afterwards every ``explore_every``-th round uses cap ± 1 (alternating), so
+   the slope of the verify cost stays identifiable when the load does not move by itself.
+
+The per-sequence decision keeps its mode, β, τ and block-end flag; only k is planned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from control.batch import BatchContext, RoundPlanner, RoundStats
+from control.costmodel import RoundCostModel
+from control.goodput import CostFunctions, plan_round_lengths
+from control.types import Decision
+
+
+class DSparkPlanner(RoundPlanner):
+    """Goodput planning of draft lengths for a batch of ``dspark`` sequences."""
+
+    needs_rates = False  # the rate oracle (control.references) sets it and is told true rates
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self.costs = RoundCostModel(forget=config.cost_forget)
+        self._decisions: dict[tuple, Decision] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        self.costs.reset()
+        self.rounds = 0
+        self.last_cap = 0
+        self.last_goodput = float("nan")
+        self._rates: list[float] | None = None
+
+    def set_rates(self, rates: Sequence[float]) -> None:
+        """True per-sequence rates (the rate oracle only; a causal planner never gets them)."""
+        self._rates = list(rates)
+
+    # --- planning --
+    def acceptance(self, members: Sequence[Any]) -> np.ndarray:
+        """Per-sequence â shrunk toward the batch's pooled rate."""
+        c = self.config
+        sn = np.array([m.sum_n for m in members], dtype=float)
+        sr = np.array([m.sum_rej for m in members], dtype=float)
+        pool = (sn.sum() + 2.0 * c.a_prior) / (sn.sum() + sr.sum() + 2.0)
+        w = c.prior_trials
+        return (sn + w * pool) / np.maximum(sn + sr + w, 1e-12)
+
+    def cost_functions(self, context_tokens: float) -> CostFunctions:
+        cm = self.costs
+        return CostFunctions(verify_s=lambda n: cm.verify_s(n, context_tokens),
+                             verify_slope=cm.verify_slope,
+                             step_s=lambda d: cm.step_s(d, context_tokens),
+                             overhead_s=cm.overhead_s)
+
+    def plan(self, now_s: float, members: Sequence[Any], batch: BatchContext) -> list[Decision]:
+        c = self.config
+        base = [m.take_decision() for m in members]
+        k_max = c.k_max if batch.max_draft is None else min(c.k_max, batch.max_draft)
+        kcap = np.array([d.k for d in base], dtype=np.int64)
+        kcap = np.minimum(kcap, k_max)
+        if self._rates is not None and len(self._rates) == len(members):
+            a = np.asarray(self._rates, dtype=float)
+        else:
+            a = self.acceptance(members)
+        self._rates = None
+        if not self.costs.ready:
+            cap = c.k_start if self.rounds % 2 == 0 else 1
+            k = np.minimum(kcap, min(cap, k_max))
+        else:
+            alpha = np.array([m.alpha for m in members], dtype=float)
+            p = plan_round_lengths(a, kcap, self.cost_functions(batch.context_tokens), k_max,
+                                   alpha)
+            self.last_goodput = float(p.goodput[p.cap])
+            k = p.k
+            e = c.explore_every
+            if e and self.rounds % e == e - 1:
+                probe = p.cap + 1 if (self.rounds // e) % 2 == 0 else p.cap - 1
+                k = p.k_by_cap[min(max(probe, 0), k_max)]
+        self.last_cap = int(k.max()) if len(k) else 0
+        return [self._with_k(d, kk) for d, kk in zip(base, k.tolist())]
+
+    def _with_k(self, d: Decision, k: int) -> Decision:
+        if d.k == k:
+            return d
+        key = (k, d.mode, d.beta, d.tau, d.block_end)
+        out = self._decisions.get(key)
+        if out is None:
+            if len(self._decisions) > 4096:  # β moves continuously in threshold mode
+                self._decisions.clear()
+            out = self._decisions[key] = Decision(k=k, mode=d.mode, beta=d.beta, tau=d.tau,
+                                                  block_end=d.block_end)
+        return out
+
+    def observe_round(self, stats: RoundStats) -> None:
+        self.rounds += 1
+        self.costs.observe(stats)
+
+    def state(self) -> dict[str, Any]:
+        th = self.costs.verify.theta
+        return {"rounds": self.rounds, "cap": self.last_cap, "goodput": self.last_goodput,
+                "verify_intercept_s": float(th[0]), "verify_per_token_s": float(th[1]),
+                "overhead_s": self.costs.overhead_s}

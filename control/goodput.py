@@ -1,0 +1,107 @@
+"""The goodput choice of draft lengths for one batched round (pure numpy).
+
+With per-token acceptance rate ``a`` and draft length ``k``, a round emits in expectation
+
+    E(a, k) = Σ_{j=0..k} a^j = (1 − a^(k+1)) / (1 − a)          (Leviathan et al., Eq. 1)
+
+tokens (the accepted prefix plus the target's bonus or correction token). A batched round lasts
+
+    T = steps · step_s(drafting, ctx) + verify_s(N, ctx) + overhead,   N = Σ_i (k_i + 1),
+
+with ``steps = max_i k_i``: the draft phase lasts the longest draft. The planner maximises the
+batch's goodput ``G = Σ_i E(a_i, k_i) / T``. For each cap ``m`` (the round's longest draft) it
+lets each sequence stop below ``m`` on its own evidence: drafted token ``j`` of sequence ``i``
+adds ``a_i^j`` expected tokens and ``v = ∂T/∂N`` seconds, so it pays iff ``a_i^j ≥ G · v``
+(Dinkelbach's condition for a ratio objective; iterated to its fixed point). The cap with the
+highest ``G`` wins; ties go to the shorter cap.
+
+``weight`` (α, per sequence, in (0, ∞)) scales the time penalty of speculation: the time a round
+spends beyond a plain decode step counts ``1/α`` — α = 1 is pure goodput, α < 1 drafts less.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+Costs = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+def expected_tokens(a: float, k: int) -> float:
+    """``E(a, k) = Σ_{j=0..k} a^j``: expected tokens a round of draft length k emits."""
+    return float(k + 1) if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """The chosen draft lengths (per sequence), the cap, and the predicted goodput per cap."""
+
+    k: np.ndarray
+    cap: int
+    k_by_cap: np.ndarray  # (K+1, B): the draft lengths chosen under each cap
+    goodput: np.ndarray  # tokens per second predicted for each cap 0..K
+    seconds: float       # predicted round time of the chosen plan
+
+
+@dataclass(frozen=True)
+class CostFunctions:
+    """Round-time pieces as vectorised functions (e.g. of a :class:`RoundCostModel`)."""
+
+    verify_s: Callable[[np.ndarray], np.ndarray]      # N -> seconds
+    verify_slope: Callable[[np.ndarray], np.ndarray]  # N -> seconds per verified token
+    step_s: Callable[[np.ndarray], np.ndarray]        # drafting sequences -> seconds per step
+    overhead_s: float = 0.0
+
+
+def round_seconds(k: np.ndarray, costs: CostFunctions) -> np.ndarray:
+    """Predicted round time for draft-length rows ``k`` (shape ``(rows, B)``)."""
+    tokens = (k + 1).sum(axis=1)
+    steps = k.max(axis=1)
+    drafting = (k > 0).sum(axis=1)
+    draft = np.where(steps > 0, steps * costs.step_s(np.maximum(drafting, 1)), 0.0)
+    return draft + costs.verify_s(tokens) + costs.overhead_s
+
+
+def plan_round_lengths(a: np.ndarray, kcap: np.ndarray, costs: CostFunctions, k_max: int,
+                       weight: np.ndarray | None = None, iterations: int = 3) -> RoundPlan:
+    """Draft lengths maximising ``Σ E(a_i, k_i) / T`` with ``k_i ≤ min(m, kcap_i)`` per cap m.
+
+    ``a``: per-sequence acceptance estimates; ``kcap``: per-sequence upper bounds (0 = this
+    sequence must not draft, e.g. a cool-down); ``weight``: α per sequence (None = all 1).
+    """
+    a = np.clip(np.asarray(a, dtype=float), 0.0, 1.0)
+    B = len(a)
+    K = int(k_max)
+    kcap = np.minimum(np.asarray(kcap, dtype=np.int64), K)
+    w = np.ones(B) if weight is None else np.asarray(weight, dtype=float)
+    j = np.arange(K + 1)
+    powers = a[None, :] ** j[:, None]                  # (K+1, B): a_i^j
+    cum = np.cumsum(powers, axis=0)                    # E(a_i, k) at row k
+    caps = np.arange(K + 1)
+    k = np.minimum(caps[:, None], kcap[None, :])       # (K+1 caps, B)
+    t0 = round_seconds(np.zeros((1, B), dtype=np.int64), costs)[0]
+    cols = np.arange(B)
+    w_mean = float(w.mean()) if B else 1.0
+    for _ in range(iterations):
+        t = round_seconds(k, costs)
+        t_eff = t0 + (t - t0) / w_mean
+        g = cum[k, cols[None, :]].sum(axis=1) / np.maximum(t_eff, 1e-12)
+        v = costs.verify_slope((k + 1).sum(axis=1))
+        thr = (g * v)[:, None] / w[None, :]                     # (caps, B)
+        keep = powers[1:, None, :] >= thr[None, :, :]           # (K, caps, B): token j pays
+        kstar = np.minimum(np.minimum(caps[:, None], kcap[None, :]), keep.sum(axis=0))
+        # drafting at all also adds this sequence to every draft step of the round
+        d = (k > 0).sum(axis=1)
+        join = caps * (costs.step_s(d + 1) - costs.step_s(np.maximum(d, 1)))
+        gain = cum[kstar, cols[None, :]] - 1.0
+        pays = gain >= thr * kstar + (g * join)[:, None] / w[None, :]
+        k_new = np.where(pays, kstar, 0)
+        if np.array_equal(k_new, k):
+            break
+        k = k_new
+    t = round_seconds(k, costs)
+    g = cum[k, cols[None, :]].sum(axis=1) / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
+    best = int(np.argmax(g))  # first maximum: the shortest cap among ties
+    return RoundPlan(k=k[best].copy(), cap=best, k_by_cap=k, goodput=g, seconds=float(t[best]))

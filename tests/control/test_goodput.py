@@ -1,0 +1,214 @@
+"""The load-aware scheduler: online cost model, goodput choice, references."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from control import make_controller
+from control.batch import BatchContext, RoundStats
+from control.costmodel import KNOTS, RoundCostModel, verify_features
+from control.dspark import DSparkConfig
+from control.dspark_planner import DSparkPlanner
+from control.goodput import CostFunctions, expected_tokens, plan_round_lengths, round_seconds
+from control.registry import make_planner
+
+
+def stats(n_tokens, ctx, verify_s, draft_steps=0, drafting=0, draft_s=0.0, batch=1, over=0.0):
+    return RoundStats(0.0, draft_s + verify_s + over, batch, drafting, draft_steps, n_tokens, ctx,
+                      draft_s, verify_s)
+
+
+# --- cost model --------------------------------------------------------------------------------
+
+def test_cost_model_recovers_a_known_linear_cost():
+    rng = np.random.default_rng(0)
+    cm = RoundCostModel(forget=1.0)
+    a, b, c = 0.004, 2.5e-5, 3e-4         # intercept, per verified token, per 1000 context tokens
+    s0, s1, s2 = 1e-3, 2e-5, 1e-4         # draft step: intercept, per drafting sequence, context
+    for _ in range(300):
+        n = int(np.exp(rng.uniform(0.0, np.log(4000))))  # every hinge segment gets rounds
+        ctx = float(rng.integers(0, 200_000))
+        d = int(rng.integers(1, 64))
+        steps = int(rng.integers(1, 9))
+        step = s0 + s1 * d + s2 * ctx / 1000
+        cm.observe(stats(n, ctx, a + b * n + c * ctx / 1000, steps, d, steps * step, over=0.002))
+    # the hinges make the verify parameters collinear: what must be exact is the cost itself
+    n = np.arange(1, 4000, 37)
+    for ctx in (0.0, 5000.0, 150_000.0):
+        assert cm.verify_s(n, ctx) == pytest.approx(a + b * n + c * ctx / 1000, rel=1e-6)
+    assert cm.verify_slope(n[2:]) == pytest.approx(np.full(len(n) - 2, b), rel=1e-4)
+    assert cm.step.theta == pytest.approx([s0, s1, s2], rel=1e-6)
+    assert cm.overhead_s == pytest.approx(0.002, rel=1e-6)
+
+
+def test_cost_model_learns_a_roofline_turn_and_tracks_a_step_change():
+    cm = RoundCostModel(forget=0.98)
+    rng = np.random.default_rng(1)
+
+    def roof(n, scale=1.0):  # flat (memory-bound) up to 256 tokens, then compute-bound
+        return scale * max(0.02, 0.02 * n / 256)
+
+    for _ in range(400):
+        n = int(rng.integers(16, 1024))
+        cm.observe(stats(n, 0, roof(n)))
+    for n in (64, 200, 600, 1000):
+        assert float(cm.verify_s(np.array([n]), 0)[0]) == pytest.approx(roof(n), rel=0.05)
+    assert cm.verify_slope(np.array([100]))[0] < 0.2 * cm.verify_slope(np.array([800]))[0]
+    # the hardware gets 1.5x slower: the forgetting fit follows within a few hundred rounds
+    for _ in range(300):
+        n = int(rng.integers(16, 1024))
+        cm.observe(stats(n, 0, roof(n, 1.5)))
+    for n in (64, 600):
+        assert float(cm.verify_s(np.array([n]), 0)[0]) == pytest.approx(roof(n, 1.5), rel=0.02)
+
+
+def test_seed_rows_and_bad_path():
+    cm = RoundCostModel()
+    cm.seed([("verify", 1, 10, 0, 0.011), ("verify", 1, 100, 0, 0.02), ("draft", 4, 4, 0, 1e-3)])
+    assert cm.ready and float(cm.verify_s(np.array([55]), 0)[0]) == pytest.approx(0.0155, rel=1e-3)
+    with pytest.raises(ValueError, match="unknown cost path 'prefill'"):
+        cm.seed([("prefill", 1, 1, 0, 1.0)])
+    assert verify_features(np.array([5.0]), 0).shape == (1, 3 + len(KNOTS))
+
+
+# --- the goodput choice ------------------------------------------------------------------------
+
+def linear_costs(c0, c1, s0, s1, over=0.0):
+    return CostFunctions(verify_s=lambda n: c0 + c1 * np.asarray(n, float),
+                         verify_slope=lambda n: np.full(np.shape(np.atleast_1d(n)), c1),
+                         step_s=lambda d: s0 + s1 * np.asarray(d, float), overhead_s=over)
+
+
+def goodput_of(k, a, costs):
+    k = np.asarray(k)[None, :]
+    e = sum(expected_tokens(ai, int(ki)) for ai, ki in zip(a, k[0]))
+    return e / round_seconds(k, costs)[0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(a=st.lists(st.floats(0.0, 0.99), min_size=1, max_size=3),
+       c0=st.floats(1e-3, 0.05), c1=st.floats(0.0, 5e-3), s0=st.floats(0.0, 5e-3),
+       s1=st.floats(0.0, 1e-3), K=st.integers(1, 5))
+def test_goodput_choice_equals_brute_force(a, c0, c1, s0, s1, K):
+    costs = linear_costs(c0, c1, s0, s1)
+    plan = plan_round_lengths(np.array(a), np.full(len(a), K), costs, K, iterations=20)
+    best = max(goodput_of(k, a, costs) for k in itertools.product(range(K + 1), repeat=len(a)))
+    assert goodput_of(plan.k, a, costs) == pytest.approx(best, rel=1e-9)
+    assert plan.goodput[plan.cap] == pytest.approx(best, rel=1e-9)
+
+
+def test_leviathan_expectation():
+    assert expected_tokens(0.8, 4) == pytest.approx((1 - 0.8 ** 5) / 0.2)
+    assert expected_tokens(1.0, 4) == 5.0 and expected_tokens(0.0, 7) == 1.0
+
+
+@settings(max_examples=80, deadline=None)
+@given(a=st.floats(0.3, 0.95), spread=st.floats(0.0, 0.3), c0=st.floats(5e-3, 0.05),
+       knee=st.integers(16, 512), slope=st.floats(1e-5, 1e-3), seed=st.integers(0, 1000))
+def test_cap_never_grows_with_batch_size(a, spread, c0, knee, slope, seed):
+    """Verification cost grows with the batch (a roofline turn): the chosen cap never rises."""
+    rng = np.random.default_rng(seed)
+    rates = np.clip(a + spread * (rng.random(256) - 0.5), 0.0, 0.99)
+
+    def verify(n):
+        return c0 + slope * np.maximum(np.asarray(n, float) - knee, 0.0)
+
+    costs = CostFunctions(verify_s=verify,
+                          verify_slope=lambda n: np.where(np.asarray(n) > knee, slope, 0.0),
+                          step_s=lambda d: 0.1 * c0 + 0.0 * np.asarray(d, float))
+    caps = []
+    for B in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        r = np.full(B, a)  # all else fixed: the same rate for every sequence
+        caps.append(plan_round_lengths(r, np.full(B, 16), costs, 16).cap)
+    assert caps == sorted(caps, reverse=True), caps
+    del rates
+
+
+def test_low_rate_sequences_stop_below_the_cap():
+    costs = linear_costs(0.02, 2e-4, 1e-3, 0.0)
+    a = np.array([0.9, 0.9, 0.9, 0.2])
+    p = plan_round_lengths(a, np.full(4, 10), costs, 10)
+    assert p.cap >= 3 and p.k[3] < p.k[0] and p.k[0] == p.cap
+    # a sequence in a cool-down (cap 0) never drafts
+    p0 = plan_round_lengths(a, np.array([10, 10, 10, 0]), costs, 10)
+    assert p0.k[3] == 0
+
+
+# --- the dspark planner and the references ------------------------------------------------------
+
+def drive(planner, members, rounds, rate_rng, cost, a_true):
+    """Rounds of a batch with a synthetic linear cost; returns the caps chosen."""
+    caps, t = [], 0.0
+    for _ in range(rounds):
+        decs = planner.plan(t, members, BatchContext(len(members), 1000 * len(members)))
+        ks = [d.k for d in decs]
+        n_tokens = sum(k + 1 for k in ks)
+        steps = max(ks)
+        d_s, v_s = steps * cost["step"], cost["c0"] + cost["c1"] * n_tokens
+        for m, k in zip(members, ks):
+            n = 0
+            while n < k and rate_rng.random() < a_true:
+                n += 1
+            m.observe_values(t + d_s + v_s, k, n, (), d_s, v_s, 1000, 0, n + 1, (), len(members),
+                             n_tokens, 1000 * len(members))
+        planner.observe_round(RoundStats(t, t + d_s + v_s, len(members), sum(k > 0 for k in ks),
+                                         steps, n_tokens, 1000 * len(members), d_s, v_s))
+        t += d_s + v_s
+        caps.append(steps)
+    return caps
+
+
+@pytest.mark.parametrize("batch, c1, expect", [(1, 1e-5, (4, 16)), (64, 1e-3, (0, 2))])
+def test_dspark_planner_follows_load(batch, c1, expect):
+    """Cheap verification at batch 1 → long drafts; expensive per token at batch 64 → short."""
+    cfg = DSparkConfig(k_max=16, explore_every=0)
+    planner = make_planner("dspark", cfg)
+    assert isinstance(planner, DSparkPlanner)
+    members = [make_controller("dspark", cfg) for _ in range(batch)]
+    caps = drive(planner, members, 200, np.random.default_rng(0),
+                 {"step": 1e-3, "c0": 0.02, "c1": c1}, 0.85)
+    late = caps[-50:]
+    assert expect[0] <= min(late) and max(late) <= expect[1], late
+
+
+def test_seed_policy_has_no_planner_and_goodput_solo_decides():
+    assert make_planner("dspark", {"policy": "seed"}) is None
+    assert make_planner("fixed") is None
+    c = make_controller("dspark")
+    d = c.decide(0.0)  # no planner drives it: it plans a batch of itself (cold start: k_start)
+    assert d.k == c.config.k_start
+
+
+def test_clairvoyant_drafts_exactly_the_run_when_drafting_is_cheap():
+    planner = make_planner("clairvoyant")
+    members = [make_controller("clairvoyant") for _ in range(3)]
+    t = 0.0
+    for r in range(60):
+        futures = [r % 7, (3 * r) % 11, 2]
+        planner.set_futures(futures)
+        decs = planner.plan(t, members, BatchContext(3, 3000))
+        ks = [d.k for d in decs]
+        assert all(k <= max(f, 0) for k, f in zip(ks, futures))  # never drafts a refused token
+        n = sum(k + 1 for k in ks)
+        v = 0.02 + 1e-5 * n
+        planner.observe_round(RoundStats(t, t + v, 3, sum(k > 0 for k in ks), max(ks), n, 3000,
+                                         max(ks) * 1e-5, v))
+        t += v
+        if r > 10:
+            assert ks == futures  # verification nearly free per token: every run is taken
+
+
+def test_rate_oracle_plans_with_the_true_rates():
+    planner = make_planner("rate-oracle")
+    assert planner.needs_rates
+    members = [make_controller("rate-oracle") for _ in range(2)]
+    drive(planner, members, 30, np.random.default_rng(0), {"step": 1e-3, "c0": 0.02, "c1": 1e-4},
+          0.5)
+    planner.set_rates([0.99, 0.01])
+    ks = [d.k for d in planner.plan(0.0, members, BatchContext(2, 2000))]
+    assert ks[0] > ks[1] == 0
