@@ -87,7 +87,7 @@ class DSparkPlanner(RoundPlanner):
             alpha = np.array([m.alpha for m in members], dtype=float)
             p = plan_round_lengths(a, kcap, self.cost_functions(batch.context_tokens), k_max,
                                    alpha)
-            self.last_goodput = float(p.goodput[p.cap])
+            self.last_goodput = float(p.goodput.max())
             k = p.k
             e = c.explore_every
             if e and self.rounds % e == e - 1:

@@ -41,7 +41,7 @@ class RoundPlan:
     k: np.ndarray
     cap: int
     k_by_cap: np.ndarray  # (K+1, B): the draft lengths chosen under each cap
-    goodput: np.ndarray  # tokens per second predicted for each cap 0..K
+    goodput: np.ndarray  # tokens per second predicted for each cap row 0..K
     seconds: float       # predicted round time of the chosen plan
 
 
@@ -65,7 +65,7 @@ def round_seconds(k: np.ndarray, costs: CostFunctions) -> np.ndarray:
 
 
 def plan_round_lengths(a: np.ndarray, kcap: np.ndarray, costs: CostFunctions, k_max: int,
-                       weight: np.ndarray | None = None, iterations: int = 3) -> RoundPlan:
+                       weight: np.ndarray | None = None, iterations: int = 4) -> RoundPlan:
     """Draft lengths maximising ``Σ E(a_i, k_i) / T`` with ``k_i ≤ min(m, kcap_i)`` per cap m.
 
     ``a``: per-sequence acceptance estimates; ``kcap``: per-sequence upper bounds (0 = this
@@ -104,4 +104,6 @@ def plan_round_lengths(a: np.ndarray, kcap: np.ndarray, costs: CostFunctions, k_
     t = round_seconds(k, costs)
     g = cum[k, cols[None, :]].sum(axis=1) / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
     best = int(np.argmax(g))  # first maximum: the shortest cap among ties
-    return RoundPlan(k=k[best].copy(), cap=best, k_by_cap=k, goodput=g, seconds=float(t[best]))
+    # the plan's true cap: sequences may all have stopped below the row's cap
+    cap = int(k[best].max()) if B else 0
+    return RoundPlan(k=k[best].copy(), cap=cap, k_by_cap=k, goodput=g, seconds=float(t[best]))
