@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from dspark.validation.metrics import real_metrics
     from real.tracing import PromptSetConfig, make_prompts, record_positions_full, run_requests
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or 1)
     data = dict(read_toml(args.config).get("prompts", {})) if args.config else {}
     for key in ("workload", "split", "n_prompts", "prompt_tokens_min", "prompt_tokens_max",
                 "max_new_tokens"):

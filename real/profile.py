@@ -3,28 +3,37 @@
 The simulator's table backend (``sim.latency.Table``) reads ``latency.csv``
 (``model,batch,new_tokens,context_tokens,seconds`` + ``seconds_p10,seconds_p90,repeats``).
 To keep the simulator from being systematically fast, every row times the engine's own code
-path, not a bare forward:
+path, not a bare forward.
+
+Batch: every cell is timed at each batch size of ``batches`` (default 1): ``batch`` rows of the
+batched engine, each bringing ``new_tokens`` new tokens over ``context_tokens`` cached ones
+(per-sequence values: the table backend looks up ``(B, Σ new / B, Σ context / B)``), so the
+grid is full over batch × new_tokens × context for every model. ``draft_lengths`` picks the
+verify sizes (default every k = 0..k_max; a sparse set keeps a batched grid affordable).
 
 Rows for k = 0..k_max come from engine-like rounds at context ``L``: the draft region, then the
 verify region, twice, the second timed (the engine alternates the two, so each runs with the
 caches the other leaves behind; timing either in isolation was measured to be off by up to 1 ms).
 
-- ``target`` (new_tokens ``T`` = k + 1 <= k_max + 1, context ``L``): exactly the verify region
-  of :meth:`real.engine.Engine.stream` — one target ``step`` over ``[last + k drafted]`` at
-  position ``L - 1``, the greedy verification rule (argmax, prefix match, host sync), writing
-  the next token, device sync. Rows with ``T > k_max + 1`` time a plain chunked forward (the
-  prefill the simulator charges at context 0).
-- ``drafter`` (new_tokens 1): one step of :meth:`ModelDrafter.propose` — forward, softmax,
-  max, host transfer of the confidence — from the slope of propose time over k = 1..k_max
-  (least squares on the per-k medians). The intercept (the propose call's own overhead, paid
-  once per drafting round) is not a step: it goes into the round overhead below.
-  Rows with new_tokens ``N > 1`` time ``propose(k=1)`` that first catches the drafter's cache up
-  by ``N`` tokens (its prefill in the engine's first drafting round), minus the measured
-  ``propose(k=1)`` of one token, plus one step.
-- ``round-overhead`` (one row, batch 1, new_tokens 0, context 0): per-round engine time outside
-  the draft and verify regions (controller decide/observe, bookkeeping, records), measured as
-  the median of ``(gap between consecutive round ends) - draft_s - verify_s`` over real engine
-  rounds of a fixed-k generation, plus the propose intercept.
+- ``target`` (new_tokens ``T`` = k + 1 <= k_max + 1, context ``L``): exactly the verify phase
+  of :meth:`real.engine.Engine.round` (:meth:`~real.engine.Engine.verify`) — one packed target
+  forward over every row's ``[last + k drafted]`` at position ``L - 1``, the greedy
+  verification rule (argmax, prefix match, one host transfer), writing the next tokens, device
+  sync. Rows with ``T > k_max + 1`` time the engine's packed prefill
+  (:meth:`~real.engine.Engine.prefill_rows`: ``T`` tokens per row, no logits), which the
+  simulator charges at context 0.
+- ``drafter`` (new_tokens 1): one batched step of :meth:`ModelDrafter.propose_batch` —
+  forward, softmax, max, host transfer of the confidences — from the slope of propose time over
+  the draft lengths k >= 1 (least squares on the per-k medians). The intercept (the propose
+  call's own overhead, paid once per drafting round) is not a step: it goes into the round
+  overhead below. Rows with new_tokens ``N > 1`` time ``propose(k=1)`` that first catches the
+  drafter's cache up by ``N`` tokens per row (its prefill in the engine's first drafting
+  round), minus the measured ``propose(k=1)`` of one token, plus one step.
+- ``round-overhead`` (one row per batch size, new_tokens 0, context 0): per-round engine time
+  outside the draft and verify regions (controller decide/observe, bookkeeping, records),
+  measured as the median of ``(gap between consecutive round ends) - draft_s - verify_s`` over
+  real engine rounds of fixed-k generations (``batch`` sequences at once, rounds of a full
+  batch only), plus the propose intercept. The batch-1 row comes first (``round_overhead_s``).
 
 Repeats are interleaved over the grid (every cell once per pass) so that a change of background
 load hits all cells alike; the first ``warmup`` passes are discarded. Medians and p10/p90 are
@@ -44,7 +53,8 @@ import torch
 
 from control.configio import param
 from control.errors import DSparkError
-from real.sampling import SamplingParams, verify_greedy
+from control.types import Decision
+from real.sampling import SamplingParams
 
 TARGET, DRAFTER, OVERHEAD = "target", "drafter", "round-overhead"
 COLUMNS = ("model", "batch", "new_tokens", "context_tokens", "seconds", "seconds_p10",
@@ -73,6 +83,12 @@ class ProfileConfig:
     overhead_k: int = param(4, lo=1, hi=64, doc="fixed k of the overhead runs")
     # seed of the random token ids written into the buffers (content does not change timing).
     seed: int = param(0, lo=0, hi=2**31 - 1, doc="seed of the filler tokens")
+    # batch 1: the batch-1 table; (1, 2, 4, 8, 16) covers continuous batching on this CPU.
+    batches: tuple[int, ...] = param((1,), lo=1, hi=256,
+                                     doc="batch sizes to time (the engine needs as many slots)")
+    # empty: every k = 0..k_max (new tokens 1..k_max+1); a batched grid uses a sparse set.
+    draft_lengths: tuple[int, ...] = param((), lo=0, hi=64,
+                                           doc="draft lengths k whose verify (k+1) is timed")
 
 
 def _sync(device: str) -> None:
@@ -84,8 +100,8 @@ def _pct(x, q):
     return float(np.percentile(np.asarray(x, dtype=float), q))
 
 
-def _row(model, new, ctx, xs):
-    return {"model": model, "batch": 1, "new_tokens": int(new), "context_tokens": int(ctx),
+def _row(model, new, ctx, xs, batch: int = 1):
+    return {"model": model, "batch": int(batch), "new_tokens": int(new), "context_tokens": int(ctx),
             "seconds": float(np.median(xs)), "seconds_p10": _pct(xs, 10),
             "seconds_p90": _pct(xs, 90), "repeats": len(xs), "seconds_mean": _tmean(xs)}
 
@@ -100,52 +116,51 @@ def _tmean(xs, axis=None):
 
 
 class _Timer:
-    """Times the engine's regions on its own buffers; never advances anything (rollback = not
-    advancing the position, as in the engine)."""
+    """Times the engine's regions on its own buffers, rows 0..B-1 of the slotted cache; never
+    advances anything (rollback = not advancing the position, as in the engine)."""
 
     def __init__(self, engine, cfg: ProfileConfig) -> None:
         self.e, self.cfg = engine, cfg
         g = torch.Generator().manual_seed(cfg.seed)
         vocab = engine.target.embed_tokens.num_embeddings
-        n = engine.length
-        engine.seq[0, :n] = torch.randint(0, vocab, (n,), generator=g).to(engine.seq.device)
-        self.filler = engine.seq[0, :n].clone()
+        S, n = engine.seq.shape
+        engine.seq[:, :n] = torch.randint(0, vocab, (S, n), generator=g).to(engine.seq.device)
+        self.filler = engine.seq.clone()
+        d = engine.drafter
+        self.md = d if hasattr(d, "set_valid") else getattr(d, "model", None)
 
-    def verify(self, T: int, ctx: int) -> float:
+    def verify(self, B: int, T: int, ctx: int) -> float:
         e = self.e
-        seq, dev = e.seq, e.device
-        L = max(ctx, 1)
-        k = T - 1
+        L, k = max(ctx, 1), T - 1
+        slots = list(range(B))
         t1 = time.perf_counter()
-        logits = e.target.step(seq[:, L - 1:L + k], L - 1, e.state)
-        draft = seq[0, L:L + k]
-        n, nxt, _ = verify_greedy(draft, logits)
-        seq[0, L + n] = nxt
-        _sync(dev)
+        _, ns, _, _, _ = e.verify(slots, [L] * B, [k] * B, [Decision(k=k)] * B,
+                                  [(k, [], None)] * B, [None] * B)
         t2 = time.perf_counter()
-        seq[0, L + n] = self.filler[L + n]
+        for b, n in enumerate(ns):
+            e.seq[b, L + n] = self.filler[b, L + n]
         return t2 - t1
 
-    def chunk(self, T: int, ctx: int) -> float:
-        e = self.e
+    def chunk(self, B: int, T: int, ctx: int) -> float:
         t1 = time.perf_counter()
-        e.target.step(e.seq[:, ctx:ctx + T], ctx, e.state)
-        _sync(e.device)
+        self.e.prefill_rows(list(range(B)), [ctx] * B, [T] * B)
         return time.perf_counter() - t1
 
-    def propose(self, k: int, ctx: int, catch_up: int = 1) -> float:
-        """``propose(k)`` at committed length ``ctx + catch_up`` with the drafter's cache valid
-        up to ``ctx`` (so its first step feeds ``catch_up`` tokens)."""
-        e = self.e
-        d, seq = e.drafter, e.seq
+    def propose(self, B: int, k: int, ctx: int, catch_up: int = 1) -> float:
+        """``propose(k)`` for B rows at committed length ``ctx + catch_up`` with the drafter's
+        cache valid up to ``ctx`` (so its first step feeds ``catch_up`` tokens per row)."""
+        e, d = self.e, self.md
+        seq = e.seq
         L = ctx + catch_up
-        d.set_valid(0, ctx)
+        slots = list(range(B))
+        for s in slots:
+            d.set_valid(s, ctx)
         t0 = time.perf_counter()
-        count, _, _ = d.propose(seq, L, k, 0.0, _GREEDY, e.gen)
+        props = d.propose_batch(seq, slots, [L] * B, [k] * B, [0.0] * B, _GREEDY, [None] * B)
         _sync(e.device)
         t1 = time.perf_counter()
-        d.accept(L, count, 0)
-        seq[0, L:L + k + 1] = self.filler[L:L + k + 1]
+        d.accept_batch(slots, [L] * B, [p[0] for p in props], [0] * B)
+        seq[:B, L:L + k + 1] = self.filler[:B, L:L + k + 1]
         return t1 - t0
 
 
@@ -158,9 +173,25 @@ def _check(engine, cfg: ProfileConfig) -> tuple[list[int], list[int]]:
         raise DSparkError(f"profile grid needs {need} cache positions (context {max(ctxs)} + "
                           f"{max([kmax + 2] + pre)} new) but the engine holds {engine.length}; "
                           f"raise engine.max_len or lower profile.contexts/prefill_tokens")
-    if engine.drafter is None or not hasattr(engine.drafter, "model"):
+    d = engine.drafter
+    md = d if hasattr(d, "set_valid") else getattr(d, "model", None)
+    if not hasattr(md, "set_valid"):
         raise DSparkError("dspark real profile needs a model drafter (conv or tf), not n-gram")
+    if max(cfg.batches) > engine.slots:
+        raise DSparkError(f"profile batches up to {max(cfg.batches)} need as many engine slots; "
+                          f"the engine has {engine.slots} (engine.slots)")
     return ctxs, pre
+
+
+def _draft_lengths(engine, cfg: ProfileConfig) -> list[int]:
+    kmax = engine.cfg.k_max
+    ks = sorted(set(int(k) for k in cfg.draft_lengths)) or list(range(kmax + 1))
+    if ks[-1] > kmax:
+        raise DSparkError(f"profile draft_lengths up to {ks[-1]} exceed engine k_max {kmax}")
+    if len([k for k in ks if k >= 1]) < 2:
+        raise DSparkError("profile draft_lengths need at least two k >= 1 (the drafter step is "
+                          "a slope over k)")
+    return ks
 
 
 class GridProfiler:
@@ -169,21 +200,24 @@ class GridProfiler:
 
     def __init__(self, engine, cfg: ProfileConfig) -> None:
         self.ctxs, self.pre = _check(engine, cfg)
+        self.ks = _draft_lengths(engine, cfg)
+        self.batches = sorted(set(int(b) for b in cfg.batches))
         self.engine, self.cfg = engine, cfg
-        self.kmax = kmax = engine.cfg.k_max
+        self.kmax = engine.cfg.k_max
         self.cells: list[tuple] = []
-        for c in [0] + self.ctxs:
-            self.cells += [("r", k, c) for k in range(0, kmax + 1)]
-            self.cells += [("c", T, c) for T in self.pre]
-            self.cells += [("p", N, c) for N in self.pre]
+        for b in self.batches:
+            for c in [0] + self.ctxs:
+                self.cells += [("r", b, k, c) for k in self.ks]
+                self.cells += [("c", b, T, c) for T in self.pre]
+                self.cells += [("p", b, N, c) for N in self.pre]
         self.times: dict[tuple, list[float]] = {}
-        for kind, x, c in self.cells:
+        for kind, b, x, c in self.cells:
             if kind == "r":
-                self.times[("v", x + 1, c)] = []
+                self.times[("v", b, x + 1, c)] = []
                 if x:
-                    self.times[("d", x, c)] = []
+                    self.times[("d", b, x, c)] = []
             else:
-                self.times[(kind, x, c)] = []
+                self.times[(kind, b, x, c)] = []
         self.done = 0  # complete recorded passes
         self.cursor = 0
 
@@ -193,20 +227,20 @@ class GridProfiler:
         call stopped (a slice may end inside a pass)."""
         tm = _Timer(self.engine, self.cfg)  # (re)fills the buffers: other runs may have used them
         for _ in range(n):
-            kind, x, c = cell = self.cells[self.cursor]
+            kind, b, x, c = cell = self.cells[self.cursor]
             if kind == "r":
                 # engine rounds at draft length k = x: one untimed round to reach the engine's
                 # steady state (the drafter runs right after a verify pass has streamed the
                 # target's weights through the caches, and vice versa), then one timed round
                 for _ in range(2):
-                    d = tm.propose(x, c) if x else 0.0
-                    v = tm.verify(x + 1, c)
+                    d = tm.propose(b, x, c) if x else 0.0
+                    v = tm.verify(b, x + 1, c)
                 if record:
-                    self.times[("v", x + 1, c)].append(v)
+                    self.times[("v", b, x + 1, c)].append(v)
                     if x:
-                        self.times[("d", x, c)].append(d)
+                        self.times[("d", b, x, c)].append(d)
             else:
-                s = tm.chunk(x, c) if kind == "c" else tm.propose(1, c, x)
+                s = tm.chunk(b, x, c) if kind == "c" else tm.propose(b, 1, c, x)
                 if record:
                     self.times[cell].append(s)
             self.cursor = (self.cursor + 1) % len(self.cells)
@@ -220,36 +254,43 @@ class GridProfiler:
                 progress(i + 1, n)
 
     def rows(self) -> tuple[list[dict], dict]:
-        """Target and drafter rows of ``latency.csv`` plus the drafter fit (slope, intercept)."""
-        times, kmax, pre = self.times, self.kmax, self.pre
+        """Target and drafter rows of ``latency.csv`` plus the drafter fit (slope, intercept)
+        per context (batch 1) and per ``"B<batch>/<context>"`` (batch > 1)."""
+        times, pre = self.times, self.pre
         n = min(len(v) for v in times.values())  # every cell the same number of repeats
         times = {cell: v[:n] for cell, v in times.items()}
         if n == 0:
             raise DSparkError("profile: no complete pass over the grid was timed")
         rows, fit = [], {}
-        for c in [0] + self.ctxs:
-            for T in list(range(1, kmax + 2)) + pre:
-                rows.append(_row(TARGET, T, c, times[("v" if T <= kmax + 1 else "c", T, c)]))
-            ks = np.arange(1, kmax + 1, dtype=float)
-            reps = np.array([times[("d", int(k), c)] for k in ks])  # [k, repeats]
-            slope, icpt = np.polyfit(ks, np.median(reps, axis=1), 1)
-            slope_mean, icpt_mean = np.polyfit(ks, _tmean(reps, axis=1), 1)
-            slopes = [float(np.polyfit(ks, reps[:, j], 1)[0]) for j in range(reps.shape[1])]
-            # a time is never negative; under heavy noise a fit could say so (then 0 is written).
-            row = _row(DRAFTER, 1, c, np.maximum(slopes, 0.0))
-            row["seconds"] = max(float(slope), 0.0)
-            row["seconds_mean"] = max(float(slope_mean), 0.0)
-            rows.append(row)
-            fit[c] = {"step_s": float(slope), "intercept_s": float(icpt),
-                      "step_mean_s": float(slope_mean), "intercept_mean_s": float(icpt_mean),
-                      "propose_median_s_by_k": [float(x) for x in np.median(reps, axis=1)],
-                      "propose_mean_s_by_k": [float(x) for x in _tmean(reps, axis=1)]}
-            one = reps[0]  # propose(k=1) of one token = intercept + one step, measured directly
-            for N in pre:
-                x = np.asarray(times[("p", N, c)])
-                r = _row(DRAFTER, N, c, np.maximum(x - np.median(one) + row["seconds"], 0.0))
-                r["seconds_mean"] = max(float(_tmean(x) - _tmean(one) + row["seconds_mean"]), 0.0)
-                rows.append(r)
+        ks = np.array([k for k in self.ks if k >= 1], dtype=float)
+        for b in self.batches:
+            for c in [0] + self.ctxs:
+                for T in [k + 1 for k in self.ks] + pre:
+                    cell = ("v" if T <= self.kmax + 1 else "c", b, T, c)
+                    rows.append(_row(TARGET, T, c, times[cell], b))
+                reps = np.array([times[("d", b, int(k), c)] for k in ks])  # [k, repeats]
+                slope, icpt = np.polyfit(ks, np.median(reps, axis=1), 1)
+                slope_mean, icpt_mean = np.polyfit(ks, _tmean(reps, axis=1), 1)
+                slopes = [float(np.polyfit(ks, reps[:, j], 1)[0]) for j in range(reps.shape[1])]
+                # a time is never negative; under heavy noise a fit could say so (then 0).
+                row = _row(DRAFTER, 1, c, np.maximum(slopes, 0.0), b)
+                row["seconds"] = max(float(slope), 0.0)
+                row["seconds_mean"] = max(float(slope_mean), 0.0)
+                rows.append(row)
+                fit[c if b == 1 else f"B{b}/{c}"] = {
+                    "batch": b, "step_s": float(slope), "intercept_s": float(icpt),
+                    "step_mean_s": float(slope_mean), "intercept_mean_s": float(icpt_mean),
+                    "draft_lengths": [int(k) for k in ks],
+                    "propose_median_s_by_k": [float(x) for x in np.median(reps, axis=1)],
+                    "propose_mean_s_by_k": [float(x) for x in _tmean(reps, axis=1)]}
+                one = reps[0]  # propose(k=1) of one token = intercept + one step, measured
+                for N in pre:
+                    x = np.asarray(times[("p", b, N, c)])
+                    r = _row(DRAFTER, N, c, np.maximum(x - np.median(one) + row["seconds"], 0.0),
+                             b)
+                    r["seconds_mean"] = max(float(_tmean(x) - _tmean(one)
+                                                  + row["seconds_mean"]), 0.0)
+                    rows.append(r)
         return rows, fit
 
 
@@ -263,47 +304,72 @@ def profile_grid(engine, cfg: ProfileConfig, progress=None) -> tuple[list[dict],
 
 @torch.inference_mode()
 def profile_round_overhead(engine, cfg: ProfileConfig, intercept_s: float,
-                           intercept_mean_s: float | None = None) -> dict:
-    """Per-round engine time outside draft and verify, from real fixed-k generations."""
+                           intercept_mean_s: float | None = None, batch: int = 1) -> dict:
+    """Per-round engine time outside draft and verify, from real fixed-k generations of
+    ``batch`` sequences at once (rounds of a full batch only)."""
     from control.registry import make_controller
+    from real.engine import Request
 
     g = torch.Generator().manual_seed(cfg.seed + 1)
     vocab = engine.target.embed_tokens.num_embeddings
     P = max(2, min(64, engine.cfg.max_len - cfg.overhead_tokens - 1))
     resid: list[float] = []
     for i in range(cfg.overhead_prompts + 1):
-        prompt = torch.randint(0, vocab, (P,), generator=g).tolist()
-        gen = engine.generate(prompt, cfg.overhead_tokens,
-                              make_controller("fixed", {"k": cfg.overhead_k}))
+        if batch == 1:
+            prompt = torch.randint(0, vocab, (P,), generator=g).tolist()
+            gen = engine.generate(prompt, cfg.overhead_tokens,
+                                  make_controller("fixed", {"k": cfg.overhead_k}))
+            ends = [(r.now_s, r.draft_s, r.verify_s, 1) for r in gen.records]
+        else:
+            reqs = [Request(j, torch.randint(0, vocab, (P,), generator=g).tolist(),
+                            cfg.overhead_tokens, make_controller("fixed", {"k": cfg.overhead_k}))
+                    for j in range(batch)]
+            seqs = engine.run_batch(reqs)
+            by_round = {r.now_s: (r.now_s, r.draft_s, r.verify_s, r.batch_size)
+                        for s in seqs for r in s.records}
+            ends = sorted(by_round.values())
         if i == 0:
             continue  # warm-up generation
         prev = 0.0
-        for r in gen.records:
-            resid.append(r.now_s - prev - r.draft_s - r.verify_s)
-            prev = r.now_s
+        for now, d, v, size in ends:
+            if size == batch and prev > 0.0 or batch == 1:
+                resid.append(now - prev - d - v)
+            prev = now
+    if not resid:
+        raise DSparkError(f"profile: no round of a full batch of {batch} to time the overhead")
     x = np.asarray(resid)
-    row = _row(OVERHEAD, 0, 0, x + intercept_s)
+    row = _row(OVERHEAD, 0, 0, x + intercept_s, batch)
     row["seconds_mean"] = _tmean(x) + (intercept_s if intercept_mean_s is None
                                        else intercept_mean_s)
     return {"row": row, "residual_median_s": float(np.median(x)),
             "residual_mean_s": _tmean(x), "intercept_s": intercept_s,
             "intercept_mean_s": intercept_s if intercept_mean_s is None else intercept_mean_s,
-            "rounds": int(len(x))}
+            "rounds": int(len(x)), "batch": batch}
 
 
 def finish_table(engine, cfg: ProfileConfig, rows: list[dict], fit: dict):
     """Add the round-overhead row (measured now) to grid rows; DataFrame and details."""
     import pandas as pd
 
-    icpt = max(float(np.median([f["intercept_s"] for f in fit.values()])), 0.0)
-    icpt_m = max(float(np.median([f["intercept_mean_s"] for f in fit.values()])), 0.0)
-    ov = profile_round_overhead(engine, cfg, icpt, icpt_m)
-    rows = rows + [ov["row"]]
+    batches = sorted({int(f.get("batch", 1)) for f in fit.values()})
+    ovs = []
+    for b in batches:
+        fb = [f for f in fit.values() if int(f.get("batch", 1)) == b]
+        icpt = max(float(np.median([f["intercept_s"] for f in fb])), 0.0)
+        icpt_m = max(float(np.median([f["intercept_mean_s"] for f in fb])), 0.0)
+        ovs.append(profile_round_overhead(engine, cfg, icpt, icpt_m, b))
+    rows = rows + [ov["row"] for ov in ovs]
     df = pd.DataFrame(rows, columns=list(COLUMNS))
+    ov = ovs[0]
     details = {"drafter_fit": {str(c): f for c, f in fit.items()},
                "round_overhead": {k: v for k, v in ov.items() if k != "row"},
                "round_overhead_s": ov["row"]["seconds"],
                "round_overhead_mean_s": ov["row"]["seconds_mean"]}
+    if len(ovs) > 1:
+        details["round_overhead_by_batch"] = {
+            str(o["batch"]): {"seconds": o["row"]["seconds"],
+                              "seconds_mean": o["row"]["seconds_mean"],
+                              **{k: v for k, v in o.items() if k != "row"}} for o in ovs}
     return df, details
 
 
@@ -345,7 +411,11 @@ def read_latency(path) -> "object":
     return df
 
 
-def round_overhead_s(df, column: str = "seconds") -> float:
-    """The measured per-round overhead of a latency table (0 when it has no such row)."""
+def round_overhead_s(df, column: str = "seconds", batch: int = 1) -> float:
+    """The measured per-round overhead of a latency table at ``batch`` (0 when it has no
+    such row; a table without a row for ``batch`` gives its first row)."""
     r = df[df["model"].astype(str) == OVERHEAD]
-    return float(r[column].iloc[0]) if len(r) else 0.0
+    if not len(r):
+        return 0.0
+    at = r[r["batch"] == batch]
+    return float((at if len(at) else r)[column].iloc[0])

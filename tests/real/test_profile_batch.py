@@ -1,0 +1,45 @@
+"""``dspark real profile`` over batch: a full batch x new_tokens x context grid per model that the
+simulator's table backend reads, timed on the batched engine's own verify / draft / prefill."""
+
+import dataclasses
+
+import pytest
+
+from real.profile import ProfileConfig, profile, round_overhead_s
+from sim.latency import Table
+from tests.real.conftest import CFG, make_engine
+
+PCFG = ProfileConfig(contexts=(8, 30), prefill_tokens=(12,), warmup=0, repeats=2,
+                     overhead_prompts=1, overhead_tokens=10, batches=(1, 2, 4),
+                     draft_lengths=(0, 1, 3))
+
+
+def test_batched_profile_is_a_full_grid_the_simulator_reads(tmp_path):
+    eng = make_engine("tf", cfg=dataclasses.replace(CFG, slots=4))
+    df, details = profile(eng, PCFG)
+    t, d = df[df.model == "target"], df[df.model == "drafter"]
+    assert len(t) == 3 * 3 * 4 and len(d) == 3 * 3 * 2  # batches x contexts x new tokens
+    assert sorted(set(t.new_tokens)) == [1, 2, 4, 12]
+    assert sorted(set(t.batch)) == sorted(set(d.batch)) == [1, 2, 4]
+    assert (df.seconds >= 0).all()
+    ov = df[df.model == "round-overhead"]
+    assert list(ov.batch) == [1, 2, 4]
+    assert round_overhead_s(df) == pytest.approx(details["round_overhead_s"])
+    assert round_overhead_s(df, batch=4) == pytest.approx(ov.seconds.iloc[2])
+    p = tmp_path / "latency.csv"
+    df.to_csv(p, index=False)
+    tab = Table(p, "target")
+    row = t[(t.batch == 4) & (t.new_tokens == 4) & (t.context_tokens == 30)].iloc[0]
+    # the backend's query is (batch, Σ new tokens, Σ context): per-sequence values x batch
+    assert tab.seconds(4, 16, 120.0) == pytest.approx(row.seconds)
+    Table(p, "drafter")
+    # a 4-row verify pass of 4 tokens each costs more than one row's
+    one = t[(t.batch == 1) & (t.new_tokens == 4) & (t.context_tokens == 30)].seconds.iloc[0]
+    assert row.seconds > one
+
+
+def test_profile_needs_enough_slots():
+    from control.errors import DSparkError
+
+    with pytest.raises(DSparkError, match="slots"):
+        profile(make_engine("tf", cfg=dataclasses.replace(CFG, slots=2)), PCFG)
