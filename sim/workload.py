@@ -44,11 +44,16 @@ class LengthConfig:
 @dataclass(frozen=True)
 class WorkloadConfig:
     # the Azure conversation trace is the standard arrival process.
-    arrival: str = param("poisson", choices=("poisson", "gamma", "trace"), doc="arrival process")
+    arrival: str = param("poisson", choices=("poisson", "gamma", "sinusoid", "capacity", "trace"),
+                         doc="arrival process (capacity: every request at t = 0)")
     # a moderately loaded single replica.
     rate_rps: float = param(2.0, lo=1e-6, hi=1e6, doc="mean arrival rate, requests/s")
     # cv > 1 = burstier than Poisson.
     gamma_cv: float = param(2.0, lo=0.01, hi=100.0, doc="coefficient of variation (gamma)")
+    # ±90%: the rate swings from a tenth of its mean to nearly twice it.
+    swing_amplitude: float = param(0.9, lo=0.0, hi=1.0, doc="relative rate swing (sinusoid)")
+    # one minute: long enough for batches to fill and drain within a period.
+    swing_period_s: float = param(60.0, lo=1e-3, hi=1e7, doc="period of the rate (sinusoid)")
     # enough requests for stable percentiles in a short run.
     num_requests: int | None = param(200, lo=1, hi=100_000_000, doc="requests to generate")
     # None = stop at num_requests.
@@ -157,7 +162,13 @@ def generate(cfg: WorkloadConfig, streams: dict[str, np.random.Generator],
         raise DSparkError("workload: set num_requests or horizon_s")
     n = cfg.num_requests if cfg.num_requests is not None else max(
         16, int(cfg.horizon_s * rate * 1.5 + 10 * np.sqrt(cfg.horizon_s * rate + 1)))
-    if cfg.arrival == "poisson":
+    if cfg.arrival == "capacity":
+        arr = np.zeros(n)
+        return Requests(arr, draw_lengths(cfg.prompt, n, rl, "workload.prompt"),
+                        draw_lengths(cfg.output, n, rl, "workload.output"))
+    if cfg.arrival == "sinusoid":
+        gaps = _sinusoid_gaps(rate, cfg.swing_amplitude, cfg.swing_period_s, n, ra)
+    elif cfg.arrival == "poisson":
         gaps = ra.exponential(1.0 / rate, n)
     else:
         shape = 1.0 / cfg.gamma_cv ** 2
@@ -169,3 +180,20 @@ def generate(cfg: WorkloadConfig, streams: dict[str, np.random.Generator],
     prompt = draw_lengths(cfg.prompt, n, rl, "workload.prompt")
     out = draw_lengths(cfg.output, n, rl, "workload.output")
     return Requests(arr, prompt, out)
+
+
+def _sinusoid_gaps(rate: float, amplitude: float, period_s: float, n: int,
+                   rng: np.random.Generator) -> np.ndarray:
+    """Gaps of ``n`` arrivals of a Poisson process with rate ``rate·(1 + A·sin(2πt/P))``, by
+    thinning (Lewis & Shedler) a process of rate ``rate·(1 + A)``; starts at t = 0."""
+    peak = rate * (1.0 + amplitude)
+    times: list[float] = [0.0]
+    t = 0.0
+    while len(times) < n:
+        cand = t + np.cumsum(rng.exponential(1.0 / peak, 4 * n))
+        keep = rng.random(len(cand)) * peak <= rate * (1.0 + amplitude * np.sin(
+            2.0 * np.pi * cand / period_s))
+        times.extend(cand[keep].tolist())
+        t = float(cand[-1])
+    arr = np.asarray(times[:n])
+    return np.diff(arr, prepend=0.0)
