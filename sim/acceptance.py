@@ -4,7 +4,8 @@ Every model answers, for a batch of sequences at their current output positions,
 length* L: how many consecutive drafted tokens strict verification would accept (capped at
 ``max_run_tokens``). A round that drafts ``k_eff`` tokens then accepts ``n = min(k_eff, L)``
 (acceptance is a prefix). Knowing L before the decision is what lets the simulator tell the
-``oracle`` the future.
+``oracle`` the future; ``true_rates`` gives each sequence's current true per-token rate (what a
+rate oracle knows) without drawing anything.
 
 Models: ``iid`` (one rate ``a``: P(L >= j) = a^j), ``decay`` (the j-th drafted token of a round
 is accepted with ``rate · decay^(j-1)``), ``markov`` (per-request easy/hard regime switching per
@@ -80,6 +81,14 @@ def lossy_probability(beta: np.ndarray, lossy_accept_max: float) -> np.ndarray:
     return np.clip(lossy_accept_max * (0.99 - beta) / (0.99 - 0.7), 0.0, 1.0)
 
 
+def _empirical_rate(run_lengths: np.ndarray, cap: int) -> float:
+    """Per-token acceptance rate of a recorded position trace (positions without a record,
+    L = -1, are left out): Σ L / (Σ L + runs that ended in a rejection); 0 when empty."""
+    L = np.minimum(run_lengths[run_lengths >= 0], cap)
+    accepted, rejected = int(L.sum()), int((L < cap).sum())
+    return accepted / (accepted + rejected) if accepted + rejected else 0.0
+
+
 @functools.lru_cache(maxsize=4)
 def _read_positions(path: str, mtime: float) -> dict:
     import pandas as pd
@@ -150,6 +159,7 @@ class AcceptanceModel:
             self.records = [rec[ids[i % len(ids)]] for i in range(n)]
             self.recorded_ids = [ids[i % len(ids)] for i in range(n)]
         self._log_rate = self._log_rate_src = None
+        self._replay_rates: np.ndarray | None = None
         # tokens until the next sentence end (0 = the next emitted token ends one); a list of
         # Python ints, read and written a few at a time.
         self.next_end = self._gaps(n, init_rng).tolist()
@@ -179,6 +189,21 @@ class AcceptanceModel:
         L /= self.log_rate[ids]
         np.minimum(L, H, out=L)
         return L.astype(np.int64)
+
+    def true_rates(self, ids: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Each sequence's true per-token acceptance probability of its next drafted token
+        (the first of a round drafted at output position ``pos``): iid and decay the configured
+        rate (decay: at draft position 1), beta the request's own rate, markov the rate of its
+        current regime, replay the empirical rate of the request's recorded trace
+        (Σ L / (Σ L + positions whose run ended in a rejection), L capped at
+        ``max_run_tokens``). What a rate oracle knows; draws nothing from ``rng``."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if self.kind == "replay":
+            if self._replay_rates is None:
+                self._replay_rates = np.array([_empirical_rate(r[0], self.H)
+                                               for r in self.records])
+            return self._replay_rates[ids]
+        return self.rate[ids]
 
     @property
     def log_rate(self) -> np.ndarray:

@@ -13,7 +13,7 @@ import numpy as np
 
 from control.configio import to_dict, to_toml
 from control.errors import ConfigError
-from control.registry import make_config, make_controller
+from control.registry import make_config, make_controller, make_planner
 from sim import engine
 from sim.acceptance import AcceptanceModel
 from sim.cluster import Cluster
@@ -64,7 +64,11 @@ def _run(scn: SimConfig, name: str, cfg_obj: Any, seed: int, load_scale: float, 
     def factory(_n=name, _c=cfg_obj):
         return make_controller(_n, _c)
 
+    def planner_factory(_n=name, _c=cfg_obj):
+        return make_planner(_n, _c)
+
     del probe
+    planners = planner_factory() is not None  # a controller that plans rounds: one per replica
     cb = None
     if progress is not None:
         progress.reset(total=len(reqs))
@@ -72,7 +76,8 @@ def _run(scn: SimConfig, name: str, cfg_obj: Any, seed: int, load_scale: float, 
         def cb(done):
             progress.n = done
             progress.refresh() if done == len(reqs) else progress.update(0)
-    rd = engine.run(scn, cluster, reqs, factory, acc, trace=trace, label=label, progress=cb)
+    rd = engine.run(scn, cluster, reqs, factory, acc, trace=trace, label=label, progress=cb,
+                    make_planner=planner_factory if planners else None)
     s = summarize(rd, scn, cluster, controller=label, seed=seed, load_scale=load_scale,
                   offered_rps=_offered(scn, reqs, load_scale))
     return s, rd, cluster
