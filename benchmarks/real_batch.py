@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workload", default="code", choices=("code", "prose"))
     p.add_argument("--prompt-tokens", default="64,128", help="min,max prompt tokens")
     p.add_argument("--checkpoints", default=None)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = p.parse_args(argv)
 
     import numpy as np
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     lo, hi = (int(x) for x in args.prompt_tokens.split(","))
     B_max, N = max(batches), args.new_tokens
     cfg = EngineConfig(slots=B_max, stop_at_eot=False, drafter=args.drafter,
-                       max_len=hi + N + 8)
+                       max_len=hi + N + 8, device=args.device)
     engine = build_engine(cfg, args.checkpoints)
     drafter = engine.drafter
     prompts = make_prompts(PromptSetConfig(workload=args.workload, split="test",
@@ -78,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         return toks / max(wall - pre, 1e-9), [s.tokens for s in seqs]
 
     print(f"real_batch: {args.drafter} drafter, {N} new tokens/sequence, batches {batches}, "
-          f"{args.repeats} repeats, {args.threads} threads, methods {methods}", file=sys.stderr)
+          f"{args.repeats} repeats, {args.threads} threads, {args.device}, methods {methods}",
+          file=sys.stderr)
     for B in batches[:2]:  # warm-up (allocations, first-touch)
         run("plain", B)
         run("dspark", B)
