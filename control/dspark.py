@@ -146,6 +146,10 @@ class DSparkConfig:
     # --- retry cap --
     # DESIGN: R <= 3 consecutive fruitless rounds.
     retry_cap: int = param(3, lo=1, hi=3, doc="fruitless rounds (drafted, none accepted) before AR")
+    # off: under goodput a sequence whose drafts do not pay already stops (its â falls); a forced
+    # cool-down also stops it where drafting is nearly free (the others set the round's steps).
+    goodput_cooldown: bool = param(False, choices=(False, True),
+                                   doc="goodput: also apply the retry-cap cool-down")
     # 4 plain steps, then try speculating again.
     cooldown_rounds: int = param(4, lo=1, hi=1000, doc="plain AR rounds of the cool-down")
 
@@ -186,6 +190,7 @@ class DSparkController(Controller):
         a_hi, a0 = (1.0, 1.0) if self.goodput else (c.alpha_max, c.alpha0)
         self._pid_a = PID(c.alpha_kp, c.alpha_ki, c.alpha_kd, c.d_filter, c.alpha_min, a_hi, a0)
         self._decay = 1.0 - 1.0 / c.window_rounds  # goodput: forgetting of the â counts
+        self._retry = not self.goodput or c.goodput_cooldown
         self._pid_b = PID(c.beta_kp, c.beta_ki, c.beta_kd, c.d_filter, c.beta_min, c.beta_max,
                           c.beta0)
         self._push = self._win.push_row   # bound once: observe() is on the hot path
@@ -216,6 +221,10 @@ class DSparkController(Controller):
         self.sum_rej = 0.0  # goodput: rounds that ended in a rejection, same forgetting
         self.context_tokens = 0
         self._solo = None   # goodput: own planner when no round planner drives this sequence
+        #: goodput: the round planner's pooled counts, shared by its sequences: index n = rounds
+        #: that accepted n and then refused one, k_max + 1 + n = rounds that accepted all n
+        self.profile: list | None = None
+        self._full = c.k_max + 1
         self.a_hat: float | None = None
         self.latency_ratio: float | None = None
         self.rounds = 0
@@ -270,6 +279,9 @@ class DSparkController(Controller):
             self.sum_n = self.sum_n * f + n
             self.sum_rej = self.sum_rej * f + (1 if n < drafted else 0)
             self.context_tokens = context_tokens + e
+            prof = self.profile
+            if prof is not None and drafted:  # the planner's pooled per-position counts
+                prof[n if n < drafted else self._full + n] += 1
             if self._solo is not None:
                 self._solo.observe_round(RoundStats(
                     now_s - draft_s - verify_s, now_s, batch_size, 1 if drafted else 0,
@@ -279,7 +291,7 @@ class DSparkController(Controller):
         if self.cooldown:
             self.cooldown -= 1
             changed = self.cooldown == 0
-        elif drafted:
+        elif drafted and self._retry:
             if n:
                 self.fails = 0
             else:

@@ -43,6 +43,7 @@ class DSparkPlanner(RoundPlanner):
 
     def reset(self) -> None:
         self.costs.reset()
+        self.profile = [0.0] * (2 * (self.config.k_max + 1))
         self.rounds = 0
         self.last_cap = 0
         self.last_goodput = float("nan")
@@ -54,13 +55,28 @@ class DSparkPlanner(RoundPlanner):
 
     # --- planning --
     def acceptance(self, members: Sequence[Any]) -> np.ndarray:
-        """Per-sequence â shrunk toward the batch's pooled rate."""
+        """Per-position acceptance rates ``(k_max, B)``: the pooled rate of each draft position
+        (rounds of every sequence this planner served, forgotten by halves every
+        ``window_rounds`` rounds), scaled per sequence by its own â over the pooled â (its â is
+        shrunk toward the pool by ``prior_trials`` pseudo-trials)."""
         c = self.config
+        prof = self.profile
+        for m in members:
+            if m.profile is not prof:
+                m.profile = prof
+        K = c.k_max
+        rej = np.asarray(prof[:K + 1])
+        full = np.asarray(prof[K + 1:])
+        ended = rej + full                                   # rounds that accepted exactly n
+        succ = np.cumsum(ended[::-1])[::-1][1:]              # S_j: rounds with n ≥ j, j = 1..K
+        trials = succ + rej[:K]                              # + refusals at position j
+        pool = (succ.sum() + 2.0 * c.a_prior) / (trials.sum() + 2.0)
+        pos = (succ + 2.0 * pool) / (trials + 2.0)           # shrunk toward the pooled rate
         sn = np.array([m.sum_n for m in members], dtype=float)
         sr = np.array([m.sum_rej for m in members], dtype=float)
-        pool = (sn.sum() + 2.0 * c.a_prior) / (sn.sum() + sr.sum() + 2.0)
         w = c.prior_trials
-        return (sn + w * pool) / np.maximum(sn + sr + w, 1e-12)
+        own = (sn + w * pool) / np.maximum(sn + sr + w, 1e-12)
+        return np.minimum(pos[:, None] * (own / max(pool, 1e-12))[None, :], 1.0)
 
     def cost_functions(self, context_tokens: float) -> CostFunctions:
         cm = self.costs
@@ -111,6 +127,10 @@ class DSparkPlanner(RoundPlanner):
     def observe_round(self, stats: RoundStats) -> None:
         self.rounds += 1
         self.costs.observe(stats)
+        if self.rounds % self.config.window_rounds == 0:
+            prof = self.profile
+            for i in range(len(prof)):
+                prof[i] *= 0.5
 
     def state(self) -> dict[str, Any]:
         th = self.costs.verify.theta

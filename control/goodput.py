@@ -66,18 +66,23 @@ def round_seconds(k: np.ndarray, costs: CostFunctions) -> np.ndarray:
 
 def plan_round_lengths(a: np.ndarray, kcap: np.ndarray, costs: CostFunctions, k_max: int,
                        weight: np.ndarray | None = None, iterations: int = 4) -> RoundPlan:
-    """Draft lengths maximising ``Σ E(a_i, k_i) / T`` with ``k_i ≤ min(m, kcap_i)`` per cap m.
+    """Draft lengths maximising ``Σ E_i(k_i) / T`` with ``k_i ≤ min(m, kcap_i)`` per cap m.
 
-    ``a``: per-sequence acceptance estimates; ``kcap``: per-sequence upper bounds (0 = this
-    sequence must not draft, e.g. a cool-down); ``weight``: α per sequence (None = all 1).
+    ``a``: per-sequence acceptance rates, shape ``(B,)`` (i.i.d. per token: token j is accepted
+    with probability ``a_i^j``), or per draft position, shape ``(K, B)`` (row j−1: the rate of
+    position j given the earlier ones were accepted; token j with probability ``Π_{l≤j} a_il``).
+    ``kcap``: per-sequence upper bounds (0 = this sequence must not draft, e.g. a cool-down);
+    ``weight``: α per sequence (None = all 1).
     """
     a = np.clip(np.asarray(a, dtype=float), 0.0, 1.0)
-    B = len(a)
+    B = a.shape[-1]
     K = int(k_max)
     kcap = np.minimum(np.asarray(kcap, dtype=np.int64), K)
     w = np.ones(B) if weight is None else np.asarray(weight, dtype=float)
-    j = np.arange(K + 1)
-    powers = a[None, :] ** j[:, None]                  # (K+1, B): a_i^j
+    if a.ndim == 1:
+        powers = a[None, :] ** np.arange(K + 1)[:, None]   # (K+1, B): P(token j accepted)
+    else:
+        powers = np.vstack([np.ones((1, B)), np.cumprod(a[:K], axis=0)])
     cum = np.cumsum(powers, axis=0)                    # E(a_i, k) at row k
     caps = np.arange(K + 1)
     k = np.minimum(caps[:, None], kcap[None, :])       # (K+1 caps, B)

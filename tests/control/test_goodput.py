@@ -212,3 +212,23 @@ def test_rate_oracle_plans_with_the_true_rates():
     planner.set_rates([0.99, 0.01])
     ks = [d.k for d in planner.plan(0.0, members, BatchContext(2, 2000))]
     assert ks[0] > ks[1] == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(rates=st.lists(st.lists(st.floats(0.0, 1.0), min_size=4, max_size=4), min_size=1,
+                      max_size=3),
+       c0=st.floats(1e-3, 0.05), c1=st.floats(0.0, 5e-3), s0=st.floats(0.0, 5e-3))
+def test_goodput_choice_with_per_position_rates_equals_brute_force(rates, c0, c1, s0):
+    """Rates that change with the draft position (row j-1 = position j): exact too."""
+    K = 4
+    a = np.array(rates).T                                   # (K, B)
+    prefix = np.vstack([np.ones((1, a.shape[1])), np.cumprod(a, axis=0)])
+    costs = linear_costs(c0, c1, s0, 0.0)
+
+    def value(k):
+        e = sum(prefix[: kk + 1, i].sum() for i, kk in enumerate(k))
+        return e / round_seconds(np.asarray(k)[None, :], costs)[0]
+
+    plan = plan_round_lengths(a, np.full(a.shape[1], K), costs, K, iterations=20)
+    best = max(value(k) for k in itertools.product(range(K + 1), repeat=a.shape[1]))
+    assert value(plan.k) == pytest.approx(best, rel=1e-9)
