@@ -4,13 +4,15 @@ Every model answers, for a batch of sequences at their current output positions,
 length* L: how many consecutive drafted tokens strict verification would accept (capped at
 ``max_run_tokens``). A round that drafts ``k_eff`` tokens then accepts ``n = min(k_eff, L)``
 (acceptance is a prefix). Knowing L before the decision is what lets the simulator tell the
-``oracle`` the future; ``true_rates`` gives each sequence's current true per-token rate (what a
+``clairvoyant`` the future; ``true_rates`` gives each sequence's current true per-token rate (what a
 rate oracle knows) without drawing anything.
 
 Models: ``iid`` (one rate ``a``: P(L >= j) = a^j), ``decay`` (the j-th drafted token of a round
 is accepted with ``rate · decay^(j-1)``), ``markov`` (per-request easy/hard regime switching per
 output token; a round uses the regime it starts in), ``beta`` (per-request rate drawn from
-Beta(mean, concentration): task complexity), ``replay`` (greedy position trace ``positions.csv``
+Beta(mean, concentration): task complexity), ``mixture`` (each request's rate is one of
+``mixture_rates``, drawn with ``mixture_weights``: code-like and chat-like requests in one stream),
+``replay`` (greedy position trace ``positions.csv``
 of ``control.PositionRecord``: L and confidences as recorded, exactly).
 
 Drafter confidence: logit-normal, with mean ``conf_accept_logit`` for tokens inside the run and
@@ -41,7 +43,7 @@ from sim.tables import read_table
 @dataclass(frozen=True)
 class AcceptanceConfig:
     # iid is the Leviathan model; the others add structure.
-    model: str = param("iid", choices=("iid", "decay", "markov", "beta", "replay"),
+    model: str = param("iid", choices=("iid", "decay", "markov", "beta", "mixture", "replay"),
                        doc="acceptance model")
     # a 70B target with an 8B drafter of the same family accepts ~0.7-0.8 per token.
     rate: float = param(0.75, lo=0.0, hi=1.0, doc="per-token acceptance rate (iid, decay)")
@@ -59,6 +61,11 @@ class AcceptanceConfig:
     beta_mean: float = param(0.75, lo=0.001, hi=0.999, doc="mean per-request rate (beta)")
     # moderate heterogeneity (std ~0.13 at mean 0.75).
     beta_concentration: float = param(10.0, lo=0.01, hi=1e6, doc="Beta a+b (beta)")
+    # code-like (0.85) and chat-like (0.5) requests in one stream, half and half.
+    mixture_rates: tuple[float, ...] = param((0.85, 0.5), lo=0.0, hi=1.0,
+                                             doc="per-request rate of each class (mixture)")
+    mixture_weights: tuple[float, ...] = param((0.5, 0.5), lo=0.0, hi=1.0,
+                                               doc="share of requests in each class (mixture)")
     # None unless model = 'replay'; relative to the scenario file.
     replay_path: str | None = param(None, doc="positions.csv (greedy position trace)")
     # replay normally reproduces the recorded request lengths.
@@ -141,6 +148,13 @@ class AcceptanceModel:
         if kind == "beta":
             a = cfg.beta_mean * cfg.beta_concentration
             self.rate = init_rng.beta(a, cfg.beta_concentration - a, n)
+        elif kind == "mixture":
+            rates, w = np.asarray(cfg.mixture_rates), np.asarray(cfg.mixture_weights)
+            if len(rates) != len(w) or not len(rates) or w.sum() <= 0:
+                raise DSparkError(f"acceptance.mixture_rates ({len(rates)}) and "
+                                  f"acceptance.mixture_weights ({len(w)}) need the same, "
+                                  f"non-zero length and a positive total weight")
+            self.rate = rates[init_rng.choice(len(rates), size=n, p=w / w.sum())]
         elif kind == "markov":
             pe, ph = cfg.p_easy_to_hard, cfg.p_hard_to_easy
             pi_easy = ph / (pe + ph) if pe + ph > 0 else 1.0

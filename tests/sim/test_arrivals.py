@@ -37,3 +37,21 @@ def test_sinusoid_is_seeded_and_load_scale_applies():
     assert np.array_equal(a.arrival_s, b.arrival_s)
     fast = generate(cfg, streams(3), load_scale=2.0)
     assert len(fast) / fast.arrival_s[-1] == pytest.approx(10.0, rel=0.08)
+
+
+def test_mixture_acceptance_classes_and_run_lengths():
+    from sim.acceptance import AcceptanceConfig, AcceptanceModel
+    from control.errors import DSparkError
+    cfg = AcceptanceConfig(model="mixture", mixture_rates=(0.9, 0.4), mixture_weights=(0.25, 0.75))
+    n = 40_000
+    m = AcceptanceModel(cfg, n, np.random.default_rng(1), np.random.default_rng(2))
+    assert set(np.unique(m.rate)) == {0.9, 0.4}
+    assert (m.rate == 0.9).mean() == pytest.approx(0.25, abs=0.01)
+    ids = np.arange(n)
+    L = m.run_lengths(ids, np.zeros(n, dtype=np.int64))
+    for j in (1, 3):   # P(L >= j) = Σ_c w_c a_c^j
+        assert (L >= j).mean() == pytest.approx(0.25 * 0.9 ** j + 0.75 * 0.4 ** j, abs=0.01)
+    assert np.array_equal(m.true_rates(ids[:5], ids[:5]), m.rate[:5])
+    bad = AcceptanceConfig(model="mixture", mixture_rates=(0.9,), mixture_weights=(0.5, 0.5))
+    with pytest.raises(DSparkError, match="mixture_rates"):
+        AcceptanceModel(bad, 3, np.random.default_rng(1), np.random.default_rng(2))
