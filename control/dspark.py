@@ -1,7 +1,31 @@
-"""``dspark``: the seed's confidence scheduler (DESIGN.md, "The confidence scheduler").
+"""``dspark``: the confidence scheduler (DESIGN.md, "The confidence scheduler" and "Dynamic
+resource allocation"), with two policies.
 
-Per sequence it keeps a sliding window of rounds and, only when a semi-autoregressive block
-closes (:mod:`control.blocks`), updates two loops:
+**goodput** (the default, load-aware). A round planner (:mod:`control.dspark_planner`, one per
+engine replica, called once per round) chooses one draft cap for the batch and lets each
+sequence stop below it, maximising expected emitted tokens per second of *batch* round time
+(:mod:`control.goodput`) with costs learned online from the observed rounds
+(:mod:`control.costmodel`) and per-sequence, per-position acceptance pooled over the batch.
+Each sequence keeps its own evidence (forgotten acceptance counts), blocks, guards and loops:
+
+- α loop — the TPOT trim. Error ``e = 1 − latency_ratio`` (measured TPOT of the sequence's
+  window over ``slo_tpot_s``), output α in ``[alpha_min, 1]`` starting at 1. α weights the time
+  that speculation adds to a round (``1/α``): α = 1 is pure goodput; a sequence that misses its
+  SLO lowers α and stops drafting tokens that pay only at full goodput, which shortens the
+  rounds it shares. Feedback path: shorter drafts → shorter rounds → lower TPOT → e rises; when
+  the SLO is met the integrator rests at its ceiling 1 (pure goodput).
+- β loop — unchanged (threshold mode): error ``1 − latency_ratio``, output β; a lower β lets
+  more drafted tokens pass, raising tokens per round and lowering TPOT.
+- Blocks decide when the trims move (updates only at block ends, as in the seed). The retry
+  cap's cool-down is off unless ``goodput_cooldown`` (the plan already stops drafts that do
+  not pay; forcing k = 0 also stops them where drafting is nearly free).
+
+Without a planner (a batch-1 driver or a trace replay) a goodput sequence plans a batch of
+itself with a private planner that learns from its own rounds.
+
+**seed** (``policy = "seed"``): the seed's rules as written. Per sequence it keeps a sliding
+window of rounds and, only when a semi-autoregressive block closes (:mod:`control.blocks`),
+updates two loops:
 
 - α loop (aggressiveness): PID on ``e = â − a_target`` (â: :mod:`control.window`), output α in
   ``[alpha_min, alpha_max]``, mapped to ``k = clip(round(α · k_ref), k_min, k_max)``

@@ -23,8 +23,10 @@ class Decision:
     ``k``: draft length (0 = a plain autoregressive step). ``mode``: ``strict`` (lossless) or
     ``threshold`` (lossy β rule: accept drafted x iff p(x) >= β · max p). ``beta``: the
     verification threshold, used only in threshold mode. ``tau``: drafter-confidence stop —
-    drafting stops before the first drafted token whose drafter confidence is below τ
-    (0 = never stop early); it never changes the output. ``block_end``: the previous round
+    drafting stops at the first draft position whose drafter confidence (the drafter's top
+    probability there, read *before* a token is drawn; the drafted token's own probability
+    under greedy) is below τ (0 = never stop early); it never changes the output, also under
+    sampling, because the stop does not depend on the token drawn. ``block_end``: the previous round
     closed a semi-autoregressive block (parameters were updated; the block's KV is final).
     """
 
@@ -48,7 +50,8 @@ class Observation:
     fired) and the first ``accepted`` of them were kept (acceptance is a prefix). The round
     emitted ``emitted`` tokens: normally ``accepted + 1`` (the target's correction or bonus
     token), fewer only when the request hit its length limit. ``confidences`` holds the
-    drafter's confidence of each drafted token. ``lossy_accepts`` counts accepted tokens
+    drafter's confidence at each drafted position (its top probability there; the drafted
+    token's own probability under greedy). ``lossy_accepts`` counts accepted tokens
     that strict verification would have rejected (threshold mode only).
     ``sentence_ends`` are 0-based offsets within the emitted tokens that end a sentence.
     The round's batch context: ``batch_size`` sequences shared the round, whose verify pass
