@@ -94,14 +94,12 @@ class BatchView:
 class Round:
     """One round of a batch, filled step by step: its decisions, the (capped) draft lengths
     ``k``, drafted tokens (after the τ stop), accepted tokens, the drawn confidences and lossy
-    accepts (None when not drawn), draft steps, and its cost."""
+    accepts (None when not drawn), draft steps, and its cost. No ``__init__``: one is made per
+    round, and the steps set its fields."""
 
     __slots__ = ("accepted", "confidences", "context_tokens", "decisions", "draft_s",
                  "draft_steps", "drafted", "drafting", "k", "k_array", "lossy", "max_k", "size",
                  "start_s", "verify_s", "verify_tokens")
-
-    def __init__(self, start_s: float, size: int) -> None:
-        self.start_s, self.size = start_s, size
 
 
 class Replica:
@@ -142,7 +140,7 @@ class Replica:
         """The replica's SimPy process: admit and prefill, else a round, else sleep."""
         env = self.env
         while True:
-            admitted = self.admit()
+            admitted = self.admit() if self.waiting else None
             if admitted:
                 yield env.timeout(self.prefill_seconds(admitted))
                 self.start(admitted, env.now)
@@ -230,7 +228,8 @@ class Replica:
             batch = self.batch = BatchView(list(self.running),
                                            [self.controllers[i] for i in self.running],
                                            ledger.emitted, ledger.prompt, ledger.output)
-        rnd = Round(self.env.now, len(batch.request_ids))
+        rnd = Round()
+        rnd.start_s, rnd.size = self.env.now, len(batch.request_ids)
         run_lengths = self.acc.run_lengths(batch.ids, batch.positions)
         self.decide(batch, rnd, run_lengths)
         if rnd.max_k > 0:
