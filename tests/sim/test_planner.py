@@ -219,6 +219,13 @@ def test_true_rates_are_the_configured_rates():
         m.advance(np.arange(50), np.full(50, 5))
 
 
+def test_true_rates_of_a_mixture():
+    m = _model(n=200, model="mixture", mixture_rates=(0.9, 0.4), mixture_weights=(0.3, 0.7))
+    rates = m.true_rates(np.arange(200), np.zeros(200, dtype=np.int64))
+    assert set(rates.tolist()) == {0.9, 0.4}
+    assert np.array_equal(rates, m.rate)
+
+
 def test_true_rates_of_a_replayed_trace(tmp_path):
     rows = [(0, 0, 2), (0, 1, 0), (0, 2, 3), (1, 0, 64), (1, 1, 1), (2, 0, 0)]
     pd.DataFrame(rows, columns=["request_id", "position", "run_length"]).to_csv(
