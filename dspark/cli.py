@@ -47,20 +47,44 @@ def add_subcommands(sub: Any, table: dict[str, str], run_attr: str) -> None:
         mod.add_parser(sub).set_defaults(**{run_attr: mod.run})
 
 
+OUR_PACKAGES = ("control", "sim", "real", "tuning", "reports", "dspark")
+
+
+def _one_line_warnings() -> Any:
+    """Warnings raised by the lab's own packages (e.g. ``sim.api.SimWarning``) print as one line
+    ``dspark: warning: <message>``; others keep Python's format."""
+    import warnings
+    previous = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if category.__module__.split(".", 1)[0] in OUR_PACKAGES:
+            text = " ".join(str(message).split())
+            print(f"dspark: warning: {text}", file=file or sys.stderr)
+        else:
+            previous(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    return previous
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    import warnings
+    previous = _one_line_warnings()
     try:
         return int(args._run(args) or 0)
     except DSparkError as e:
-        print(f"dspark: error: {e}", file=sys.stderr)
+        print(f"dspark: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("dspark: interrupted", file=sys.stderr)
         return 130
+    finally:
+        warnings.showwarning = previous
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -46,10 +46,55 @@ def load_trace(path: str) -> list:
             raise DSparkError(f"{path}: missing column {f.name!r}")
     if df.empty:
         raise DSparkError(f"{path}: trace has no rounds")
+    check_columns(df, path)
     try:
         return records_from_rows(df.to_dict("records"))
     except (TypeError, ValueError) as e:
         raise DSparkError(f"{path}: bad value: {str(e).splitlines()[0]}") from None
+
+
+_TRUE, _FALSE = ("true", "1", "1.0", "yes"), ("false", "0", "0.0", "no")
+
+
+def check_columns(df, path: str) -> None:
+    """Every cell of a RoundRecord column has its field's type: integer columns hold whole
+    numbers (counts >= 0), float columns finite numbers, ``block_end`` true or false. The first
+    bad cell is a one-line DSparkError naming the row (file line) and column."""
+    import dataclasses
+
+    import numpy as np
+    import pandas as pd
+
+    from control.types import RoundRecord
+
+    def bad(mask, col: str, allowed: str) -> None:
+        rows = np.flatnonzero(np.asarray(mask))
+        if len(rows):
+            i = int(rows[0])
+            cell = df[col].iloc[i]
+            cell = cell.item() if hasattr(cell, "item") else cell
+            raise DSparkError(f"{path}: row {i + 2}: bad value {col} = {cell!r}; "
+                              f"allowed {allowed}")
+
+    for f in dataclasses.fields(RoundRecord):
+        if f.name not in df.columns:
+            continue
+        col, kind = df[f.name], str(f.type)
+        if kind in ("int", "float"):
+            v = pd.to_numeric(col, errors="coerce").astype(float)
+            finite = np.isfinite(v.to_numpy())
+            if kind == "float":
+                bad(~finite, f.name, "a finite number")
+                if f.name == "now_s":
+                    bad(v < 0, f.name, "a time >= 0 s")
+            else:
+                whole = finite & (v.to_numpy() == np.round(v.to_numpy()))
+                lo = -1 if f.name == "emitted" else 0
+                bad(~whole | (v.to_numpy() < lo) | (np.abs(v.to_numpy()) >= 2 ** 62), f.name,
+                    f"a whole number >= {lo}")
+        elif kind == "bool":
+            text = col.map(lambda x: str(x).strip().lower())
+            bad(~text.isin(_TRUE + _FALSE), f.name, "true or false")
 
 
 def controller_config(name: str, path: str | None) -> Any:

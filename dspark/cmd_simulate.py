@@ -42,13 +42,25 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _parse_loads(text: str) -> list[float]:
+    import math
     try:
         loads = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise DSparkError(f"--loads {text!r}: expected comma-separated numbers") from None
-    if not loads or any(x <= 0 for x in loads):
-        raise DSparkError(f"--loads {text!r}: load scales must be positive")
+    if not loads or any(not math.isfinite(x) or x <= 0 for x in loads):
+        raise DSparkError(f"--loads {text!r}: load scales must be finite numbers > 0")
     return loads
+
+
+def check_seed(seed: int) -> int:
+    if seed < 0:
+        raise DSparkError(f"--seed {seed}: allowed an integer >= 0")
+    return seed
+
+
+def _names_file(head: str) -> bool:
+    from pathlib import Path
+    return head.startswith("<") or Path(head).is_file()
 
 
 def parse_controller_spec(spec: str) -> str | tuple[str, Any, str]:
@@ -56,9 +68,16 @@ def parse_controller_spec(spec: str) -> str | tuple[str, Any, str]:
     from control.configio import read_toml
     if "@" in spec:
         name, path = spec.split("@", 1)
-        table = read_toml(path).get("controller", {}).get(name)
+        tables = read_toml(path).get("controller", {})
+        if not isinstance(tables, dict):
+            raise DSparkError(f"{path}: controller = {tables!r}: expected a table "
+                              f"[controller.{name}] for --controller {spec!r}")
+        table = tables.get(name)
         if table is None:
             raise DSparkError(f"{path}: no [controller.{name}] table for --controller {spec!r}")
+        if not isinstance(table, dict):
+            raise DSparkError(f"{path}: controller.{name} = {table!r}: expected a table "
+                              f"[controller.{name}] for --controller {spec!r}")
         return (name, table, f"{name}@{path.rsplit('/', 1)[-1].removesuffix('.toml')}")
     if ":" in spec:
         name, body = spec.split(":", 1)
@@ -72,10 +91,11 @@ def run(args: argparse.Namespace) -> int:
 
     from sim import compare, load_scenario
     from sim.metrics import json_safe
+    check_seed(args.seed)
+    loads = _parse_loads(args.loads)
     scn = load_scenario(args.config, parse_sets(args.set) or None)
     names = ([parse_controller_spec(c) for c in args.controller] if args.controller
              else list(scn.sim.controllers))
-    loads = _parse_loads(args.loads)
     bar = None
     if not args.quiet and sys.stderr.isatty():
         from tqdm import tqdm
@@ -83,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         df = compare(scn, names, seed=args.seed, out_dir=None if args.no_out else args.out,
                      load_scales=loads, trace=args.trace, progress=bar)
+    except DSparkError as e:       # a check of the generated requests: name the scenario file
+        msg = str(e)
+        head = msg.split(": ", 1)[0]
+        raise DSparkError(msg if _names_file(head) else f"{args.config}: {msg}") from None
     finally:
         if bar is not None:
             bar.close()

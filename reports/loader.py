@@ -188,6 +188,16 @@ def _trials_from_journal(run: Run) -> pd.DataFrame | None:
         raise DSparkError(f"{f}: cannot read Optuna journal: {' '.join(str(e).split())}") from None
 
 
+def _check_measured(results: pd.DataFrame, f: Path) -> None:
+    """A simulate run whose every row measured nothing (throughput 0 or missing: an empty trace,
+    or ``sim.warmup_s`` at or past the end of the run) has no data to report: one line."""
+    tput = pd.to_numeric(results["throughput_tokens_per_s"], errors="coerce")
+    if not (tput > 0).any():
+        raise DSparkError(f"{f}: no measured output in any of its {len(results)} row(s) "
+                          "(throughput 0: an empty trace, or sim.warmup_s at or past the end "
+                          "of the run); nothing to report")
+
+
 def load_run(path: Path) -> Run:
     """Read one run folder, dispatching on its ``kind``."""
     summary = read_summary(path)
@@ -195,6 +205,7 @@ def load_run(path: Path) -> Run:
     t = run.tables
     if run.kind == "simulate":
         t["results"] = read_csv(path / "results.csv", SIM_RESULT_COLUMNS)
+        _check_measured(t["results"], path / "results.csv")
         t["requests"] = read_csv(path / "requests.csv", REQUEST_COLUMNS, optional=True)
         t["rounds"] = read_csv(path / "rounds.csv", ROUND_REQUIRED, optional=True)
         t["trace"] = read_csv(path / "controller_trace.csv", TRACE_COLUMNS, optional=True)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from control.configio import to_dict, to_toml
-from control.errors import ConfigError
+from control.errors import ConfigError, DSparkError
 from control.registry import make_config, make_controller, make_planner
 from sim import engine
 from sim.acceptance import AcceptanceModel
@@ -22,6 +22,72 @@ from sim.metrics import SUMMARY_KEYS, json_safe, requests_table, summarize
 from sim.workload import Requests, generate
 
 BASELINE = "fixed-k0"
+
+
+class SimWarning(UserWarning):
+    """Something about a run's input worth one line (``dspark`` prints ``dspark: warning: ...``):
+    the run goes on, e.g. requests that can never fit in KV memory are rejected and counted."""
+
+
+def check_seed(seed: Any) -> int:
+    """A seed is an integer >= 0 (numpy's SeedSequence takes no negative one)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"seed {seed!r}: allowed an integer >= 0")
+    return int(seed)
+
+
+def check_load_scale(load_scale: Any) -> float:
+    """A load scale is a finite number > 0."""
+    try:
+        x = float(load_scale)
+    except (TypeError, ValueError):
+        raise ConfigError(f"load scale {load_scale!r}: allowed a finite number > 0") from None
+    if not np.isfinite(x) or x <= 0:
+        raise ConfigError(f"load scale {load_scale!r}: allowed a finite number > 0")
+    return x
+
+
+def check_requests(scn: SimConfig, reqs: Requests, cluster: Cluster, warn: bool = True) -> int:
+    """Refuse a workload nothing of which can be measured; returns how many requests can never
+    fit in one replica's KV memory (warned about once: they are rejected, not served).
+
+    Errors (one line, key first): no request at all; no request arriving at or after
+    ``sim.warmup_s``; no request that fits in KV memory."""
+    n = len(reqs)
+    if n == 0:
+        raise ConfigError("workload: no requests to simulate (an empty trace, or "
+                          "workload.horizon_s before the first arrival)")
+    warm = scn.sim.warmup_s
+    last = float(np.max(reqs.arrival_s))
+    if warm > 0 and last < warm:
+        raise ConfigError(f"sim.warmup_s = {warm!r} leaves no request to measure (the last of "
+                          f"{n} arrives at {last:.4g} s); allowed below the last arrival")
+    per_token = float(cluster.kv_bytes_per_token)
+    if per_token <= 0:
+        return 0
+    cap = int(cluster.kv_budget_bytes // per_token)
+    need = reqs.prompt_tokens.astype(np.float64) + reqs.output_tokens.astype(np.float64)
+    too_big = int(np.count_nonzero(need * per_token > cluster.kv_budget_bytes))
+    if too_big == n:
+        raise DSparkError(f"no request fits in KV memory: the smallest needs "
+                          f"{int(need.min())} tokens, a replica holds {max(cap, 0)} (raise "
+                          "deployment.tp or deployment.kv_memory_fraction, or shorten "
+                          "workload lengths)")
+    if too_big and warn:
+        import warnings
+        warnings.warn(f"scenario '{scn.name}': {too_big} of {n} requests can never fit in KV "
+                      f"memory (over the {cap} tokens a replica holds): rejected, counted in "
+                      "requests_rejected and requests_unfinished", SimWarning, stacklevel=2)
+    return too_big
+
+
+def preflight(scn: SimConfig, seed: int = 0, load_scale: float = 1.0) -> Requests:
+    """The checks ``simulate`` makes before it runs (seed, load scale, requests), without
+    running: the requests of ``scn`` at ``seed`` and ``load_scale``."""
+    seed, load_scale = check_seed(seed), check_load_scale(load_scale)
+    reqs = _requests(scn, _streams(seed), load_scale)
+    check_requests(scn, reqs, Cluster(scn, use_drafter=True))
+    return reqs
 
 
 @dataclass
@@ -59,6 +125,7 @@ def _run(scn: SimConfig, name: str, cfg_obj: Any, seed: int, load_scale: float, 
     if lens is not None:
         reqs = Requests(reqs.arrival_s, reqs.prompt_tokens, lens)
     cluster = Cluster(scn, use_drafter=use_drafter)
+    check_requests(scn, reqs, cluster, warn=label != BASELINE)
     probe = make_controller(name, cfg_obj)  # checks the config once
 
     def factory(_n=name, _c=cfg_obj):
@@ -98,6 +165,7 @@ def simulate(scn: SimConfig, controller: str = "dspark", controller_config: Any 
     ``baseline`` a fixed k = 0 run on the same seed and arrivals gives ``speedup``."""
     if not isinstance(scn, SimConfig):
         raise ConfigError(f"simulate needs a SimConfig, got {type(scn).__name__}")
+    seed, load_scale = check_seed(seed), check_load_scale(load_scale)
     cfg_obj = resolve_controller_config(scn, controller, controller_config)
     label = label or controller
     s, rd, _ = _run(scn, controller, cfg_obj, seed, load_scale, trace, label, True, progress)
@@ -146,6 +214,14 @@ def compare(scn: SimConfig, controllers: Iterable = ("fixed", "dspark"), seed: i
     lengths). Writes the run folder (docs/results-format.md) when ``out_dir`` is given."""
     import pandas as pd
     items = _items(controllers)
+    if not items:
+        raise ConfigError("compare: no controllers to run")
+    seed = check_seed(seed)
+    load_scales = [check_load_scale(x) for x in load_scales]
+    if not load_scales:
+        raise ConfigError("compare: no load scales to run")
+    for name, cfg, _ in items:      # every config is checked before any run starts
+        resolve_controller_config(scn, name, cfg)
     cache: dict = {}
     rows, reqs, rounds, ctr, cfgs = [], [], [], [], {}
     for ls in load_scales:

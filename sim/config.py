@@ -91,7 +91,11 @@ class SimConfig:
                     raise ConfigError(f"override '{key}': '{p}' is not a table")
                 d = d.setdefault(p, {})
             d[parts[-1]] = value
-        return _finish(from_mapping(SimConfig, data, source="<overrides>"))
+        cfg = from_mapping(SimConfig, data, source="<overrides>")
+        try:
+            return _finish(cfg)
+        except ConfigError as e:
+            raise ConfigError(f"<overrides>: {e}") from None
 
     def controller_config(self, name: str) -> dict | None:
         c = self.controller.get(name)
@@ -122,8 +126,39 @@ def _resolve(cfg: SimConfig, base: Path) -> SimConfig:
     return dataclasses.replace(cfg, workload=w, acceptance=a, latency=lat, base_dir=str(base))
 
 
+def _check(cfg: SimConfig) -> SimConfig:
+    """Cross-field checks no single field can make (errors name the dotted key)."""
+    from control.registry import controller_names, make_config
+    s, names = cfg.sim, controller_names()
+    if s.horizon_s is not None and s.horizon_s <= 0:
+        raise ConfigError(f"sim.horizon_s = {s.horizon_s!r} is out of range; allowed > 0 "
+                          "(leave it out to run until every request finished)")
+    if s.horizon_s is not None and s.warmup_s >= s.horizon_s:
+        raise ConfigError(f"sim.warmup_s = {s.warmup_s!r} is not before the end of the run "
+                          f"(sim.horizon_s = {s.horizon_s!r}); allowed < sim.horizon_s")
+    if not s.controllers:
+        raise ConfigError("sim.controllers = []: name at least one controller; allowed: "
+                          + ", ".join(names))
+    for i, c in enumerate(s.controllers):
+        if c not in names:
+            raise ConfigError(f"sim.controllers[{i}] = {c!r} is unknown; allowed: "
+                              + ", ".join(names))
+    # every [controller.X] table, used or not: a misspelled name or key ends the run
+    for name, table in cfg.controller.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"controller.{name}: expected a table [controller.{name}]")
+        if name not in names:
+            raise ConfigError(f"[controller.{name}] names no controller; allowed: "
+                              + ", ".join(names))
+        try:
+            make_config(name, table, source="")
+        except ConfigError as e:
+            raise ConfigError(str(e).removeprefix(": ")) from None
+    return cfg
+
+
 def _finish(cfg: SimConfig) -> SimConfig:
-    return _resolve(cfg, Path(cfg.base_dir) if cfg.base_dir else Path.cwd())
+    return _resolve(_check(cfg), Path(cfg.base_dir) if cfg.base_dir else Path.cwd())
 
 
 def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> SimConfig:
@@ -134,10 +169,7 @@ def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     data["base_dir"] = str(p.resolve().parent)
     try:
         cfg = from_mapping(SimConfig, data, source=str(p))
-        for name, table in cfg.controller.items():
-            if not isinstance(table, dict):
-                raise ConfigError(f"controller.{name}: expected a table [controller.{name}]")
-        cfg = _resolve(cfg, Path(cfg.base_dir))
+        cfg = _resolve(_check(cfg), Path(cfg.base_dir))
     except ConfigError as e:
         msg = str(e)
         raise ConfigError(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None

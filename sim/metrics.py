@@ -25,7 +25,7 @@ SUMMARY_KEYS = (
     "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s",
     "p99_tpot_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "gpu_busy_fraction",
     "bandwidth_utilization", "lossy_accept_fraction", "requests_finished", "requests_unfinished",
-    "output_tokens", "sim_time_s", "num_gpus", "mean_tpot_s")
+    "requests_rejected", "output_tokens", "sim_time_s", "num_gpus", "mean_tpot_s")
 
 
 def _div(a: float, b: float) -> float:
@@ -82,6 +82,7 @@ def summarize(run: RunData, scn, cluster, *, controller: str, seed: int, load_sc
         "lossy_accept_fraction": _div(c.lossy, c.round_tokens + c.prefill_tokens),
         "requests_finished": int(m["finished"].sum()),
         "requests_unfinished": int((~m["finished"]).sum()),
+        "requests_rejected": int(np.count_nonzero(run.rejected)),
         "output_tokens": int(c.round_tokens + c.prefill_tokens),
         "sim_time_s": float(run.end_s), "num_gpus": int(cluster.num_gpus),
         "mean_tpot_s": mean_tpot,

@@ -13,10 +13,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from control.configio import param
-from control.errors import DSparkError
+from control.errors import ConfigError, DSparkError
 from sim.tables import read_table
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+#: the largest token count a trace row may hold (LengthConfig's max_tokens bound).
+MAX_TRACE_TOKENS = 10_000_000
+_TZ_SUFFIX = r"(?:Z|[+-]\d\d:?\d\d)\s*$"
 DEFAULT_TRACE = "../../shared/data/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"
 
 
@@ -39,6 +42,11 @@ class LengthConfig:
     path: str | None = param(None, doc="CSV file with empirical lengths")
     # the column of `path`.
     column: str = param("GeneratedTokens", doc="column of `path`")
+
+    def __post_init__(self) -> None:
+        if self.min_tokens > self.max_tokens:
+            raise ConfigError(f"min_tokens = {self.min_tokens} is above max_tokens = "
+                              f"{self.max_tokens}; allowed min_tokens <= max_tokens")
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,21 @@ class Requests:
 def _read_trace(path: str, mtime: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     import pandas as pd
     df = read_table(path, "trace", AZURE_COLUMNS)
-    ts = pd.to_datetime(df["TIMESTAMP"], errors="coerce", format="mixed")
+    if df.empty:
+        raise DSparkError(f"{path}: trace has no requests (only a header); need at least one row")
+    text = df["TIMESTAMP"].astype(str).str.strip()
+    aware = text.str.contains(_TZ_SUFFIX, regex=True)
+    if aware.any() and not aware.all():
+        row = int(np.flatnonzero((aware != aware.iloc[0]).to_numpy())[0])
+        raise DSparkError(f"{path}: column 'TIMESTAMP' mixes timezone-aware and naive times "
+                          f"(row 2: {text.iloc[0]!r}, row {row + 2}: {text.iloc[row]!r}); "
+                          "give every time a UTC offset or none")
+    try:
+        ts = pd.to_datetime(df["TIMESTAMP"], errors="coerce", format="mixed",
+                            utc=bool(aware.all()))
+    except (ValueError, TypeError, OverflowError) as e:
+        raise DSparkError(f"{path}: column 'TIMESTAMP' cannot be read as times: "
+                          f"{str(e).splitlines()[0]}") from None
     if ts.isna().any():
         row = int(np.flatnonzero(ts.isna().to_numpy())[0])
         raise DSparkError(f"{path}: column 'TIMESTAMP' has a garbled value at row {row + 2}: "
@@ -100,6 +122,11 @@ def _read_trace(path: str, mtime: float) -> tuple[np.ndarray, np.ndarray, np.nda
             row = int(np.flatnonzero(bad.to_numpy())[0])
             raise DSparkError(f"{path}: column '{c}' has a garbled value at row {row + 2}: "
                               f"{df[c].iloc[row]!r}")
+        big = v > MAX_TRACE_TOKENS
+        if big.any():
+            row = int(np.flatnonzero(big.to_numpy())[0])
+            raise DSparkError(f"{path}: column '{c}' = {df[c].iloc[row]} at row {row + 2} is out "
+                              f"of range; allowed 0 to {MAX_TRACE_TOKENS} tokens")
         out.append(v.to_numpy(dtype=np.int64))
     t = (ts - ts.min()).dt.total_seconds().to_numpy()
     order = np.argsort(t, kind="stable")

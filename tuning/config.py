@@ -188,6 +188,9 @@ def load_tuning_config(path: str | Path, **tune_overrides: Any) -> TuningConfig:
     """Load and check a tuning config; ``tune_overrides`` replace ``[tune]`` keys (CLI flags)."""
     p = Path(path)
     data = read_toml(p)
+    for section in ("tune", "evaluate"):
+        if not isinstance(data.get(section, {}), dict):
+            raise ConfigError(f"{p}: {section} = {data[section]!r}: expected a table [{section}]")
     tune = dict(data.get("tune", {}))
     tune.update({k: v for k, v in tune_overrides.items() if v is not None})
     data["tune"] = tune

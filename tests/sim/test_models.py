@@ -117,5 +117,5 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     bad.write_text("[deployment]\ntp = 3\n")
     assert main(["simulate", str(bad), "--no-out"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("dspark: error: impossible cluster") and "\n" not in err
+    assert err.startswith(f"dspark: error: {bad}: impossible cluster") and "\n" not in err
     assert main(["simulate", str(CONFIGS / "tiny.toml"), "--loads", "1,x"]) == 2
