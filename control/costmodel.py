@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from control.batch import RoundStats
+from control.goodput import CostFunctions
 
 #: Hinge positions (verified tokens per round) of the verify cost.
 KNOTS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -54,12 +55,22 @@ class LinearCost:
         self.count = 0.0  # effective number of observations (decays with forgetting)
 
     def update(self, x: np.ndarray, y: float) -> None:
+        self.update_many(np.asarray(x, dtype=float)[None, :], np.array([y], dtype=float))
+
+    def update_many(self, X: np.ndarray, y: np.ndarray) -> None:
+        """Rows ``X`` (oldest first) with targets ``y``: the same as one ``update`` per row."""
+        n = len(y)
+        if not n:
+            return
         f = self.forget
-        self._A *= f
-        self._A += np.outer(x, x)
-        self._b *= f
-        self._b += x * y
-        self.count = self.count * f + 1.0
+        w = f ** np.arange(n - 1, -1, -1, dtype=float)       # the newest row weighs 1
+        fn = f ** n
+        Xw = X * w[:, None]
+        self._A *= fn
+        self._A += Xw.T @ X
+        self._b *= fn
+        self._b += Xw.T @ y
+        self.count = self.count * fn + float(w.sum())
         self._dirty = True
 
     @property
@@ -80,18 +91,28 @@ class LinearCost:
         return X @ self.theta
 
 
-def verify_features(tokens: np.ndarray | float, context_tokens: float) -> np.ndarray:
+_KNOT_ARRAY = np.array(KNOTS, dtype=float)
+
+
+def verify_features(tokens: np.ndarray | float, context_tokens: np.ndarray | float) -> np.ndarray:
     """Feature rows ``[1, N, ctx/1000, relu(N − κ)...]`` for verified tokens ``N`` (array)."""
     n = np.atleast_1d(np.asarray(tokens, dtype=float))
-    cols = [np.ones_like(n), n, np.full_like(n, context_tokens / 1000.0)]
-    cols += [np.maximum(n - k, 0.0) for k in KNOTS]
-    return np.stack(cols, axis=1)
+    out = np.empty((len(n), 3 + len(KNOTS)))
+    out[:, 0] = 1.0
+    out[:, 1] = n
+    out[:, 2] = np.asarray(context_tokens, dtype=float) / 1000.0
+    np.maximum(n[:, None] - _KNOT_ARRAY[None, :], 0.0, out=out[:, 3:])
+    return out
 
 
-def step_features(drafting: np.ndarray | float, context_tokens: float) -> np.ndarray:
+def step_features(drafting: np.ndarray | float, context_tokens: np.ndarray | float) -> np.ndarray:
     """Feature rows ``[1, drafting sequences, ctx/1000]`` of one drafter step."""
     d = np.atleast_1d(np.asarray(drafting, dtype=float))
-    return np.stack([np.ones_like(d), d, np.full_like(d, context_tokens / 1000.0)], axis=1)
+    out = np.empty((len(d), 3))
+    out[:, 0] = 1.0
+    out[:, 1] = d
+    out[:, 2] = np.asarray(context_tokens, dtype=float) / 1000.0
+    return out
 
 
 class RoundCostModel:
@@ -111,22 +132,36 @@ class RoundCostModel:
         self.overhead_s = 0.0
         self.rounds = 0
         self.token_levels: set[int] = set()  # distinct N seen (identifiability of the slope)
+        self._pending: list[tuple] = []      # rounds not yet folded into the fits
 
     def observe(self, s: RoundStats) -> None:
+        """O(1): the round is buffered and folded into the fits when a cost is next read
+        (exactly as if folded now: the updates are the same, in the same order)."""
         self.rounds += 1
-        self.verify.update(verify_features(s.verify_tokens, s.context_tokens)[0], s.verify_s)
+        self._pending.append((s.verify_tokens, s.context_tokens, s.verify_s, s.draft_steps,
+                              s.drafting, s.draft_s))
         if len(self.token_levels) < 4:
             self.token_levels.add(s.verify_tokens)
-        if s.draft_steps > 0:
-            self.step.update(step_features(s.drafting, s.context_tokens)[0],
-                             s.draft_s / s.draft_steps)
         extra = (s.end_s - s.start_s) - s.draft_s - s.verify_s
         if extra >= 0.0:
             self.overhead_s += self.overhead_ema * (extra - self.overhead_s)
 
+    def fold(self) -> None:
+        """Fold the buffered rounds into the fits (every cost read does it first)."""
+        rows = self._pending
+        if not rows:
+            return
+        self._pending = []
+        a = np.array(rows, dtype=float)
+        self.verify.update_many(verify_features(a[:, 0], a[:, 1]), a[:, 2])
+        d = a[a[:, 3] > 0]
+        # the step fit forgets per observed draft phase, as one update per drafting round
+        self.step.update_many(step_features(d[:, 4], d[:, 1]), d[:, 5] / d[:, 3])
+
     def seed(self, rows: Iterable[tuple[str, int, int, float, float]]) -> None:
         """Prior rounds from a measured table: ``(path, batch, tokens, context, seconds)`` with
         path ``"verify"`` (``tokens`` verified) or ``"draft"`` (one step; ``batch`` drafting)."""
+        self.fold()
         for path, batch, tokens, ctx, seconds in rows:
             if path == "verify":
                 self.verify.update(verify_features(tokens, ctx)[0], seconds)
@@ -142,16 +177,41 @@ class RoundCostModel:
         return len(self.token_levels) >= 2
 
     def verify_s(self, tokens: np.ndarray, context_tokens: float) -> np.ndarray:
+        self.fold()
         return np.maximum(self.verify.predict(verify_features(tokens, context_tokens)), 0.0)
 
     def verify_slope(self, tokens: np.ndarray) -> np.ndarray:
         """∂verify_s/∂N at ``tokens`` (seconds per extra verified token), never negative."""
+        self.fold()
         th = self.verify.theta
         n = np.atleast_1d(np.asarray(tokens, dtype=float))
-        slope = np.full_like(n, th[1])
-        for j, k in enumerate(KNOTS):
-            slope += np.where(n > k, th[3 + j], 0.0)
+        slope = th[1] + (n[:, None] > _KNOT_ARRAY[None, :]) @ th[3:]
         return np.maximum(slope, 0.0)
 
     def step_s(self, drafting: np.ndarray, context_tokens: float) -> np.ndarray:
+        self.fold()
         return np.maximum(self.step.predict(step_features(drafting, context_tokens)), 0.0)
+
+    def functions(self, context_tokens: float) -> CostFunctions:
+        """The fitted costs at one context size, as the vectorised functions a plan calls
+        (θ read once: cheaper than going through ``verify_s``/``step_s`` per call)."""
+        self.fold()
+        tv, ts = self.verify.theta, self.step.theta
+        v0 = float(tv[0] + tv[2] * context_tokens / 1000.0)
+        v1, hinge = float(tv[1]), tv[3:]
+        s0 = float(ts[0] + ts[2] * context_tokens / 1000.0)
+        s1 = float(ts[1])
+
+        def verify_s(n):
+            n = np.asarray(n, dtype=float)
+            return np.maximum(v0 + v1 * n + np.maximum(n[..., None] - _KNOT_ARRAY, 0.0) @ hinge,
+                              0.0)
+
+        def slope(n):
+            n = np.asarray(n, dtype=float)
+            return np.maximum(v1 + (n[..., None] > _KNOT_ARRAY) @ hinge, 0.0)
+
+        def step_s(d):
+            return np.maximum(s0 + s1 * np.asarray(d, dtype=float), 0.0)
+
+        return CostFunctions(verify_s, slope, step_s, self.overhead_s)

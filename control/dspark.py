@@ -83,6 +83,8 @@ class DSparkConfig:
                                doc="goodput: rounds between cost probes at cap ± 1 (0 = never)")
     # 0.99 per round: the cost fit remembers ~100 rounds and follows a change of load.
     cost_forget: float = param(0.99, lo=0.5, hi=1.0, doc="goodput: forgetting factor of costs")
+    # 8 rounds: costs and acceptance move slowly against that; a batch change re-plans at once.
+    replan_rounds: int = param(8, lo=1, hi=10_000, doc="goodput: rounds between full plans")
     # --- modes and starting point -------------------------------------------------------------
     # lossless by default; threshold (lossy β rule) only when asked.
     mode: str = param("strict", choices=("strict", "threshold"), doc="verification mode")
@@ -248,6 +250,7 @@ class DSparkController(Controller):
         #: goodput: the round planner's pooled counts, shared by its sequences: index n = rounds
         #: that accepted n and then refused one, k_max + 1 + n = rounds that accepted all n
         self.profile: list | None = None
+        self.planned_k = -1  # goodput: this sequence's length in the planner's last full plan
         self._full = c.k_max + 1
         self.a_hat: float | None = None
         self.latency_ratio: float | None = None

@@ -13,6 +13,10 @@ Once per round, for the batch's sequences (each a :class:`~control.dspark.DSpark
 4. **Probing.** Until the cost model has seen two token counts, caps alternate between
    ``k_start`` and 1; afterwards every ``explore_every``-th round uses cap ± 1 (alternating), so
    the slope of the verify cost stays identifiable when the load does not move by itself.
+5. **Re-planning.** A full plan runs every ``replan_rounds`` rounds, or sooner when the batch
+   size moved by more than a quarter (and by more than 4); in between each sequence keeps its planned length (a
+   newcomer takes the cap), bounded by its own decision. This keeps the planner's cost per
+   round near that of the per-sequence controllers it drives.
 
 The per-sequence decision keeps its mode, β, τ and block-end flag; only k is planned.
 """
@@ -45,9 +49,11 @@ class DSparkPlanner(RoundPlanner):
         self.costs.reset()
         self.profile = [0.0] * (2 * (self.config.k_max + 1))
         self.rounds = 0
-        self.last_cap = 0
+        self.last_cap = -1      # no plan yet: the first full plan searches every cap
         self.last_goodput = float("nan")
         self._rates: list[float] | None = None
+        self._since = 0          # rounds since the last full plan
+        self._planned_b = 0      # batch size of the last full plan
 
     def set_rates(self, rates: Sequence[float]) -> None:
         """True per-sequence rates (the rate oracle only; a causal planner never gets them)."""
@@ -79,18 +85,38 @@ class DSparkPlanner(RoundPlanner):
         return np.minimum(pos[:, None] * (own / max(pool, 1e-12))[None, :], 1.0)
 
     def cost_functions(self, context_tokens: float) -> CostFunctions:
-        cm = self.costs
-        return CostFunctions(verify_s=lambda n: cm.verify_s(n, context_tokens),
-                             verify_slope=cm.verify_slope,
-                             step_s=lambda d: cm.step_s(d, context_tokens),
-                             overhead_s=cm.overhead_s)
+        return self.costs.functions(context_tokens)
 
     def plan(self, now_s: float, members: Sequence[Any], batch: BatchContext) -> list[Decision]:
         c = self.config
         base = [m.take_decision() for m in members]
         k_max = c.k_max if batch.max_draft is None else min(c.k_max, batch.max_draft)
-        kcap = np.array([d.k for d in base], dtype=np.int64)
-        kcap = np.minimum(kcap, k_max)
+        B = len(members)
+        e = c.explore_every
+        probe = bool(e) and self.rounds % e == e - 1
+        if (self._since < c.replan_rounds - 1 and self.costs.ready and not probe
+                and self._rates is None and abs(B - self._planned_b) <= max(4, B // 4)):
+            # between re-plans: each sequence keeps its planned length (a newcomer takes the
+            # cap); its own decision still bounds it (cool-down, block end, mode)
+            self._since += 1
+            cap = min(self.last_cap, k_max)
+            out = []
+            for m, d in zip(members, base):
+                kp = m.planned_k
+                k = cap if kp < 0 or kp > cap else kp
+                kk = d.k if d.k < k else k
+                out.append(d if d.k == kk else self._with_k(d, kk))
+            return out
+        self._since = 0
+        self._planned_b = B
+        k = self._full_plan(members, base, k_max, batch, probe)
+        for m, kk in zip(members, k.tolist()):
+            m.planned_k = kk
+        return [self._with_k(d, kk) for d, kk in zip(base, k.tolist())]
+
+    def _full_plan(self, members, base, k_max, batch, probe) -> np.ndarray:
+        c = self.config
+        kcap = np.minimum(np.array([d.k for d in base], dtype=np.int64), k_max)
         if self._rates is not None and len(self._rates) == len(members):
             a = np.asarray(self._rates, dtype=float)
         else:
@@ -101,16 +127,20 @@ class DSparkPlanner(RoundPlanner):
             k = np.minimum(kcap, min(cap, k_max))
         else:
             alpha = np.array([m.alpha for m in members], dtype=float)
+            # search near the last cap (±3): a cap moves by at most that between full plans
+            near = None if self.last_cap < 0 else (self.last_cap - 3, self.last_cap + 3)
             p = plan_round_lengths(a, kcap, self.cost_functions(batch.context_tokens), k_max,
-                                   alpha)
+                                   alpha, cap_range=near)
             self.last_goodput = float(p.goodput.max())
             k = p.k
-            e = c.explore_every
-            if e and self.rounds % e == e - 1:
-                probe = p.cap + 1 if (self.rounds // e) % 2 == 0 else p.cap - 1
-                k = p.k_by_cap[min(max(probe, 0), k_max)]
+            if probe:  # one round at the neighbouring cap; the next round re-plans
+                alt = p.cap + 1 if (self.rounds // c.explore_every) % 2 == 0 else p.cap - 1
+                rows = np.flatnonzero(p.caps == alt)
+                if len(rows):
+                    k = p.k_by_cap[rows[0]]
+                self._since = c.replan_rounds
         self.last_cap = int(k.max()) if len(k) else 0
-        return [self._with_k(d, kk) for d, kk in zip(base, k.tolist())]
+        return k
 
     def _with_k(self, d: Decision, k: int) -> Decision:
         if d.k == k:
@@ -133,6 +163,7 @@ class DSparkPlanner(RoundPlanner):
                 prof[i] *= 0.5
 
     def state(self) -> dict[str, Any]:
+        self.costs.fold()
         th = self.costs.verify.theta
         return {"rounds": self.rounds, "cap": self.last_cap, "goodput": self.last_goodput,
                 "verify_intercept_s": float(th[0]), "verify_per_token_s": float(th[1]),

@@ -40,8 +40,9 @@ class RoundPlan:
 
     k: np.ndarray
     cap: int
-    k_by_cap: np.ndarray  # (K+1, B): the draft lengths chosen under each cap
-    goodput: np.ndarray  # tokens per second predicted for each cap row 0..K
+    caps: np.ndarray      # the caps tried, one per row of k_by_cap and goodput
+    k_by_cap: np.ndarray  # (rows, B): the draft lengths chosen under each cap tried
+    goodput: np.ndarray   # tokens per second predicted for each cap tried
     seconds: float       # predicted round time of the chosen plan
 
 
@@ -65,14 +66,16 @@ def round_seconds(k: np.ndarray, costs: CostFunctions) -> np.ndarray:
 
 
 def plan_round_lengths(a: np.ndarray, kcap: np.ndarray, costs: CostFunctions, k_max: int,
-                       weight: np.ndarray | None = None, iterations: int = 4) -> RoundPlan:
+                       weight: np.ndarray | None = None, iterations: int = 4,
+                       cap_range: tuple[int, int] | None = None) -> RoundPlan:
     """Draft lengths maximising ``Σ E_i(k_i) / T`` with ``k_i ≤ min(m, kcap_i)`` per cap m.
 
     ``a``: per-sequence acceptance rates, shape ``(B,)`` (i.i.d. per token: token j is accepted
     with probability ``a_i^j``), or per draft position, shape ``(K, B)`` (row j−1: the rate of
     position j given the earlier ones were accepted; token j with probability ``Π_{l≤j} a_il``).
     ``kcap``: per-sequence upper bounds (0 = this sequence must not draft, e.g. a cool-down);
-    ``weight``: α per sequence (None = all 1).
+    ``weight``: α per sequence (None = all 1). ``cap_range``: only caps ``lo..hi`` are tried
+    (a planner searching near its last cap); None = all of ``0..k_max`` (exact).
     """
     a = np.clip(np.asarray(a, dtype=float), 0.0, 1.0)
     B = a.shape[-1]
@@ -84,31 +87,32 @@ def plan_round_lengths(a: np.ndarray, kcap: np.ndarray, costs: CostFunctions, k_
     else:
         powers = np.vstack([np.ones((1, B)), np.cumprod(a[:K], axis=0)])
     cum = np.cumsum(powers, axis=0)                    # E(a_i, k) at row k
-    caps = np.arange(K + 1)
-    k = np.minimum(caps[:, None], kcap[None, :])       # (K+1 caps, B)
+    lo, hi = (0, K) if cap_range is None else (max(0, cap_range[0]), min(K, cap_range[1]))
+    caps = np.arange(lo, hi + 1)
+    bound = np.minimum(caps[:, None], kcap[None, :])   # (caps, B)
+    k = bound
     t0 = round_seconds(np.zeros((1, B), dtype=np.int64), costs)[0]
-    cols = np.arange(B)
+    cols = np.arange(B)[None, :]
     w_mean = float(w.mean()) if B else 1.0
+    t = round_seconds(k, costs)
+    g = cum[k, cols].sum(axis=1) / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
     for _ in range(iterations):
-        t = round_seconds(k, costs)
-        t_eff = t0 + (t - t0) / w_mean
-        g = cum[k, cols[None, :]].sum(axis=1) / np.maximum(t_eff, 1e-12)
         v = costs.verify_slope((k + 1).sum(axis=1))
         thr = (g * v)[:, None] / w[None, :]                     # (caps, B)
         keep = powers[1:, None, :] >= thr[None, :, :]           # (K, caps, B): token j pays
-        kstar = np.minimum(np.minimum(caps[:, None], kcap[None, :]), keep.sum(axis=0))
+        kstar = np.minimum(bound, keep.sum(axis=0))
         # drafting at all also adds this sequence to every draft step of the round
         d = (k > 0).sum(axis=1)
         join = caps * (costs.step_s(d + 1) - costs.step_s(np.maximum(d, 1)))
-        gain = cum[kstar, cols[None, :]] - 1.0
-        pays = gain >= thr * kstar + (g * join)[:, None] / w[None, :]
+        pays = cum[kstar, cols] - 1.0 >= thr * kstar + (g * join)[:, None] / w[None, :]
         k_new = np.where(pays, kstar, 0)
         if np.array_equal(k_new, k):
             break
         k = k_new
-    t = round_seconds(k, costs)
-    g = cum[k, cols[None, :]].sum(axis=1) / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
+        t = round_seconds(k, costs)
+        g = cum[k, cols].sum(axis=1) / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
     best = int(np.argmax(g))  # first maximum: the shortest cap among ties
     # the plan's true cap: sequences may all have stopped below the row's cap
     cap = int(k[best].max()) if B else 0
-    return RoundPlan(k=k[best].copy(), cap=cap, k_by_cap=k, goodput=g, seconds=float(t[best]))
+    return RoundPlan(k=k[best].copy(), cap=cap, caps=caps, k_by_cap=k, goodput=g,
+                     seconds=float(t[best]))

@@ -31,7 +31,7 @@ from control.costmodel import RoundCostModel
 from control.dspark import DSparkConfig, DSparkController
 from control.dspark_planner import DSparkPlanner
 from control.errors import ConfigError
-from control.goodput import CostFunctions, round_seconds
+from control.goodput import round_seconds
 from control.types import Decision, Observation
 
 
@@ -77,10 +77,7 @@ class ClairvoyantPlanner:
             cap = min(c.k_start if self.rounds % 2 == 0 else 1, k_max)
             k = np.minimum(L, cap)
         else:
-            ctx = batch.context_tokens
-            cm = self.costs
-            costs = CostFunctions(lambda n: cm.verify_s(n, ctx), cm.verify_slope,
-                                  lambda d: cm.step_s(d, ctx), cm.overhead_s)
+            costs = self.costs.functions(batch.context_tokens)
             caps = np.arange(k_max + 1)
             ks = np.minimum(L[None, :], caps[:, None])
             g = (ks.sum(axis=1) + len(L)) / np.maximum(round_seconds(ks, costs), 1e-12)

@@ -86,6 +86,7 @@ TABLE: dict[str, dict[str, dict[str, Any]]] = {
         "explore_every": {"lo": 0, "hi": 256, "when": {"policy": ("goodput",)}},
         "cost_forget": {"lo": 0.9, "hi": 0.999, "when": {"policy": ("goodput",)}},
         "goodput_cooldown": {"when": {"policy": ("goodput",)}},
+        "replan_rounds": {"lo": 1, "hi": 32, "log": True, "when": {"policy": ("goodput",)}},
         "alpha0": {"lo": 0.3, "hi": 1.5, "when": {"policy": ("seed",)}},
         "k_ref": {"lo": 2.0, "hi": 32.0, "log": True, "when": {"policy": ("seed",)}},
         "k_min": {"lo": 1, "hi": 8, "when": {"policy": ("seed",)}},
