@@ -50,6 +50,25 @@ class NoSlot(RuntimeError):
     """The trial was not one of the study's queued slots (the queue ran dry under a race)."""
 
 
+class DuplicateSlot(RuntimeError):
+    """The trial's slot is held by an earlier trial (queued twice by two commands or by a race
+    with a retry): it is failed unrun, and the earlier one fills the slot."""
+
+
+def slot_holder(trial: Any) -> int | None:
+    """The number of the trial that fills ``trial``'s slot when that is not ``trial``: the
+    smallest-numbered trial of the slot that is WAITING, RUNNING, COMPLETE or PRUNED. Every
+    worker applies the same rule after its atomic claim, so exactly one trial runs a slot."""
+    slot = trial.user_attrs.get("slot")
+    if slot is None:
+        return None
+    from optuna.trial import TrialState
+    live = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
+    first = min((t.number for t in trial.study.get_trials(deepcopy=False, states=live)
+                 if t.user_attrs.get("slot") == slot), default=trial.number)
+    return first if first < trial.number else None
+
+
 #: Optuna >= 5 takes constraints from ``Trial.set_constraint``; older ones need constraints_func.
 NATIVE_CONSTRAINTS = hasattr(optuna.Trial, "set_constraint")
 
@@ -158,6 +177,13 @@ class Objective:
         if self.require_slot and "slot" not in trial.user_attrs:
             trial.set_user_attr("stray", True)
             raise NoSlot(f"trial {trial.number} is not a queued slot")
+        if self.require_slot and not isinstance(trial, optuna.trial.FixedTrial):
+            holder = slot_holder(trial)
+            if holder is not None:
+                trial.set_user_attr("stray", True)
+                trial.set_user_attr("duplicate_of", holder)
+                raise DuplicateSlot(f"trial {trial.number}: slot {trial.user_attrs['slot']} "
+                                    f"is filled by trial {holder}")
         if not isinstance(trial, optuna.trial.FixedTrial) and "worker" not in trial.user_attrs:
             trial.set_user_attr("worker", worker_tag())   # samplers of tuning.study tag already
         config = suggest_config(trial, self.controller, self.pinned)

@@ -45,6 +45,25 @@ def _check_heldout(cfg: TuningConfig) -> None:
                                   f"tuning workload '{name}'; held-out workloads must differ")
 
 
+def _preflight(cfg: TuningConfig, evaluate_heldout: bool) -> None:
+    """Every workload's requests checked before the first trial (nothing to measure, no request
+    that fits in KV memory, ... is one line naming the workload and its scenario file)."""
+    from control.errors import DSparkError
+    from sim.api import preflight
+    groups = [(cfg.tune.workloads, cfg.tune.sim_seeds)]
+    if evaluate_heldout:
+        groups.append((cfg.evaluate.workloads, cfg.evaluate.sim_seeds))
+    for workloads, seeds in groups:
+        for w in workloads:
+            try:
+                for seed in seeds:
+                    preflight(load_workload(w), seed=seed)
+            except DSparkError as e:
+                msg = str(e)
+                raise ConfigError(msg if msg.startswith(w.scenario) else
+                                  f"{w.scenario}: workload '{w.name}': {msg}") from None
+
+
 def tune(cfg: TuningConfig, out: str | Path, storage: str | None = None, workers: int = 1,
          resume: bool = False, progress: bool = False, evaluate_heldout: bool = True,
          simulate: Callable | None = None, log: Callable[[str], None] = lambda s: None) -> dict:
@@ -56,6 +75,7 @@ def tune(cfg: TuningConfig, out: str | Path, storage: str | None = None, workers
     if evaluate_heldout and not cfg.evaluate.workloads:
         raise ConfigError("no [[evaluate.workloads]]: add held-out workloads or skip evaluation")
     _check_heldout(cfg)
+    _preflight(cfg, evaluate_heldout)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     log(f"study '{cfg.study_name()}': {cfg.tune.n_trials} trials, {workers} worker(s), "

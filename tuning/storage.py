@@ -8,17 +8,29 @@ URLs:
 - ``sqlite:///PATH``, ``postgresql://...``, ``mysql://...``: :class:`optuna.storages.RDBStorage`
   with a heartbeat, so a trial whose worker died is failed and retried by the next worker.
 
-The journal backend of the installed Optuna has no heartbeat, so journal studies record
-``worker = "host:pid"`` on each trial and :func:`recover_dead_trials` fails and re-queues the
-RUNNING trials of a dead process on this host (called whenever a worker opens the study).
-Finished trials are never touched: a killed worker loses only the trial it was running.
+Every trial records ``worker = "host:pid"`` when it is claimed, and :func:`recover` (called when
+a study is prepared or resumed, when a worker opens it, after each trial and while a worker waits
+for the last running trials) fails and re-queues RUNNING trials whose worker is gone: a dead
+process on this host at once (any storage), and on an RDB storage any trial whose heartbeat
+stopped (after ``HEARTBEAT_GRACE_S``). The journal backend of the installed Optuna has no
+heartbeat, so a journal trial of a dead worker on *another* host is not recovered. The retry is a
+WAITING copy with the trial's parameters and slot. Finished trials are never touched: a killed
+worker loses only the trial it was running.
+
+A journal file cut short mid-line (a crash during a write) is repaired before it is read or
+appended to: the partial last line is dropped (one-line :class:`StorageWarning`); a complete line
+that is not a record is salvaged (a record that was appended to a partial line) or refused in
+one line. A worker killed while it holds the journal's lock (milliseconds per write) stalls the
+other workers until the lock is broken after ``LOCK_GRACE_S`` (10 s).
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import socket
+import warnings
 from pathlib import Path
 
 import optuna
@@ -75,20 +87,19 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
     if url == "memory":
         return optuna.storages.InMemoryStorage()
     if is_journal(url):
-        from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock, JournalStorage
+        from optuna.storages.journal import JournalFileOpenLock, JournalStorage
         path = url[len("journal:"):]
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         lock = JournalFileOpenLock(path, grace_period=LOCK_GRACE_S)
-        return JournalStorage(JournalFileBackend(path, lock_obj=lock))
-    import warnings
+        repair_journal(path, lock)
+        return JournalStorage(_journal_backend()(path, lock_obj=lock))
     url = _with_driver(url)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)
             return optuna.storages.RDBStorage(
                 url, heartbeat_interval=HEARTBEAT_INTERVAL_S, grace_period=HEARTBEAT_GRACE_S,
-                heartbeat_stale_trial_callback=retry,
+                heartbeat_stale_trial_callback=requeue_stale,
                 engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None)
     except ImportError as e:
         raise ConfigError(f"storage '{_redact(url)}' needs a driver: {e} (pip install "
@@ -124,7 +135,130 @@ def redact(url: str) -> str:
     return _redact(url)
 
 
-# ---- journal: trials of dead workers -----------------------------------------------------
+# ---- journal: a file cut short by a crash ------------------------------------------------
+
+class StorageWarning(UserWarning):
+    """A storage repaired on open (printed by ``dspark`` as one line)."""
+
+
+_RECORD_START = b'{"op_code"'
+
+
+def _salvage(line: bytes) -> bytes | None:
+    """The record at the end of a line that a record was appended to after a partial write
+    (``<partial>{"op_code":...}``), or None."""
+    at = line.rfind(_RECORD_START)
+    while at > 0:
+        try:
+            json.loads(line[at:])
+            return line[at:]
+        except ValueError:
+            at = line.rfind(_RECORD_START, 0, at)
+    return None
+
+
+def _cut_partial_tail(path: str) -> int:
+    """Drop bytes after the last newline (a write cut short); returns how many. Call with the
+    journal's lock held."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return 0
+    if size == 0:
+        return 0
+    with open(path, "rb+") as fh:
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return 0
+        keep, chunk = size, 1 << 16
+        while keep > 0:                          # find the last newline from the end
+            start = max(0, keep - chunk)
+            fh.seek(start)
+            block = fh.read(keep - start)
+            nl = block.rfind(b"\n")
+            if nl >= 0:
+                keep = start + nl + 1
+                break
+            keep = start
+        fh.truncate(keep)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return size - keep
+
+
+def repair_journal(path: str, lock: object = None) -> list[str]:
+    """Make a journal file readable after a crash (under its lock): drop a partial last line,
+    salvage a record appended to an earlier partial line; a line that is no record and cannot be
+    salvaged is a one-line ConfigError. Returns the notices (each also a StorageWarning)."""
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return []
+    if lock is None:
+        from optuna.storages.journal import JournalFileOpenLock
+        lock = JournalFileOpenLock(path, grace_period=LOCK_GRACE_S)
+    notices = []
+    lock.acquire()
+    try:
+        cut = _cut_partial_tail(path)
+        if cut:
+            notices.append(f"{path}: dropped a partial last line ({cut} bytes, a write cut short "
+                           "by a crash); every complete record is kept")
+        with open(path, "rb") as fh:
+            lines = fh.read().split(b"\n")[:-1]
+        fixed, changed = [], []
+        for i, line in enumerate(lines):
+            try:
+                json.loads(line)
+                fixed.append(line)
+                continue
+            except ValueError:
+                pass
+            rec = _salvage(line)
+            if rec is None:
+                raise ConfigError(f"{path}: line {i + 1} is not a journal record and cannot be "
+                                  "repaired; restore the file or start a new --out")
+            fixed.append(rec)
+            changed.append(i + 1)
+        if changed:
+            tmp = f"{path}.repair"
+            with open(tmp, "wb") as fh:
+                fh.write(b"".join(x + b"\n" for x in fixed))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+            notices.append(f"{path}: line(s) {', '.join(map(str, changed))} held a record "
+                           "appended to a partial line; the partial part was dropped")
+    finally:
+        lock.release()
+    for n in notices:
+        warnings.warn(n, StorageWarning, stacklevel=2)
+    return notices
+
+
+def _journal_backend() -> type:
+    """Optuna's journal file backend, dropping a partial last line (a writer that crashed
+    mid-write) under the lock before it appends, so a crash never makes the file unreadable."""
+    from optuna.storages.journal import JournalFileBackend
+
+    class RepairingJournalFileBackend(JournalFileBackend):
+        def append_logs(self, logs: list[dict]) -> None:
+            text = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
+            self._lock.acquire()
+            try:
+                cut = _cut_partial_tail(self._file_path)
+                if cut:
+                    warnings.warn(f"{self._file_path}: dropped a partial last line ({cut} bytes, "
+                                  "a write cut short by a crash)", StorageWarning, stacklevel=2)
+                with open(self._file_path, "ab") as fh:
+                    fh.write(text.encode("utf-8"))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            finally:
+                self._lock.release()
+
+    return RepairingJournalFileBackend
+
+
+# ---- trials of dead workers ----------------------------------------------------------------
 
 def worker_tag() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -142,6 +276,35 @@ def _pid_alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return True
+
+
+def requeue(study: optuna.Study, t: optuna.trial.FrozenTrial) -> bool:
+    """Queue a WAITING copy of failed trial ``t`` (its parameters, slot and user attributes but
+    not its worker) unless it was retried ``MAX_RETRY`` times already. The caller must be the
+    one whose FAIL of ``t`` was accepted, so a trial is re-queued once."""
+    retry_of = list(t.system_attrs.get("retry_history", [])) + [t.number]
+    if len(retry_of) > MAX_RETRY:
+        return False
+    study.add_trial(optuna.trial.create_trial(
+        state=TrialState.WAITING, params=t.params, distributions=t.distributions,
+        user_attrs={k: v for k, v in t.user_attrs.items() if k != "worker"},
+        system_attrs={"failed_trial": retry_of[0], "retry_history": retry_of}))
+    return True
+
+
+def requeue_stale(study: optuna.Study, t: optuna.trial.FrozenTrial) -> None:
+    """RDB heartbeat callback: a trial whose heartbeat stopped was failed; queue its retry."""
+    requeue(study, t)
+
+
+def recover(study: optuna.Study) -> list[int]:
+    """Fail and re-queue every RUNNING trial whose worker is known dead: on this host by its
+    process id (any storage), elsewhere by a stopped heartbeat (RDB storages). Returns the
+    numbers of the trials failed here."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+    return recover_dead_trials(study)
 
 
 def recover_dead_trials(study: optuna.Study) -> list[int]:
@@ -169,12 +332,25 @@ def recover_dead_trials(study: optuna.Study) -> list[int]:
             continue
         if ok is False:
             continue
-        retry_of = list(t.system_attrs.get("retry_history", [])) + [t.number]
-        if len(retry_of) > MAX_RETRY:
-            continue
-        study.add_trial(optuna.trial.create_trial(
-            state=TrialState.WAITING, params=t.params, distributions=t.distributions,
-            user_attrs={k: v for k, v in t.user_attrs.items() if k != "worker"},
-            system_attrs={"failed_trial": retry_of[0], "retry_history": retry_of}))
+        requeue(study, t)
         recovered.append(t.number)
     return recovered
+
+
+def alive_elsewhere(study: optuna.Study, heartbeat: bool) -> list[int]:
+    """Numbers of RUNNING trials that may still finish or be recovered later: those of a live
+    process on this host, those not yet tagged with a worker, and with a heartbeat (RDB) those
+    of other hosts (a dead one's trial is failed by its heartbeat and re-queued)."""
+    host = socket.gethostname()
+    now = datetime.datetime.now()
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        h, _, pid = t.user_attrs.get("worker", "").rpartition(":")
+        if heartbeat and h and h != host:      # its heartbeat fails it if its worker died
+            out.append(t.number)
+        elif not h:
+            if (now - (t.datetime_start or now)).total_seconds() < UNTAGGED_STALE_S:
+                out.append(t.number)
+        elif h == host and pid.isdigit() and _pid_alive(int(pid)):
+            out.append(t.number)
+    return out

@@ -7,15 +7,27 @@ ones the sampler fills in when a worker pops them. Popping a WAITING trial is at
 Optuna storage, so two workers never run the same slot; a worker stops when the queue is
 empty (``MaxTrialsCallback`` over COMPLETE and PRUNED trials is kept as a second guard).
 
-A worker that dies leaves its RUNNING trial behind. RDB storages fail it by heartbeat and
-``RetryHeartbeatStaleTrialCallback`` re-queues it; journal files (no heartbeat in this Optuna)
-use :func:`tuning.storage.recover_dead_trials` when a worker opens the study. Either way the
-slot is run again and every finished trial is kept.
+A worker that dies leaves its RUNNING trial behind. :func:`tuning.storage.recover` fails and
+re-queues it (a dead process on this host at once; on RDB storages any worker whose heartbeat
+stopped): when the study is prepared or resumed, when a worker opens it, after every trial, and
+while a worker whose queue is empty waits for the trials still running. So the slot is run again,
+every finished trial is kept, and a run ends with exactly N finished trials or says in one line
+(non-zero exit) how far it got.
+
+Slot claims are exact however many commands and workers join: popping a WAITING trial is atomic
+(a database transaction on RDB, the journal's lock on files), and a claimed trial whose slot an
+earlier trial already holds (queued twice: two commands preparing the same study, or a prepare
+racing a retry) is failed unrun as a duplicate (:func:`tuning.objective.slot_holder`). Workers
+die with the process that started them (``PR_SET_PDEATHSIG`` on Linux, else a watchdog thread).
 """
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
+import os
+import signal
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -26,18 +38,42 @@ from optuna.trial import TrialState
 
 from control.errors import ConfigError, DSparkError
 from tuning.config import TuningConfig
-from tuning.objective import NATIVE_CONSTRAINTS, NoSlot, Objective, constraint_of, directions
+from tuning.objective import (
+    NATIVE_CONSTRAINTS,
+    DuplicateSlot,
+    NoSlot,
+    Objective,
+    constraint_of,
+    directions,
+)
 from tuning.space import start_points
 from tuning.storage import (
-    is_journal,
+    alive_elsewhere,
     make_storage,
-    recover_dead_trials,
+    recover,
     redact,
     shareable,
     worker_tag,
 )
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
+WAIT_POLL_S = 0.5     # how often a worker with an empty queue looks at the running trials
+
+
+class _SkipSlotNoise(logging.Filter):
+    """Optuna logs a failed trial with its traceback; a stray or duplicate slot claim is not an
+    error of the study, so its two lines are dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, (NoSlot, DuplicateSlot)):
+            self.last = record.getMessage().split(" failed", 1)[0]
+            return False
+        msg = record.getMessage()
+        return not (getattr(self, "last", None) and msg.startswith(f"{self.last} failed with value"))
+
+
+_FILTER = _SkipSlotNoise()
 
 
 def quiet() -> None:
@@ -45,6 +81,9 @@ def quiet() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     # CMA-ES and random ignore constraints; choose_best still applies them.
     warnings.filterwarnings("ignore", message="Constraints have been set")
+    log = logging.getLogger("optuna.study._optimize")
+    if _FILTER not in log.filters:
+        log.addFilter(_FILTER)
 
 
 def sampler_name(cfg: TuningConfig) -> str:
@@ -135,8 +174,7 @@ def prepare_study(cfg: TuningConfig, url: str, n_trials: int | None = None,
         if have != want:
             raise ConfigError(f"study '{name}' optimises {have}, but objective "
                               f"'{cfg.tune.objective}' needs {want}")
-    if is_journal(url):
-        recover_dead_trials(study)
+    recover(study)      # trials of dead workers: failed and re-queued before slots are counted
     have = _slots(study)
     starts = start_points(cfg.tune.controller, cfg.pinned()) if not exists else []
     for slot in range(n):
@@ -146,6 +184,15 @@ def prepare_study(cfg: TuningConfig, url: str, n_trials: int | None = None,
         study.enqueue_trial(params, user_attrs={"slot": slot}, skip_if_exists=False)
     study.set_user_attr("n_trials", n)
     return study
+
+
+def _waiting(study: optuna.Study) -> bool:
+    return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+
+def _heartbeat(study: optuna.Study) -> bool:
+    from optuna.storages._heartbeat import is_heartbeat_enabled
+    return is_heartbeat_enabled(study._storage)
 
 
 def _stop_when_dry(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
@@ -161,32 +208,57 @@ def run_worker(cfg: TuningConfig, url: str, worker: int = 0, n_trials: int | Non
     storage = storage or make_storage(url)
     study = optuna.load_study(study_name=cfg.study_name(), storage=storage,
                               sampler=make_sampler(cfg, worker), pruner=make_pruner(cfg))
-    if is_journal(url):
-        recover_dead_trials(study)
     n = n_trials or int(study.user_attrs.get("n_trials", cfg.tune.n_trials))
     objective = Objective(cfg, simulate=simulate, require_slot=True)
     done = 0
-    cbs = [optuna.study.MaxTrialsCallback(n, states=DONE), *(callbacks or [])]
-    if is_journal(url):   # a worker that died while others run: re-queue its trial now
-        cbs.insert(0, lambda st, tr: recover_dead_trials(st))
-    cbs.append(_stop_when_dry)
+    # a worker that died while others run: its trial is re-queued after the next trial ends
+    cbs = [lambda st, tr: recover(st), optuna.study.MaxTrialsCallback(n, states=DONE),
+           *(callbacks or []), _stop_when_dry]
+    heartbeat = _heartbeat(study)
 
     def count(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         nonlocal done
         done += trial.state in DONE
 
-    while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-        try:
-            study.optimize(objective, callbacks=[count, *cbs], gc_after_trial=False)
-        except NoSlot:
+    while True:
+        recover(study)
+        if count_done(study) >= n:
             break
-        if len(study.get_trials(deepcopy=False, states=DONE)) >= n:
+        if _waiting(study):
+            try:
+                study.optimize(objective, callbacks=[count, *cbs], gc_after_trial=False,
+                               catch=(DuplicateSlot,))
+            except NoSlot:      # the queue ran dry under a race: look again
+                pass
+            continue
+        # nothing queued: wait while trials run that may finish, or fail and come back
+        if not alive_elsewhere(study, heartbeat):
             break
+        time.sleep(WAIT_POLL_S)
     return done
 
 
+def _die_with_parent(parent: int) -> None:
+    """End this worker when the process that started it dies, even by SIGKILL."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:   # PR_SET_PDEATHSIG
+            raise OSError(ctypes.get_errno(), "prctl")
+    except (OSError, AttributeError):
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(1.0)
+            os._exit(1)
+        threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+    if os.getppid() != parent:      # the parent died before the signal was armed
+        os._exit(1)
+
+
 def _worker_main(cfg: TuningConfig, url: str, worker: int, n_trials: int | None,
-                 simulate: Callable[..., dict] | None) -> None:
+                 simulate: Callable[..., dict] | None, parent: int | None = None) -> None:
+    if parent is not None:
+        _die_with_parent(parent)
     run_worker(cfg, url, worker, n_trials, simulate)
 
 
@@ -205,6 +277,7 @@ def run_study(cfg: TuningConfig, url: str, workers: int = 1, n_trials: int | Non
     storage = make_storage(url)
     study = prepare_study(cfg, url, n, resume, storage=storage)
     bar = _bar(n, count_done(study), progress)
+    procs: list = []
     try:
         if workers <= 1:
             def tick(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
@@ -213,7 +286,8 @@ def run_study(cfg: TuningConfig, url: str, workers: int = 1, n_trials: int | Non
             run_worker(cfg, url, 0, n, simulate, storage=storage, callbacks=[tick])
         else:
             ctx = mp.get_context("fork")
-            procs = [ctx.Process(target=_worker_main, args=(cfg, url, i, n, simulate),
+            procs = [ctx.Process(target=_worker_main, args=(cfg, url, i, n, simulate,
+                                                            os.getpid()),
                                  name=f"tune-worker-{i}") for i in range(workers)]
             for p in procs:
                 p.start()
@@ -226,17 +300,42 @@ def run_study(cfg: TuningConfig, url: str, workers: int = 1, n_trials: int | Non
                 last = now
             for p in procs:
                 p.join()
-            bad = [p.exitcode for p in procs if p.exitcode != 0]
-            if bad and count_done(study) < n:
-                raise DSparkError(f"tuning worker(s) exited with codes {bad} after "
-                                  f"{count_done(study)} of {n} trials; rerun with --resume "
-                                  "to continue the study")
             if bar is not None and count_done(study) > last:
                 bar.update(count_done(study) - last)
     finally:
+        for p in procs:           # an interrupted run leaves no worker behind
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=10)
         if bar is not None:
             bar.close()
+    recover(study)
+    _check_complete(study, n, [p.exitcode for p in procs if p.exitcode != 0])
     return study
+
+
+def _check_complete(study: optuna.Study, n: int, bad_exits: list) -> None:
+    """A run that ends short of N finished trials is a one-line error (exit 2), never exit 0."""
+    done = count_done(study)
+    if done >= n:
+        return
+    trials = study.get_trials(deepcopy=False)
+    running = sum(t.state == TrialState.RUNNING for t in trials)
+    waiting = sum(t.state == TrialState.WAITING for t in trials)
+    why = []
+    if bad_exits:
+        why.append(f"worker(s) exited with codes {bad_exits}")
+    if running:
+        why.append(f"{running} trial(s) still RUNNING (a worker elsewhere, or one whose "
+                   "heartbeat has not yet expired)")
+    if waiting:
+        why.append(f"{waiting} slot(s) still queued")
+    failed = sum(t.state == TrialState.FAIL and not t.user_attrs.get("stray") for t in trials)
+    if failed:
+        why.append(f"{failed} trial(s) failed")
+    raise DSparkError(f"study '{study.study_name}' ended with {done} of {n} trials finished"
+                      + (f" ({'; '.join(why)})" if why else "")
+                      + "; rerun with --resume to continue it")
 
 
 def _bar(total: int, initial: int, on: bool) -> Any:
