@@ -1,6 +1,8 @@
 """The simulator mirroring the engine, replaying recorded greedy position traces with the measured
 latency table, reproduces the engine's rounds exactly (k, drafted, accepted, emitted, context),
-for every engine controller — so only latency modelling can contribute error."""
+for every engine controller whose decisions do not read time — so only latency modelling can
+contribute error. (The default goodput ``dspark`` chooses k from costs it measures, so its rounds
+follow the latency model too: it is replayed under its seed policy here.)"""
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from real.tracing import PromptSetConfig, make_prompts, record_positions_full, r
 from tests.validate.conftest import ECFG, PCFG
 
 NEW = 24
-CONTROLLERS = {"fixed": {"k": 3}, "hf-heuristic": {"k_max": 6}, "dspark": None,
+CONTROLLERS = {"fixed": {"k": 3}, "hf-heuristic": {"k_max": 6}, "dspark": {"policy": "seed"},
                "confidence-stop": {"tau": 0.5, "k_max": 6}, "ema-hysteresis": None}
 
 

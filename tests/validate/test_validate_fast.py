@@ -37,8 +37,11 @@ def test_error_table_columns_and_finite(run):
     assert set(err.workload) == {"random-b", "random-c"}
     assert len(err) == 3 * 2 * len(METRICS)
     assert np.isfinite(err[["sim", "real", "real_spread", "error_pct"]].to_numpy()).all()
-    # acceptance is replayed exactly from the greedy position traces (float64 tiny models)
-    acc = err[err.metric.isin(["mean_accepted_length", "acceptance_rate"])]
+    # acceptance is replayed exactly from the greedy position traces (float64 tiny models) for
+    # controllers whose decisions do not read time; the goodput dspark plans from the costs it
+    # measures (real) or is modelled to see (sim), so its rounds follow the latency model too
+    acc = err[err.metric.isin(["mean_accepted_length", "acceptance_rate"])
+              & (err.controller != "dspark")]
     assert np.abs(acc.error_pct).max() < 1e-9
     s = json.loads((out / "summary.json").read_text())
     assert s["kind"] == "validate" and set(s["rank_agreement"]) == {"random-b", "random-c"}
@@ -46,7 +49,8 @@ def test_error_table_columns_and_finite(run):
     assert s["max_abs_error_pct"] == pytest.approx(np.abs(head.error_pct).max())
     last = stdout.strip().splitlines()[-1]
     assert last == f"validate_max_abs_error_pct={s['max_abs_error_pct']:.3f}"
-    assert all(v["replay_exact_requests"] == 1.0 for v in s["diagnostics"].values())
+    assert all(v["replay_exact_requests"] == 1.0 for k, v in s["diagnostics"].items()
+               if not k.startswith("dspark"))
     assert (out / "errors_fitted.csv").is_file() and (out / "profile" / "latency.csv").is_file()
 
 
