@@ -246,7 +246,9 @@ class DSparkController(Controller):
         self.sum_n = 0.0    # goodput: accepted tokens, forgotten at 1/window_rounds per round
         self.sum_rej = 0.0  # goodput: rounds that ended in a rejection, same forgetting
         self.context_tokens = 0
-        self._solo = None   # goodput: own planner when no round planner drives this sequence
+        # goodput: own planner when no round planner drives this sequence; reset() keeps it —
+        # the costs it learned are the hardware's, not the sequence's (a new controller forgets)
+        self._solo = getattr(self, "_solo", None)
         #: goodput: the round planner's pooled counts, shared by its sequences: index n = rounds
         #: that accepted n and then refused one, k_max + 1 + n = rounds that accepted all n
         self.profile: list | None = None

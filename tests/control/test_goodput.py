@@ -232,3 +232,20 @@ def test_goodput_choice_with_per_position_rates_equals_brute_force(rates, c0, c1
     plan = plan_round_lengths(a, np.full(a.shape[1], K), costs, K, iterations=20)
     best = max(value(k) for k in itertools.product(range(K + 1), repeat=a.shape[1]))
     assert value(plan.k) == pytest.approx(best, rel=1e-9)
+
+
+def test_solo_goodput_keeps_learned_costs_across_reset():
+    """A batch-1 driver reuses one controller per method (reset per request): the costs it
+    learned are the hardware's, so a new request does not start cold; the sequence state does."""
+    c = make_controller("dspark", {"k_max": 8})
+    t = 0.0
+    for r in range(40):
+        d = c.decide(t)
+        v = 0.02 + 1e-4 * (d.k + 1)
+        t += d.k * 1e-3 + v
+        c.observe_values(t, d.k, min(d.k, 2), (), d.k * 1e-3, v, 100 + r, 0, min(d.k, 2) + 1, ())
+    assert c._solo.costs.ready
+    c.reset()
+    assert c.rounds == 0 and c.sum_n == 0.0 and c._solo.costs.ready
+    fresh = make_controller("dspark", {"k_max": 8})
+    assert fresh._solo is None
