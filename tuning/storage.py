@@ -45,6 +45,7 @@ HEARTBEAT_GRACE_S = 20        # a trial silent this long is stale: failed and re
 LOCK_GRACE_S = 10             # a journal lock held this long by a dead process is broken
 MAX_RETRY = 3                 # retries of one trial before it is left failed
 UNTAGGED_STALE_S = 120        # a RUNNING trial never tagged with its worker is dead after this
+RDB_OPEN_ATTEMPTS = 4         # opening a new database races its schema creation: retried
 
 
 def resolve_url(url: str | None, run_dir: str | Path | None) -> str:
@@ -94,19 +95,30 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
         repair_journal(path, lock)
         return JournalStorage(_journal_backend()(path, lock_obj=lock))
     url = _with_driver(url)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(
-                url, heartbeat_interval=HEARTBEAT_INTERVAL_S, grace_period=HEARTBEAT_GRACE_S,
-                heartbeat_stale_trial_callback=requeue_stale,
-                engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None)
-    except ImportError as e:
-        raise ConfigError(f"storage '{_redact(url)}' needs a driver: {e} (pip install "
-                          "'dspark-lab[postgres]')") from None
-    except Exception as e:  # noqa: BLE001 - sqlalchemy errors vary: one line, no password
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"storage '{_redact(url)}' cannot be opened: {first}") from None
+    for attempt in range(RDB_OPEN_ATTEMPTS):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    url, heartbeat_interval=HEARTBEAT_INTERVAL_S, grace_period=HEARTBEAT_GRACE_S,
+                    heartbeat_stale_trial_callback=requeue_stale,
+                    engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite")
+                    else None)
+        except ImportError as e:
+            raise ConfigError(f"storage '{_redact(url)}' needs a driver: {e} (pip install "
+                              "'dspark-lab[postgres]')") from None
+        except Exception as e:  # noqa: BLE001 - sqlalchemy errors vary: one line, no password
+            # two processes creating the schema of a new database at once: one loses the race
+            # (a unique violation) and finds the tables there on the next try
+            racing = any(w in str(e).lower() for w in ("already exists", "duplicate key",
+                                                        "unique constraint"))
+            if racing and attempt + 1 < RDB_OPEN_ATTEMPTS:
+                import time
+                time.sleep(0.2 * (attempt + 1))
+                continue
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ConfigError(f"storage '{_redact(url)}' cannot be opened: {first}") from None
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _with_driver(url: str) -> str:

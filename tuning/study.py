@@ -186,6 +186,35 @@ def prepare_study(cfg: TuningConfig, url: str, n_trials: int | None = None,
     return study
 
 
+def drop_duplicates(study: optuna.Study) -> list[int]:
+    """Fail, unrun, every WAITING trial whose slot an earlier live trial holds (the rule of
+    :func:`tuning.objective.slot_holder`), so none is left queued once the study is done.
+    A trial another worker claims first is left to it. Returns the numbers dropped."""
+    live = study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING,
+                                                    *DONE))
+    first: dict = {}
+    for t in live:
+        slot = t.user_attrs.get("slot")
+        if slot is not None and t.number < first.get(slot, (1 << 62, None))[0]:
+            first[slot] = (t.number, t)
+    dropped = []
+    st = study._storage
+    for t in live:
+        slot = t.user_attrs.get("slot")
+        if t.state != TrialState.WAITING or slot is None or first[slot][0] == t.number:
+            continue
+        try:
+            if not st.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
+                continue        # claimed by a worker: it drops it itself
+            st.set_trial_user_attr(t._trial_id, "stray", True)
+            st.set_trial_user_attr(t._trial_id, "duplicate_of", first[slot][0])
+            st.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+        dropped.append(t.number)
+    return dropped
+
+
 def _waiting(study: optuna.Study) -> bool:
     return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
@@ -222,6 +251,7 @@ def run_worker(cfg: TuningConfig, url: str, worker: int = 0, n_trials: int | Non
 
     while True:
         recover(study)
+        drop_duplicates(study)
         if count_done(study) >= n:
             break
         if _waiting(study):
