@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from sim import compare, load_scenario
-    from sim.metrics import json_safe
+    from control.metrics import json_safe
     check_seed(args.seed)
     loads = _parse_loads(args.loads)
     scn = load_scenario(args.config, parse_sets(args.set) or None)

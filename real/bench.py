@@ -22,6 +22,7 @@ import torch
 
 from control.configio import param
 from control.errors import DSparkError
+from control.metrics import json_safe, round_totals, speculation_metrics
 
 
 @dataclass(frozen=True)
@@ -86,16 +87,11 @@ def _summ(values: list[float]) -> dict[str, float]:
 
 
 def acceptance_stats(records) -> dict[str, float]:
-    rounds = len(records)
-    acc = sum(r.accepted for r in records)
-    drafted = sum(r.drafted for r in records)
-    rejected = sum(1 for r in records if r.accepted < r.drafted)
-    emitted = sum(r.emitted for r in records)
-    return {"mean_accepted_length": emitted / rounds if rounds else float("nan"),
-            "acceptance_rate": acc / (acc + rejected) if acc + rejected else float("nan"),
-            "vpr": acc / drafted if drafted else float("nan"),
-            "mean_k": drafted / rounds if rounds else float("nan"),
-            "rounds": rounds}
+    """Speculation metrics of a method's rounds (:mod:`control.metrics`) and its mean k."""
+    t = round_totals([r.accepted for r in records], [r.drafted for r in records])
+    return {**speculation_metrics(**t),
+            "mean_k": t["drafted"] / t["rounds"] if t["rounds"] else float("nan"),
+            "rounds": t["rounds"]}
 
 
 def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
@@ -227,21 +223,10 @@ def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
         out.mkdir(parents=True, exist_ok=True)
         pd.DataFrame(records_to_columns(records_all)).to_csv(out / "rounds.csv", index=False)
         pd.DataFrame(rows).to_csv(out / "results.csv", index=False)
-        (out / "summary.json").write_text(json.dumps(_json_safe(summary), indent=2) + "\n")
+        (out / "summary.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
         (out / "config.toml").write_text("[engine]\n" + to_toml(engine.cfg) + "\n[bench]\n"
                                          + to_toml(bc))
     return summary
-
-
-def _json_safe(x):
-    """NaN/inf (a method that never drafted has no acceptance rate) become null."""
-    if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_json_safe(v) for v in x]
-    if isinstance(x, float) and not np.isfinite(x):
-        return None
-    return x
 
 
 def hf_pair_for(engine, drafter_model) -> dict:

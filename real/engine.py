@@ -116,7 +116,8 @@ class Sequence:
         return self.req.controller
 
 
-def _sync(device: str) -> None:
+def sync(device: str) -> None:
+    """Wait for the device (CUDA) to finish its queued work; a no-op on the CPU."""
     if device == "cuda":
         torch.cuda.synchronize()
 
@@ -245,7 +246,7 @@ class Engine:
             segs = Segments(slots, starts, counts, self.device)
             self.target.step_packed(self.seq[segs.slot_idx, segs.pos_idx], segs, self.state,
                                     logits=False)
-        _sync(self.device)
+        sync(self.device)
 
     def abort(self) -> None:
         """Drop every running sequence (frees their slots)."""
@@ -334,7 +335,7 @@ class Engine:
             return [_NO_PROPOSAL] * len(slots)
         props = self._drafter.propose_batch(self.seq, slots, Ls, ks, taus, self.cfg.sampling,
                                             gens)
-        _sync(self.device)
+        sync(self.device)
         return props
 
     def verify(self, slots, Ls, drafted, decs, props, gens):
@@ -373,7 +374,7 @@ class Engine:
             idl = ids.tolist()
         seq[segs.slot_idx.new_tensor(slots), segs.pos_idx.new_tensor(
             [L + n for L, n in zip(Ls, ns)])] = torch.tensor(nxts, dtype=torch.long, device=dev)
-        _sync(dev)
+        sync(dev)
         return segs, ns, nxts, lossys, idl
 
     # ------------------------------------------------------------------ many requests

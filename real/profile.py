@@ -54,6 +54,7 @@ import torch
 from control.configio import param
 from control.errors import DSparkError
 from control.types import Decision
+from real.engine import sync
 from real.sampling import SamplingParams
 
 TARGET, DRAFTER, OVERHEAD = "target", "drafter", "round-overhead"
@@ -89,11 +90,6 @@ class ProfileConfig:
     # empty: every k = 0..k_max (new tokens 1..k_max+1); a batched grid uses a sparse set.
     draft_lengths: tuple[int, ...] = param((), lo=0, hi=64,
                                            doc="draft lengths k whose verify (k+1) is timed")
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def _pct(x, q):
@@ -157,7 +153,7 @@ class _Timer:
             d.set_valid(s, ctx)
         t0 = time.perf_counter()
         props = d.propose_batch(seq, slots, [L] * B, [k] * B, [0.0] * B, _GREEDY, [None] * B)
-        _sync(e.device)
+        sync(e.device)
         t1 = time.perf_counter()
         d.accept_batch(slots, [L] * B, [p[0] for p in props], [0] * B)
         seq[:B, L:L + k + 1] = self.filler[:B, L:L + k + 1]

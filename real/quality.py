@@ -7,6 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from control.metrics import record_metrics
 from control.types import Decision
 
 
@@ -48,10 +49,11 @@ def threshold_quality(engine, prompts: list[list[int]], max_new_tokens: int, bet
 
     Returns token agreement with the strict output (position-wise, over the strict length),
     the target's NLL per token of both outputs, its relative change in %, the fraction of
-    tokens accepted lossily, and mean accepted length under each mode.
+    tokens accepted lossily, and mean accepted length (1 + Σn / rounds over all prompts,
+    :mod:`control.metrics`) under each mode.
     """
     agree = total = lossy = emitted = 0
-    nll_s, nll_t, acc_s, acc_t = [], [], [], []
+    nll_s, nll_t, recs_s, recs_t = [], [], [], []
     for p in prompts:
         s = engine.generate(p, max_new_tokens, FixedDecision(Decision(k=k)))
         t = engine.generate(p, max_new_tokens, FixedDecision(Decision(k=k, mode="threshold",
@@ -62,11 +64,11 @@ def threshold_quality(engine, prompts: list[list[int]], max_new_tokens: int, bet
         emitted += len(t.tokens)
         nll_s.append(target_nll(engine.target, p, s.tokens))
         nll_t.append(target_nll(engine.target, p, t.tokens))
-        acc_s.append(len(s.tokens) / max(1, len(s.records)))
-        acc_t.append(len(t.tokens) / max(1, len(t.records)))
+        recs_s += s.records
+        recs_t += t.records
     ns, nt = sum(nll_s) / len(nll_s), sum(nll_t) / len(nll_t)
     return {"beta": beta, "agreement": agree / max(1, total), "nll_strict": ns,
             "nll_threshold": nt, "nll_change_pct": 100.0 * (nt - ns) / ns if ns else math.nan,
             "lossy_fraction": lossy / max(1, emitted),
-            "mean_accepted_length_strict": sum(acc_s) / len(acc_s),
-            "mean_accepted_length_threshold": sum(acc_t) / len(acc_t)}
+            "mean_accepted_length_strict": record_metrics(recs_s)["mean_accepted_length"],
+            "mean_accepted_length_threshold": record_metrics(recs_t)["mean_accepted_length"]}

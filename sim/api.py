@@ -13,12 +13,13 @@ import numpy as np
 
 from control.configio import to_dict, to_toml
 from control.errors import ConfigError, DSparkError
+from control.metrics import json_safe
 from control.registry import make_config, make_controller, make_planner
 from sim import engine
 from sim.acceptance import AcceptanceModel
 from sim.cluster import Cluster
 from sim.config import SimConfig
-from sim.metrics import SUMMARY_KEYS, json_safe, requests_table, summarize
+from sim.metrics import SUMMARY_KEYS, requests_table, summarize
 from sim.workload import Requests, generate
 
 BASELINE = "fixed-k0"

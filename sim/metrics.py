@@ -11,10 +11,9 @@ GPU-seconds / (GPUs × end); bandwidth_utilization = bytes read (roofline byte m
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from control.metrics import ratio, speculation_metrics
 from sim.engine import RunData
 
 NAN = float("nan")
@@ -26,10 +25,6 @@ SUMMARY_KEYS = (
     "p99_tpot_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "gpu_busy_fraction",
     "bandwidth_utilization", "lossy_accept_fraction", "requests_finished", "requests_unfinished",
     "requests_rejected", "output_tokens", "sim_time_s", "num_gpus", "mean_tpot_s")
-
-
-def _div(a: float, b: float) -> float:
-    return a / b if b else NAN
 
 
 def _pct(x: np.ndarray, q: float) -> float:
@@ -60,7 +55,7 @@ def summarize(run: RunData, scn, cluster, *, controller: str, seed: int, load_sc
     ttft, tpot, e2e = m["ttft"][fin], m["tpot"][fin], m["e2e"][fin]
     ok = fin & (m["ttft"] <= scn.slo.ttft_s) & ~(m["tpot"] > scn.slo.tpot_s)
     dec_tokens = (r.output_tokens[fin] - 1).sum()
-    mean_tpot = _div(float(np.nansum((run.finish_s - run.first_token_s)[fin])), float(dec_tokens))
+    mean_tpot = ratio(float(np.nansum((run.finish_s - run.first_token_s)[fin])), float(dec_tokens))
     hw = cluster.hw
     end = max(run.end_s, 1e-12)
     out = {
@@ -69,17 +64,16 @@ def summarize(run: RunData, scn, cluster, *, controller: str, seed: int, load_sc
         "throughput_tokens_per_s": c.measured_tokens / window,
         "goodput_tokens_per_s": float(r.output_tokens[ok].sum()) / window,
         "speedup": NAN,
-        "mean_accepted_length": 1.0 + _div(c.accepted, c.rounds),
-        "acceptance_rate": _div(c.accepted, c.accepted + c.rejected_rounds),
-        "vpr": _div(c.accepted, c.drafted),
-        "du": _div(c.accepted_emitted, c.drafted),
+        **speculation_metrics(rounds=c.rounds, accepted=c.accepted,
+                              rejected_rounds=c.rejected_rounds, drafted=c.drafted,
+                              accepted_emitted=c.accepted_emitted),
         "ttft_p50_s": _pct(ttft, 50), "ttft_p90_s": _pct(ttft, 90), "ttft_p99_s": _pct(ttft, 99),
         "tpot_p50_s": _pct(tpot, 50), "tpot_p90_s": _pct(tpot, 90), "tpot_p99_s": _pct(tpot, 99),
         "p99_tpot_s": _pct(tpot, 99),
         "e2e_p50_s": _pct(e2e, 50), "e2e_p90_s": _pct(e2e, 90), "e2e_p99_s": _pct(e2e, 99),
         "gpu_busy_fraction": c.gpu_busy_s / (cluster.num_gpus * end),
         "bandwidth_utilization": c.bytes_moved / (cluster.num_gpus * end * hw.bandwidth_bytes_s),
-        "lossy_accept_fraction": _div(c.lossy, c.round_tokens + c.prefill_tokens),
+        "lossy_accept_fraction": ratio(c.lossy, c.round_tokens + c.prefill_tokens),
         "requests_finished": int(m["finished"].sum()),
         "requests_unfinished": int((~m["finished"]).sum()),
         "requests_rejected": int(np.count_nonzero(run.rejected)),
@@ -101,12 +95,3 @@ def requests_table(run: RunData, controller: str):
         "tpot_s": m["tpot"], "e2e_s": m["e2e"], "finished": m["finished"],
         "replica": run.replica, "emitted_tokens": run.emitted})
 
-
-def json_safe(v):
-    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
-        return None
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (np.floating,)):
-        return json_safe(float(v))
-    return v

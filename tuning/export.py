@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 from control import make_config
 from control.configio import read_toml, to_dict, to_toml
 from control.errors import ConfigError
+from control.metrics import json_safe
 from tuning.config import TuningConfig
 from tuning.objective import directions, metric_names
 from tuning.space import params_to_config
@@ -119,16 +120,6 @@ def pareto(study: optuna.Study, cfg: TuningConfig) -> Any:
     return pd.DataFrame(rows)
 
 
-def _safe(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _safe(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_safe(x) for x in v]
-    return v
-
-
 def write_run(out: str | Path, cfg: TuningConfig, study: optuna.Study, storage_url: str,
               best: optuna.trial.FrozenTrial, config: Any, evaluation: Any = None,
               extra: dict | None = None) -> dict:
@@ -165,6 +156,6 @@ def write_run(out: str | Path, cfg: TuningConfig, study: optuna.Study, storage_u
         "heldout_workloads": [w.name for w in cfg.evaluate.workloads],
         **(extra or {}),
     }
-    summary = _safe(summary)
+    summary = json_safe(summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary

@@ -5,12 +5,14 @@ Requests are served one at a time (batch 1). Per request: ``tokens`` generated, 
 (prefill + every round + engine overhead), ``decode_s`` (from the end of prefill to the last
 token). throughput = Σ tokens / Σ request_s; TPOT of a request = decode_s / tokens (p50, p99
 over requests); mean accepted length = 1 + Σn / rounds; â = Σn / (Σn + rounds that ended in a
-rejection) (DESIGN.md).
+rejection) (DESIGN.md; both from :mod:`control.metrics`).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from control.metrics import acceptance_rate, mean_accepted_length, round_totals
 
 METRICS = ("throughput_tokens_per_s", "mean_accepted_length", "acceptance_rate", "tpot_p50_s",
            "tpot_p99_s")
@@ -19,19 +21,15 @@ HEADLINE = ("throughput_tokens_per_s", "mean_accepted_length")
 
 
 def compute(accepted, drafted, tokens, request_s, decode_s) -> dict[str, float]:
-    n = np.asarray(accepted, dtype=np.int64)
-    d = np.asarray(drafted, dtype=np.int64)
+    t = round_totals(accepted, drafted)
     tok = np.asarray(tokens, dtype=float)
     req = np.asarray(request_s, dtype=float)
     dec = np.asarray(decode_s, dtype=float)
-    rounds = len(n)
-    rej = int((n < d).sum())
-    s = int(n.sum())
     tpot = dec / np.maximum(tok, 1.0)
     return {
         "throughput_tokens_per_s": float(tok.sum() / req.sum()) if req.sum() > 0 else float("nan"),
-        "mean_accepted_length": 1.0 + s / rounds if rounds else float("nan"),
-        "acceptance_rate": s / (s + rej) if s + rej else float("nan"),
+        "mean_accepted_length": mean_accepted_length(t["accepted"], t["rounds"]),
+        "acceptance_rate": acceptance_rate(t["accepted"], t["rejected_rounds"]),
         "tpot_p50_s": float(np.percentile(tpot, 50)) if len(tpot) else float("nan"),
         "tpot_p99_s": float(np.percentile(tpot, 99)) if len(tpot) else float("nan"),
     }

@@ -29,6 +29,7 @@ from typing import Callable
 import numpy as np
 
 from control.configio import to_dict, to_toml
+from control.metrics import json_safe
 from control.registry import make_config, make_controller
 from control.types import PositionRecord, records_to_columns
 from dspark.validation import metrics as M
@@ -240,7 +241,7 @@ def run_validate(cfg: ValidateConfig, out: Path, quiet: bool = False) -> dict:
     overhead_s = round_overhead_s(sim_lat)
     ro = details["round_overhead"]
     icpt = ro["intercept_mean_s"] if cfg.latency_statistic == "mean" else ro["intercept_s"]
-    (prof_dir / "summary.json").write_text(json.dumps(_safe(
+    (prof_dir / "summary.json").write_text(json.dumps(json_safe(
         {"kind": "profile", "passes": gp.done, "slices_cells": per_slice, **details}), indent=1))
     log(f"profile: {len(lat)} rows from {gp.done} passes, round overhead "
         f"{overhead_s * 1e3:.3f} ms ({cfg.latency_statistic})")
@@ -343,24 +344,9 @@ def run_validate(cfg: ValidateConfig, out: Path, quiet: bool = False) -> dict:
         "threads": cfg.threads,
         "runtime_s": time.perf_counter() - t_start,
     }
-    (out / "summary.json").write_text(json.dumps(_safe(summary), indent=1))
+    (out / "summary.json").write_text(json.dumps(json_safe(summary), indent=1))
     log(f"done in {summary['runtime_s']:.0f} s")
     return summary
-
-
-def _safe(v):
-    if isinstance(v, dict):
-        return {str(k): _safe(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_safe(x) for x in v]
-    if isinstance(v, (np.floating, float)):
-        f = float(v)
-        return None if f != f or f in (float("inf"), float("-inf")) else f
-    if isinstance(v, np.integer):
-        return int(v)
-    if isinstance(v, np.bool_):
-        return bool(v)
-    return v
 
 
 def format_table(err) -> str:
