@@ -81,6 +81,9 @@ class DSparkConfig:
     # every 32nd round tries the neighbouring cap so the cost slope stays identifiable.
     explore_every: int = param(32, lo=0, hi=100_000,
                                doc="goodput: rounds between cost probes at cap ± 1 (0 = never)")
+    # 64 rounds: long enough to average a sequence's noise, short enough to follow its regime.
+    memory_rounds: int = param(64, lo=1, hi=100_000,
+                               doc="goodput: forgetting horizon of acceptance evidence (rounds)")
     # 0.99 per round: the cost fit remembers ~100 rounds and follows a change of load.
     cost_forget: float = param(0.99, lo=0.5, hi=1.0, doc="goodput: forgetting factor of costs")
     # 8 rounds: costs and acceptance move slowly against that; a batch change re-plans at once.
@@ -215,7 +218,7 @@ class DSparkController(Controller):
         # goodput: α is the time-penalty weight of speculation, 1 = pure goodput (its ceiling)
         a_hi, a0 = (1.0, 1.0) if self.goodput else (c.alpha_max, c.alpha0)
         self._pid_a = PID(c.alpha_kp, c.alpha_ki, c.alpha_kd, c.d_filter, c.alpha_min, a_hi, a0)
-        self._decay = 1.0 - 1.0 / c.window_rounds  # goodput: forgetting of the â counts
+        self._decay = 1.0 - 1.0 / c.memory_rounds  # goodput: forgetting of the â counts
         self._retry = not self.goodput or c.goodput_cooldown
         self._pid_b = PID(c.beta_kp, c.beta_ki, c.beta_kd, c.d_filter, c.beta_min, c.beta_max,
                           c.beta0)
@@ -243,7 +246,7 @@ class DSparkController(Controller):
         self.alpha = self._pid_a.output
         self.beta = c.beta0
         self.k = c.k_max if self.goodput else k_of_alpha(c.alpha0, c.k_ref, c.k_min, c.k_max)
-        self.sum_n = 0.0    # goodput: accepted tokens, forgotten at 1/window_rounds per round
+        self.sum_n = 0.0    # goodput: accepted tokens, forgotten at 1/memory_rounds per round
         self.sum_rej = 0.0  # goodput: rounds that ended in a rejection, same forgetting
         self.context_tokens = 0
         # goodput: own planner when no round planner drives this sequence; reset() keeps it —
@@ -252,6 +255,8 @@ class DSparkController(Controller):
         #: goodput: the round planner's pooled counts, shared by its sequences: index n = rounds
         #: that accepted n and then refused one, k_max + 1 + n = rounds that accepted all n
         self.profile: list | None = None
+        #: goodput: the planner's pooled Σ of own-rate predictions by positions tried (index t)
+        self.expected: list | None = None
         self.planned_k = -1  # goodput: this sequence's length in the planner's last full plan
         self._full = c.k_max + 1
         self.a_hat: float | None = None
@@ -309,8 +314,12 @@ class DSparkController(Controller):
             self.sum_rej = self.sum_rej * f + (1 if n < drafted else 0)
             self.context_tokens = context_tokens + e
             prof = self.profile
-            if prof is not None and drafted:  # the planner's pooled per-position counts
-                prof[n if n < drafted else self._full + n] += 1
+            if prof is not None and drafted:  # the planner's pooled per-position evidence
+                rej = n < drafted
+                prof[n if rej else self._full + n] += 1
+                # what this sequence's own rate predicted for the positions it tried
+                self.expected[n + 1 if rej else n] += (
+                    (self.sum_n + 1.0) / (self.sum_n + self.sum_rej + 2.0))
             if self._solo is not None:
                 self._solo.observe_round(RoundStats(
                     now_s - draft_s - verify_s, now_s, batch_size, 1 if drafted else 0,

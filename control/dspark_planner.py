@@ -3,8 +3,9 @@
 Once per round, for the batch's sequences (each a :class:`~control.dspark.DSparkController`):
 
 1. **Evidence per sequence.** ``â_i = (Σn_i + w·p) / (Σn_i + Σrej_i + w)``: the sequence's own
-   acceptance counts (forgotten at ``1/window_rounds`` per round) shrunk toward the pool ``p``
-   of the batch (``w`` = ``prior_trials``), so a new request starts at what its batch-mates see.
+   acceptance counts (forgotten at ``1/memory_rounds`` per round) shrunk toward the pool ``p``
+   of the batch (``w`` = ``prior_trials``), so a new request starts at what its batch-mates see;
+   times a pooled factor per draft position (see :meth:`DSparkPlanner.acceptance`).
 2. **Costs** from :class:`~control.costmodel.RoundCostModel`, fitted on the rounds observed by
    this planner (``observe_round``), never on the simulator's latency model.
 3. **Choice** by :func:`~control.goodput.plan_round_lengths`: one cap for the round, each sequence
@@ -48,6 +49,7 @@ class DSparkPlanner(RoundPlanner):
     def reset(self) -> None:
         self.costs.reset()
         self.profile = [0.0] * (2 * (self.config.k_max + 1))
+        self.expected = [0.0] * (self.config.k_max + 1)
         self.rounds = 0
         self.last_cap = -1      # no plan yet: the first full plan searches every cap
         self.last_goodput = float("nan")
@@ -61,28 +63,35 @@ class DSparkPlanner(RoundPlanner):
 
     # --- planning --
     def acceptance(self, members: Sequence[Any]) -> np.ndarray:
-        """Per-position acceptance rates ``(k_max, B)``: the pooled rate of each draft position
-        (rounds of every sequence this planner served, forgotten by halves every
-        ``window_rounds`` rounds), scaled per sequence by its own â over the pooled â (its â is
-        shrunk toward the pool by ``prior_trials`` pseudo-trials)."""
+        """Per-position acceptance rates ``(k_max, B)``: each sequence's own rate ``â_i``
+        (shrunk toward the batch's pooled rate by ``prior_trials`` pseudo-trials) times a
+        position factor ``r_j`` = successes at draft position j / what the sequences' own rates
+        predicted there, pooled over every sequence this planner served (forgotten by halves
+        every ``memory_rounds`` rounds). Comparing each round with its own sequence's rate keeps
+        ``r_j`` free of survivor bias (the sequences that reach deep positions are the good
+        ones): ``r_j`` = 1 for i.i.d. acceptance, falls with j when acceptance decays with the
+        draft position, rises when a good stretch tends to continue (easy/hard regimes)."""
         c = self.config
-        prof = self.profile
+        prof, expd = self.profile, self.expected
         for m in members:
             if m.profile is not prof:
-                m.profile = prof
+                m.profile, m.expected = prof, expd
         K = c.k_max
         rej = np.asarray(prof[:K + 1])
         full = np.asarray(prof[K + 1:])
-        ended = rej + full                                   # rounds that accepted exactly n
-        succ = np.cumsum(ended[::-1])[::-1][1:]              # S_j: rounds with n ≥ j, j = 1..K
-        trials = succ + rej[:K]                              # + refusals at position j
+        succ = np.cumsum((rej + full)[::-1])[::-1][1:]       # S_j: rounds with n ≥ j, j = 1..K
+        pred = np.cumsum(np.asarray(expd)[::-1])[::-1][1:]   # Σ own-rate over trials at j
+        trials = succ + rej[:K]
         pool = (succ.sum() + 2.0 * c.a_prior) / (trials.sum() + 2.0)
-        pos = (succ + 2.0 * pool) / (trials + 2.0)           # shrunk toward the pooled rate
+        factor = np.empty(K)
+        prior = 1.0  # each position shrunk toward the one before it (the first toward 1)
+        for j, (sj, ej) in enumerate(zip(succ.tolist(), pred.tolist())):
+            prior = factor[j] = (sj + 2.0 * prior) / (ej + 2.0)
         sn = np.array([m.sum_n for m in members], dtype=float)
         sr = np.array([m.sum_rej for m in members], dtype=float)
         w = c.prior_trials
         own = (sn + w * pool) / np.maximum(sn + sr + w, 1e-12)
-        return np.minimum(pos[:, None] * (own / max(pool, 1e-12))[None, :], 1.0)
+        return np.minimum(factor[:, None] * own[None, :], 0.999)
 
     def cost_functions(self, context_tokens: float) -> CostFunctions:
         return self.costs.functions(context_tokens)
@@ -157,10 +166,10 @@ class DSparkPlanner(RoundPlanner):
     def observe_round(self, stats: RoundStats) -> None:
         self.rounds += 1
         self.costs.observe(stats)
-        if self.rounds % self.config.window_rounds == 0:
-            prof = self.profile
-            for i in range(len(prof)):
-                prof[i] *= 0.5
+        if self.rounds % self.config.memory_rounds == 0:
+            for prof in (self.profile, self.expected):
+                for i in range(len(prof)):
+                    prof[i] *= 0.5
 
     def state(self) -> dict[str, Any]:
         self.costs.fold()

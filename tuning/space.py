@@ -85,6 +85,7 @@ TABLE: dict[str, dict[str, dict[str, Any]]] = {
         "k_start": {"lo": 1, "hi": 8, "when": {"policy": ("goodput",)}},
         "explore_every": {"lo": 0, "hi": 256, "when": {"policy": ("goodput",)}},
         "cost_forget": {"lo": 0.9, "hi": 0.999, "when": {"policy": ("goodput",)}},
+        "memory_rounds": {"lo": 4, "hi": 1024, "log": True, "when": {"policy": ("goodput",)}},
         "goodput_cooldown": {"when": {"policy": ("goodput",)}},
         "replan_rounds": {"lo": 1, "hi": 32, "log": True, "when": {"policy": ("goodput",)}},
         "alpha0": {"lo": 0.3, "hi": 1.5, "when": {"policy": ("seed",)}},
