@@ -55,20 +55,18 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1)")
 
 
+def engine_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The engine options given on the command line (None: not given)."""
+    return {"drafter": args.drafter, "device": args.device, "target_dtype": args.target_dtype,
+            "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
+            "seed": args.seed}
+
+
 def engine_config(args: argparse.Namespace, **overrides: Any):
     """EngineConfig from ``--config``'s [engine] table, then command-line flags."""
-    from control.configio import from_mapping, read_toml
-    from real.engine import EngineConfig
+    from real.runtime import load_engine_config
 
-    data = dict(read_toml(args.config).get("engine", {})) if args.config else {}
-    flags = {"drafter": args.drafter, "device": args.device, "target_dtype": args.target_dtype,
-             "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
-             "seed": args.seed}
-    data.update({k: v for k, v in flags.items() if v is not None})
-    data.update(overrides)
-    cfg = from_mapping(EngineConfig, data, source=args.config or "<command line>",
-                       prefix="engine")
-    return cfg
+    return load_engine_config(args.config, engine_flags(args), **overrides)
 
 
 def controller_from_args(name: str, config_path: str | None):

@@ -29,7 +29,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from real.bench import bench_main
+    import time
+    from pathlib import Path
+
+    from dspark.cmd_real import engine_flags
+    from real.bench import bench_main, summary_lines
 
     overrides = {k: v for k, v in {"prompts": args.prompts, "new_tokens": args.new_tokens,
                                    "repeats": args.repeats, "workload": args.workload,
@@ -38,5 +42,7 @@ def run(args: argparse.Namespace) -> int:
                                    "drafters": args.drafters}.items() if v is not None}
     if args.no_hf:
         overrides["hf"] = False
-    summary = bench_main(args, overrides)
+    out = Path(args.out) if args.out else Path("runs") / time.strftime("real-bench-%Y%m%d-%H%M%S")
+    summary = bench_main(args.config, args.checkpoints, out, engine_flags(args), overrides)
+    print("\n".join(summary_lines(summary, out)))
     return 0 if summary else 1

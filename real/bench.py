@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -94,65 +95,69 @@ def acceptance_stats(records) -> dict[str, float]:
             "rounds": t["rounds"]}
 
 
-def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
-              hf_pair=None, drafters: dict | None = None) -> dict:
-    """Run every method; return the summary (and write the run folder when ``out`` is set).
+#: Hugging Face settings benched beside the engine (method name -> (schedule, k, confidence);
+#: None = HF's own target-only generate). The "transformers-" prefix is never confused with
+#: the lab's "hf-heuristic" controller.
+HF_SETTINGS: dict[str, tuple | None] = {
+    "transformers-target-only": None,
+    "transformers-assisted-heuristic": ("heuristic", 20, 0.4),
+    "transformers-assisted-k4": ("constant", 4, 0.0),
+    "transformers-assisted-k6": ("constant", 6, 0.0),
+    "transformers-assisted-k8": ("constant", 8, 0.0),
+    "transformers-assisted-k12": ("constant", 12, 0.0),
+    "transformers-prompt-lookup": ("lookup", 10, 0.0),
+    "transformers-prompt-lookup-k4": ("lookup", 4, 0.0),
+}
 
-    ``drafters`` (label -> drafter object) benches each controller with each drafter in the
-    same run, methods named ``label/controller``; by default the engine's own drafter, with
-    plain controller names."""
-    import pandas as pd
 
-    from control import make_controller
-    from control.types import records_to_columns
-
-    torch.set_num_threads(bc.threads)
-    prompts = held_out_prompts(engine.tokenizer, bc.workload, bc.prompts, bc.prompt_tokens)
-    N = bc.new_tokens
-    own = engine.drafter
-    if not drafters:
-        drafters = {"": own}
-    methods: dict[str, object] = {"target-only": None}
+def _methods(bc: BenchConfig, drafters: dict) -> dict[str, tuple | None]:
+    """Engine methods: name -> (controller, config, drafter); ``target-only`` -> None."""
+    methods: dict[str, tuple | None] = {"target-only": None}
     for label, d in drafters.items():
         pre = f"{label}/" if label else ""
         for k in bc.k_values.split():
             methods[f"{pre}fixed-k{int(k)}"] = ("fixed", {"k": int(k)}, d)
         for name in bc.controllers.split():
             methods[f"{pre}{name}"] = (name, None, d)
-    hf_settings = {}
-    if bc.hf and hf_pair is not None:
-        # "transformers-" prefix: never confused with our own "hf-heuristic" controller.
-        hf_settings = {"transformers-target-only": None,
-                       "transformers-assisted-heuristic": ("heuristic", 20, 0.4),
-                       "transformers-assisted-k4": ("constant", 4, 0.0),
-                       "transformers-assisted-k6": ("constant", 6, 0.0),
-                       "transformers-assisted-k8": ("constant", 8, 0.0),
-                       "transformers-assisted-k12": ("constant", 12, 0.0),
-                       "transformers-prompt-lookup": ("lookup", 10, 0.0),
-                       "transformers-prompt-lookup-k4": ("lookup", 4, 0.0)}
-    names = list(methods) + list(hf_settings)
-    results = {m: [] for m in names}
+    return methods
+
+
+def _run_method(engine, m: str, method, prompts, n_new: int, hf_pair) -> tuple[float, list, list]:
+    """One method over every prompt: (seconds, outputs, round records)."""
+    from control import make_controller
+
+    total_s, toks, recs = 0.0, [], []
+    for i, p in enumerate(prompts):
+        if m == "target-only":
+            t0 = time.perf_counter()
+            toks_i = engine.greedy_reference(p, n_new)
+            total_s += time.perf_counter() - t0
+        elif m in HF_SETTINGS:
+            toks_i, s = hf_generate(hf_pair, p, n_new, HF_SETTINGS[m])
+            total_s += s
+        else:
+            name, cfg, engine.drafter = method
+            g = engine.generate(p, n_new, make_controller(name, cfg), request_id=i)
+            total_s += g.seconds
+            toks_i = g.tokens
+            recs.extend(dataclasses.replace(r, controller=m) for r in g.records)
+        toks.append(toks_i)
+    return total_s, toks, recs
+
+
+def _measure(engine, bc: BenchConfig, prompts, methods: dict, names: list[str], hf_pair,
+             progress: bool) -> tuple[dict, dict, list]:
+    """Every method in every repeat, interleaved (the order rotates per repeat): tokens/s per
+    repeat, the last outputs, and the last repeat's round records."""
+    results: dict[str, list[float]] = {m: [] for m in names}
     outputs: dict[str, list[list[int]]] = {}
     records_all: list = []
+    own = engine.drafter
     for rep in range(bc.repeats):
         order = names[rep % len(names):] + names[:rep % len(names)]
         for m in order:
-            total_s, toks, recs = 0.0, [], []
-            for i, p in enumerate(prompts):
-                if m == "target-only":
-                    t0 = time.perf_counter()
-                    toks_i = engine.greedy_reference(p, N)
-                    total_s += time.perf_counter() - t0
-                elif m in hf_settings:
-                    toks_i, s = hf_generate(hf_pair, p, N, hf_settings[m])
-                    total_s += s
-                else:
-                    name, cfg, engine.drafter = methods[m]
-                    g = engine.generate(p, N, make_controller(name, cfg), request_id=i)
-                    total_s += g.seconds
-                    toks_i = g.tokens
-                    recs.extend(dataclasses.replace(r, controller=m) for r in g.records)
-                toks.append(toks_i)
+            total_s, toks, recs = _run_method(engine, m, methods.get(m), prompts, bc.new_tokens,
+                                              hf_pair)
             results[m].append(sum(len(t) for t in toks) / total_s)
             outputs[m] = toks
             if rep == bc.repeats - 1:
@@ -161,9 +166,13 @@ def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
                 print(f"  repeat {rep + 1}/{bc.repeats} {m:24s} {results[m][-1]:8.1f} tok/s",
                       file=sys.stderr, flush=True)
     engine.drafter = own
+    return results, outputs, records_all
+
+
+def _rows(names: list[str], results: dict, outputs: dict, records_all: list) -> list[dict]:
     ref = outputs["target-only"]
-    rows = []
     ar_med = statistics.median(results["target-only"])
+    rows = []
     for m in names:
         s = _summ(results[m])
         match = sum(a == b for x, y in zip(outputs[m], ref) for a, b in zip(x, y)) / sum(
@@ -177,38 +186,36 @@ def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
         if recs:
             row.update(acceptance_stats(recs))
         rows.append(row)
-    engine_rows = [r for r in rows if r["controller"] != "target-only"
-                   and r["controller"] not in hf_settings]
-    best = max(engine_rows, key=lambda r: r["tokens_per_s"])
-    # the peer baseline: the best Hugging Face speculative setting of any kind (assisted
-    # generation with the same transformer drafter, or prompt lookup); the assisted-only
-    # and prompt-lookup ratios are kept beside it.
-    hf_rows = [r for r in rows if r["controller"] in hf_settings
+    return rows
+
+
+def _fastest(rows: list[dict], prefix: str = "") -> dict | None:
+    cand = [r for r in rows if r["controller"].startswith(prefix)]
+    return max(cand, key=lambda r: r["tokens_per_s"]) if cand else None
+
+
+def _hf_speedups(rows: list[dict], best: dict) -> dict:
+    """The peer baseline: the best Hugging Face speculative setting of any kind (assisted
+    generation with the same transformer drafter, or prompt lookup), and the assisted-only and
+    prompt-lookup ratios beside it."""
+    hf_rows = [r for r in rows if r["controller"] in HF_SETTINGS
                and r["controller"] != "transformers-target-only"]
-    best_hf = max(hf_rows, key=lambda r: r["tokens_per_s"]) if hf_rows else None
-    assisted = [r for r in hf_rows if r["controller"].startswith("transformers-assisted")]
-    best_assisted = max(assisted, key=lambda r: r["tokens_per_s"]) if assisted else None
-    lookups = [r for r in hf_rows if r["controller"].startswith("transformers-prompt-lookup")]
-    lookup = max(lookups, key=lambda r: r["tokens_per_s"]) if lookups else None
-    summary = {"kind": "real", "rows": rows, "best": best["controller"],
-               "best_greedy_match_rate": best["greedy_match_rate"],
-               "target_dtype": engine.cfg.target_dtype,
-               "speedup_vs_ar": best["tokens_per_s"] / ar_med,
-               "best_hf": best_hf["controller"] if best_hf else None,
-               "speedup_vs_hf": best["tokens_per_s"] / best_hf["tokens_per_s"] if best_hf else None,
-               "speedup_vs_hf_assisted": (best["tokens_per_s"] / best_assisted["tokens_per_s"]
-                                          if best_assisted else None),
-               "speedup_vs_hf_prompt_lookup": (best["tokens_per_s"] / lookup["tokens_per_s"]
-                                               if lookup else None),
-               "bench_config": dataclasses.asdict(bc),
-               "engine_config": dataclasses.asdict(engine.cfg),
-               "drafter": methods[best["controller"]][2].name,
-               "drafters": [d.name for d in drafters.values()], "prompts": len(prompts),
-               "copyable_fraction": copyable_fraction(prompts, ref)}
-    if hf_pair is not None:
-        summary["hf_max_logit_difference"] = hf_pair.get("logit_diff")
+    best_hf = _fastest(hf_rows)
+    assisted = _fastest(hf_rows, "transformers-assisted")
+    lookup = _fastest(hf_rows, "transformers-prompt-lookup")
+    tps = best["tokens_per_s"]
+    return {"best_hf": best_hf["controller"] if best_hf else None,
+            "speedup_vs_hf": tps / best_hf["tokens_per_s"] if best_hf else None,
+            "speedup_vs_hf_assisted": tps / assisted["tokens_per_s"] if assisted else None,
+            "speedup_vs_hf_prompt_lookup": tps / lookup["tokens_per_s"] if lookup else None}
+
+
+def _quality_rows(engine, bc: BenchConfig, prompts, progress: bool) -> list[dict]:
+    """Threshold (β) verification's quality change per ``bc.quality_betas`` value."""
+    from real.quality import threshold_quality
+
+    rows = []
     for beta in (float(b) for b in bc.quality_betas.split()):
-        from real.quality import threshold_quality
         q = threshold_quality(engine, prompts, bc.new_tokens, beta)
         rows.append({"controller": f"threshold-beta{beta:g}", "beta": beta,
                      "nll_change_pct": q["nll_change_pct"], "token_agreement": q["agreement"],
@@ -217,15 +224,56 @@ def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
         if progress:
             print(f"  threshold beta={beta:g}: NLL change {q['nll_change_pct']:+.2f}%, "
                   f"agreement {q['agreement']:.3f}", file=sys.stderr, flush=True)
-    if out is not None:
-        from control.configio import to_toml
+    return rows
 
-        out.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame(records_to_columns(records_all)).to_csv(out / "rounds.csv", index=False)
-        pd.DataFrame(rows).to_csv(out / "results.csv", index=False)
-        (out / "summary.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
-        (out / "config.toml").write_text("[engine]\n" + to_toml(engine.cfg) + "\n[bench]\n"
-                                         + to_toml(bc))
+
+def _write_run(out: Path, engine, bc: BenchConfig, summary: dict, records_all: list) -> None:
+    import pandas as pd
+
+    from control.configio import to_toml
+    from control.types import records_to_columns
+
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(records_to_columns(records_all)).to_csv(out / "rounds.csv", index=False)
+    pd.DataFrame(summary["rows"]).to_csv(out / "results.csv", index=False)
+    (out / "summary.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
+    (out / "config.toml").write_text("[engine]\n" + to_toml(engine.cfg) + "\n[bench]\n"
+                                     + to_toml(bc))
+
+
+def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
+              hf_pair=None, drafters: dict | None = None) -> dict:
+    """Run every method; return the summary (and write the run folder when ``out`` is set).
+
+    ``drafters`` (label -> drafter object) benches each controller with each drafter in the
+    same run, methods named ``label/controller``; by default the engine's own drafter, with
+    plain controller names."""
+    torch.set_num_threads(bc.threads)
+    prompts = held_out_prompts(engine.tokenizer, bc.workload, bc.prompts, bc.prompt_tokens)
+    drafters = drafters or {"": engine.drafter}
+    methods = _methods(bc, drafters)
+    hf = bc.hf and hf_pair is not None
+    names = list(methods) + (list(HF_SETTINGS) if hf else [])
+    results, outputs, records_all = _measure(engine, bc, prompts, methods, names, hf_pair,
+                                             progress)
+    rows = _rows(names, results, outputs, records_all)
+    best = max((r for r in rows if r["controller"] in methods
+                and r["controller"] != "target-only"), key=lambda r: r["tokens_per_s"])
+    summary = {"kind": "real", "rows": rows, "best": best["controller"],
+               "best_greedy_match_rate": best["greedy_match_rate"],
+               "target_dtype": engine.cfg.target_dtype,
+               "speedup_vs_ar": best["speedup_vs_ar"],
+               **_hf_speedups(rows, best),
+               "bench_config": dataclasses.asdict(bc),
+               "engine_config": dataclasses.asdict(engine.cfg),
+               "drafter": methods[best["controller"]][2].name,
+               "drafters": [d.name for d in drafters.values()], "prompts": len(prompts),
+               "copyable_fraction": copyable_fraction(prompts, outputs["target-only"])}
+    if hf_pair is not None:
+        summary["hf_max_logit_difference"] = hf_pair.get("logit_diff")
+    rows += _quality_rows(engine, bc, prompts, progress)
+    if out is not None:
+        _write_run(out, engine, bc, summary, records_all)
     return summary
 
 
@@ -300,68 +348,91 @@ def reference_note(target_dtype: str) -> str:
             "Token-identical in float32: --target-dtype float32")
 
 
-def bench_main(args, overrides: dict) -> dict:
-    """Shared by ``dspark real bench`` and ``benchmarks/real_speed.py``: build, run, print."""
+def load_bench_config(config_path: str | None, overrides: dict) -> BenchConfig:
+    """BenchConfig from ``config_path``'s [bench] table, then ``overrides``."""
     from control.configio import from_mapping, read_toml
-    from dspark.cmd_real import engine_config
+
+    data = dict(read_toml(config_path).get("bench", {})) if config_path else {}
+    data.update(overrides)
+    return from_mapping(BenchConfig, data, source=config_path or "<command line>",
+                        prefix="bench")
+
+
+def bench_engine(cfg, bc: BenchConfig, checkpoints: str | None) -> tuple[Any, dict | None]:
+    """The engine, and with ``bench.drafters`` every named drafter (label -> drafter object,
+    the engine's own among them) built from one loaded bundle; else (engine, None)."""
+    from real import DRAFTERS
     from real.checkpoint import DTYPES
-    from real.runtime import build_engine
+    from real.runtime import build_drafter, build_engine, drafter_models
+    from real.store import load_bundle
+
+    names = bc.drafters.split()
+    if not names:
+        return build_engine(cfg, checkpoints), None
+    bad = [n for n in names if n not in DRAFTERS]
+    if bad:
+        raise DSparkError(f"bench.drafters: unknown drafter {bad[0]!r}; allowed "
+                          f"{', '.join(DRAFTERS)}")
+    models = sorted({m for n in names for m in drafter_models(n)})
+    bundle = load_bundle(checkpoints, names=("target", *models),
+                         target_dtype=DTYPES[cfg.target_dtype],
+                         drafter_dtype=DTYPES[cfg.drafter_dtype], device=cfg.device)
+    if cfg.drafter not in names:
+        cfg = dataclasses.replace(cfg, drafter=names[0])
+    engine = build_engine(cfg, bundle=bundle)
+    return engine, {n: engine.drafter if n == cfg.drafter else build_drafter(cfg, bundle, n)
+                    for n in names}
+
+
+def load_hf_pair(engine, checkpoints: str | None) -> dict | None:
+    """HF copies of the target and the transformer drafter, or None (a line on stderr) when
+    transformers is not installed."""
     from real.store import load_model
 
-    data = dict(read_toml(args.config).get("bench", {})) if args.config else {}
-    data.update(overrides)
-    bc = from_mapping(BenchConfig, data, source=args.config or "<command line>", prefix="bench")
-    torch.set_num_threads(bc.threads)
-    cfg = engine_config(args, stop_at_eot=False,
-                        max_len=max(1024, bc.prompt_tokens + bc.new_tokens))
-    names = bc.drafters.split()
-    if names:
-        from real import DRAFTERS
-        from real.runtime import build_drafter, drafter_models
-        from real.store import load_bundle
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        print("transformers not installed (pip install 'dspark-lab[bench]'): skipping HF",
+              file=sys.stderr)
+        return None
+    tf = load_model("drafter_tf", checkpoints, dtype=torch.float32)
+    pair = hf_pair_for(engine, tf)
+    print(f"HF export: max |logit difference| = {pair['logit_diff']:.3g} (float32)",
+          file=sys.stderr)
+    return pair
 
-        bad = [n for n in names if n not in DRAFTERS]
-        if bad:
-            raise DSparkError(f"bench.drafters: unknown drafter {bad[0]!r}; allowed "
-                              f"{', '.join(DRAFTERS)}")
-        models = sorted({m for n in names for m in drafter_models(n)})
-        bundle = load_bundle(args.checkpoints, names=("target", *models),
-                             target_dtype=DTYPES[cfg.target_dtype],
-                             drafter_dtype=DTYPES[cfg.drafter_dtype], device=cfg.device)
-        if cfg.drafter not in names:
-            cfg = dataclasses.replace(cfg, drafter=names[0])
-        engine = build_engine(cfg, bundle=bundle)
-        drafters = {n: engine.drafter if n == cfg.drafter else build_drafter(cfg, bundle, n)
-                    for n in names}
-    else:
-        engine, drafters = build_engine(cfg, args.checkpoints), None
-    pair = None
-    if bc.hf:
-        try:
-            import transformers  # noqa: F401
-        except ImportError:
-            print("transformers not installed (pip install 'dspark-lab[bench]'): skipping HF",
-                  file=sys.stderr)
-        else:
-            tf = load_model("drafter_tf", args.checkpoints, dtype=torch.float32)
-            pair = hf_pair_for(engine, tf)
-            print(f"HF export: max |logit difference| = {pair['logit_diff']:.3g} (float32)",
-                  file=sys.stderr)
-    out = Path(args.out) if args.out else Path("runs") / time.strftime("real-bench-%Y%m%d-%H%M%S")
-    summary = run_bench(engine, bc, out, hf_pair=pair, drafters=drafters)
-    print(format_table(summary))
-    print(f"run folder: {out}")
-    print(f"target-only greedy output: {summary['copyable_fraction']:.3f} of its tokens repeat "
-          "what followed an earlier occurrence of their preceding 4 tokens (prompt lookup's "
-          "share)")
+
+def bench_main(config_path: str | None, checkpoints: str | None, out: Path,
+               engine_flags: dict, overrides: dict) -> dict:
+    """Shared by ``dspark real bench`` and ``benchmarks/real_speed.py``: build the engine
+    (``config_path``'s [engine] table, then ``engine_flags``) and the bench config, run, write
+    the run folder ``out``; returns the summary (the caller prints it)."""
+    from real.runtime import load_engine_config
+
+    bc = load_bench_config(config_path, overrides)
+    torch.set_num_threads(bc.threads)
+    cfg = load_engine_config(config_path, engine_flags, stop_at_eot=False,
+                             max_len=max(1024, bc.prompt_tokens + bc.new_tokens))
+    engine, drafters = bench_engine(cfg, bc, checkpoints)
+    pair = load_hf_pair(engine, checkpoints) if bc.hf else None
+    return run_bench(engine, bc, out, hf_pair=pair, drafters=drafters)
+
+
+def summary_lines(summary: dict, out: Path) -> list[str]:
+    """What ``dspark real bench`` prints after a run: the table, the run folder, how much of the
+    output prompt lookup could copy, the comparison with HF, and the headline numbers."""
+    lines = [format_table(summary), f"run folder: {out}",
+             (f"target-only greedy output: {summary['copyable_fraction']:.3f} of its tokens "
+              "repeat what followed an earlier occurrence of their preceding 4 tokens (prompt "
+              "lookup's share)")]
     hf = summary["speedup_vs_hf"]
     if hf is not None:
-        print(f"best engine method {summary['best']} ({summary['drafter']} drafter, match "
-              f"{summary['best_greedy_match_rate']:.3f}) vs HF: "
-              f"{hf:.3f}x the best HF setting ({summary['best_hf']}), "
-              f"{summary['speedup_vs_hf_assisted']:.3f}x the best HF assisted generation, "
-              f"{summary['speedup_vs_hf_prompt_lookup']:.3f}x the best HF prompt lookup")
-    print(reference_note(engine.cfg.target_dtype))
-    print(f"real_speedup_vs_ar={summary['speedup_vs_ar']:.3f} "
-          f"real_speedup_vs_hf={'nan' if hf is None else f'{hf:.3f}'}")
-    return summary
+        lines.append(f"best engine method {summary['best']} ({summary['drafter']} drafter, match "
+                     f"{summary['best_greedy_match_rate']:.3f}) vs HF: "
+                     f"{hf:.3f}x the best HF setting ({summary['best_hf']}), "
+                     f"{summary['speedup_vs_hf_assisted']:.3f}x the best HF assisted generation, "
+                     f"{summary['speedup_vs_hf_prompt_lookup']:.3f}x the best HF prompt lookup")
+    lines.append(reference_note(summary["target_dtype"]))
+    lines.append(f"real_speedup_vs_ar={summary['speedup_vs_ar']:.3f} "
+                 f"real_speedup_vs_hf={'nan' if hf is None else f'{hf:.3f}'}")
+    return lines

@@ -30,6 +30,19 @@ def build_engine(cfg: EngineConfig, checkpoint_dir: str | Path | None = None,
                   eot_id=tok.token_to_id(EOT), sentence_end_ids=sentence_end_ids(tok))
 
 
+def load_engine_config(config_path: str | None, flags: dict | None = None,
+                       **overrides) -> EngineConfig:
+    """EngineConfig from ``config_path``'s [engine] table, then ``flags`` (command-line values;
+    None = not given), then ``overrides``."""
+    from control.configio import from_mapping, read_toml
+
+    data = dict(read_toml(config_path).get("engine", {})) if config_path else {}
+    data.update({k: v for k, v in (flags or {}).items() if v is not None})
+    data.update(overrides)
+    return from_mapping(EngineConfig, data, source=config_path or "<command line>",
+                        prefix="engine")
+
+
 def drafter_models(drafter: str) -> tuple[str, ...]:
     """Checkpoint names a drafter choice needs (none for ``ngram``)."""
     kind = drafter.removeprefix("ngram+")
