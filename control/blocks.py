@@ -34,12 +34,18 @@ class BlockPlanner:
 
     def feed(self, emitted: int, sentence_ends: tuple[int, ...] = ()) -> int:
         """Account ``emitted`` tokens (``sentence_ends``: 0-based offsets among them); returns
-        how many blocks closed."""
-        t = self.tokens_in_block
-        if t + emitted < self.snap_from or (not sentence_ends and t + emitted < self.block_tokens):
-            self.tokens_in_block = t + emitted        # fast path: nothing can close
+        how many blocks closed. The common case (nothing can close) is the first test: callers
+        on a hot path call this per round."""
+        t = self.tokens_in_block + emitted
+        if t < self.snap_from or (t < self.block_tokens and not sentence_ends):
+            self.tokens_in_block = t
             self.total_tokens += emitted
             return 0
+        return self._close(emitted, sentence_ends)
+
+    def _close(self, emitted: int, sentence_ends: tuple[int, ...]) -> int:
+        """``feed`` when a block may close: walk the round's tokens boundary by boundary."""
+        t = self.tokens_in_block
         closed = 0
         start = self.total_tokens          # absolute index of this round's first token
         pos = 0                            # tokens of this round already accounted

@@ -223,6 +223,7 @@ class DSparkController(Controller):
         self._pid_b = PID(c.beta_kp, c.beta_ki, c.beta_kd, c.d_filter, c.beta_min, c.beta_max,
                           c.beta0)
         self._push = self._win.push_row   # bound once: observe() is on the hot path
+        self._feed = self._blocks.feed
         self._guard = AnomalyGuard(c.anomaly_detector, c.anomaly_z, c.anomaly_sigma_floor,
                                    c.cusum_slack, c.cusum_limit, c.baseline_ema,
                                    c.baseline_min_blocks, c.lossy_limit, c.recovery_blocks)
@@ -303,8 +304,9 @@ class DSparkController(Controller):
     def observe_values(self, now_s, drafted, n, confidences, draft_s, verify_s, context_tokens,
                        lossy_accepts, e, sentence_ends, batch_size=1, batch_tokens=0,
                        batch_context_tokens=0) -> None:
-        # hot path (the simulator calls it per sequence per round): locals, no extra calls
-        # unless something happens (a fruitless round, a cool-down step, a block boundary).
+        # hot path (the simulator calls it per sequence per round): locals, no calls but the
+        # window's push and the block planner's feed (both bound once) unless something happens
+        # (a fruitless round, a cool-down step, a block boundary).
         self._push((n, 1 if n < drafted else 0, drafted, e, draft_s, draft_s + verify_s,
                     lossy_accepts, now_s))  # window.row_of
         self.rounds += 1
@@ -339,13 +341,7 @@ class DSparkController(Controller):
                     self.cooldown = self.config.cooldown_rounds
                     self.cooldowns += 1
                     changed = True
-        # the block planner's fast path inlined (BlockPlanner.feed: nothing can close yet)
-        blk = self._blocks
-        t = blk.tokens_in_block + e
-        if t < blk.snap_from or (t < blk.block_tokens and not sentence_ends):
-            blk.tokens_in_block = t
-            blk.total_tokens += e
-        elif blk.feed(e, sentence_ends):
+        if self._feed(e, sentence_ends):  # a block closed
             self._block_end()
             return
         if changed:
@@ -420,6 +416,5 @@ class DSparkController(Controller):
             self._pid_b.reset()
             self.alpha, self.beta = self._pid_a.output, self._pid_b.output
         elif c.anomaly_action == "raise_beta":
-            self._pid_b.reset(self._pid_b.integrator + c.beta_raise)
-            self._pid_b.e_prev = None
+            self._pid_b.reset(self._pid_b.integrator + c.beta_raise)  # clears e_prev too
             self.beta = self._pid_b.output
