@@ -17,7 +17,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--prompts", type=int, default=None)
     p.add_argument("--new-tokens", type=int, default=None)
     p.add_argument("--repeats", type=int, default=None)
-    p.add_argument("--workload", choices=("code", "prose"), default=None)
+    p.add_argument("--workload", choices=("code", "prose", "mixed"), default=None)
     p.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
     p.add_argument("--quality-betas", default=None, metavar="'B1 B2 ...'",
                    help="also measure threshold verification's quality change at these β")

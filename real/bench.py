@@ -34,7 +34,8 @@ class BenchConfig:
     new_tokens: int = param(128, lo=1, hi=1024, doc="new tokens per prompt")
     # 3 repeats give a median and a spread without taking all day on 2 cores.
     repeats: int = param(3, lo=1, hi=100, doc="repeats of every method")
-    workload: str = param("code", choices=("code", "prose"), doc="held-out workload")
+    workload: str = param("code", choices=("code", "prose", "mixed"),
+                          doc="held-out workload (mixed: code and prose prompts alternating)")
     # 1 thread: on a quiet 2-core machine 2 threads were ~1.4x faster, but with other
     # processes on the cores 2 threads stalled on each other (up to 10x slower); 1 is robust.
     threads: int = param(1, lo=1, hi=256, doc="torch CPU threads")

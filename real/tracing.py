@@ -30,7 +30,8 @@ from real.positions import record_positions_full  # noqa: F401  (re-exported: pa
 @dataclass(frozen=True)
 class PromptSetConfig:
     # code completion is the first validation workload.
-    workload: str = param("code", choices=("code", "prose", "random"), doc="prompt source")
+    workload: str = param("code", choices=("code", "prose", "mixed", "random"),
+                          doc="prompt source (mixed: code and prose prompts alternating)")
     # held-out text: the models never trained on the test split.
     split: str = param("test", choices=("train", "val", "test"), doc="corpus split")
     # 8 prompts: ~1000 generated tokens per run, stable totals in a short run.
@@ -56,6 +57,14 @@ def make_prompts(cfg: PromptSetConfig, tokenizer=None, vocab_size: int | None = 
         return [rng.integers(0, vocab_size, int(n)).tolist() for n in lens]
     if tokenizer is None:
         raise DSparkError(f"a '{cfg.workload}' prompt set needs the tokenizer")
+    if cfg.workload == "mixed":  # code, prose, code, ... (the code half first when n is odd)
+        import dataclasses
+        n_code = (cfg.n_prompts + 1) // 2
+        code = make_prompts(dataclasses.replace(cfg, workload="code", n_prompts=n_code), tokenizer)
+        prose = (make_prompts(dataclasses.replace(cfg, workload="prose",
+                                                  n_prompts=cfg.n_prompts - n_code), tokenizer)
+                 if cfg.n_prompts > n_code else [])
+        return [p for pair in zip(code, prose + [None]) for p in pair if p is not None]
     from real.corpus import documents
 
     docs = documents(cfg.workload, cfg.split)

@@ -54,3 +54,18 @@ def test_ngram_lookup_continues_a_repeating_stretch():
     assert d.lookup(toks, 2) == [1, 2]
     assert d.lookup(toks, 7) == [1, 2, 3, 1, 2, 3, 1]
     assert d.lookup([4, 4], 3) == [4, 4, 4]  # period 1
+
+
+def test_mixed_prompt_set_alternates_code_and_prose():
+    import dataclasses
+
+    from real.store import CHECKPOINT_DIR
+    from real.tokenizer import load_tokenizer
+    from real.tracing import PromptSetConfig, make_prompts
+    tok = load_tokenizer(CHECKPOINT_DIR / "tokenizer.json")
+    cfg = PromptSetConfig(workload="mixed", split="test", n_prompts=5, prompt_tokens_min=16,
+                          prompt_tokens_max=32, seed=3)
+    mixed = make_prompts(cfg, tok)
+    code = make_prompts(dataclasses.replace(cfg, workload="code", n_prompts=3), tok)
+    prose = make_prompts(dataclasses.replace(cfg, workload="prose", n_prompts=2), tok)
+    assert mixed == [code[0], prose[0], code[1], prose[1], code[2]]
