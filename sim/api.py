@@ -170,6 +170,10 @@ def simulate(scn: SimConfig, controller: str = "dspark", controller_config: Any 
     cfg_obj = resolve_controller_config(scn, controller, controller_config)
     label = label or controller
     s, rd, _ = _run(scn, controller, cfg_obj, seed, load_scale, trace, label, True, progress)
+    if rd.counters.measured_tokens == 0 and scn.sim.horizon_s is not None:
+        raise ConfigError(f"sim.horizon_s = {scn.sim.horizon_s!r} ends the run before any output "
+                          f"token after sim.warmup_s = {scn.sim.warmup_s!r} (controller "
+                          f"'{label}'): nothing to measure; allowed a longer horizon")
     if baseline:
         key = (seed, load_scale)
         if _baseline_cache is not None and key in _baseline_cache:

@@ -140,6 +140,10 @@ CASES = [
      ["simulate", "s.toml", "--no-out"],
      ("s.toml: sim.warmup_s = 1000.0 leaves no request to measure (the last of 30 arrives at "
      "8.186 s); allowed below the last arrival")),
+    ("horizon-before-any-token", {"s.toml": tiny("horizon_s = 0.001")},
+     ["simulate", "s.toml", "--no-out"],
+     ("s.toml: sim.horizon_s = 0.001 ends the run before any output token after sim.warmup_s = "
+      "0.0 (controller 'fixed'): nothing to measure; allowed a longer horizon")),
     ("warmup-at-horizon", {"s.toml": tiny("horizon_s = 5\nwarmup_s = 5")},
      ["simulate", "s.toml", "--no-out"],
      ("s.toml: sim.warmup_s = 5.0 is not before the end of the run (sim.horizon_s = 5.0); "
