@@ -27,9 +27,31 @@ _MISSING = dataclasses.MISSING
 
 
 def param(default: Any = _MISSING, *, lo: float | None = None, hi: float | None = None,
-          choices: tuple | None = None, doc: str = "", default_factory: Any = _MISSING) -> Any:
-    """A dataclass field with an allowed range (``lo <= v <= hi``) or a set of choices."""
-    meta = {"lo": lo, "hi": hi, "choices": choices, "doc": doc}
+          choices: tuple | None = None, doc: str = "", default_factory: Any = _MISSING,
+          tune: bool | tuple[float, float] = False, log: bool = False, switch: bool = False,
+          when: dict[str, tuple] | None = None, lo_from: tuple[str, float] | None = None,
+          hi_from: tuple[str, float] | None = None, choices_from: str | None = None) -> Any:
+    """A dataclass field with an allowed range (``lo <= v <= hi``) or a set of choices.
+
+    The tuning search space (:mod:`tuning.space`) reads the other keys, and nothing else:
+
+    - ``tune``: ``(lo, hi)`` for a number, searched in that range (inside the allowed one);
+      ``True`` for a field with ``choices`` (or ``choices_from``) or a ``bool``, searched over
+      those values; ``False`` (default): not searched, it keeps its value;
+    - ``log``: search the range on a log scale;
+    - ``switch``: also an on/off switch ``<name>:on``; off = exactly 0, the range only when on;
+    - ``when``: ``{field: allowed values}``: searched only while those fields have those values;
+    - ``lo_from`` / ``hi_from``: ``(field, offset)``: the range starts (ends) at that field's
+      drawn value + offset, so ordered pairs stay ordered;
+    - ``choices_from``: a tuple field whose default lists the choices.
+    """
+    if isinstance(tune, tuple):
+        if len(tune) != 2 or not tune[0] <= tune[1] or (lo is not None and tune[0] < lo) or (
+                hi is not None and tune[1] > hi):
+            raise ValueError(f"param: tuned range {tune} outside the allowed [{lo}, {hi}]")
+    meta = {"lo": lo, "hi": hi, "choices": choices, "doc": doc, "tune": tune, "log": log,
+            "switch": switch, "when": when or {}, "lo_from": lo_from, "hi_from": hi_from,
+            "choices_from": choices_from}
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

@@ -13,11 +13,13 @@ from control.types import Decision, Observation
 @dataclass(frozen=True)
 class FixedConfig:
     # 4 drafted tokens: near the optimum for a ~0.7-0.8 acceptance drafter at c ~ 0.05-0.1.
-    k: int = param(4, lo=0, hi=64, doc="draft length of every round (0 = no speculation)")
+    k: int = param(4, lo=0, hi=64, doc="draft length of every round (0 = no speculation)",
+                   tune=(0, 16))
     # lossless verification unless asked otherwise.
-    mode: str = param("strict", choices=("strict", "threshold"), doc="verification mode")
+    mode: str = param("strict", choices=("strict", "threshold"), doc="verification mode", tune=True)
     # the seed's starting conservativeness; used only in threshold mode.
-    beta: float = param(0.85, lo=0.7, hi=0.99, doc="threshold-mode acceptance threshold")
+    beta: float = param(0.85, lo=0.7, hi=0.99, doc="threshold-mode acceptance threshold",
+                        tune=(0.7, 0.99), when={"mode": ("threshold",)})
 
 
 class FixedController(Controller):

@@ -38,11 +38,12 @@ from control.types import Decision, Observation
 @dataclass(frozen=True)
 class ClairvoyantConfig:
     # 16: the longest draft the engines' static KV caches are sized for by default.
-    k_max: int = param(16, lo=1, hi=64, doc="largest cap of a round")
+    k_max: int = param(16, lo=1, hi=64, doc="largest cap of a round", tune=(1, 32))
     # the causal planner's cold start, so both learn their costs from the same first rounds.
-    k_start: int = param(4, lo=1, hi=64, doc="cap of the first rounds (cold start)")
+    k_start: int = param(4, lo=1, hi=64, doc="cap of the first rounds (cold start)", tune=(1, 16))
     # the causal planner's forgetting, for the same reason.
-    cost_forget: float = param(0.99, lo=0.5, hi=1.0, doc="forgetting factor of the cost fit")
+    cost_forget: float = param(0.99, lo=0.5, hi=1.0, doc="forgetting factor of the cost fit",
+                               tune=(0.9, 1.0))
 
 
 class ClairvoyantPlanner:

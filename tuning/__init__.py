@@ -1,9 +1,10 @@
 """tuning: Optuna studies that tune the controllers on the simulator.
 
-- :mod:`tuning.space` — ``suggest_config(trial, controller)``: the search space, derived from the
-  controllers' config dataclasses (``param`` ranges/choices) and narrowed by a table; log-scale
-  gains with an off switch, block size 16-512, ordered k bounds, threshold-only fields
-  suggested only when ``mode = threshold``.
+- :mod:`tuning.space` — ``suggest_config(trial, controller)``: the search space, read from the
+  ``param(...)`` metadata of the controllers' config dataclasses (tuned range, log scale, on/off
+  switch, when a field is active, bounds taken from another field); e.g. log-scale gains with
+  an off switch, block size 16-512, ordered k bounds, threshold-only fields suggested only when
+  ``mode = threshold``.
 - :mod:`tuning.objective` — ``Objective``: one callable scoring a config over workloads × seeds
   (throughput, goodput, p99 TPOT, or throughput vs p99 / vs quality loss), with per-workload
   reports for the median or Wilcoxon pruner and the quality constraint.

@@ -1,21 +1,12 @@
 """The search space: one function maps an Optuna trial to a controller config.
 
-The space is *derived* from each controller's config dataclass (``control.configio.param``
-metadata: ``lo``/``hi``/``choices``), so it follows the controllers as they change, and then
-narrowed by :data:`TABLE` where the declared range is a validity range rather than a sensible
-search range. Rules applied to every field:
-
-- ``choices`` -> categorical; ``bool`` -> categorical ``[False, True]``;
-- numbers with both ``lo`` and ``hi`` -> a range; log scale when ``lo > 0`` and ``hi/lo >= 100``;
-- controller gains (``*_kp``, ``*_ki``, ``*_kd``) -> log scale; a gain whose declared range
-  starts at 0 gets a switch ``<name>:on`` (off = exactly 0, the seed's ``Kp = Kd = 0``), and its
-  magnitude is suggested only when the switch is on;
-- when the config has a ``mode`` with a ``threshold`` choice, fields that only act in threshold
-  mode (named ``beta*`` or documented "threshold mode") are suggested only when
-  ``mode = threshold``;
-- ``X_min``/``X_max`` pairs stay ordered (and bracket ``X0`` when there is one): the later
-  field's range starts (or ends) at the value already drawn;
-- tuples, free strings and fields without a range are not tuned (they keep their default).
+The space is read from each controller's config dataclass, and from nothing else: every
+:func:`control.configio.param` declares whether and how its field is searched (``tune``: the
+range, or ``True`` for choices and booleans; ``log``; ``switch``: an on/off switch ``<name>:on``
+whose off is exactly 0; ``when``: the fields and values under which it is searched;
+``lo_from`` / ``hi_from``: a bound taken from another field's drawn value, so ordered pairs stay
+ordered; ``choices_from``: a tuple field listing the choices). A field without ``tune`` keeps its
+value (the study's config may pin it).
 
 Parameter names are the config's field names (dotted for nested dataclasses), so trial params
 map back to a config with :func:`params_to_config`.
@@ -33,102 +24,7 @@ from control import controller_config_class, make_config
 from control.configio import to_dict
 from control.errors import ConfigError
 
-ON = ":on"      # suffix of a gain's on/off switch parameter
-
-# Per controller: field -> narrowing. Keys: lo, hi, log, skip, when {field: allowed values},
-# lo_from / hi_from (field, offset): the bound is that field's value + offset,
-# choices_from: a (tuple) field whose default lists the choices.
-GAIN_RANGE = {"lo": 1e-3, "hi": 2.0, "log": True}   # error terms are O(1); α spans 1.2
-TABLE: dict[str, dict[str, dict[str, Any]]] = {
-    "fixed": {
-        "k": {"lo": 0, "hi": 16},
-    },
-    "hf-heuristic": {
-        "k0": {"lo": 1, "hi": 16},
-        "k_max": {"lo": 1, "hi": 64, "lo_from": ("k0", 0)},
-    },
-    "confidence-stop": {
-        "k_max": {"lo": 1, "hi": 32},
-        "tau": {"lo": 0.0, "hi": 0.95},
-        "target_accept": {"lo": 0.1, "hi": 0.95, "when": {"adapt": ("target",)}},
-        "bins": {"lo": 4, "hi": 64, "when": {"adapt": ("target",)}},
-        "window_pairs": {"lo": 64, "hi": 8192, "log": True, "when": {"adapt": ("target",)}},
-        "min_bin_pairs": {"lo": 1, "hi": 128, "log": True, "when": {"adapt": ("target",)}},
-        "update_rounds": {"lo": 1, "hi": 256, "log": True, "when": {"adapt": ("target",)}},
-        "tau_min": {"lo": 0.0, "hi": 0.5, "when": {"adapt": ("target",)}},
-        "tau_max": {"lo": 0.5, "hi": 1.0, "lo_from": ("tau_min", 0.0),
-                    "when": {"adapt": ("target",)}},
-    },
-    "ema-hysteresis": {
-        "k0": {"choices_from": "candidates"},
-        "ema_coef": {"lo": 0.01, "hi": 1.0, "log": True},
-        "up_ratio": {"lo": 0.3, "hi": 1.0},
-        "down_ratio": {"lo": 0.0, "hi": 0.9, "hi_from": ("up_ratio", -0.05)},
-        "warmup_rounds": {"lo": 0, "hi": 64},
-        "update_rounds": {"lo": 1, "hi": 64, "log": True},
-    },
-    "analytic": {
-        "window_rounds": {"lo": 4, "hi": 1024, "log": True},
-        "k_min": {"lo": 0, "hi": 4},
-        "k_max": {"lo": 1, "hi": 32},
-        "a_prior": {"lo": 0.2, "hi": 0.95},
-        "c_prior": {"lo": 0.005, "hi": 1.0, "log": True},
-        "min_trials": {"lo": 1, "hi": 512, "log": True},
-        "update_rounds": {"lo": 1, "hi": 64, "log": True},
-    },
-    "dspark": {
-        # the policy is chosen by the study's config (seed point: seed), not searched; the
-        # seed policy's α → k fields are searched only when it is the seed policy
-        "policy": {"skip": True},
-        "prior_trials": {"lo": 0.5, "hi": 64.0, "log": True, "when": {"policy": ("goodput",)}},
-        "a_prior": {"lo": 0.3, "hi": 0.95, "when": {"policy": ("goodput",)}},
-        "k_start": {"lo": 1, "hi": 8, "when": {"policy": ("goodput",)}},
-        "explore_every": {"lo": 0, "hi": 256, "when": {"policy": ("goodput",)}},
-        "cost_forget": {"lo": 0.9, "hi": 0.999, "when": {"policy": ("goodput",)}},
-        "memory_rounds": {"lo": 4, "hi": 1024, "log": True, "when": {"policy": ("goodput",)}},
-        "goodput_cooldown": {"when": {"policy": ("goodput",)}},
-        "replan_rounds": {"lo": 1, "hi": 32, "log": True, "when": {"policy": ("goodput",)}},
-        "alpha0": {"lo": 0.3, "hi": 1.5, "when": {"policy": ("seed",)}},
-        "k_ref": {"lo": 2.0, "hi": 32.0, "log": True, "when": {"policy": ("seed",)}},
-        "k_min": {"lo": 1, "hi": 8, "when": {"policy": ("seed",)}},
-        "k_max": {"lo": 2, "hi": 32},
-        "k_hysteresis": {"lo": 1, "hi": 4, "when": {"policy": ("seed",)}},
-        "tau": {"lo": 0.0, "hi": 0.9},
-        "a_target": {"lo": 0.3, "hi": 0.95, "when": {"policy": ("seed",)}},
-        "slo_tpot_s": {"skip": True},       # a property of the service, not a knob
-        "tpot_source": {"skip": True},      # how TPOT is measured, not a knob
-        "span_tokens": {"skip": True},      # a property of the model
-        "window_rounds": {"lo": 4, "hi": 512, "log": True},
-        "block_tokens": {"lo": 16, "hi": 512, "log": True},
-        "snap_tokens": {"lo": 0, "hi": 64, "hi_from": ("block_tokens", -1)},
-        "warmup_rounds": {"lo": 0, "hi": 64},
-        "min_update_rounds": {"lo": 1, "hi": 32, "log": True},
-        "d_filter": {"lo": 0.05, "hi": 1.0, "log": True},
-        "anomaly_z": {"lo": 1.0, "hi": 10.0, "log": True, "when": {"anomaly_detector": ("zscore",)}},
-        "anomaly_sigma_floor": {"lo": 0.005, "hi": 0.2, "log": True,
-                                "when": {"anomaly_detector": ("zscore",)}},
-        "cusum_slack": {"lo": 0.0, "hi": 0.2, "when": {"anomaly_detector": ("cusum",)}},
-        "cusum_limit": {"lo": 0.05, "hi": 2.0, "log": True,
-                        "when": {"anomaly_detector": ("cusum",)}},
-        "baseline_ema": {"lo": 0.02, "hi": 0.8, "log": True,
-                         "when": {"anomaly_detector": ("zscore", "cusum")}},
-        "baseline_min_blocks": {"lo": 1, "hi": 16, "when": {"anomaly_detector": ("zscore", "cusum")}},
-        "anomaly_action": {"when": {"anomaly_detector": ("zscore", "cusum")}},
-        "recovery_blocks": {"lo": 1, "hi": 16, "when": {"anomaly_detector": ("zscore", "cusum")}},
-        "lossy_limit": {"lo": 0.005, "hi": 0.5, "log": True},
-        "beta_raise": {"lo": 0.01, "hi": 0.29,
-                       "when": {"anomaly_action": ("raise_beta",),
-                                "anomaly_detector": ("zscore", "cusum")}},
-        "cooldown_rounds": {"lo": 1, "hi": 64, "log": True},
-    },
-    "clairvoyant": {
-        "k_max": {"lo": 1, "hi": 32},
-        "k_start": {"lo": 1, "hi": 16},
-        "cost_forget": {"lo": 0.9, "hi": 1.0},
-    },
-}
-
-TABLE["rate-oracle"] = TABLE["dspark"]  # the same config, told the true rates
+ON = ":on"      # suffix of an on/off switch parameter
 
 #: The seed document's starting point (α = 0.8, β = 0.85 with threshold verification).
 SEED_POINT: dict[str, dict[str, Any]] = {
@@ -179,17 +75,6 @@ def _fields(cls: type, prefix: str = "") -> list[tuple[str, dataclasses.Field, A
     return out
 
 
-def _is_gain(name: str) -> bool:
-    leaf = name.rsplit(".", 1)[-1]
-    return leaf in ("kp", "ki", "kd", "gamma") or leaf.endswith(("_kp", "_ki", "_kd"))
-
-
-def _threshold_only(name: str, doc: str) -> bool:
-    leaf = name.rsplit(".", 1)[-1]
-    d = doc.lower()
-    return leaf.startswith("beta") or "threshold mode" in d or "threshold-mode" in d
-
-
 def defaults(controller: str) -> dict[str, Any]:
     """Flat ``{dotted name: default}`` of a controller's config."""
     return flatten(to_dict(make_config(controller)))
@@ -216,66 +101,38 @@ def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _dim(name: str, f: dataclasses.Field, tp: Any, pre: str, dflt: dict[str, Any]) -> Dim | None:
+    """The dimension a field's ``param`` metadata declares (``pre``: its dotted prefix)."""
+    m = f.metadata
+    tune = m.get("tune")
+    if not tune:
+        return None
+    common = {"name": name, "doc": m.get("doc", ""),
+              "when": tuple(sorted((pre + k, tuple(v)) for k, v in (m.get("when") or {}).items()))}
+    if m.get("choices_from"):
+        return Dim(kind="categorical", choices=tuple(dflt[pre + m["choices_from"]]), **common)
+    if m.get("choices") or tp is bool:
+        return Dim(kind="categorical", choices=tuple(m.get("choices") or (False, True)), **common)
+    lo, hi = tune
+    lo_from, hi_from = m.get("lo_from"), m.get("hi_from")
+    return Dim(kind="int" if tp is int else "float", lo=lo, hi=hi, log=m.get("log", False),
+               zero_switch=m.get("switch", False),
+               lo_from=(pre + lo_from[0], lo_from[1]) if lo_from else None,
+               hi_from=(pre + hi_from[0], hi_from[1]) if hi_from else None, **common)
+
+
 def space(controller: str) -> list[Dim]:
     """The tuned dimensions of ``controller``, ordered so every reference comes first."""
-    cls = controller_config_class(controller)
-    table = TABLE.get(controller, {})
-    leaves = _fields(cls)
-    names = {n for n, _, _ in leaves}
-    unknown = sorted(set(table) - names)
-    if unknown:  # a stale table entry is a bug in this file, not a user error
-        raise KeyError(f"tuning table of '{controller}' names unknown fields {unknown}")
+    leaves = _fields(controller_config_class(controller))
     dflt = {n: _default(f) for n, f, _ in leaves}
-    mode_field = next((n for n, f, _ in leaves if n.rsplit(".", 1)[-1] == "mode"
-                       and "threshold" in (f.metadata.get("choices") or ())), None)
-    dims: list[Dim] = []
+    dims = []
     for name, f, tp in leaves:
-        spec = table.get(name, {})
-        if spec.get("skip"):
-            continue
-        m = f.metadata
-        doc = m.get("doc", "")
-        when = dict(spec.get("when", {}))
-        if mode_field and name != mode_field and _threshold_only(name, doc):
-            when.setdefault(mode_field, ("threshold",))
-        common = {"name": name, "doc": doc, "when": tuple(sorted(when.items()))}
-        choices = spec.get("choices") or (tuple(dflt[spec["choices_from"]])
-                                          if "choices_from" in spec else m.get("choices"))
-        if choices:
-            dims.append(Dim(kind="categorical", choices=tuple(choices), **common))
-            continue
-        if tp is bool:
-            dims.append(Dim(kind="categorical", choices=(False, True), **common))
-            continue
-        if tp not in (int, float):
-            continue
-        lo = spec.get("lo", m.get("lo"))
-        hi = spec.get("hi", m.get("hi"))
-        if lo is None or hi is None:
-            continue
-        zero_switch = False
-        log = spec.get("log")
-        if _is_gain(name) and "lo" not in spec:
-            zero_switch = lo <= 0
-            lo, hi = max(lo, GAIN_RANGE["lo"]), min(hi, GAIN_RANGE["hi"])
-            log = True if log is None else log
-        if log is None:
-            log = lo > 0 and hi / lo >= 100
-        lo_from, hi_from = spec.get("lo_from"), spec.get("hi_from")
-        leaf = name.rsplit(".", 1)[-1]
-        pre = name[: len(name) - len(leaf)]
-        if leaf.endswith(("_min", "_max")) and not (lo_from or hi_from):
-            stem = leaf[:-4]
-            anchor = pre + stem + "0"
-            if anchor in names and not table.get(anchor, {}).get("skip"):
-                if leaf.endswith("_min"):
-                    hi_from = (anchor, 0)
-                else:
-                    lo_from = (anchor, 0)
-            elif leaf.endswith("_max") and pre + stem + "_min" in names:
-                lo_from = (pre + stem + "_min", 0)
-        dims.append(Dim(kind="int" if tp is int else "float", lo=lo, hi=hi, log=bool(log),
-                        zero_switch=zero_switch, lo_from=lo_from, hi_from=hi_from, **common))
+        d = _dim(name, f, tp, name[: len(name) - len(f.name)], dflt)
+        if d is not None:
+            dims.append(d)
+    unknown = sorted(r for d in dims for r in d.refs() if r not in dflt)
+    if unknown:  # a stale reference is a bug in the config's declaration, not a user error
+        raise KeyError(f"tuning metadata of '{controller}' names unknown fields {unknown}")
     return _ordered(dims)
 
 
@@ -432,7 +289,6 @@ def describe_space(controller: str) -> list[dict[str, Any]]:
 
 __all__ = [
     "SEED_POINT",
-    "TABLE",
     "Dim",
     "config_to_params",
     "defaults",
