@@ -53,9 +53,15 @@ class BenchConfig:
 
 
 def held_out_prompts(tok, workload: str, n: int, length: int) -> list[list[int]]:
-    """``n`` evenly spaced windows of ``length`` tokens from the test split (never trained on)."""
+    """``n`` evenly spaced windows of ``length`` tokens from the test split (never trained on);
+    ``mixed``: code and prose windows alternating (the code half first when ``n`` is odd)."""
     from real import corpus
     from real.train import encode_docs
+
+    if workload == "mixed":
+        code = held_out_prompts(tok, "code", (n + 1) // 2, length)
+        prose = held_out_prompts(tok, "prose", n // 2, length) if n > 1 else []
+        return [p for pair in zip(code, prose + [None]) for p in pair if p is not None]
 
     ids = encode_docs(tok, corpus.documents(workload, "test"))
     if len(ids) < n * length:
