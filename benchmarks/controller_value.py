@@ -93,8 +93,8 @@ def run_cell(base, ov: dict, metric: str, entries: dict, seeds: list[int]) -> di
         for s in seeds:
             r = simulate(scn, name, cfg, seed=s, baseline=False).summary
             vals.append(r["throughput_tokens_per_s"] if metric == "throughput" else r["mean_tpot_s"])
-            p99.append(r["p99_tpot_s"])
-        out[label] = {"value": float(np.mean(vals)), "p99_tpot_s": float(np.mean(p99))}
+            p99.append(r["tpot_p99_s"])
+        out[label] = {"value": float(np.mean(vals)), "tpot_p99_s": float(np.mean(p99))}
     return out
 
 

@@ -17,7 +17,7 @@ from dspark.args import parse_sets
 
 TABLE_COLUMNS = ("controller", "load_scale", "throughput_tokens_per_s", "goodput_tokens_per_s",
                  "speedup", "mean_accepted_length", "acceptance_rate", "tpot_p50_s",
-                 "p99_tpot_s", "ttft_p99_s", "gpu_busy_fraction", "requests_unfinished")
+                 "tpot_p99_s", "ttft_p99_s", "gpu_busy_fraction", "requests_unfinished")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

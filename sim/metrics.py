@@ -22,7 +22,7 @@ SUMMARY_KEYS = (
     "controller", "seed", "load_scale", "offered_rps", "throughput_tokens_per_s",
     "goodput_tokens_per_s", "speedup", "mean_accepted_length", "acceptance_rate", "vpr", "du",
     "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s",
-    "p99_tpot_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "gpu_busy_fraction",
+    "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "gpu_busy_fraction",
     "bandwidth_utilization", "lossy_accept_fraction", "requests_finished", "requests_unfinished",
     "requests_rejected", "output_tokens", "sim_time_s", "num_gpus", "mean_tpot_s")
 
@@ -69,7 +69,6 @@ def summarize(run: RunData, scn, cluster, *, controller: str, seed: int, load_sc
                               accepted_emitted=c.accepted_emitted),
         "ttft_p50_s": _pct(ttft, 50), "ttft_p90_s": _pct(ttft, 90), "ttft_p99_s": _pct(ttft, 99),
         "tpot_p50_s": _pct(tpot, 50), "tpot_p90_s": _pct(tpot, 90), "tpot_p99_s": _pct(tpot, 99),
-        "p99_tpot_s": _pct(tpot, 99),
         "e2e_p50_s": _pct(e2e, 50), "e2e_p90_s": _pct(e2e, 90), "e2e_p99_s": _pct(e2e, 99),
         "gpu_busy_fraction": c.gpu_busy_s / (cluster.num_gpus * end),
         "bandwidth_utilization": c.bytes_moved / (cluster.num_gpus * end * hw.bandwidth_bytes_s),

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from control.types import RoundRecord, records_to_columns
+from sim.metrics import SUMMARY_KEYS
 
-SUMMARY_KEYS = ["controller", "seed", "load_scale", "offered_rps", "throughput_tokens_per_s", "goodput_tokens_per_s", "speedup", "mean_accepted_length", "acceptance_rate", "vpr", "du", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "p99_tpot_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "gpu_busy_fraction", "bandwidth_utilization", "lossy_accept_fraction", "requests_finished", "requests_unfinished", "output_tokens", "sim_time_s", "num_gpus"]
 
 # controller -> (speedup over k=0, acceptance rate a); "ar" is the k = 0 baseline
 CONTROLLERS = {"ar": (1.0, 0.0), "fixed": (1.8, 0.7), "hf-heuristic": (2.0, 0.7),
@@ -44,12 +44,13 @@ def sim_row(controller: str, seed: int, load_scale: float, num_gpus: int = 8,
                acceptance_rate=np.nan if is_base else a, vpr=np.nan if is_base else 0.55,
                du=np.nan if is_base else 0.5, ttft_p50_s=0.2, ttft_p90_s=0.3, ttft_p99_s=0.5,
                tpot_p50_s=BASE_TPOT_S / sp, tpot_p90_s=1.5 * BASE_TPOT_S / sp,
-               tpot_p99_s=2 * BASE_TPOT_S / sp, p99_tpot_s=2 * BASE_TPOT_S / sp,
+               tpot_p99_s=2 * BASE_TPOT_S / sp,
                e2e_p50_s=4.0 / sp, e2e_p90_s=8.0 / sp, e2e_p99_s=BASE_E2E_P99_S / sp,
                gpu_busy_fraction=busy_base if is_base else min(0.95, busy_base * sp / 2),
                bandwidth_utilization=0.3 if is_base else 0.3 * sp / 2,
                lossy_accept_fraction=0.0, requests_finished=100, requests_unfinished=0,
-               output_tokens=20000, sim_time_s=60.0, num_gpus=num_gpus)
+               requests_rejected=0, output_tokens=20000, sim_time_s=60.0, num_gpus=num_gpus,
+               mean_tpot_s=BASE_TPOT_S / sp)
     return {k: row[k] for k in SUMMARY_KEYS}
 
 

@@ -97,7 +97,7 @@ def test_cli_json_and_run_folder(tmp_path, capsys):
     assert rc == 0
     row = json.loads(capsys.readouterr().out)
     for key in ("throughput_tokens_per_s", "mean_accepted_length", "acceptance_rate", "speedup",
-                "p99_tpot_s"):
+                "tpot_p99_s"):
         assert isinstance(row[key], float)
     run = tmp_path / "run"
     for f in ("results.csv", "summary.json", "requests.csv", "config.toml", "rounds.csv",
