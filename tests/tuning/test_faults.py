@@ -352,3 +352,50 @@ def test_two_concurrent_resumes_run_exactly_n_distinct_slots(tmp_path, where, re
         _, err = p.communicate(timeout=180)
         assert p.returncode == 0, err[-2000:]
     _assert_exact(_load(url), n)
+
+
+# ---- a soak: six kills in one study, the last two in its final slots ----------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["journal", "postgres"])
+def test_six_kills_lose_no_finished_trial_and_resume_ends_with_exactly_n(tmp_path, where,
+                                                                         request):
+    n = 14
+    cfg = _config(tmp_path, n)
+    out = tmp_path / "run"
+    url = request.getfixturevalue("pg_url") if where == "postgres" else resolve_url(None, out)
+    cmd = _cli(str(cfg), "--out", str(out), "--resume", "--workers", "2",
+               *([] if where == "journal" else ["--storage", url]))
+    finished: dict = {}
+    kills = 0
+    for worker_at, main_at in ((2, 4), (7, 9), (n - 3, n - 2)):
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        pending = [("worker", worker_at), ("main", main_at)]
+        deadline = time.time() + 120
+        try:
+            while pending and proc.poll() is None and time.time() < deadline:
+                time.sleep(0.03)
+                try:
+                    trials = _load(url).get_trials()
+                except (KeyError, ValueError):
+                    continue
+                done = [t for t in trials if t.state in DONE]
+                mine = [t for t in trials if t.state == TrialState.RUNNING
+                        and t.user_attrs.get("worker")]
+                pids = _pids_of(mine) - {proc.pid}
+                victim, at = pending[0]
+                if len(done) >= at and (pids if victim == "worker" else mine):
+                    os.kill(proc.pid if victim == "main" else min(pids), signal.SIGKILL)
+                    finished.update({t.number: t for t in done})
+                    kills += 1
+                    pending.pop(0)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert kills == 6
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    _assert_exact(_load(url), n, finished)
