@@ -69,12 +69,10 @@ def _scaling(cfg: DemoConfig, tuned: str, out: Path) -> None:
     with Poisson arrivals at the same rate per replica, so every point offers each GPU the same
     load; the simulator models no cross-node network, which the report states.
     """
-    import tempfile
-
     import pandas as pd
 
     from dspark.cmd_simulate import parse_controller_spec
-    from sim import compare, load_scenario
+    from sim import Comparison, compare_runs, load_scenario
     from sim.api import write_run_folder
     base = load_scenario(CONFIGS / "tiny.toml")
     controllers = [parse_controller_spec("fixed:k=0"), parse_controller_spec(tuned)]
@@ -84,13 +82,12 @@ def _scaling(cfg: DemoConfig, tuned: str, out: Path) -> None:
             "deployment.replicas": r, "deployment.routing": "least-outstanding",
             "workload.rate_rps": base.workload.rate_rps * r,
             "workload.num_requests": r * cfg.scaling_requests_per_replica})
-        with tempfile.TemporaryDirectory() as tmp:
-            rows.append(compare(scn, controllers, seed=0, out_dir=tmp))
-            reqs.append(pd.read_csv(Path(tmp) / "requests.csv").assign(
-                num_gpus=r * base.deployment.tp))
-    write_run_folder(out, base.with_overrides({"name": "tiny-scaling"}), 0,
-                     pd.concat(rows, ignore_index=True), pd.concat(reqs, ignore_index=True),
-                     {}, [name for name, _, _ in controllers])
+        c = compare_runs(scn, controllers, seed=0)
+        rows.append(c.results)
+        reqs.append(c.requests.assign(num_gpus=r * base.deployment.tp))
+    write_run_folder(out, base.with_overrides({"name": "tiny-scaling"}), 0, Comparison(
+        pd.concat(rows, ignore_index=True), pd.concat(reqs, ignore_index=True),
+        names=c.names))
 
 
 def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Path:

@@ -7,10 +7,7 @@ cannot be checked here, impossible.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -37,8 +34,6 @@ CLAIMED_GPUS = (1, 1024)
 GAIN = 1.05              # a speedup above 5% counts as "a gain" (below: within noise of a model)
 SCALING_EFFICIENCY = 0.8  # per-GPU throughput kept from the smallest to the largest cluster
 QUALITY_COLUMNS = ("nll_change_pct", "quality_change_pct")
-HARDWARE_RE = re.compile(r"\b(A100|H100|H200|A10G?|L4|L40S?|T4|V100|MI300X?)\b[\w-]*", re.IGNORECASE)
-SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([BM])\b")
 
 
 @dataclass(frozen=True)
@@ -75,40 +70,16 @@ def min_acceptance_for(speedup: float, c: float, k_max: int = 15) -> float | Non
     return hi
 
 
-def _strings(obj: Any) -> Iterable[tuple[str, str]]:
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            for kk, vv in _strings(v):
-                yield (f"{k}.{kk}" if kk else str(k)), vv
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _strings(v)
-    elif isinstance(obj, str):
-        yield "", obj
-
-
 def hardware_of(run: Run) -> str | None:
-    """GPU type named anywhere in the run's config or scenario name."""
-    texts = [v for _, v in _strings(run.config)] + [str(run.summary.get("scenario", ""))]
-    for t in texts:
-        m = HARDWARE_RE.search(t)
-        if m:
-            return m.group(0)
-    return None
+    """The GPU the run's ``summary.json`` records (``hardware``)."""
+    h = run.summary.get("hardware")
+    return str(h) if h else None
 
 
 def target_params_of(run: Run) -> float | None:
-    """Target parameter count: ``target_params`` in the summary, else a size in the name of the
-    config's target model (``Llama-3.1-70B`` -> 70e9)."""
-    for key in ("target_params", "target_parameters"):
-        if isinstance(run.summary.get(key), (int, float)):
-            return float(run.summary[key])
-    for key, v in _strings(run.config):
-        if "target" in key.lower():
-            m = SIZE_RE.search(v)
-            if m:
-                return float(m.group(1)) * (1e9 if m.group(2) == "B" else 1e6)
-    return None
+    """The target's parameter count the run's ``summary.json`` records (``target_params``)."""
+    p = run.summary.get("target_params")
+    return float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) else None
 
 
 def _sim_runs(runs: list[Run]) -> list[Run]:

@@ -212,11 +212,24 @@ def _items(controllers: Iterable) -> list[tuple[str, Any, str]]:
     return out
 
 
-def compare(scn: SimConfig, controllers: Iterable = ("fixed", "dspark"), seed: int = 0,
-            out_dir: str | Path | None = None, load_scales: Iterable[float] = (1.0,),
-            trace: bool = False, baseline: bool = True, progress: Any = None):
+@dataclass
+class Comparison:
+    """What :func:`compare_runs` returns: one results row per controller x load scale, and
+    the tables of a run folder (docs/results-format.md)."""
+    results: Any                  # DataFrame, columns SUMMARY_KEYS
+    requests: Any                 # DataFrame: every request of every run (load_scale column)
+    rounds: Any = None            # DataFrame of RoundRecord columns (trace=True)
+    controller_trace: Any = None  # DataFrame (trace=True)
+    configs: dict = dataclasses.field(default_factory=dict)  # controller name -> its config
+    names: list = dataclasses.field(default_factory=list)    # controller names, in order
+
+
+def compare_runs(scn: SimConfig, controllers: Iterable = ("fixed", "dspark"), seed: int = 0,
+                 out_dir: str | Path | None = None, load_scales: Iterable[float] = (1.0,),
+                 trace: bool = False, baseline: bool = True, progress: Any = None) -> Comparison:
     """One row per controller × load scale, all on the same seed (identical arrivals and
-    lengths). Writes the run folder (docs/results-format.md) when ``out_dir`` is given."""
+    lengths), with the request (and with ``trace`` the round) tables. Writes the run folder
+    (docs/results-format.md) when ``out_dir`` is given."""
     import pandas as pd
     items = _items(controllers)
     if not items:
@@ -243,28 +256,50 @@ def compare(scn: SimConfig, controllers: Iterable = ("fixed", "dspark"), seed: i
             cfgs[name] = res.controller_config
             if progress is not None:
                 progress.update(1)
-    df = pd.DataFrame(rows, columns=list(SUMMARY_KEYS))
+    out = Comparison(pd.DataFrame(rows, columns=list(SUMMARY_KEYS)),
+                     pd.concat(reqs, ignore_index=True),
+                     pd.concat(rounds, ignore_index=True) if trace else None,
+                     pd.concat(ctr, ignore_index=True) if trace else None,
+                     cfgs, [n for n, _, _ in items])
     if out_dir is not None:
-        write_run_folder(Path(out_dir), scn, seed, df, pd.concat(reqs, ignore_index=True), cfgs,
-                         [n for n, _, _ in items],
-                         pd.concat(rounds, ignore_index=True) if trace else None,
-                         pd.concat(ctr, ignore_index=True) if trace else None)
-    return df
+        write_run_folder(Path(out_dir), scn, seed, out)
+    return out
 
 
-def write_run_folder(out: Path, scn: SimConfig, seed: int, df, requests, cfgs: dict,
-                     names: list[str], rounds=None, ctrl_trace=None) -> Path:
+def compare(scn: SimConfig, controllers: Iterable = ("fixed", "dspark"), seed: int = 0,
+            out_dir: str | Path | None = None, load_scales: Iterable[float] = (1.0,),
+            trace: bool = False, baseline: bool = True, progress: Any = None):
+    """:func:`compare_runs`' results table alone (one row per controller × load scale)."""
+    return compare_runs(scn, controllers, seed, out_dir, load_scales, trace, baseline,
+                        progress).results
+
+
+def provenance(scn: SimConfig, results: Any) -> dict:
+    """The deployment a run folder simulated (hardware, models and their sizes, TP, GPUs):
+    ``summary.json`` records it so reports need not parse configs. ``num_gpus`` is the list of
+    GPU counts when the rows span several (a scaling sweep)."""
+    prov = Cluster(scn).provenance()
+    counts = sorted({int(g) for g in results["num_gpus"]}) if len(results) else []
+    if counts and counts != [prov["num_gpus"]]:
+        prov["num_gpus"] = counts
+        del prov["replicas"]
+    return prov
+
+
+def write_run_folder(out: Path, scn: SimConfig, seed: int, comparison: Comparison) -> Path:
+    c = comparison
     out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / "results.csv", index=False)
-    rows = [{k: json_safe(v) for k, v in row.items()} for row in df.to_dict("records")]
+    c.results.to_csv(out / "results.csv", index=False)
+    rows = [{k: json_safe(v) for k, v in row.items()} for row in c.results.to_dict("records")]
     (out / "summary.json").write_text(json.dumps(
-        {"kind": "simulate", "scenario": scn.name, "seed": int(seed), "rows": rows}, indent=1))
-    requests.to_csv(out / "requests.csv", index=False)
-    resolved = dataclasses.replace(scn, controller={n: to_dict(c) for n, c in cfgs.items()},
-                                   sim=dataclasses.replace(scn.sim, controllers=tuple(names)))
+        {"kind": "simulate", "scenario": scn.name, "seed": int(seed),
+         **provenance(scn, c.results), "rows": rows}, indent=1))
+    c.requests.to_csv(out / "requests.csv", index=False)
+    resolved = dataclasses.replace(scn, controller={n: to_dict(x) for n, x in c.configs.items()},
+                                   sim=dataclasses.replace(scn.sim, controllers=tuple(c.names)))
     (out / "config.toml").write_text(to_toml(resolved))
-    if rounds is not None:
-        rounds.to_csv(out / "rounds.csv", index=False)
-    if ctrl_trace is not None:
-        ctrl_trace.to_csv(out / "controller_trace.csv", index=False)
+    if c.rounds is not None:
+        c.rounds.to_csv(out / "rounds.csv", index=False)
+    if c.controller_trace is not None:
+        c.controller_trace.to_csv(out / "controller_trace.csv", index=False)
     return out

@@ -22,6 +22,7 @@ class Cluster:
         dtp = dep.drafter_tp or (tp if colocated else 1)
         self.use_drafter = use_drafter
         self.colocated, self.tp, self.dtp = colocated, tp, dtp
+        self.replicas, self.latency_backend = dep.replicas, lat.backend
         for name, m, t in (("target", tgt, tp), ("drafter", dr, dtp)):
             if m.heads % t:
                 raise ConfigError(f"impossible cluster: {name} {m.name} has {m.heads} attention "
@@ -68,3 +69,15 @@ class Cluster:
             self.lat_d = Constant(lat.constant_drafter_s, 0.0)
             self.prefill_t = lambda b, t: lat.constant_prefill_s
             self.prefill_d = lambda b, t: 0.0
+
+    def provenance(self) -> dict:
+        """What a run folder's ``summary.json`` records about the deployment (reports read it):
+        GPU, target and drafter (name, parameters), tensor parallelism, GPU count."""
+        return {"hardware": self.hw.name, "target": self.target_dims.name,
+                "target_params": self.target_dims.total_params,
+                "drafter": self.drafter_dims.name,
+                "drafter_params": self.drafter_dims.total_params,
+                "tensor_parallel": self.tp, "drafter_tensor_parallel": self.dtp,
+                "drafter_placement": "colocated" if self.colocated else "separate",
+                "replicas": self.replicas, "num_gpus": self.num_gpus,
+                "latency_backend": self.latency_backend}

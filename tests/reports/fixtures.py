@@ -15,10 +15,9 @@ import pandas as pd
 from control.types import RoundRecord, records_to_columns
 from sim.metrics import SUMMARY_KEYS
 
-
 # controller -> (speedup over k=0, acceptance rate a); "ar" is the k = 0 baseline
 CONTROLLERS = {"ar": (1.0, 0.0), "fixed": (1.8, 0.7), "hf-heuristic": (2.0, 0.7),
-               "analytic": (2.3, 0.7), "dspark": (2.6, 0.7), "oracle": (3.1, 0.7)}
+               "analytic": (2.3, 0.7), "dspark": (2.6, 0.7), "clairvoyant": (3.1, 0.7)}
 BASE_TPUT = 1000.0      # k = 0 throughput at load scale 1 and 8 GPUs (tokens/s)
 BASE_TPOT_S = 0.040
 BASE_E2E_P99_S = 12.0
@@ -55,13 +54,16 @@ def sim_row(controller: str, seed: int, load_scale: float, num_gpus: int = 8,
 
 
 def write_simulate_run(folder: Path, *, trace: bool = True, scenario: str = "8xA100 70B+8B",
-                       hardware: str = "A100-SXM-80GB", target: str = "Llama-3.1-70B") -> Path:
+                       hardware: str = "A100-SXM-80GB", target: str = "Llama-3.1-70B",
+                       target_params: float = 70e9) -> Path:
     rows = [sim_row(c, s, ls) for c in CONTROLLERS for ls in (0.5, 1.0, 1.5) for s in (0, 1)]
     pd.DataFrame(rows).to_csv(folder / "results.csv" if folder.exists() else
                               _mk(folder) / "results.csv", index=False)
-    _write(folder, {"kind": "simulate", "scenario": scenario, "seed": 0, "rows": rows},
-           f'[hardware]\ngpu = "{hardware}"\n[models]\ntarget = "{target}"\n'
-           f'drafter = "Llama-3.1-8B"\n')
+    _write(folder, {"kind": "simulate", "scenario": scenario, "seed": 0, "hardware": hardware,
+                    "target": target, "target_params": target_params,
+                    "drafter": "Llama-3.1-8B", "drafter_params": 8e9, "tensor_parallel": 8,
+                    "num_gpus": 8, "rows": rows},
+           f'[hardware]\npreset = "{hardware}"\n[target]\npreset = "{target}"\n')
     req = []
     for c, (sp, _) in CONTROLLERS.items():
         for i in range(40):
@@ -122,8 +124,9 @@ def write_scaling_run(folder: Path) -> Path:
     rows = [sim_row(c, 0, 1.0, num_gpus=g) for c in ("ar", "dspark")
             for g in (1, 2, 8, 64, 256, 1024)]
     pd.DataFrame(rows).to_csv(folder / "results.csv", index=False)
-    return _write(folder, {"kind": "simulate", "scenario": "scaling H100", "seed": 0, "rows": rows},
-                  '[hardware]\ngpu = "H100-SXM"\n')
+    return _write(folder, {"kind": "simulate", "scenario": "scaling H100", "seed": 0,
+                           "hardware": "H100-SXM", "num_gpus": [1, 2, 8, 64, 256, 1024],
+                           "rows": rows})
 
 
 def write_tune_run(folder: Path, multi: bool = False, n: int = 12) -> Path:
@@ -156,7 +159,7 @@ def write_tune_run(folder: Path, multi: bool = False, n: int = 12) -> Path:
                       "importance": [0.6, 0.3, 0.1]}).to_csv(folder / "importances.csv", index=False)
         ev = [dict(controller=c, workload=w, seed=0,
                    **{k: v for k, v in sim_row(c, 0, 1.0).items() if k not in ("controller", "seed")})
-              for c in ("dspark", "fixed", "oracle") for w in ("azure-code", "azure-conv")]
+              for c in ("dspark", "fixed", "clairvoyant") for w in ("azure-code", "azure-conv")]
         pd.DataFrame(ev).to_csv(folder / "evaluation.csv", index=False)
     trials.to_csv(folder / "trials.csv", index=False)
     return _write(folder, summary)

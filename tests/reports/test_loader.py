@@ -28,7 +28,7 @@ def test_discovers_run_folders_and_dispatches_on_kind(run_root):
         "real": "real", "validate": "validate"}
     sim = next(r for r in runs if r.name == "sim")
     assert set(sim.tables) == {"results", "requests", "rounds", "trace"}
-    assert sim.config["hardware"]["gpu"] == "A100-SXM-80GB"
+    assert sim.config["hardware"]["preset"] == sim.summary["hardware"] == "A100-SXM-80GB"
     # a run folder given directly, twice, and via its summary.json, is read once
     assert discover([run_root / "sim", run_root / "sim", run_root / "sim" / "summary.json"]) == [
         run_root / "sim"]

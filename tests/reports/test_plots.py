@@ -180,7 +180,7 @@ def test_comparison_table_means(runs):
     want = res[(res.controller == "dspark") & (res.load_scale == 1.0)]
     assert t.loc["dspark", "throughput_tokens_per_s"] == pytest.approx(
         want.throughput_tokens_per_s.mean())
-    assert t.index[0] == "oracle" and t.loc["dspark", "seeds"] == 2
+    assert t.index[0] == "clairvoyant" and t.loc["dspark", "seeds"] == 2
 
 
 def test_ecdf():

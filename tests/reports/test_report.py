@@ -71,10 +71,10 @@ def test_audit_rows_and_verdicts(claims):
 
 
 def test_audit_numbers_come_from_results(claims):
-    # best deployable speedup in the fixtures: dspark 2.6× on A100 (oracle 3.1× is a bound)
+    # best deployable speedup in the fixtures: dspark 2.6× on A100 (clairvoyant 3.1× is a bound)
     tp = claims.loc["4.2× throughput"]
     assert "best speedup 2.60× (dspark" in tp["lab finds"] and "A100" in tp["lab finds"]
-    assert "slow the shared verify pass): 3.10×" in tp["lab finds"]
+    assert "not a deployable controller): 3.10×" in tp["lab finds"]
     assert tp["verdict"] == DOES_NOT_HOLD
     # p99: dspark e2e p99 = 12 / 2.6 vs 12 at k = 0 -> -61.5%
     p99 = claims.loc["−67% p99 latency"]
