@@ -15,7 +15,7 @@ from typing import Any
 
 from control.errors import DSparkError
 
-# subcommand -> module; a module missing from the checkout is simply not offered.
+# subcommand -> module; one that cannot be imported is an error (never a silently missing command).
 SUBCOMMANDS = {
     "simulate": "dspark.cmd_simulate",
     "tune": "dspark.cmd_tune",
@@ -36,14 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_subcommands(sub: Any, table: dict[str, str], run_attr: str) -> None:
     """Add each module's parser to ``sub``; its ``run`` is stored as ``args.<run_attr>``.
-    A module missing from the checkout is simply not offered."""
-    for mod_name in table.values():
+    A module that cannot be imported is a :class:`DSparkError` naming it (a broken or missing
+    subcommand module is a bug to see, not a command to leave out)."""
+    for name, mod_name in table.items():
         try:
             mod = importlib.import_module(mod_name)
-        except ModuleNotFoundError as e:
-            if e.name == mod_name:
-                continue
-            raise
+        except ImportError as e:
+            raise DSparkError(f"subcommand '{name}': module {mod_name} cannot be imported: "
+                              f"{e}") from e
         mod.add_parser(sub).set_defaults(**{run_attr: mod.run})
 
 
@@ -67,8 +67,17 @@ def _one_line_warnings() -> Any:
     return previous
 
 
+def _error(e: DSparkError) -> int:
+    """One line on stderr, exit status 2."""
+    print(f"dspark: error: {' '.join(str(e).split())}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except DSparkError as e:
+        return _error(e)
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()
@@ -78,8 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except DSparkError as e:
-        print(f"dspark: error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
+        return _error(e)
     except KeyboardInterrupt:
         print("dspark: interrupted", file=sys.stderr)
         return 130

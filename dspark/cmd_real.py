@@ -1,8 +1,8 @@
 """``dspark real ...``: the real PyTorch engine on the project's own trained models.
 
 Sub-subcommands live in their own modules (``REAL_SUBCOMMANDS``: name -> module), each with
-``add_parser(subparsers) -> parser`` and ``run(args) -> int``; a module missing from the checkout
-is simply not offered, so ``profile`` and ``trace`` can be added without touching this file.
+``add_parser(subparsers) -> parser`` and ``run(args) -> int``; one that cannot be imported is an
+error (``dspark.cli.add_subcommands``).
 """
 
 from __future__ import annotations
