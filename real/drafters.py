@@ -34,11 +34,10 @@ from __future__ import annotations
 
 import torch
 
+from real.drafter_protocol import Proposal
 from real.models import Segments
 from real.sampling import SamplingParams, probs
 
-#: what ``propose`` returns for one row: (count, confidences, q rows or None)
-Proposal = tuple[int, list[float], "torch.Tensor | None"]
 _NONE: Proposal = (0, [], None)
 
 

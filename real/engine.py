@@ -38,6 +38,7 @@ from control.errors import DSparkError
 from control.types import Observation, RoundRecord
 from real import DRAFTERS
 from real.checkpoint import DTYPES
+from real.drafter_protocol import CachedDrafter, Drafter
 from real.models import Segments
 from real.sampling import SamplingParams, verify_greedy, verify_sampling, verify_threshold
 
@@ -153,13 +154,13 @@ class Engine:
 
     # ------------------------------------------------------------------ drafter
     @property
-    def drafter(self):
+    def drafter(self) -> Drafter | None:
         return self._drafter
 
     @drafter.setter
-    def drafter(self, d) -> None:
-        """Any drafter object; a model drafter's cache is (re)built for the engine's slots."""
-        if d is not None and hasattr(d, "state"):
+    def drafter(self, d: Drafter | None) -> None:
+        """Any drafter; a cached (model) drafter's cache is (re)built for the engine's slots."""
+        if isinstance(d, CachedDrafter):
             if d.state["length"] < self.length:
                 raise DSparkError(f"drafter cache holds {d.state['length']} positions, "
                                   f"engine needs {self.length}")
@@ -218,7 +219,7 @@ class Engine:
             slot = self._free.pop(0)
             s = Sequence(r, slot, len(ids) + r.max_new_tokens, self._gen_for(r))
             self.seq[slot, :len(ids)] = torch.tensor(ids, dtype=torch.long, device=self.device)
-            if self._drafter is not None and hasattr(self._drafter, "reset_slot"):
+            if self._drafter is not None:
                 self._drafter.reset_slot(slot)
             new.append(s)
         pre = [s for s in new if s.L > 1]

@@ -8,6 +8,7 @@ import torch
 
 from control.errors import DSparkError
 from real.checkpoint import DTYPES
+from real.drafter_protocol import Drafter
 from real.drafters import HybridDrafter, ModelDrafter, NgramDrafter
 from real.engine import Engine, EngineConfig
 from real.store import load_bundle
@@ -49,7 +50,7 @@ def drafter_models(drafter: str) -> tuple[str, ...]:
     return (DRAFTER_MODELS[kind],) if kind in DRAFTER_MODELS else ()
 
 
-def build_drafter(cfg: EngineConfig, bundle, drafter: str):
+def build_drafter(cfg: EngineConfig, bundle, drafter: str) -> Drafter:
     """The drafter ``drafter`` (an ``EngineConfig.drafter`` choice) from a loaded bundle."""
     vocab = bundle.tokenizer.get_vocab_size()
     if drafter == "ngram":
