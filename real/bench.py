@@ -248,6 +248,25 @@ def _write_run(out: Path, engine, bc: BenchConfig, summary: dict, records_all: l
                                      + to_toml(bc))
 
 
+def _module_params(obj: Any) -> int:
+    """Parameters of the torch module a drafter (or a model) wraps; 0 for none (n-gram)."""
+    while obj is not None and not isinstance(obj, torch.nn.Module):
+        obj = getattr(obj, "model", None)
+    return sum(p.numel() for p in obj.parameters()) if obj is not None else 0
+
+
+def provenance(engine, drafter) -> dict:
+    """What the run's ``summary.json`` records about where it ran (reports read it)."""
+    import platform
+
+    cuda = engine.cfg.device == "cuda"
+    return {"hardware": torch.cuda.get_device_name() if cuda else
+            f"CPU ({platform.machine() or platform.processor() or 'unknown'})",
+            "device": engine.cfg.device, "num_gpus": 1 if cuda else 0, "tensor_parallel": 1,
+            "target_params": _module_params(engine.target),
+            "drafter_params": _module_params(drafter)}
+
+
 def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
               hf_pair=None, drafters: dict | None = None) -> dict:
     """Run every method; return the summary (and write the run folder when ``out`` is set).
@@ -274,6 +293,7 @@ def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
                "bench_config": dataclasses.asdict(bc),
                "engine_config": dataclasses.asdict(engine.cfg),
                "drafter": methods[best["controller"]][2].name,
+               **provenance(engine, methods[best["controller"]][2]),
                "drafters": [d.name for d in drafters.values()], "prompts": len(prompts),
                "copyable_fraction": copyable_fraction(prompts, outputs["target-only"])}
     if hf_pair is not None:
