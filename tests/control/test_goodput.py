@@ -249,3 +249,23 @@ def test_solo_goodput_keeps_learned_costs_across_reset():
     assert c.rounds == 0 and c.sum_n == 0.0 and c._solo.costs.ready
     fresh = make_controller("dspark", {"k_max": 8})
     assert fresh._solo is None
+
+
+def test_alpha_trim_has_a_feedback_path():
+    """Goodput α loop: a sequence missing its TPOT SLO lowers α below 1 at block ends, and a
+    lower α makes the plan stop that sequence's drafts earlier (shorter rounds, lower TPOT)."""
+    cfg = {"alpha_ki": 0.2, "slo_tpot_s": 0.005, "block_tokens": 16, "snap_tokens": 0,
+           "warmup_rounds": 0, "min_update_rounds": 1, "window_rounds": 4}
+    slow = make_controller("dspark", cfg)
+    ok = make_controller("dspark", cfg)
+    t = 0.0
+    for _ in range(40):
+        t += 0.03
+        slow.observe_values(t, 3, 3, (), 0.01, 0.02, 100, 0, 4, ())    # 30 ms / 4 tokens
+        ok.observe_values(t, 3, 3, (), 0.001, 0.002, 100, 0, 4, ())    # 3 ms / 4 tokens
+    assert slow.alpha < 1.0 and ok.alpha == 1.0
+    costs = linear_costs(0.01, 2e-3, 1e-4, 0.0)  # verified tokens cost: a batch under load
+    a = np.array([0.8, 0.8])
+    w = np.array([ok.alpha, slow.alpha])
+    p = plan_round_lengths(a, np.array([10, 10]), costs, 10, weight=w)
+    assert p.k[1] < p.k[0]
