@@ -39,7 +39,7 @@ from sim.api import simulate  # noqa: E402
 from sim.config import load_scenario  # noqa: E402
 from tuning.export import load_best_config  # noqa: E402
 
-FIXED_K = tuple(range(0, 9))
+FIXED_K = tuple(range(9))
 BATCHES = (1, 16, 64, 128, 256)
 OPEN_LOADS = {"light": ("poisson", 0.25), "heavy": ("poisson", 1.0), "swing": ("sinusoid", 0.6)}
 OPEN_BATCH = 64

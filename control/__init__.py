@@ -5,13 +5,39 @@
 
 from control.base import Controller
 from control.errors import ConfigError, DSparkError
-from control.registry import (ENGINE_CONTROLLERS, controller_config_class, controller_names,
-                              make_config, make_controller)
-from control.types import (POSITION_COLUMNS, RECORD_COLUMNS, Decision, Observation, PositionRecord,
-                           RoundRecord, records_from_rows, records_to_columns)
+from control.registry import (
+    ENGINE_CONTROLLERS,
+    controller_config_class,
+    controller_names,
+    make_config,
+    make_controller,
+)
+from control.types import (
+    POSITION_COLUMNS,
+    RECORD_COLUMNS,
+    Decision,
+    Observation,
+    PositionRecord,
+    RoundRecord,
+    records_from_rows,
+    records_to_columns,
+)
 
 __all__ = [
-    "POSITION_COLUMNS", "RECORD_COLUMNS", "ConfigError", "Controller", "PositionRecord", "DSparkError", "Decision", "ENGINE_CONTROLLERS", "Observation",
-    "RoundRecord", "controller_config_class", "controller_names", "make_config",
-    "make_controller", "records_from_rows", "records_to_columns",
+    "ENGINE_CONTROLLERS",
+    "POSITION_COLUMNS",
+    "RECORD_COLUMNS",
+    "ConfigError",
+    "Controller",
+    "DSparkError",
+    "Decision",
+    "Observation",
+    "PositionRecord",
+    "RoundRecord",
+    "controller_config_class",
+    "controller_names",
+    "make_config",
+    "make_controller",
+    "records_from_rows",
+    "records_to_columns",
 ]

@@ -10,6 +10,7 @@ rounds, and at most one every ``update_rounds`` rounds.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +45,7 @@ class EmaHysteresisConfig:
 
     def __post_init__(self) -> None:
         c = self.candidates
-        if not c or any(b <= a for a, b in zip(c, c[1:])):
+        if not c or any(b <= a for a, b in itertools.pairwise(c)):
             raise ConfigError(f"candidates = {list(c)} must be a non-empty increasing list")
         if self.k0 not in c:
             raise ConfigError(f"k0 = {self.k0} is not one of the candidates {list(c)}")

@@ -9,8 +9,9 @@ which calibrates the simulator and can be replayed through any controller.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 Mode = Literal["strict", "threshold"]
 MODES: tuple[str, ...] = ("strict", "threshold")
@@ -65,7 +66,7 @@ class Observation:
     field) dominated that cost. Equality, hashing and ``repr`` are by value over the fields.
     """
 
-    __slots__ = ("now_s", "drafted", "accepted", "confidences", "draft_s",  # noqa: RUF023
+    __slots__ = ("now_s", "drafted", "accepted", "confidences", "draft_s",
                  "verify_s", "context_tokens", "lossy_accepts", "emitted", "sentence_ends",
                  "batch_size", "batch_tokens", "batch_context_tokens")
 
@@ -161,7 +162,7 @@ class RoundRecord:
 
     @classmethod
     def from_round(cls, request_id: int, round_index: int, decision: Decision,
-                   obs: Observation, controller: str = "") -> "RoundRecord":
+                   obs: Observation, controller: str = "") -> RoundRecord:
         return cls(request_id=request_id, round=round_index, now_s=obs.now_s, k=decision.k,
                    drafted=obs.drafted, accepted=obs.accepted, emitted=obs.emitted,
                    draft_s=obs.draft_s, verify_s=obs.verify_s,

@@ -89,8 +89,8 @@ def parse_controller_spec(spec: str) -> str | tuple[str, Any, str]:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from sim import compare, load_scenario
     from control.metrics import json_safe
+    from sim import compare, load_scenario
     check_seed(args.seed)
     loads = _parse_loads(args.loads)
     scn = load_scenario(args.config, parse_sets(args.set) or None)

@@ -347,8 +347,8 @@ def hf_generate(pair: dict, prompt: list[int], n: int, setting) -> tuple[list[in
 
 def format_table(summary: dict) -> str:
     nan = float("nan")
-    lines = [f"{'method':24s} {'tok/s':>8s} {'p10':>8s} {'p90':>8s} {'x AR':>6s} "
-             f"{'match':>6s} {'acc.len':>7s} {'a':>5s}"]
+    lines = [(f"{'method':24s} {'tok/s':>8s} {'p10':>8s} {'p90':>8s} {'x AR':>6s} "
+             f"{'match':>6s} {'acc.len':>7s} {'a':>5s}")]
     quality = []
     for r in summary["rows"]:
         if "nll_change_pct" in r:

@@ -99,7 +99,7 @@ class Sequence:
     """A request in flight: its slot, committed length ``L`` (prompt + emitted), the length at
     which it ends, emitted tokens, round records and timestamps (on the engine's clock)."""
 
-    __slots__ = ("req", "slot", "L", "end", "rnd", "tokens", "records", "gen", "name",  # noqa: RUF023
+    __slots__ = ("req", "slot", "L", "end", "rnd", "tokens", "records", "gen", "name",
                  "admit_s", "first_token_s", "finish_s", "done", "prompt_tokens")
 
     def __init__(self, req: Request, slot: int, end: int, gen) -> None:

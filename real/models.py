@@ -32,7 +32,7 @@ class Segments:
     ``offsets[b] .. offsets[b] + lens[b]`` of the packed ``ids``. ``slot_idx`` / ``pos_idx``:
     per packed token, its slot and position (long tensors on ``device``)."""
 
-    __slots__ = ("slots", "starts", "lens", "offsets", "n", "slot_idx", "pos_idx", "last")  # noqa: RUF023
+    __slots__ = ("slots", "starts", "lens", "offsets", "n", "slot_idx", "pos_idx", "last")
 
     def __init__(self, slots, starts, lens, device="cpu") -> None:
         self.slots = [int(s) for s in slots]

@@ -162,8 +162,8 @@ class _Timer:
 
 def _check(engine, cfg: ProfileConfig) -> tuple[list[int], list[int]]:
     kmax = engine.cfg.k_max
-    ctxs = sorted(set(int(c) for c in cfg.contexts))
-    pre = sorted(set(int(t) for t in cfg.prefill_tokens if t > kmax + 1))
+    ctxs = sorted({int(c) for c in cfg.contexts})
+    pre = sorted({int(t) for t in cfg.prefill_tokens if t > kmax + 1})
     need = max(ctxs) + max([kmax + 2] + pre) + 1
     if need > engine.length:
         raise DSparkError(f"profile grid needs {need} cache positions (context {max(ctxs)} + "
@@ -181,7 +181,7 @@ def _check(engine, cfg: ProfileConfig) -> tuple[list[int], list[int]]:
 
 def _draft_lengths(engine, cfg: ProfileConfig) -> list[int]:
     kmax = engine.cfg.k_max
-    ks = sorted(set(int(k) for k in cfg.draft_lengths)) or list(range(kmax + 1))
+    ks = sorted({int(k) for k in cfg.draft_lengths}) or list(range(kmax + 1))
     if ks[-1] > kmax:
         raise DSparkError(f"profile draft_lengths up to {ks[-1]} exceed engine k_max {kmax}")
     if len([k for k in ks if k >= 1]) < 2:
@@ -197,7 +197,7 @@ class GridProfiler:
     def __init__(self, engine, cfg: ProfileConfig) -> None:
         self.ctxs, self.pre = _check(engine, cfg)
         self.ks = _draft_lengths(engine, cfg)
-        self.batches = sorted(set(int(b) for b in cfg.batches))
+        self.batches = sorted({int(b) for b in cfg.batches})
         self.engine, self.cfg = engine, cfg
         self.kmax = engine.cfg.k_max
         self.cells: list[tuple] = []
@@ -328,7 +328,7 @@ def profile_round_overhead(engine, cfg: ProfileConfig, intercept_s: float,
             continue  # warm-up generation
         prev = 0.0
         for now, d, v, size in ends:
-            if size == batch and prev > 0.0 or batch == 1:
+            if (size == batch and prev > 0.0) or batch == 1:
                 resid.append(now - prev - d - v)
             prev = now
     if not resid:
@@ -340,7 +340,7 @@ def profile_round_overhead(engine, cfg: ProfileConfig, intercept_s: float,
     return {"row": row, "residual_median_s": float(np.median(x)),
             "residual_mean_s": _tmean(x), "intercept_s": intercept_s,
             "intercept_mean_s": intercept_s if intercept_mean_s is None else intercept_mean_s,
-            "rounds": int(len(x)), "batch": batch}
+            "rounds": len(x), "batch": batch}
 
 
 def finish_table(engine, cfg: ProfileConfig, rows: list[dict], fit: dict):
@@ -384,17 +384,18 @@ def with_statistic(df, statistic: str):
     return out
 
 
-def read_latency(path) -> "object":
+def read_latency(path) -> object:
     """Read and check a ``latency.csv`` (DataFrame); a missing column or bad value is one line."""
-    import pandas as pd
     from pathlib import Path
+
+    import pandas as pd
 
     p = Path(path)
     if not p.is_file():
         raise DSparkError(f"{p}: latency table not found")
     try:
         df = pd.read_csv(p)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise DSparkError(f"{p}: cannot read latency table: {str(e).splitlines()[0]}") from None
     for c in COLUMNS[:5]:
         if c not in df.columns:

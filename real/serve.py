@@ -99,7 +99,7 @@ def read_azure_trace(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         df = pd.read_csv(path)
     except FileNotFoundError:
         raise DSparkError(f"{path}: trace file not found") from None
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise DSparkError(f"{path}: cannot read trace: {str(e).splitlines()[0]}") from None
     for c in AZURE_COLUMNS:
         if c not in df.columns:

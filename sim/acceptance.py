@@ -101,7 +101,7 @@ def _read_positions(path: str, mtime: float) -> dict:
     import pandas as pd
     required = ("request_id", "position", "run_length")
     df = read_table(path, "position trace", required, numeric=required)
-    df = df.astype({c: np.int64 for c in required})
+    df = df.astype(dict.fromkeys(required, np.int64))
     conf = df["confidences"] if "confidences" in df.columns else None
     send = df["sentence_end"] if "sentence_end" in df.columns else None
     out = {}

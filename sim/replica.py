@@ -304,7 +304,7 @@ class Replica:
                 accepted = np.minimum(drafted, run_lengths)
             accepted, rnd.lossy = self.lossy_accepts(batch, decisions, accepted, drafted)
         if accepted is None:
-            rnd.accepted = [x if x < y else y  # noqa: FURB136 - min() is slower
+            rnd.accepted = [x if x < y else y  # not min(): slower
                             for x, y in zip(run_lengths.tolist(), rnd.drafted)]
         else:
             rnd.accepted = accepted.tolist()

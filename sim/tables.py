@@ -15,7 +15,7 @@ def read_table(path: str | Path, what: str, columns: tuple[str, ...] = (),
     import pandas as pd
     try:
         df = pd.read_csv(path)
-    except Exception as e:  # noqa: BLE001 - any parse failure is a bad file
+    except Exception as e:  # any parse failure is a bad file
         raise DSparkError(f"{path}: cannot read {what}: {str(e).splitlines()[0]}") from None
     for c in columns:
         if c not in df.columns:

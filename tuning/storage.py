@@ -107,7 +107,7 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
         except ImportError as e:
             raise ConfigError(f"storage '{_redact(url)}' needs a driver: {e} (pip install "
                               "'dspark-lab[postgres]')") from None
-        except Exception as e:  # noqa: BLE001 - sqlalchemy errors vary: one line, no password
+        except Exception as e:  # sqlalchemy errors vary: one line, no password
             # two processes creating the schema of a new database at once: one loses the race
             # (a unique violation) and finds the tables there on the next try
             racing = any(w in str(e).lower() for w in ("already exists", "duplicate key",

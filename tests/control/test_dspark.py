@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import tomllib
 
 import pytest
@@ -89,7 +90,7 @@ def test_k_hysteresis():
         c.observe(obs(15, 15))
         ks.append(c.decide(0.0).k)
     assert ks[0] == 8 and 9 not in ks and ks[-1] >= 10
-    assert all(b - a in (0, 2, 3) for a, b in zip(ks, ks[1:]))
+    assert all(b - a in (0, 2, 3) for a, b in itertools.pairwise(ks))
 
 
 def test_retry_cap_and_cooldown():

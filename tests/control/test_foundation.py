@@ -68,7 +68,7 @@ class Every:
     ({"sub": {"x": -1}}, "sub.x = -1 is out of range; allowed >= 0"),
 ])
 def test_configio_errors(data, needle):
-    with pytest.raises(ConfigError, match="^x.toml: ") as e:
+    with pytest.raises(ConfigError, match=r"^x\.toml: ") as e:
         from_mapping(Every, data, source="x.toml")
     assert needle in str(e.value) and "\n" not in str(e.value)
 
@@ -86,7 +86,7 @@ def test_configio_values_and_text(tmp_path):
     assert rows["items"][1] == [] and rows["f"][2] == "<= 5.0" and rows["sub"][2] == \
         "any value of its type"
     (tmp_path / "bin.toml").write_bytes(b"\xff\xfe")
-    with pytest.raises(ConfigError, match="cannot read|malformed"):
+    with pytest.raises(ConfigError, match=r"cannot read|malformed"):
         read_toml(tmp_path / "bin.toml")
     assert allowed_text(Every.__dataclass_fields__["lit"]) == "any value of its type"
 

@@ -5,8 +5,13 @@ import math
 
 import numpy as np
 
-from control.metrics import (json_safe, mean_accepted_length, record_metrics, round_totals,
-                             speculation_metrics)
+from control.metrics import (
+    json_safe,
+    mean_accepted_length,
+    record_metrics,
+    round_totals,
+    speculation_metrics,
+)
 from control.types import RoundRecord
 
 

@@ -107,7 +107,7 @@ def test_confidence_stop_tau_clamped_and_bad_config():
                                             "update_rounds": 1, "tau_max": 0.5, "tau": 0.1})
     run(c, [obs(1, 0, conf=(0.9,))])
     assert c.tau == 0.5          # bin [0.75, 1) has acceptance 0 -> 1.0, clamped to 0.5
-    with pytest.raises(ConfigError, match="tau_min = 0.6 > tau_max = 0.5"):
+    with pytest.raises(ConfigError, match=r"tau_min = 0\.6 > tau_max = 0\.5"):
         make_controller("confidence-stop", {"tau_min": 0.6, "tau_max": 0.5})
 
 

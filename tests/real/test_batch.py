@@ -70,7 +70,7 @@ def test_rows_in_a_round_share_one_verify_pass():
     for r in recs:
         by_round.setdefault(r.now_s, []).append(r)
     assert len(by_round) == len(eng.round_log)
-    for (t, rows), st in zip(sorted(by_round.items()), eng.round_log):
+    for (_t, rows), st in zip(sorted(by_round.items()), eng.round_log):
         assert st.batch_size == len(rows)
         assert st.verify_tokens == sum(r.drafted + 1 for r in rows) == rows[0].batch_tokens
         assert st.context_tokens == sum(r.context_tokens for r in rows)

@@ -65,7 +65,7 @@ def image_boxes(html: Path, tmp: Path) -> list[list[float]]:
 
 def region_stats(img: np.ndarray, box) -> tuple[float, int]:
     """Fraction of non-white pixels and count of saturated (coloured) pixels in a box."""
-    x, y, w, h = (int(round(v)) for v in box[:4])
+    x, y, w, h = (round(v) for v in box[:4])
     reg = img[y:y + h, x:x + w]
     nonwhite = (reg.min(axis=2) < 0.9).mean()
     coloured = int(((reg.max(axis=2) - reg.min(axis=2)) > 0.25).sum())

@@ -110,7 +110,7 @@ def test_acceptance_by_position_is_exact(runs):
     assert (np.diff(d["p_accepted"].to_numpy()) <= 1e-12).all()
     fig = plots.plot_acceptance_by_position(rounds)
     check_figure(fig, 2)
-    y = [ln for ln in fig.axes[0].get_lines() if ln.get_label() == "dspark"][0].get_ydata()
+    y = next(ln for ln in fig.axes[0].get_lines() if ln.get_label() == "dspark").get_ydata()
     assert np.allclose(y, [0.8, 0.8, 0.5, 0.25])
 
 
@@ -120,7 +120,7 @@ def test_scaling(runs):
     check_figure(fig, 2)
     ax = fig.axes[0]
     assert ax.get_xscale() == "log"
-    x = [ln for ln in ax.get_lines() if ln.get_label() == "dspark"][0].get_xdata()
+    x = next(ln for ln in ax.get_lines() if ln.get_label() == "dspark").get_xdata()
     assert list(x) == [1, 2, 8, 64, 256, 1024]
 
 
@@ -128,13 +128,13 @@ def test_tuning_history_single_and_multi(runs):
     t = runs["tune"].tables["trials"]
     fig = plots.plot_tuning_history(t, ["maximize"], ["throughput_tokens_per_s"])
     check_figure(fig)
-    best = [ln for ln in fig.axes[0].get_lines() if "best so far" in ln.get_label()][0]
+    best = next(ln for ln in fig.axes[0].get_lines() if "best so far" in ln.get_label())
     done = t[t.state == "COMPLETE"].sort_values("number")
     assert np.allclose(best.get_ydata(), done["value"].cummax())
     assert "tokens/s" in fig.axes[0].get_ylabel()
     fig2 = plots.plot_tuning_history(runs["tune-mo"].tables["trials"], ["maximize", "minimize"])
     check_figure(fig2, 2)
-    best2 = [ln for ln in fig2.axes[1].get_lines() if "best so far" in ln.get_label()][0]
+    best2 = next(ln for ln in fig2.axes[1].get_lines() if "best so far" in ln.get_label())
     done2 = runs["tune-mo"].tables["trials"].query("state == 'COMPLETE'").sort_values("number")
     assert np.allclose(best2.get_ydata(), done2["values_1"].cummin())
 
@@ -152,7 +152,7 @@ def test_pareto(runs):
     fig = plots.plot_pareto(r.tables["pareto"], r.tables["trials"], ["maximize", "minimize"],
                             ["throughput_tokens_per_s", "tpot_p99_s"])
     check_figure(fig)
-    front = [ln for ln in fig.axes[0].get_lines() if ln.get_label() == "Pareto front"][0]
+    front = next(ln for ln in fig.axes[0].get_lines() if ln.get_label() == "Pareto front")
     assert len(front.get_xdata()) == len(r.tables["pareto"])
     with pytest.raises(ValueError):
         plots.plot_pareto(pd.DataFrame({"number": [1], "value": [2.0]}))
@@ -164,7 +164,7 @@ def test_parity_error_bars_are_real_spread(runs):
     check_figure(fig, 5)
     ax = fig.axes[0]  # throughput
     g = e[e.metric == "throughput_tokens_per_s"]
-    bars = [c for c in ax.containers]
+    bars = list(ax.containers)
     assert len(bars) == len(g)
     # the first container is (dspark, code): half-width = real * spread% / 200
     row = g.sort_values(["controller", "workload"]).iloc[0]

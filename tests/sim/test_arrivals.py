@@ -40,8 +40,8 @@ def test_sinusoid_is_seeded_and_load_scale_applies():
 
 
 def test_mixture_acceptance_classes_and_run_lengths():
-    from sim.acceptance import AcceptanceConfig, AcceptanceModel
     from control.errors import DSparkError
+    from sim.acceptance import AcceptanceConfig, AcceptanceModel
     cfg = AcceptanceConfig(model="mixture", mixture_rates=(0.9, 0.4), mixture_weights=(0.25, 0.75))
     n = 40_000
     m = AcceptanceModel(cfg, n, np.random.default_rng(1), np.random.default_rng(2))

@@ -10,8 +10,8 @@ from sim import load_scenario, simulate
 from sim.latency import Table
 from sim.workload import read_trace
 
-GOOD = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n" \
-       "2023-11-16 18:15:50.9951690,396,109\n"
+GOOD = ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+        "2023-11-16 18:15:50.9951690,396,109\n")
 
 
 def one_line(e):

@@ -131,8 +131,8 @@ def test_dependent_bounds_keep_configs_valid():
 
 def test_pinned_mode_is_not_suggested():
     params = suggest_params(optuna.trial.FixedTrial(
-        {k: v for k, v in config_to_params("dspark", {"mode": "threshold"},
-                                           {"mode": "threshold"}).items()}),
+        dict(config_to_params("dspark", {"mode": "threshold"},
+                                           {"mode": "threshold"}).items())),
         "dspark", {"mode": "threshold"})
     assert params["mode"] == "threshold"
     p = config_to_params("dspark", None, {"mode": "threshold"})

@@ -110,8 +110,7 @@ def test_sigkilled_worker_loses_no_finished_trial_and_resume_completes(tmp_path)
     for t in killed:                    # the killed trial failed and its slot was run again
         assert after[t.number].state == TrialState.FAIL
         retry = [d for d in done if d.system_attrs.get("failed_trial") == t.number]
-        assert len(retry) == 1 and retry[0].params.items() >= {
-            k: v for k, v in t.params.items()}.items()
+        assert len(retry) == 1 and retry[0].params.items() >= dict(t.params.items()).items()
         assert retry[0].user_attrs["slot"] == t.user_attrs["slot"]
     assert not [t for t in after.values() if t.state in (TrialState.RUNNING, TrialState.WAITING)]
 

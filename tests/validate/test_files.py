@@ -24,7 +24,7 @@ def test_profile_table_round_trips_and_feeds_the_sim(engine, tmp_path):
     d = df[df.model == "drafter"]
     assert sorted(set(d.new_tokens)) == [1, 12, 24] and len(d) == 3 * len(ctxs)
     assert (df.seconds >= 0).all() and (df.repeats >= 1).all()
-    assert ((df.seconds_p10 <= df.seconds_p90)).all()
+    assert (df.seconds_p10 <= df.seconds_p90).all()
     ov = df[df.model == "round-overhead"]
     assert len(ov) == 1 and ov.seconds.iloc[0] == pytest.approx(details["round_overhead_s"])
     p = tmp_path / "latency.csv"
