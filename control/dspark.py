@@ -61,7 +61,7 @@ from control.blocks import BlockPlanner
 from control.configio import param
 from control.errors import ConfigError
 from control.pid import PID
-from control.types import Decision, Observation
+from control.types import Decision, Mode, Observation
 from control.window import RoundWindow
 
 
@@ -321,7 +321,8 @@ class DSparkController(Controller):
         self.cooldowns = 0
         self.block_index = 0
         self._pending: Decision | None = None
-        self._decision: Decision | None = None
+        # set by _rebuild() below, before any use
+        self._decision: Decision = None  # type: ignore[assignment]
         self._block_decision: Decision | None = None
         self._rebuild(False)
 
@@ -371,7 +372,7 @@ class DSparkController(Controller):
                 rej = n < drafted
                 prof[n if rej else self._full + n] += 1
                 # what this sequence's own rate predicted for the positions it tried
-                self.expected[n + 1 if rej else n] += (
+                self.expected[n + 1 if rej else n] += (  # type: ignore[index]  # with profile
                     (self.sum_n + 1.0) / (self.sum_n + self.sum_rej + 2.0))
             if self._solo is not None:
                 self._solo.observe_round(RoundStats(
@@ -419,7 +420,8 @@ class DSparkController(Controller):
     def _rebuild(self, block_end: bool) -> None:
         c = self.config
         strict = self._guard.active and c.anomaly_action == "strict"
-        mode = "strict" if strict else c.mode
+        # c.mode is one of MODES (its param choices): the Literal Decision takes
+        mode: Mode = "strict" if strict else c.mode  # type: ignore[assignment]
         k = 0 if self.cooldown else self.k
         beta = self.beta
         # reuse the previous (immutable) Decision objects when nothing in them changed

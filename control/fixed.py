@@ -33,7 +33,9 @@ class FixedController(Controller):
     def reset(self) -> None:
         self.rounds = 0
         # built once: decide() is on the simulator's hot path.
-        self._decision = Decision(k=self.config.k, mode=self.config.mode, beta=self.config.beta)
+        # mode is a str checked against Decision's Literal by its param choices
+        self._decision = Decision(k=self.config.k, mode=self.config.mode,  # type: ignore[arg-type]
+                                  beta=self.config.beta)
 
     def decide(self, now_s: float) -> Decision:
         return self._decision

@@ -32,7 +32,7 @@ def controller_names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-def _lookup(name: str) -> tuple[type, type]:
+def _lookup(name: str) -> tuple[Any, type]:
     if name not in _REGISTRY:
         raise ConfigError(f"unknown controller '{name}'; allowed: {', '.join(_REGISTRY)}")
     mod_name, ctrl_name, cfg_name = _REGISTRY[name]

@@ -9,7 +9,7 @@ which calibrates the simulator and can be replayed through any controller.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -115,7 +115,7 @@ class Observation:
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return self._values() == other._values()  # type: ignore[attr-defined]
+        return self._values() == other._values()
 
     def __hash__(self) -> int:
         return hash(self._values())
@@ -222,7 +222,7 @@ def _int_of(x: Any) -> int:
 
 def _decode(name: str, type_name: str, v: Any) -> Any:
     if name in _TUPLE_FIELDS:
-        conv = _TUPLE_FIELDS[name]
+        conv: Callable[[Any], Any] = _TUPLE_FIELDS[name]
         if v is None or (isinstance(v, float) and v != v):  # NaN from an empty CSV cell
             return ()
         if conv is int:  # pandas reads a column of single offsets ("0", "3") as floats

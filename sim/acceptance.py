@@ -172,7 +172,8 @@ class AcceptanceModel:
             ids = sorted(rec)
             self.records = [rec[ids[i % len(ids)]] for i in range(n)]
             self.recorded_ids = [ids[i % len(ids)] for i in range(n)]
-        self._log_rate = self._log_rate_src = None
+        self._log_rate: np.ndarray | None = None
+        self._log_rate_src: np.ndarray | None = None
         self._replay_rates: np.ndarray | None = None
         # tokens until the next sentence end (0 = the next emitted token ends one); a list of
         # Python ints, read and written a few at a time.
@@ -221,11 +222,12 @@ class AcceptanceModel:
 
     @property
     def log_rate(self) -> np.ndarray:
-        if self._log_rate is None or self._log_rate_src is not self.rate:
+        lr = self._log_rate
+        if lr is None or self._log_rate_src is not self.rate:
             with np.errstate(divide="ignore"):
-                self._log_rate = np.minimum(np.log(self.rate), -1e-300)
+                lr = self._log_rate = np.minimum(np.log(self.rate), -1e-300)
             self._log_rate_src = self.rate
-        return self._log_rate
+        return lr
 
     # -- confidences ---------------------------------------------------------------------
     def confidences(self, ids: np.ndarray, pos: np.ndarray, L: np.ndarray, kmax: int) -> np.ndarray:
@@ -281,7 +283,7 @@ class AcceptanceModel:
         """Per sequence, the 0-based offsets within this round's emitted tokens that end a
         sentence (tuple, usually empty). ``ids`` and ``emitted`` are sequences of ints (Python
         lists on the simulator's hot path: a batch of a few dozen is cheaper without numpy)."""
-        out = [()] * len(ids)
+        out: list[tuple[int, ...]] = [()] * len(ids)
         if self.kind == "replay":
             for i, (r, p, e) in enumerate(zip(np.asarray(ids).tolist(), np.asarray(pos).tolist(),
                                               np.asarray(emitted).tolist())):

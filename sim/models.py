@@ -39,16 +39,16 @@ class ModelConfig:
     dtype: str = param("bf16", choices=tuple(DTYPE_BYTES), doc="weight and KV-cache dtype")
 
     def resolved(self, where: str = "model") -> ModelDims:
+        over = (self.layers, self.d_model, self.heads, self.kv_heads, self.ffn, self.vocab)
         if self.preset == "custom":
-            dims = (self.layers, self.d_model, self.heads, self.kv_heads, self.ffn, self.vocab)
             names = ("layers", "d_model", "heads", "kv_heads", "ffn", "vocab")
-            missing = [n for n, v in zip(names, dims) if v is None]
+            missing = [n for n, v in zip(names, over) if v is None]
             if missing:
                 raise ConfigError(f"{where}.preset = 'custom' needs {where}.{missing[0]}")
+            base: tuple[int, ...] = (0,) * len(over)     # every dimension is given
         else:
             base = MODEL_PRESETS[self.preset]
-            over = (self.layers, self.d_model, self.heads, self.kv_heads, self.ffn, self.vocab)
-            dims = tuple(o if o is not None else b for o, b in zip(over, base))
+        dims = tuple(o if o is not None else b for o, b in zip(over, base))
         layers, d, h, kv, ffn, vocab = dims
         if d % h:
             raise ConfigError(f"{where}: d_model {d} is not divisible by heads {h}")

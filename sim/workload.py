@@ -185,10 +185,13 @@ def generate(cfg: WorkloadConfig, streams: dict[str, np.random.Generator],
             out = draw_lengths(cfg.output, n, rl, "workload.output")
         return Requests(arr.astype(float), prompt.astype(np.int64), out.astype(np.int64))
     rate = cfg.rate_rps * load_scale
-    if cfg.num_requests is None and cfg.horizon_s is None:
+    h = cfg.horizon_s
+    if cfg.num_requests is not None:
+        n = cfg.num_requests
+    elif h is None:
         raise DSparkError("workload: set num_requests or horizon_s")
-    n = cfg.num_requests if cfg.num_requests is not None else max(
-        16, int(cfg.horizon_s * rate * 1.5 + 10 * np.sqrt(cfg.horizon_s * rate + 1)))
+    else:
+        n = max(16, int(h * rate * 1.5 + 10 * np.sqrt(h * rate + 1)))
     if cfg.arrival == "capacity":
         arr = np.zeros(n)
         return Requests(arr, draw_lengths(cfg.prompt, n, rl, "workload.prompt"),
