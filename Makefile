@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test lint format typecheck check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,19 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/pytest -rs --cov=control --cov-branch --cov-report=term --cov-fail-under=95
 
+# ruff and mypy are pinned in pyproject's dev extra; their settings live there too.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check control sim real tuning reports dspark tests
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+# what CI runs: lint, format check and type check first, then the tests
+check: lint typecheck test
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .coverage
