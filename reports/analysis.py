@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
-from reports.style import is_baseline
+from reports.style import family, is_baseline, is_reference
 
-# (column in results.csv, header in the report, scale, format) of the controller comparison
+# (column in results.csv, header in the report, scale, format) of the controller comparison.
+# Two ratios, two baselines: ``throughput_ratio`` is throughput over the visible no-speculation
+# row of the same table (``fixed:k=0``: k = 0 with the drafter resident, so its memory is
+# taken), ``speedup`` the simulator's TPOT ratio over a hidden k = 0 run without a drafter.
 COMPARISON_COLUMNS: tuple[tuple[str, str, float, str], ...] = (
+    ("role", "role", 1.0, "{}"),
     ("throughput_tokens_per_s", "throughput (tok/s)", 1.0, "{:,.0f}"),
-    ("speedup", "speedup vs k=0 (×)", 1.0, "{:.2f}"),
+    ("throughput_spread_pct", "± over seeds (%)", 1.0, "{:.1f}"),
+    ("throughput_ratio", "throughput ÷ k = 0 with drafter (×)", 1.0, "{:.2f}"),
+    ("speedup", "TPOT speedup vs k = 0 without drafter (×)", 1.0, "{:.2f}"),
+    ("speedup_resident", "TPOT speedup vs k = 0 with drafter (×)", 1.0, "{:.2f}"),
     ("goodput_tokens_per_s", "goodput (tok/s)", 1.0, "{:,.0f}"),
     ("ttft_p50_s", "TTFT p50 (ms)", 1e3, "{:.1f}"),
     ("ttft_p99_s", "TTFT p99 (ms)", 1e3, "{:.1f}"),
+    ("mean_tpot_s", "mean TPOT (ms)", 1e3, "{:.2f}"),
     ("tpot_p50_s", "TPOT p50 (ms)", 1e3, "{:.2f}"),
     ("tpot_p99_s", "TPOT p99 (ms)", 1e3, "{:.2f}"),
     ("e2e_p50_s", "e2e p50 (s)", 1.0, "{:.2f}"),
@@ -79,12 +89,213 @@ def at_reference_load(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return df[np.isclose(df["load_scale"].astype(float), ref)], f" at load scale {ref:g}"
 
 
+CONTENDER, NO_SPEC, REFERENCE = "contender", "no speculation", "reference"
+ROLE_ORDER = {CONTENDER: 0, NO_SPEC: 1, REFERENCE: 2}
+
+
+def role(name: object) -> str:
+    """``reference`` (told what no engine knows), ``no speculation`` (k = 0) or ``contender``."""
+    if is_reference(name):
+        return REFERENCE
+    return NO_SPEC if is_baseline(name) else CONTENDER
+
+
+def spread_pct(s: pd.Series) -> float:
+    """Half the range over seeds as % of the mean (NaN with one seed)."""
+    s = s.dropna().astype(float)
+    if len(s) < 2 or s.mean() == 0:
+        return np.nan
+    return float((s.max() - s.min()) / 2 / abs(s.mean()) * 100)
+
+
 def comparison_table(results: pd.DataFrame) -> pd.DataFrame:
-    """Mean of every saved metric per controller (one row each), best throughput first."""
-    cols = [c for c, *_ in COMPARISON_COLUMNS if c in results.columns]
+    """Mean of every saved metric per controller (one row each) over the rows given (one
+    operating point): contenders first by throughput, then the no-speculation rows, then the
+    references. ``throughput_ratio`` divides by the no-speculation rows' mean throughput
+    (NaN when the table has none); ``throughput_spread_pct`` is half the range over seeds."""
+    cols = [c for c, *_ in COMPARISON_COLUMNS if c in results.columns
+            and pd.api.types.is_numeric_dtype(results[c]) and results[c].notna().any()]
     g = results.groupby("controller", sort=False)[cols].mean(numeric_only=True)
     g.insert(0, "seeds", results.groupby("controller", sort=False)["seed"].nunique())
-    return g.sort_values("throughput_tokens_per_s", ascending=False).reset_index()
+    g["throughput_spread_pct"] = results.groupby("controller", sort=False)[
+        "throughput_tokens_per_s"].agg(spread_pct)
+    g = g.reset_index()
+    g.insert(1, "role", g["controller"].map(role))
+    base = g.loc[g["role"] == NO_SPEC, "throughput_tokens_per_s"]
+    g["throughput_ratio"] = g["throughput_tokens_per_s"] / base.mean() if len(base) else np.nan
+    g["_o"] = g["role"].map(ROLE_ORDER)
+    return (g.sort_values(["_o", "throughput_tokens_per_s"], ascending=[True, False])
+            .drop(columns="_o").reset_index(drop=True))
+
+
+# -- the answer first: winner per scenario and load ---------------------------------------------
+#: a throughput leader ahead of the runner-up by less than this fraction is a tie: the answer
+#: ranks by mean TPOT instead (as it does where throughput is capped by the offered load).
+SEPARATION = 0.01
+
+
+def tpot_column(df: pd.DataFrame) -> str | None:
+    """The TPOT a ranking uses: the token-weighted mean when saved, else the median."""
+    for c in ("mean_tpot_s", "tpot_p50_s"):
+        if c in df.columns and df[c].notna().any():
+            return c
+    return None
+
+
+def kept_up(rows: pd.DataFrame) -> bool | None:
+    """Did plain decoding (the no-speculation row, else the slowest contender) keep up with the
+    arrivals at this point: every request finished, the last within 25% of the arrival window
+    (N / offered rate)? Then throughput is capped by the offered load. None when unknown."""
+    need = {"requests_finished", "requests_unfinished", "offered_rps", "sim_time_s"}
+    if not need <= set(rows.columns):
+        return None
+    base = rows[rows["controller"].map(role) == NO_SPEC]
+    if base.empty:
+        base = rows[rows["throughput_tokens_per_s"] == rows["throughput_tokens_per_s"].min()]
+    r = base.mean(numeric_only=True)
+    if not np.isfinite(r["offered_rps"]) or r["offered_rps"] <= 0:
+        return False            # capacity mode: every request at t = 0, never capped
+    window = (r["requests_finished"] + r["requests_unfinished"]) / r["offered_rps"]
+    return bool(r["requests_unfinished"] == 0 and r["sim_time_s"] <= 1.25 * window)
+
+
+@dataclass
+class Answer:
+    """Who wins at one operating point, by which metric, by how much, how sure."""
+    metric: str            # "throughput" or "tpot"
+    column: str
+    winner: str
+    value: float
+    seeds: int
+    spread_pct: float      # the winner's half-range over seeds, % (NaN with one seed)
+    runner_up: tuple[str, float] | None
+    best_fixed: tuple[str, float] | None
+    no_spec: tuple[str, float] | None     # the visible k = 0 row (drafter resident)
+    tpot_speedup: float    # the winner's TPOT ratio over k = 0 without a drafter (``speedup``)
+    references: dict[str, float]
+    why_tpot: str          # why the ranking is by TPOT ("" when throughput decides)
+    capped: bool | None    # plain decoding kept up with the arrivals
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric == "throughput"
+
+    def margin(self, other: float) -> float:
+        """The winner's advantage over ``other`` as a ratio (> 1 is better)."""
+        if not other or not np.isfinite(other) or not self.value:
+            return np.nan
+        return self.value / other if self.higher_is_better else other / self.value
+
+
+METRIC_WORDS = {"throughput": ("throughput (output tokens/s, higher is better)", 1.0,
+                               "{:,.0f} tok/s"),
+                "tpot": ("mean TPOT (ms per output token, lower is better)", 1e3, "{:.2f} ms")}
+
+
+def answer(rows: pd.DataFrame, metric: str | None = None) -> Answer | None:
+    """The winner among the contenders of ``rows`` (one operating point, several seeds).
+    ``metric`` None: throughput, unless it is capped by the offered load (:func:`kept_up`) or
+    the leader is within :data:`SEPARATION` of the runner-up; then mean TPOT. None when the
+    rows hold no contender."""
+    roles = rows["controller"].map(role)
+    if not (roles == CONTENDER).any():
+        return None
+    mean = rows.groupby("controller").mean(numeric_only=True)
+    cont = mean[mean.index.map(role) == CONTENDER]
+    tput = cont["throughput_tokens_per_s"].sort_values(ascending=False)
+    capped = kept_up(rows)
+    why = ""
+    if capped:
+        why = ("plain decoding keeps up with the arrivals, so throughput is capped by the "
+               "offered load and only measures how fast the last requests drain")
+    elif len(tput) > 1 and tput.iloc[1] > 0 and tput.iloc[0] / tput.iloc[1] - 1 < SEPARATION:
+        why = (f"the throughput leaders are within {SEPARATION * 100:g}% of each other "
+               f"({tput.index[0]} {fmt_num(tput.iloc[0], '{:,.0f}')}, {tput.index[1]} "
+               f"{fmt_num(tput.iloc[1], '{:,.0f}')} tok/s)")
+    tcol = tpot_column(rows)
+    if metric is None:
+        metric = "tpot" if why and tcol is not None else "throughput"
+    if metric == "throughput":
+        why = ""
+    col = "throughput_tokens_per_s" if metric == "throughput" else tcol
+    if col is None:
+        return None
+    order = cont[col].sort_values(ascending=metric != "throughput")
+    win = str(order.index[0])
+    fixed = [n for n in order.index if family(n) == "fixed"]
+    base = mean[mean.index.map(role) == NO_SPEC]
+    refs = mean[mean.index.map(role) == REFERENCE]
+    return Answer(
+        metric=metric, column=col, winner=win, value=float(order.iloc[0]),
+        seeds=int(rows.loc[rows["controller"] == win, "seed"].nunique()),
+        spread_pct=spread_pct(rows.loc[rows["controller"] == win, col]),
+        runner_up=(str(order.index[1]), float(order.iloc[1])) if len(order) > 1 else None,
+        best_fixed=(fixed[0], float(order[fixed[0]])) if fixed else None,
+        no_spec=(str(base.index[0]), float(base[col].iloc[0])) if len(base) else None,
+        tpot_speedup=float(cont.loc[win, "speedup"]) if "speedup" in cont.columns else np.nan,
+        references={str(n): float(v) for n, v in refs[col].items()},
+        why_tpot=why, capped=capped)
+
+
+def no_spec_words(name: str) -> str:
+    """What a no-speculation row is: ``fixed:k=0`` keeps the drafter resident (loaded, its
+    memory taken, never used); other names (``ar``) are plain decoding."""
+    return "k = 0, drafter resident" if family(name) == "fixed" else "k = 0"
+
+
+def answer_sentence(a: Answer) -> str:
+    """One sentence (two when throughput is capped): the named metric, the winner and its value,
+    its margin over the best fixed k, the runner-up and no speculation, the seed spread."""
+    words, scale, fmt = METRIC_WORDS[a.metric]
+
+    def v(x: float) -> str:
+        return fmt_num(x * scale, fmt)
+
+    def pct(ratio: float) -> str:
+        return fmt_num((ratio - 1) * 100, "{:+.1f}%")
+    parts = [f"by {words}: **{a.winner}** {v(a.value)}"]
+    def tie(x: float) -> str:
+        return " — a tie" if a.margin(x) - 1 < SEPARATION else ""
+    if a.best_fixed and a.best_fixed[0] != a.winner:
+        parts.append(f"{pct(a.margin(a.best_fixed[1]))} over the best fixed k "
+                     f"({a.best_fixed[0]}, {v(a.best_fixed[1])}{tie(a.best_fixed[1])})")
+    elif a.best_fixed:
+        parts.append("the winner is a fixed k")
+    if a.runner_up and (not a.best_fixed or a.runner_up[0] != a.best_fixed[0]):
+        parts.append(f"{pct(a.margin(a.runner_up[1]))} over the runner-up ({a.runner_up[0]}, "
+                     f"{v(a.runner_up[1])}{tie(a.runner_up[1])})")
+    if a.no_spec:
+        parts.append(f"{fmt_num(a.margin(a.no_spec[1]), '{:.2f}')}× over no speculation "
+                     f"({a.no_spec[0]}: {no_spec_words(a.no_spec[0])}, {v(a.no_spec[1])})")
+    if a.metric == "tpot" and np.isfinite(a.tpot_speedup):
+        parts.append(f"TPOT {fmt_num(a.tpot_speedup, '{:.2f}')}× better than k = 0 without a "
+                     "drafter")
+    sure = (f"spread over {a.seeds} seeds ±{fmt_num(a.spread_pct, '{:.1f}')}%"
+            if a.seeds > 1 and np.isfinite(a.spread_pct)
+            else "one seed: no spread measured")
+    text = "; ".join(parts) + f"; {sure}."
+    if a.metric == "tpot" and a.why_tpot:
+        text = f"Throughput does not decide here ({a.why_tpot}), so ranked " + text
+    else:
+        text = "Ranked " + text
+    if a.references:
+        text += (" References (told what no engine knows; not contenders): "
+                 + ", ".join(f"{n} {v(x)}" for n, x in a.references.items()) + ".")
+    return text
+
+
+def operating_points(results: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(description, rows) per load scale at the most common GPU count, in load order."""
+    df = results
+    where = ""
+    if "num_gpus" in df.columns and df["num_gpus"].nunique() > 1:
+        g = modal_value(df["num_gpus"])
+        df = df[df["num_gpus"] == g]
+        where = f", {g:g} GPUs"
+    out = []
+    for ls, rows in df.groupby("load_scale", sort=True):
+        out.append((f"load scale {float(ls):g}{where}", rows))
+    return out
 
 
 def full_table(results: pd.DataFrame) -> pd.DataFrame:
@@ -111,7 +322,9 @@ def format_comparison(table: pd.DataFrame, part: str = "all") -> pd.DataFrame:
             continue
         if part == "speculation" and col not in SPECULATION_METRICS:
             continue
-        if col in table.columns:
+        if col == "role" and col in table.columns:
+            out[header] = table[col].astype(str)
+        elif col in table.columns:
             out[header] = [fmt_num(v * scale, fmt) for v in table[col]]
     return out
 
@@ -155,10 +368,48 @@ def ecdf(values) -> tuple[np.ndarray, np.ndarray]:
     return x, np.arange(1, len(x) + 1) / max(len(x), 1)
 
 
+def _constraint_values(v) -> list[float]:
+    """Constraint values of one cell: a number, a list, or a list saved as text ("[0.01]")."""
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return []
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return [float(x) for x in v]
+    if isinstance(v, (int, float, np.floating, np.integer)):
+        return [float(v)]
+    out = []
+    for part in str(v).strip("[]() ").split(","):
+        try:
+            out.append(float(part))
+        except ValueError:
+            continue
+    return out
+
+
+def constraint_columns(df: pd.DataFrame) -> list[str]:
+    """Columns of a trials table holding constraint values (feasible when all are <= 0):
+    Optuna's ``system_attrs_constraints`` / ``system_attrs_constraints:NAME`` and the tuning
+    objective's ``user_attrs_constraint``."""
+    return [c for c in df.columns if c.startswith(("system_attrs_constraints",
+                                                     "user_attrs_constraint"))]
+
+
+def feasible_mask(df: pd.DataFrame) -> pd.Series:
+    """True per trial whose every recorded constraint value is <= 0 (no record: feasible)."""
+    cols = constraint_columns(df)
+    if not cols:
+        return pd.Series(True, index=df.index)
+    return df[cols].apply(lambda row: all(x <= 0 for v in row for x in _constraint_values(v)),
+                          axis=1).astype(bool)
+
+
 def objective_columns(df: pd.DataFrame) -> list[str]:
-    """Objective columns of an Optuna trials/Pareto table: ``value`` or ``values_0..``."""
+    """Objective columns of an Optuna trials/Pareto table: ``value`` or ``values_0..`` (or,
+    for a study with metric names, ``value_NAME`` / ``values_NAME``)."""
     if "value" in df.columns:
         return ["value"]
+    named = [c for c in df.columns if c.startswith("value_")]
+    if len(named) == 1:
+        return named
     vals = sorted((c for c in df.columns if c.startswith("values_")),
                   key=lambda c: (len(c), c))
     if vals:
@@ -182,3 +433,32 @@ def objective_label(name: str) -> str:
     else:
         unit = "objective units"
     return f"{name} ({unit})"
+
+
+def heldout_sentence(ev: pd.DataFrame, metric: str = "throughput_tokens_per_s") -> str:
+    """The held-out evaluation in one sentence: the tuned controller's mean over every
+    held-out workload and seed, its range over them, its margin over the best other
+    contender, and on how many workloads it wins."""
+    if metric not in ev.columns or ev.empty:
+        return ""
+    ev = ev[ev["controller"].map(role) == CONTENDER]
+    if ev.empty:
+        return ""
+    mean = ev.groupby("controller")[metric].mean().sort_values(ascending=False)
+    tuned = next((c for c in mean.index if str(c).endswith("-tuned")), mean.index[0])
+    mine = ev.loc[ev["controller"] == tuned, metric].astype(float)
+    others = mean.drop(tuned)
+    per_wl = ev.pivot_table(index="workload", columns="controller", values=metric,
+                            aggfunc="mean")
+    wins = int((per_wl.idxmax(axis=1) == tuned).sum())
+    n_wl, n_seed = ev["workload"].nunique(), ev["seed"].nunique()
+    text = (f"by throughput (output tokens/s, mean over {n_wl} held-out workload"
+            f"{'s' if n_wl != 1 else ''} × {n_seed} seed{'s' if n_seed != 1 else ''}), "
+            f"**{tuned}** {fmt_num(mine.mean(), '{:,.0f}')} tok/s (range "
+            f"{fmt_num(mine.min(), '{:,.0f}')}–{fmt_num(mine.max(), '{:,.0f}')} over those "
+            "instances)")
+    if len(others):
+        best = others.index[0]
+        text += (f", {fmt_num((mine.mean() / others.iloc[0] - 1) * 100, '{:+.1f}%')} over the "
+                 f"best other contender ({best}, {fmt_num(others.iloc[0], '{:,.0f}')})")
+    return text + f"; it wins on {wins} of {n_wl} workload{'s' if n_wl != 1 else ''}."

@@ -12,17 +12,23 @@ import pandas as pd
 from control.errors import DSparkError
 from reports import plots
 from reports.analysis import (
+    NO_SPEC,
     acceptance_by_position,
+    answer,
+    answer_sentence,
     comparison_table,
     fmt_num,
     format_comparison,
     full_table,
+    heldout_sentence,
+    operating_points,
     reference_slice,
 )
 from reports.claims import audit
 from reports.loader import Run, load_runs
+from reports.plots import MIN_POSITION_ROUNDS
 from reports.render import FigureBlock, Report, Section, TableBlock, write_report
-from reports.style import controller_colors
+from reports.style import controller_colors, family
 
 Result = Section | str  # a section, or why it was skipped
 
@@ -60,26 +66,63 @@ class Builder:
                 sec.h3(_label(r))
             body(sec, r, _slug(r.name))
 
+    # -- the answer first -------------------------------------------------------------------
+    def answer(self) -> Result:
+        sims = _with(self.runs, "simulate", "results")
+        tunes = _with(self.runs, "tune", "evaluation")
+        if not sims and not tunes:
+            return "no simulate or tune run given (run `dspark simulate` or `dspark tune`)."
+        sec = Section("answer", ANSWER_TITLE)
+        sec.p("Which controller, by how much, how sure — per scenario and load, computed from "
+              "the runs below. Contenders are the deployable controllers; no speculation is the "
+              "visible k = 0 row (the drafter resident, never used); references (clairvoyant, "
+              "rate-oracle) are told what no engine knows and are never the winner. The winner "
+              "is ranked by throughput; where throughput does not separate the contenders it is "
+              "ranked by mean TPOT, and the sentence says so.")
+        for r in sims:
+            sc = str(r.summary.get("scenario") or r.name)
+            for where, rows in _points(r.tables["results"]):
+                a = answer(rows)
+                if a is not None:
+                    sec.p(f"**{sc}** (run `{r.name}`), {where}: {answer_sentence(a)}")
+        for r in tunes:
+            text = heldout_sentence(r.tables["evaluation"])
+            if text:
+                sec.p(f"**Held-out evaluation** (tune run `{r.name}`): {text}")
+        return sec
+
     # -- simulator -------------------------------------------------------------------------
     def comparison(self) -> Result:
         runs = _with(self.runs, "simulate", "results")
         if not runs:
             return "no simulate run given (run `dspark simulate`)."
         sec = Section("comparison", "Controller comparison (simulator)")
-        sec.p("Per controller at the nominal operating point. Speedup is over the k = 0 run with "
-              "the same seed and arrivals; â = Σn / (Σn + rounds ending in a rejection); VPR = "
-              "accepted / drafted; DU = drafted tokens kept / drafted; lossy accepts are the "
-              "quality cost of threshold verification (0 in strict mode).")
+        sec.p("Per controller at the nominal operating point; role says which rows compete "
+              "(contender), which do not speculate (no speculation) and which are references "
+              "told what no engine knows. Two baselines, two ratios: *throughput ÷ k = 0 with "
+              "drafter* divides by the visible no-speculation row (`fixed:k=0`: k = 0 with the "
+              "drafter resident, its memory taken); *TPOT speedup vs k = 0 without drafter* is "
+              "the simulator's `speedup`, the ratio of token-weighted mean TPOT to a hidden "
+              "k = 0 run without any drafter, same seed and arrivals — a per-token latency "
+              "ratio, not a throughput ratio. ± over seeds is half the range of throughput over "
+              "seeds. â = Σn / (Σn + rounds ending in a rejection); VPR = accepted / drafted; DU "
+              "= drafted tokens kept / drafted; lossy accepts are the quality cost of threshold "
+              "verification (0 in strict mode).")
 
         def body(s: Section, r: Run, slug: str):
             res = r.tables["results"]
             ref, where = reference_slice(res)
             table = comparison_table(ref)
-            best = table.iloc[0]
-            s.p(f"Highest throughput: **{best['controller']}** at "
-                f"{fmt_num(best['throughput_tokens_per_s'], '{:,.0f}')} tokens/s"
-                + (f" ({fmt_num(best['speedup'], '{:.2f}')}× over k = 0)."
-                   if "speedup" in table.columns else "."))
+            a = answer(ref)
+            if a is not None:
+                s.p(f"At {where}: {answer_sentence(a)}")
+            k0 = table[(table["role"] == NO_SPEC) & (table["controller"].map(family) == "fixed")]
+            if len(k0) and "speedup" in table.columns:
+                row = k0.iloc[0]
+                s.p(f"`{row['controller']}` is k = 0 with the drafter resident (loaded, never "
+                    f"used): its throughput is the 1.00× of the throughput ratio, and its TPOT "
+                    f"speedup reads {fmt_num(row['speedup'], '{:.2f}')}× because that column's "
+                    "baseline is k = 0 without a drafter, a run not shown as a row.")
             s.blocks.append(TableBlock(f"comparison_{slug}",
                                        f"throughput and latency — {_label(r)}: {where}",
                                        format_comparison(table, "speed"), table))
@@ -137,7 +180,10 @@ class Builder:
         sec = Section("acceptance", "Acceptance by draft position")
         sec.p("Left: the chance that drafted token i survives verification. Right: the per-token "
               "rate once tokens 1..i−1 were accepted — flat for an i.i.d. drafter, falling when "
-              "the drafter drifts. Acceptance is a prefix, so the left curve never rises.")
+              "the drafter drifts. Acceptance is a prefix, so the left curve never rises. A "
+              f"position is joined into its curve only when at least {MIN_POSITION_ROUNDS} "
+              "rounds drafted (left) or reached (right) it; rarer positions are hollow points, "
+              "and the table gives every count.")
 
         def body(s: Section, r: Run, slug: str):
             t = acceptance_by_position(r.tables["rounds"])
@@ -205,6 +251,10 @@ class Builder:
         if not runs:
             return "no tune run with trials.csv or an Optuna journal given (run `dspark tune`)."
         sec = Section("tuning", "Tuning history")
+        sec.p("Every finished trial's objective; the best-so-far line runs over the feasible "
+              "trials only (those within the quality constraint, lossy accepted fraction ≤ the "
+              "study's limit), so it ends at the exported `best_config.toml`. Infeasible trials "
+              "are red crosses.")
 
         def body(s: Section, r: Run, slug: str):
             sm = r.summary
@@ -212,6 +262,7 @@ class Builder:
                 "study": str(sm.get("study_name", "")), "objective": str(sm.get("objective", "")),
                 "directions": ", ".join(map(str, sm.get("directions") or [])),
                 "trials": str(sm.get("n_trials", len(r.tables["trials"]))),
+                "infeasible": str(sm.get("n_infeasible", "—")),
                 "best value": fmt_num(sm.get("best_value"), "{:,.4g}"),
                 "best params": ", ".join(f"{k} = {fmt_num(v, '{:.4g}')}"
                                          for k, v in (sm.get("best_params") or {}).items()) or "—",
@@ -315,6 +366,19 @@ class Builder:
         return sec
 
 
+def _points(results: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """Operating points of one simulate run for the answer: every load at the common GPU count;
+    a GPU-count sweep: its smallest and largest cluster."""
+    if "num_gpus" in results.columns and results["num_gpus"].nunique() > 2:
+        g = results["num_gpus"]
+        pts = []
+        for n in (g.min(), g.max()):
+            for where, rows in operating_points(results[g == n]):
+                pts.append((f"{n:g} GPU{'s' if n != 1 else ''}, {where}", rows))
+        return pts
+    return operating_points(results)
+
+
 def _objectives(run: Run) -> dict:
     sm = run.summary
     dirs = sm.get("directions") or ["maximize"]
@@ -325,7 +389,9 @@ def _objectives(run: Run) -> dict:
     return {"directions": [str(d) for d in dirs], "names": [str(n) for n in names]}
 
 
-SECTION_ORDER = (("comparison", "Controller comparison (simulator)"),
+ANSWER_TITLE = "The answer first"
+SECTION_ORDER = (("answer", ANSWER_TITLE),
+                 ("comparison", "Controller comparison (simulator)"),
                  ("load", "Throughput against offered load"),
                  ("latency", "Latency distributions"),
                  ("traces", "Controller traces"),

@@ -181,10 +181,15 @@ def _trials_from_journal(run: Run) -> pd.DataFrame | None:
         name = run.summary.get("study_name") or (names[0] if names else None)
         if name not in names:
             raise DSparkError(f"{f}: no study named {name!r} (has: {', '.join(names) or 'none'})")
-        return optuna.load_study(study_name=name, storage=storage).trials_dataframe()
+        study = optuna.load_study(study_name=name, storage=storage)
+        df = study.trials_dataframe()
+        names = study.metric_names or []     # columns under the contract's names
+        if len(study.directions) == 1 and names:
+            return df.rename(columns={f"value_{names[0]}": "value"})
+        return df.rename(columns={f"values_{n}": f"values_{i}" for i, n in enumerate(names)})
     except DSparkError:
         raise
-    except Exception as e:  # noqa: BLE001  (optuna raises many types for a corrupt journal)
+    except Exception as e:
         raise DSparkError(f"{f}: cannot read Optuna journal: {' '.join(str(e).split())}") from None
 
 

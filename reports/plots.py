@@ -17,11 +17,12 @@ from reports.analysis import (
     acceptance_by_position,
     at_reference_load,
     ecdf,
+    feasible_mask,
     modal_value,
     objective_columns,
     objective_label,
 )
-from reports.style import RC, color_of, controller_colors
+from reports.style import RC, color_of, controller_colors, line_style
 
 
 def styled(fn: Callable[..., Figure]) -> Callable[..., Figure]:
@@ -61,7 +62,7 @@ def plot_throughput_vs_load(results: pd.DataFrame, colors: dict | None = None) -
                                         lo=("throughput_tokens_per_s", "min"),
                                         hi=("throughput_tokens_per_s", "max")).sort_values("x")
         c = color_of(colors, name)
-        ax.plot(s["x"], s["y"], "o-", color=c, label=str(name), ms=4)
+        ax.plot(s["x"], s["y"], "o", ls=line_style(name), color=c, label=str(name), ms=4)
         if (s["hi"] > s["lo"]).any():
             ax.fill_between(s["x"], s["lo"], s["hi"], color=c, alpha=0.12, lw=0)
     ax.set_xlabel("offered load (requests/s)" if use_rps else "load scale (× nominal arrival rate)")
@@ -84,17 +85,19 @@ def plot_latency_cdfs(requests: pd.DataFrame, colors: dict | None = None) -> Fig
     for name, g in df.groupby("controller", sort=True):
         c = color_of(colors, name)
         x, y = ecdf(g["tpot_s"] * 1e3)
-        ax1.step(x, y, where="post", color=c, label=str(name))
+        ax1.step(x, y, where="post", color=c, ls=line_style(name), label=str(name))
         x, y = ecdf(g["e2e_s"])
-        ax2.step(x, y, where="post", color=c, label=str(name))
+        ax2.step(x, y, where="post", color=c, ls=line_style(name), label=str(name))
     for ax in (ax1, ax2):
         ax.axhline(0.99, color="#999999", lw=0.8, ls=":")
         ax.set_ylabel("fraction of finished requests")
         ax.set_ylim(0, 1.01)
     ax1.set_xlabel("time per output token, TPOT (ms)")
     ax2.set_xlabel("end-to-end request latency (s)")
-    ax1.set_title(f"TPOT distribution per controller{note} (dotted: p99)")
-    ax2.set_title(f"End-to-end latency distribution per controller{note}")
+    fig.suptitle(f"Latency distributions per controller{note} (dotted line: p99)",
+                 fontweight="bold", fontsize=RC["axes.titlesize"])
+    ax1.set_title("TPOT")
+    ax2.set_title("End-to-end latency")
     _legend(ax1, loc="lower right")
     _legend(ax2, loc="lower right")
     return fig
@@ -147,17 +150,33 @@ def plot_controller_traces(trace: pd.DataFrame, colors: dict | None = None) -> F
     return fig
 
 
+#: a draft position's acceptance is plotted as measured only from this many rounds that drafted
+#: it; positions with fewer are drawn hollow and left off the line (their rate is noise).
+MIN_POSITION_ROUNDS = 20
+
+
 @styled
-def plot_acceptance_by_position(rounds: pd.DataFrame, colors: dict | None = None) -> Figure:
-    """P(token i accepted | drafted) per draft position, and the per-token rate given the prefix."""
+def plot_acceptance_by_position(rounds: pd.DataFrame, colors: dict | None = None,
+                                min_rounds: int = MIN_POSITION_ROUNDS) -> Figure:
+    """P(token i accepted | drafted) per draft position, and the per-token rate given the
+    prefix; points from fewer than ``min_rounds`` rounds are hollow and not joined."""
     table = acceptance_by_position(rounds)
     colors = _colors(colors, table["controller"].unique())
-    fig = Figure(figsize=(10, 3.9), layout="constrained")
+    fig = Figure(figsize=(10, 4.1), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2, sharey=True)
+    few = False
     for name, g in table.groupby("controller", sort=True):
         c = color_of(colors, name)
-        ax1.plot(g["position"], g["p_accepted"], "o-", color=c, ms=4, label=name)
-        ax2.plot(g["position"], g["p_accepted_given_prefix"], "o-", color=c, ms=4, label=name)
+        for ax, col, count in ((ax1, "p_accepted", "drafted"),
+                               (ax2, "p_accepted_given_prefix", "reached")):
+            sure = g[g[count] >= min_rounds]
+            thin = g[g[count] < min_rounds]
+            ax.plot(sure["position"], sure[col], "o", ls=line_style(name), color=c, ms=4,
+                    label=name)
+            if len(thin):
+                few = True
+                ax.plot(thin["position"], thin[col], "o", ls="none", mfc="none", color=c, ms=5,
+                        alpha=0.7)
     ax1.set_title("P(token i accepted | token i drafted)")
     ax2.set_title("P(token i accepted | tokens 1..i−1 accepted)")
     for ax in (ax1, ax2):
@@ -166,6 +185,10 @@ def plot_acceptance_by_position(rounds: pd.DataFrame, colors: dict | None = None
         ax.xaxis.get_major_locator().set_params(integer=True)
     ax1.set_ylabel("probability")
     ax2.set_ylabel("probability")
+    if few:
+        for ax in (ax1, ax2):
+            ax.plot([], [], "o", mfc="none", color="#777777",
+                    label=f"fewer than {min_rounds} rounds (not joined)")
     _legend(ax1, loc="lower left")
     _legend(ax2, loc="lower left")
     return fig
@@ -184,9 +207,11 @@ def plot_scaling(results: pd.DataFrame, colors: dict | None = None) -> Figure:
     for name, g in best.groupby("controller", sort=True):
         g = g.sort_values("num_gpus")
         c = color_of(colors, name)
-        ax1.plot(g["num_gpus"], g["throughput_tokens_per_s"], "o-", color=c, ms=4, label=name)
+        ls = line_style(name)
+        ax1.plot(g["num_gpus"], g["throughput_tokens_per_s"], "o", ls=ls, color=c, ms=4,
+                 label=name)
         if "speedup" in g.columns:
-            ax2.plot(g["num_gpus"], g["speedup"], "o-", color=c, ms=4, label=name)
+            ax2.plot(g["num_gpus"], g["speedup"], "o", ls=ls, color=c, ms=4, label=name)
     ref = best.loc[best["num_gpus"] == gpus[0], "throughput_tokens_per_s"].max()
     ax1.plot(gpus, ref * gpus / gpus[0], ls="--", color="#999999", lw=1,
              label="linear scaling from the smallest count")
@@ -197,9 +222,9 @@ def plot_scaling(results: pd.DataFrame, colors: dict | None = None) -> Figure:
     for ax in (ax1, ax2):
         ax.set_xlabel("GPUs in the cluster (count, log scale)")
     ax1.set_ylabel("throughput (output tokens/s, log scale)")
-    ax2.set_ylabel("speedup over k = 0 (×)")
+    ax2.set_ylabel("TPOT speedup vs k = 0 without drafter (×)")
     ax1.set_title("Cluster throughput against GPU count")
-    ax2.set_title("Speculation speedup against GPU count")
+    ax2.set_title("Per-token latency gain against GPU count")
     _legend(ax1, loc="upper left")
     _legend(ax2)
     return fig
@@ -208,10 +233,15 @@ def plot_scaling(results: pd.DataFrame, colors: dict | None = None) -> Figure:
 @styled
 def plot_tuning_history(trials: pd.DataFrame, directions: Sequence[str] = ("maximize",),
                         names: Sequence[str] = ()) -> Figure:
-    """Objective value of every completed trial and the best so far, per objective."""
+    """Objective value of every completed trial and the best so far over the *feasible* ones,
+    per objective; trials that break the quality constraint are marked and never best."""
     cols = objective_columns(trials)
-    done = trials[trials["state"].astype(str).str.upper().isin(("COMPLETE", "TRIALSTATE.COMPLETE"))]
-    pruned = int(trials["state"].astype(str).str.upper().str.contains("PRUNED").sum())
+    state = trials["state"].astype(str).str.upper().str.replace("TRIALSTATE.", "", regex=False)
+    feasible = feasible_mask(trials)
+    infeasible = ~feasible & state.isin(("COMPLETE", "PRUNED")) & trials[cols[0]].notna()
+    done = trials[(state == "COMPLETE") & feasible]
+    bad = trials[infeasible]
+    pruned = int(((state == "PRUNED") & ~infeasible).sum())
     fig = Figure(figsize=(10 if len(cols) > 1 else 7.6, 3.9), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(cols)))
     for i, (ax, col) in enumerate(zip(axes, cols)):
@@ -220,8 +250,13 @@ def plot_tuning_history(trials: pd.DataFrame, directions: Sequence[str] = ("maxi
         d = done.sort_values("number")
         y = d[col].astype(float)
         best = y.cummax() if direction.lower().startswith("max") else y.cummin()
-        ax.plot(d["number"], y, "o", color="#0072B2", ms=4, alpha=0.7, label="completed trial")
-        ax.step(d["number"], best, where="post", color="#D55E00", label=f"best so far ({direction})")
+        ax.plot(d["number"], y, "o", color="#0072B2", ms=4, alpha=0.7,
+                label="completed feasible trial")
+        if len(bad):
+            ax.plot(bad["number"], bad[col].astype(float), "x", color="#B2182B", ms=6, mew=1.6,
+                    label=f"{len(bad)} infeasible (breaks the quality constraint)")
+        ax.step(d["number"], best, where="post", color="#D55E00",
+                label=f"best feasible so far ({direction})")
         if pruned:
             ax.plot([], [], "x", color="#999999", label=f"{pruned} pruned trial(s) not shown")
         ax.set_xlabel("trial number (count, in start order)")

@@ -66,10 +66,10 @@ def tune_baseline(cfg: TuningConfig, controller: str, n_trials: int,
                   simulate: Callable | None = None) -> tuple[Any, float]:
     """A small in-memory study of a baseline on the tuning workloads, same objective (its first
     metric) and quality constraint as the main study; (best feasible config, its value)."""
-    from tuning.export import choose_best
+    from tuning.export import choose_best, objective_value
     from tuning.study import make_pruner, make_sampler, quiet
     quiet()
-    single, _ = primary(cfg.tune.objective)
+    single, metric = primary(cfg.tune.objective)
     bcfg = dataclasses.replace(cfg, tune=dataclasses.replace(
         cfg.tune, controller=controller, objective=single, mode="", sampler="tpe",
         n_startup_trials=min(cfg.tune.n_startup_trials, max(1, n_trials // 3))))
@@ -80,7 +80,7 @@ def tune_baseline(cfg: TuningConfig, controller: str, n_trials: int,
         study.enqueue_trial(p)
     study.optimize(obj, n_trials=n_trials, gc_after_trial=False)
     best = choose_best(study, bcfg)
-    return params_to_config(controller, best.params), best.value
+    return params_to_config(controller, best.params), objective_value(best, metric)
 
 
 def entries(cfg: TuningConfig, best_config: Any, simulate: Callable | None = None,

@@ -30,24 +30,44 @@ def _feasible(t: optuna.trial.FrozenTrial) -> bool:
     return all(c <= 0 for c in t.user_attrs.get("constraint", (0.0,)))
 
 
+def infeasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """Finished trials that broke the quality constraint (single objective: ended PRUNED with
+    user attribute ``infeasible``; multi-objective: COMPLETE with a positive constraint)."""
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
+                                                                TrialState.PRUNED))
+            if t.user_attrs.get("infeasible") or (t.state == TrialState.COMPLETE
+                                                  and not _feasible(t))]
+
+
+def objective_value(t: optuna.trial.FrozenTrial, metric: str) -> float:
+    """A finished trial's single objective value: the mean metric it stored, else its value."""
+    v = t.user_attrs.get(metric)
+    return float(v) if v is not None else float(t.value)
+
+
 def choose_best(study: optuna.Study, cfg: TuningConfig,
                 slo_tpot_s: float | None = None) -> optuna.trial.FrozenTrial:
     """The trial to export.
 
-    Single objective: the best COMPLETE trial among the feasible ones (quality constraint),
-    all of them when none is feasible. Multi-objective, from the Pareto front:
+    Single objective: the best COMPLETE trial among the feasible ones (quality constraint);
+    when none is feasible, the best of all finished ones, the infeasible (PRUNED) included.
+    Multi-objective, from the Pareto front:
     ``throughput-quality`` -> the highest throughput with lossy fraction <= the limit
     (else the least lossy); ``throughput-p99`` -> the highest throughput with p99 TPOT <=
     ``slo_tpot_s`` (else the lowest p99).
     """
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if not done:
-        raise ConfigError(f"study '{study.study_name}' has no completed trial to export")
     dirs = directions(cfg.tune.objective)
     if len(dirs) == 1:
-        pool = [t for t in done if _feasible(t)] or done
+        metric = metric_names(cfg.tune.objective)[0]
+        pool = [t for t in done if _feasible(t)] or done + [
+            t for t in infeasible_trials(study) if t.state == TrialState.PRUNED]
+        if not pool:
+            raise ConfigError(f"study '{study.study_name}' has no completed trial to export")
         sign = 1 if dirs[0] == "maximize" else -1
-        return max(pool, key=lambda t: (sign * t.value, -t.number))
+        return max(pool, key=lambda t: (sign * objective_value(t, metric), -t.number))
+    if not done:
+        raise ConfigError(f"study '{study.study_name}' has no completed trial to export")
     front = study.best_trials
     limit = cfg.tune.max_lossy_fraction if cfg.tune.objective == "throughput-quality" \
         else (slo_tpot_s if slo_tpot_s is not None else math.inf)
@@ -55,6 +75,19 @@ def choose_best(study: optuna.Study, cfg: TuningConfig,
     if ok:
         return max(ok, key=lambda t: (t.values[0], -t.number))
     return min(front, key=lambda t: (t.values[1], t.number))
+
+
+def trials_table(study: optuna.Study) -> Any:
+    """``trials_dataframe()`` with the objective columns under their contract names whatever
+    the study's metric names: ``value`` (one objective) or ``values_0, values_1, ...``."""
+    df = study.trials_dataframe()
+    names = study.metric_names or []
+    ren = {}
+    if len(study.directions) == 1 and names:
+        ren[f"value_{names[0]}"] = "value"
+    else:
+        ren.update({f"values_{n}": f"values_{i}" for i, n in enumerate(names)})
+    return df.rename(columns=ren)
 
 
 def best_config(study: optuna.Study, cfg: TuningConfig, trial: optuna.trial.FrozenTrial) -> Any:
@@ -127,9 +160,10 @@ def write_run(out: str | Path, cfg: TuningConfig, study: optuna.Study, storage_u
     evaluation.csv (when given), config.toml and summary.json; returns the summary."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    study.trials_dataframe().to_csv(out / "trials.csv", index=False)
+    trials_table(study).to_csv(out / "trials.csv", index=False)
     c = cfg.tune.controller
-    vals = best.values if len(best.values) > 1 else best.value
+    names = metric_names(cfg.tune.objective)
+    vals = best.values if len(best.values) > 1 else objective_value(best, names[0])
     write_best_config(out / "best_config.toml", c, config,
                       f"best {c} config of study '{study.study_name}' (trial {best.number}, "
                       f"objective {cfg.tune.objective} = {vals})\n"
@@ -150,7 +184,11 @@ def write_run(out: str | Path, cfg: TuningConfig, study: optuna.Study, storage_u
         "n_trials": n_done, "best_value": vals, "best_params": best.params,
         "best_trial": best.number, "controller": c, "importance_evaluator": evaluator,
         "n_complete": len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))),
-        "n_pruned": len(study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))),
+        "n_pruned": len(study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)))
+        - sum(t.state == TrialState.PRUNED for t in infeasible_trials(study)),
+        "n_infeasible": len(infeasible_trials(study)),
+        "metric_names": names,
+        "max_lossy_fraction": cfg.tune.max_lossy_fraction,
         "n_failed": len(study.get_trials(deepcopy=False, states=(TrialState.FAIL,))),
         "tuning_workloads": [w.name for w in cfg.tune.workloads],
         "heldout_workloads": [w.name for w in cfg.evaluate.workloads],

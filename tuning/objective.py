@@ -8,7 +8,16 @@ comparable across trials at the same step) or the workload's own mean (Wilcoxon 
 per-workload comparison). The mean of every
 summary metric is kept as a user attribute, and ``constraint`` holds
 ``mean lossy_accept_fraction − max_lossy_fraction`` (feasible when <= 0) for the samplers'
-``constraints_func``.
+``constraints_func``. The same value is stored where every reader looks: Optuna >= 5's
+``constraints:lossy`` (``Trial.set_constraint``) and the list ``constraints`` that
+optuna-dashboard (0.21) reads to mark infeasible trials.
+
+A single-objective trial that breaks the constraint ends PRUNED (user attribute
+``infeasible``), not COMPLETE: Optuna's storage-level best trial — what optuna-dashboard shows
+as "Best Trial" — takes the best COMPLETE value and ignores constraints, so only this way do the
+dashboard, ``study.best_trial`` and ``best_config.toml`` name the same trial. Samplers still
+learn from it: TPE sorts infeasible trials by their violation whatever their state, and the
+trial's value is its full objective (reported as the last intermediate value).
 """
 
 from __future__ import annotations
@@ -71,6 +80,12 @@ def slot_holder(trial: Any) -> int | None:
 
 #: Optuna >= 5 takes constraints from ``Trial.set_constraint``; older ones need constraints_func.
 NATIVE_CONSTRAINTS = hasattr(optuna.Trial, "set_constraint")
+#: the trial system attribute optuna-dashboard reads constraint values from (a list)
+DASHBOARD_CONSTRAINTS = "constraints"
+
+
+class Infeasible(optuna.TrialPruned):
+    """A finished single-objective trial that breaks the quality constraint (ends PRUNED)."""
 
 
 def constraint_of(trial: optuna.trial.FrozenTrial) -> tuple[float, ...]:
@@ -156,17 +171,24 @@ class Objective:
             groups.setdefault(i.workload, []).append(i)
         return list(groups.items())
 
-    def _keep(self, trial: Any, rows: list[dict]) -> None:
+    def _keep(self, trial: Any, rows: list[dict]) -> float | None:
+        """Store the mean metrics and the constraint on ``trial``; returns the constraint
+        value (None for an unconstrained objective)."""
         for m in KEPT_METRICS:
             if rows and m in rows[0]:
                 trial.set_user_attr(m, sum(float(r[m]) for r in rows) / len(rows))
+        c = None
         if self.constrained:
             lossy = sum(float(r.get("lossy_accept_fraction", 0.0)) for r in rows) / len(rows)
             c = lossy - self.max_lossy
             trial.set_user_attr("constraint", [c])
-            if hasattr(trial, "set_constraint") and not isinstance(trial, optuna.trial.FixedTrial):
-                trial.set_constraint("lossy", c)   # Optuna >= 5: samplers read it from here
+            if not isinstance(trial, optuna.trial.FixedTrial):
+                if hasattr(trial, "set_constraint"):
+                    trial.set_constraint("lossy", c)   # Optuna >= 5: samplers read it here
+                # optuna-dashboard reads the list under "constraints" (Optuna < 5's key)
+                trial.storage.set_trial_system_attr(trial._trial_id, DASHBOARD_CONSTRAINTS, [c])
         trial.set_user_attr("instances", len(rows))
+        return c
 
     def values(self, config: Any) -> tuple[float, ...]:
         """The objective value(s) of ``config`` without a trial (independent re-check)."""
@@ -192,4 +214,11 @@ class Objective:
         for v in vals:
             if not math.isfinite(v):
                 raise ValueError(f"objective value {v} is not finite")
+        c = trial.user_attrs.get("constraint", [0.0])[0] if self.constrained else 0.0
+        if len(vals) == 1 and c > 0 and not isinstance(trial, optuna.trial.FixedTrial):
+            # the full objective as the last intermediate value: the PRUNED trial's value
+            trial.set_user_attr("infeasible", True)
+            trial.report(vals[0], len(self._by_workload()))   # after the per-workload steps
+            raise Infeasible(f"lossy accepted fraction {c + self.max_lossy:.4g} > "
+                             f"{self.max_lossy:g}: breaks the quality constraint")
         return vals[0] if len(vals) == 1 else vals

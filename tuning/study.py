@@ -45,6 +45,7 @@ from tuning.objective import (
     Objective,
     constraint_of,
     directions,
+    metric_names,
 )
 from tuning.space import start_points
 from tuning.storage import (
@@ -168,6 +169,8 @@ def prepare_study(cfg: TuningConfig, url: str, n_trials: int | None = None,
     study = optuna.create_study(study_name=name, storage=storage, load_if_exists=True,
                                 directions=directions(cfg.tune.objective),
                                 sampler=make_sampler(cfg), pruner=make_pruner(cfg))
+    if not study.metric_names:  # optuna-dashboard shows these instead of "Objective 0"
+        study.set_metric_names(metric_names(cfg.tune.objective))
     if exists:
         want = directions(cfg.tune.objective)
         have = [d.name.lower() for d in study.directions]

@@ -50,7 +50,7 @@ def sim_row(controller: str, seed: int, load_scale: float, num_gpus: int = 8,
                lossy_accept_fraction=0.0, requests_finished=100, requests_unfinished=0,
                requests_rejected=0, output_tokens=20000, sim_time_s=60.0, num_gpus=num_gpus,
                mean_tpot_s=BASE_TPOT_S / sp)
-    return {k: row[k] for k in SUMMARY_KEYS}
+    return {k: row.get(k, np.nan) for k in SUMMARY_KEYS}  # a key added later: missing (NaN)
 
 
 def write_simulate_run(folder: Path, *, trace: bool = True, scenario: str = "8xA100 70B+8B",

@@ -108,10 +108,20 @@ def test_acceptance_by_position_is_exact(runs):
     assert d.loc[1, "drafted"] == 20
     # acceptance is a prefix: P(token i accepted) never rises with i
     assert (np.diff(d["p_accepted"].to_numpy()) <= 1e-12).all()
-    fig = plots.plot_acceptance_by_position(rounds)
+    fig = plots.plot_acceptance_by_position(rounds, min_rounds=16)
     check_figure(fig, 2)
     y = next(ln for ln in fig.axes[0].get_lines() if ln.get_label() == "dspark").get_ydata()
     assert np.allclose(y, [0.8, 0.8, 0.5, 0.25])
+    # positions drafted in fewer rounds than the minimum are hollow and not joined
+    assert list(d["drafted"]) == [20, 20, 16, 16]
+    fig = plots.plot_acceptance_by_position(rounds, min_rounds=20)
+    lines = fig.axes[0].get_lines()
+    y = next(ln for ln in lines if ln.get_label() == "dspark").get_ydata()
+    assert np.allclose(y, [0.8, 0.8])
+    hollow = [ln for ln in lines if ln.get_markerfacecolor() == "none" and len(ln.get_xdata())]
+    assert any(np.allclose(ln.get_ydata(), [0.5, 0.25]) for ln in hollow)
+    assert any("fewer than 20 rounds" in t.get_text()
+               for t in fig.axes[0].get_legend().get_texts())
 
 
 def test_scaling(runs):
@@ -128,13 +138,13 @@ def test_tuning_history_single_and_multi(runs):
     t = runs["tune"].tables["trials"]
     fig = plots.plot_tuning_history(t, ["maximize"], ["throughput_tokens_per_s"])
     check_figure(fig)
-    best = next(ln for ln in fig.axes[0].get_lines() if "best so far" in ln.get_label())
+    best = next(ln for ln in fig.axes[0].get_lines() if "best feasible so far" in ln.get_label())
     done = t[t.state == "COMPLETE"].sort_values("number")
     assert np.allclose(best.get_ydata(), done["value"].cummax())
     assert "tokens/s" in fig.axes[0].get_ylabel()
     fig2 = plots.plot_tuning_history(runs["tune-mo"].tables["trials"], ["maximize", "minimize"])
     check_figure(fig2, 2)
-    best2 = next(ln for ln in fig2.axes[1].get_lines() if "best so far" in ln.get_label())
+    best2 = next(ln for ln in fig2.axes[1].get_lines() if "best feasible so far" in ln.get_label())
     done2 = runs["tune-mo"].tables["trials"].query("state == 'COMPLETE'").sort_values("number")
     assert np.allclose(best2.get_ydata(), done2["values_1"].cummin())
 
@@ -180,7 +190,12 @@ def test_comparison_table_means(runs):
     want = res[(res.controller == "dspark") & (res.load_scale == 1.0)]
     assert t.loc["dspark", "throughput_tokens_per_s"] == pytest.approx(
         want.throughput_tokens_per_s.mean())
-    assert t.index[0] == "clairvoyant" and t.loc["dspark", "seeds"] == 2
+    # contenders first (best throughput first), then no speculation, then the references
+    assert t.index[0] == "dspark" and t.loc["dspark", "seeds"] == 2
+    assert list(t["role"].iloc[-2:]) == ["no speculation", "reference"]
+    assert t.loc["ar", "throughput_ratio"] == pytest.approx(1.0)
+    assert t.loc["dspark", "throughput_ratio"] == pytest.approx(
+        t.loc["dspark", "throughput_tokens_per_s"] / t.loc["ar", "throughput_tokens_per_s"])
 
 
 def test_ecdf():
