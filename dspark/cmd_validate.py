@@ -2,7 +2,10 @@
 measure them, and write the error table (``kind = "validate"`` run folder).
 
 The last line printed is ``validate_max_abs_error_pct=<x>``: the largest |error| over held-out
-controllers x workloads, for throughput and mean accepted length.
+controllers x workloads, for throughput and mean accepted length; with the batched part
+(``parts`` holds ``batched``, or ``--part batched``) it also holds
+``validate_batched_max_abs_error_pct=<y>``: the largest |error| over held-out controllers x
+loads for throughput, TPOT p50 and TTFT p50 (alone when only the batched part runs).
 """
 
 from __future__ import annotations
@@ -25,6 +28,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=None, help="real runs per pair (override)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key (TOML value), e.g. --set engine.device='\"cuda\"'")
+    p.add_argument("--part", choices=("all", "batch1", "batched"), default=None,
+                   help="run only this part (default: the config's parts; all = both)")
+    p.add_argument("--reanalyze", action="store_true",
+                   help="batched part only: predict and compare again from the measurements "
+                        "already in --out (its config.toml; no engine run), e.g. after a "
+                        "simulator change")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return p
 
@@ -33,21 +42,99 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from dspark.validation.config import load_validate
-    from dspark.validation.run import format_table, run_validate
+    from dspark.validation.run import run_validate
 
     path = args.config
+    if args.reanalyze:
+        return _reanalyze(args)
     if path is None and args.fast:
         path = str(Path(__file__).resolve().parents[1] / "configs" / "validate_tiny.toml")
     ov = parse_sets(args.set)
     if args.repeats is not None:
         ov["repeats"] = args.repeats
+    if args.part is not None:
+        ov["parts"] = ["batch1", "batched"] if args.part == "all" else [args.part]
     cfg = load_validate(path, ov)
     summary = run_validate(cfg, Path(args.out), quiet=args.quiet)
+    last = []
+    if "batch1" in cfg.parts:
+        _print_batch1(summary, args.out)
+        last.append(f"validate_max_abs_error_pct={summary['max_abs_error_pct']:.3f}")
+    if "batched" in cfg.parts:
+        _print_batched(summary["batched"], args.out)
+        last.append(f"validate_batched_max_abs_error_pct="
+                    f"{summary['batched']['max_abs_error_pct']:.3f}")
+    print(" ".join(last))
+    return 0
+
+
+def _reanalyze(args: argparse.Namespace) -> int:
+    import json
+    import sys
+    import time
+    from pathlib import Path
+
+    from control.errors import DSparkError
+    from dspark.validation.batched import analyze_batched
+    from dspark.validation.config import load_validate
+
+    out = Path(args.out)
+    if not (out / "batched" / "measure.json").is_file():
+        raise DSparkError(f"{out}: no batched measurements (batched/measure.json); run "
+                          f"`dspark validate --part batched --out {out}` first")
+    cfg = load_validate(args.config or out / "config.toml", parse_sets(args.set))
+    t0 = time.perf_counter()
+
+    def log(msg: str) -> None:
+        if not args.quiet:
+            print(f"[validate {time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr,
+                  flush=True)
+
+    s = analyze_batched(cfg, out, log)
+    p = out / "summary.json"
+    summary = json.loads(p.read_text()) if p.is_file() else {"kind": "validate"}
+    summary["batched"] = s
+    from control.metrics import json_safe
+
+    p.write_text(json.dumps(json_safe(summary), indent=1))
+    _print_batched(s, args.out)
+    print(f"validate_batched_max_abs_error_pct={s['max_abs_error_pct']:.3f}")
+    return 0
+
+
+def _print_batched(s: dict, out: str) -> None:
+    from pathlib import Path
+
     import pandas as pd
 
-    err = pd.read_csv(Path(args.out) / "errors.csv")
+    from dspark.validation.batched import format_table
+
+    print("\n# batched: continuous batching under Poisson arrivals (real.serve), "
+          f"capacity probe {s['capacity_probe']['requests_per_s']:.3f} requests/s")
+    print(format_table(pd.read_csv(Path(out) / "errors_batched.csv")))
+    print(f"rank agreement ({s['rank_orders'][next(iter(s['rank_orders']))]['metric']}, "
+          f"per load): {s['rank_agreement']}")
+    for ld, r in s["rank_orders"].items():
+        print(f"  {ld}: sim {r['sim_order']} real {r['real_order']}")
+    print("targets (|error| <= " + ", ".join(f"{m} {t:g}%" for m, t in s["targets_pct"].items())
+          + f"): {s['within_target']}")
+    print(f"headline errors within the real runs' spread: "
+          f"{s['headline_errors_within_real_spread']} of {s['headline_errors']}; "
+          f"largest spread {s['max_real_spread_pct']:.1f}%")
+    print(f"batched runtime: {s['runtime_s']:.0f} s; files: {out}/errors_batched.csv, "
+          f"{out}/batched/")
+
+
+def _print_batch1(summary: dict, out: str) -> None:
+    from pathlib import Path
+
+    import pandas as pd
+
+    from dspark.validation.run import format_table
+
+    err = pd.read_csv(Path(out) / "errors.csv")
     print(format_table(err))
-    fitted = Path(args.out) / "errors_fitted.csv"
+    fitted = Path(out) / "errors_fitted.csv"
     if fitted.is_file():
         print("\n# statistical acceptance model fitted on the calibration traces (separate):")
         print(format_table(pd.read_csv(fitted)))
@@ -55,6 +142,4 @@ def run(args: argparse.Namespace) -> int:
     print(f"headline errors within the real runs' spread: "
           f"{summary['headline_errors_within_real_spread']} of {summary['headline_errors']}; "
           f"largest spread {summary['max_real_spread_pct']:.1f}%")
-    print(f"runtime: {summary['runtime_s']:.0f} s; run folder: {args.out}")
-    print(f"validate_max_abs_error_pct={summary['max_abs_error_pct']:.3f}")
-    return 0
+    print(f"runtime: {summary['runtime_s']:.0f} s; run folder: {out}")

@@ -3,7 +3,8 @@
 Sections: ``[models]`` (shipped checkpoints or tiny random models), ``[engine]``
 (``real.engine.EngineConfig``), ``[profile]`` (``real.profile.ProfileConfig``),
 ``[workloads.<name>]`` (``real.tracing.PromptSetConfig``), ``[calibration]``, ``[heldout]``,
-``[controller.<name>]``.
+``[controller.<name>]``, ``[batched]`` (the batched part: ``BatchedConfig``, with its own
+``[batched.profile]``).
 """
 
 from __future__ import annotations
@@ -53,9 +54,73 @@ class HeldoutConfig:
                                               doc="also predicted with the fitted acceptance model")
 
 
+def _batched_profile() -> ProfileConfig:
+    # a sparse grid over batch: every verify size k + 1 of the controllers' usual k, contexts of
+    # prompts (32-128) plus outputs (<= 64), prefill chunks covering the prompts.
+    return ProfileConfig(contexts=(48, 160), prefill_tokens=(24, 64, 128), warmup=1,
+                         repeats=5, overhead_prompts=2, overhead_tokens=32,
+                         batches=(1, 2, 4, 8), draft_lengths=(0, 1, 2, 4, 6, 8))
+
+
+@dataclass(frozen=True)
+class BatchedConfig:
+    """The batched part: the engine with continuous batching under Poisson arrivals, replayed in
+    wall-clock time (``real.serve``), against the simulator's prediction of the same arrivals."""
+
+    # 8 sequences in flight: on this CPU a batch of 8 x (k + 1) tokens is compute-bound.
+    slots: int = param(8, lo=1, hi=256, doc="engine slots (the simulator's max_batch)")
+    # 8: the controllers' usual range; the greedy position traces record k_max + 1 proposals.
+    k_max: int = param(8, lo=1, hi=64, doc="the batched engine's k_max")
+    # prompts <= 128 + outputs <= 64 + k_max + 1 fit; the profile's prefill chunks of 128 at
+    # context 160 need 320.
+    max_len: int = param(320, lo=8, hi=2048, doc="the batched engine's max_len")
+    # prompts are drawn (uniformly, per request) from this prompt set; its max_new_tokens is
+    # the longest output. Greedy position traces are recorded once per pool prompt.
+    pool: str = param("code", doc="prompt pool (a [workloads.<name>] table)")
+    # output lengths uniform in [output_tokens_min, the pool's max_new_tokens].
+    output_tokens_min: int = param(16, lo=2, hi=1 << 16, doc="shortest output")
+    # fixed k = 3: the controller of the calibration load (not a held-out configuration).
+    calibration_controller: str = param("fixed", choices=ENGINE_CONTROLLERS,
+                                        doc="controller of the calibration load")
+    calibration_controller_config: dict = param(default_factory=lambda: {"k": 3},
+                                                doc="its config table (inline)")
+    # the issue's three: a fixed k, HF's heuristic, the seed's scheduler (with its planner).
+    controllers: tuple[str, ...] = param(("fixed", "hf-heuristic", "dspark"),
+                                         doc="held-out controllers (engine controllers)")
+    # capacity probe: 2 x slots requests of the longest output, all at t = 0, calibration
+    # controller; capacity = requests per second it sustains.
+    capacity_requests: int = param(16, lo=1, hi=100_000, doc="requests of the capacity probe")
+    # a medium load, none of the held-out ones.
+    calibration_load: float = param(0.6, lo=0.01, hi=100.0,
+                                    doc="calibration arrival rate, x the probed capacity")
+    # light, near saturation, overloaded.
+    loads: tuple[float, ...] = param((0.3, 0.9, 1.5), lo=0.01, hi=100.0,
+                                     doc="held-out arrival rates, x the probed capacity")
+    load_names: tuple[str, ...] = param(("light", "near-saturation", "overloaded"),
+                                        doc="a name per held-out load")
+    # 20 s of arrivals: dozens of requests per run at this CPU's rates; overload drains after.
+    duration_s: float = param(20.0, lo=0.01, hi=1e5, doc="arrivals fall in [0, duration_s)")
+    # >= 2: the run-to-run spread beside each error.
+    repeats: int = param(2, lo=1, hi=100, doc="real runs per controller x load")
+    seed: int = param(0, lo=0, hi=2**31 - 1, doc="seed of arrivals, lengths and pool draws")
+    # calibration: the per-round overhead per batch size (the serving loop's own time outside
+    # draft and verify) from the calibration load's rounds, else the profile's overhead rows.
+    overhead_from: str = param("calibration", choices=("calibration", "profile"),
+                               doc="where the per-batch round overhead comes from")
+    # profile cells between the real runs (see ValidateConfig.interleave_profile).
+    interleave_profile: bool = param(True, doc="profile cells interleaved with the real runs")
+    profile: ProfileConfig = param(default_factory=_batched_profile)
+
+
+PARTS = ("batch1", "batched")
+
+
 @dataclass(frozen=True)
 class ValidateConfig:
     name: str = param("validate", doc="name for reports")
+    # batch1: one request at a time (acceptance and latency); batched: continuous batching
+    # under Poisson arrivals ([batched]).
+    parts: tuple[str, ...] = param(("batch1",), doc="which parts run: batch1, batched")
     # >= 3 real repeats: the issue asks for the run-to-run spread beside every error.
     repeats: int = param(3, lo=1, hi=100, doc="real runs per controller x workload")
     # 1 thread: the machine is shared; one thread is the least sensitive to other loads.
@@ -78,6 +143,7 @@ class ValidateConfig:
     calibration: CalibrationConfig = param(default_factory=CalibrationConfig)
     heldout: HeldoutConfig = param(default_factory=HeldoutConfig)
     controller: dict = param(default_factory=dict, doc="controller configs by name")
+    batched: BatchedConfig = param(default_factory=BatchedConfig)
     base_dir: str = param("", doc="folder of the config file (relative paths)")
 
     def prompt_set(self, name: str) -> PromptSetConfig:
@@ -94,6 +160,14 @@ def _finish(cfg: ValidateConfig, source: str) -> ValidateConfig:
                                     prefix=f"workloads.{name}")
         else:
             raise ConfigError(f"{source}: workloads.{name} must be a table")
+    bad = [p for p in cfg.parts if p not in PARTS]
+    if bad or not cfg.parts:
+        raise ConfigError(f"{source}: parts = {list(cfg.parts)!r}; allowed: one or more of "
+                          f"{', '.join(PARTS)}")
+    if "batched" in cfg.parts:
+        _check_batched(cfg, wl, source)
+    if "batch1" not in cfg.parts:
+        return dataclasses.replace(cfg, workloads=wl)
     need = set(cfg.heldout.workloads) | set(cfg.heldout.fitted_workloads) | {
         cfg.calibration.workload}
     missing = sorted(need - set(wl))
@@ -127,6 +201,51 @@ def _finish(cfg: ValidateConfig, source: str) -> ValidateConfig:
             raise ConfigError(f"{source}: workloads.{name}: prompt_tokens_max + max_new_tokens + "
                               f"k_max + 2 exceeds engine.max_len {cfg.engine.max_len}")
     return dataclasses.replace(cfg, workloads=wl)
+
+
+def _check_batched(cfg: ValidateConfig, wl: dict, source: str) -> None:
+    b = cfg.batched
+    if b.pool not in wl:
+        raise ConfigError(f"{source}: batched.pool '{b.pool}' has no [workloads.{b.pool}] table")
+    ps = wl[b.pool]
+    if ps.prompt_tokens_max + ps.max_new_tokens + b.k_max + 2 > b.max_len:
+        raise ConfigError(f"{source}: workloads.{b.pool}: prompt_tokens_max + max_new_tokens + "
+                          f"batched.k_max + 2 exceeds batched.max_len {b.max_len}")
+    if ps.prompt_tokens_min < 2:
+        raise ConfigError(f"{source}: workloads.{b.pool}: prompts of >= 2 tokens are needed")
+    if b.output_tokens_min > ps.max_new_tokens:
+        raise ConfigError(f"{source}: batched.output_tokens_min {b.output_tokens_min} > "
+                          f"workloads.{b.pool}.max_new_tokens {ps.max_new_tokens}")
+    if len(b.load_names) != len(b.loads):
+        raise ConfigError(f"{source}: batched.load_names has {len(b.load_names)} names for "
+                          f"{len(b.loads)} loads")
+    if len(set(b.load_names)) != len(b.load_names):
+        raise ConfigError(f"{source}: batched.load_names are not distinct")
+    if b.calibration_load in b.loads:
+        raise ConfigError(f"{source}: batched.calibration_load {b.calibration_load} is also a "
+                          f"held-out load; calibrate on another load")
+    if not b.controllers:
+        raise ConfigError(f"{source}: batched.controllers is empty")
+    for name in b.controllers:
+        if name not in ENGINE_CONTROLLERS:
+            raise ConfigError(f"{source}: batched.controllers has '{name}'; allowed: "
+                              f"{', '.join(ENGINE_CONTROLLERS)}")
+    make_config(b.calibration_controller, b.calibration_controller_config, source=source)
+    if max(b.profile.batches) > b.slots:
+        raise ConfigError(f"{source}: batched.profile.batches up to {max(b.profile.batches)} "
+                          f"exceed batched.slots {b.slots}")
+    if b.profile.draft_lengths and max(b.profile.draft_lengths) > b.k_max:
+        raise ConfigError(f"{source}: batched.profile.draft_lengths exceed batched.k_max "
+                          f"{b.k_max}")
+    need = max(b.profile.contexts) + max([b.k_max + 2, *b.profile.prefill_tokens]) + 1
+    if need > b.max_len + b.k_max + 1:
+        raise ConfigError(f"{source}: batched.profile needs {need} cache positions (context "
+                          f"{max(b.profile.contexts)} + the largest new-token count) but "
+                          f"batched.max_len + k_max + 1 is {b.max_len + b.k_max + 1}; raise "
+                          f"batched.max_len or lower batched.profile.contexts/prefill_tokens")
+    if min(b.profile.prefill_tokens, default=0) <= b.k_max + 1:
+        raise ConfigError(f"{source}: batched.profile.prefill_tokens must all exceed "
+                          f"batched.k_max + 1 = {b.k_max + 1}")
 
 
 def load_validate(path: str | Path | None, overrides: dict[str, Any] | None = None

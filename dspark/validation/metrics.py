@@ -51,3 +51,47 @@ def spread_pct(values) -> float:
     v = np.asarray(values, dtype=float)
     med = float(np.median(v))
     return float((v.max() - v.min()) / abs(med) * 100.0) if med else float("nan")
+
+
+# ---------------------------------------------------------------- the batched part (serving)
+#: the batched part's compared metrics (one value per controller x load)
+SERVING_METRICS = ("throughput_tokens_per_s", "tpot_p50_s", "ttft_p50_s", "queue_mean_s",
+                   "e2e_p50_s", "mean_accepted_length")
+#: the metrics of ``validate_batched_max_abs_error_pct``, with the issue's target |error| in %
+SERVING_TARGETS = {"throughput_tokens_per_s": 10.0, "tpot_p50_s": 10.0, "ttft_p50_s": 20.0}
+#: controllers are ranked per load by this metric (lower is better): under open-loop arrivals
+#: the throughput of a load the engine sustains is the offered load, whatever the controller
+RANK_METRIC = "tpot_p50_s"
+
+
+def serving(arrival_s, admitted_s, first_token_s, finish_s, tokens, accepted: int,
+            rounds: int) -> dict[str, float]:
+    """The batched part's metrics of one run (every request finished), per request arrays:
+    arrival, admission (end of its prefill pass), first token (end of its first round), finish,
+    and output tokens; ``accepted`` drafted tokens over ``rounds`` sequence-rounds.
+
+    throughput = Σ tokens / (last finish - first arrival); TPOT of a request = (finish - first
+    token) / (tokens - 1) (requests of >= 2 tokens); TTFT = first token - arrival; queueing =
+    admission - arrival (waiting for a round boundary and a free slot, plus the prefill pass);
+    e2e = finish - arrival; mean accepted length = 1 + accepted / rounds.
+    """
+    arr = np.asarray(arrival_s, dtype=float)
+    adm = np.asarray(admitted_s, dtype=float)
+    first = np.asarray(first_token_s, dtype=float)
+    fin = np.asarray(finish_s, dtype=float)
+    tok = np.asarray(tokens, dtype=float)
+    span = float(fin.max() - arr.min()) if len(fin) else 0.0
+    many = tok > 1
+    tpot = (fin[many] - first[many]) / (tok[many] - 1)
+
+    def p50(x) -> float:
+        return float(np.percentile(x, 50)) if len(x) else float("nan")
+
+    return {
+        "throughput_tokens_per_s": float(tok.sum() / span) if span > 0 else float("nan"),
+        "tpot_p50_s": p50(tpot),
+        "ttft_p50_s": p50(first - arr),
+        "queue_mean_s": float(np.mean(adm - arr)) if len(adm) else float("nan"),
+        "e2e_p50_s": p50(fin - arr),
+        "mean_accepted_length": mean_accepted_length(accepted, rounds),
+    }

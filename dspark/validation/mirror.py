@@ -44,10 +44,19 @@ def write_positions_sim(path: Path, positions: list[list[PositionRecord]]) -> No
     pd.DataFrame(records_to_columns(rows, PositionRecord)).to_csv(path, index=False)
 
 
-def write_requests_trace(path: Path, prompt_tokens: list[int], new_tokens: list[int]) -> None:
+def write_requests_trace(path: Path, prompt_tokens: list[int], new_tokens: list[int],
+                         arrival_s: list[float] | None = None) -> None:
+    """The mirrored requests as an Azure-format trace (all at t = 0 unless ``arrival_s``; the
+    first arrival must be at 0: the simulator counts time from the trace's first request)."""
     import pandas as pd
 
-    pd.DataFrame({"TIMESTAMP": [TIMESTAMP] * len(prompt_tokens),
+    if arrival_s is None:
+        stamps = [TIMESTAMP] * len(prompt_tokens)
+    else:
+        base = pd.Timestamp(TIMESTAMP)
+        stamps = [(base + pd.Timedelta(microseconds=round(t * 1e6))).strftime(
+            "%Y-%m-%d %H:%M:%S.%f") for t in arrival_s]
+    pd.DataFrame({"TIMESTAMP": stamps,
                   "ContextTokens": [p - 1 for p in prompt_tokens],
                   "GeneratedTokens": [n + 1 for n in new_tokens]}).to_csv(path, index=False)
 
@@ -82,6 +91,20 @@ def fit_acceptance(records) -> dict:
             "sentence_end_rate": float(ends / emitted) if emitted else 0.0}
 
 
+def engine_deployment() -> dict:
+    """Deployment keys that make the simulator schedule like the engine, where this simulator
+    has them: one prefill pass for every admitted prompt while the running rows wait
+    (``scheduler = "prefill-first"``), and a slot's KV held from admission
+    (``kv_allocation = "reserve"``)."""
+    import dataclasses
+
+    from sim.config import DeploymentConfig
+
+    have = {f.name for f in dataclasses.fields(DeploymentConfig)}
+    want = {"scheduler": "prefill-first", "kv_allocation": "reserve"}
+    return {k: v for k, v in want.items() if k in have}
+
+
 def write_scenario(folder: Path, name: str, latency_csv: Path, round_overhead_s: float,
                    k_max: int, prompt_tokens: list[int], new_tokens: list[int],
                    positions: list[list[PositionRecord]] | None, fitted: dict | None,
@@ -98,7 +121,7 @@ def write_scenario(folder: Path, name: str, latency_csv: Path, round_overhead_s:
     data = {
         "name": name,
         "deployment": {"replicas": 1, "tp": 1, "max_batch": 1, "max_draft_tokens": k_max,
-                       "draft_within_length": True},
+                       "draft_within_length": True, **engine_deployment()},
         "workload": {"arrival": "trace", "trace_path": "requests_trace.csv",
                      "trace_lengths": True},
         "acceptance": acc,
@@ -111,6 +134,62 @@ def write_scenario(folder: Path, name: str, latency_csv: Path, round_overhead_s:
     path = folder / "scenario.toml"
     write_toml(data, path)
     return path
+
+
+def write_serving_scenario(folder: Path, name: str, latency_csv: Path, k_max: int, slots: int,
+                           arrival_s: list[float], prompt_tokens: list[int],
+                           new_tokens: list[int], positions: list[list[PositionRecord]],
+                           controllers: dict) -> Path:
+    """The mirror of a ``real.serve`` replay: one replica of ``max_batch = slots``, the replay's
+    own arrivals and lengths (a trace), acceptance replayed from each request's greedy position
+    trace, the table backend with the per-batch round overhead already in its target verify
+    rows (``round_overhead_s = 0``). Same prompt / first-token mapping as :func:`write_scenario`
+    (the simulator's prefill of P - 1 tokens emits the engine's last prompt token; its first
+    round is the engine's first round)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_requests_trace(folder / "requests_trace.csv", prompt_tokens, new_tokens, arrival_s)
+    write_positions_sim(folder / "positions_sim.csv", positions)
+    data = {
+        "name": name,
+        "deployment": {"replicas": 1, "tp": 1, "max_batch": int(slots),
+                       "max_draft_tokens": int(k_max), "draft_within_length": True,
+                       **engine_deployment()},
+        "workload": {"arrival": "trace", "trace_path": "requests_trace.csv",
+                     "trace_lengths": True, "num_requests": len(arrival_s)},
+        "acceptance": {"max_run_tokens": k_max + 1, "model": "replay",
+                       "replay_path": "positions_sim.csv", "replay_lengths": True},
+        "latency": {"backend": "table", "table_path": str(Path(latency_csv).resolve()),
+                    "target_name": "target", "drafter_name": "drafter",
+                    "round_overhead_s": 0.0},
+        "sim": {"controllers": list(controllers)},
+        "controller": controllers,
+    }
+    path = folder / "scenario.toml"
+    write_toml(data, path)
+    return path
+
+
+def sim_serving_metrics(res) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """The batched part's metrics of a mirrored serving run (``trace=True``) and its
+    per-request times. Mapped back to the engine: the simulator's first token (end of its
+    prefill) is the engine's admission, the end of the request's first round its first token,
+    its output one token longer."""
+    from dspark.validation.metrics import serving
+
+    req = res.requests.sort_values("request_id")
+    rd = res.rounds
+    first_round = rd.groupby("request_id")["now_s"].min()
+    ids = req["request_id"].to_numpy()
+    first = first_round.reindex(ids).to_numpy(dtype=float)
+    times = {"request_id": ids,
+             "arrival_s": req["arrival_s"].to_numpy(dtype=float),
+             "admitted_s": req["first_token_s"].to_numpy(dtype=float),
+             "first_token_s": first,
+             "finish_s": req["finish_s"].to_numpy(dtype=float),
+             "tokens": req["output_tokens"].to_numpy(dtype=float) - 1}
+    m = serving(times["arrival_s"], times["admitted_s"], first, times["finish_s"],
+                times["tokens"], int(rd["accepted"].sum()), len(rd))
+    return m, times
 
 
 def sim_metrics(res) -> dict[str, float]:

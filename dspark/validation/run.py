@@ -39,14 +39,16 @@ from dspark.validation.mirror import fit_acceptance, predict, write_scenario
 ERROR_COLUMNS = ("controller", "workload", "metric", "sim", "real", "real_spread", "error_pct")
 
 
-def build_engine(cfg: ValidateConfig):
+def build_engine(cfg: ValidateConfig, engine_cfg=None):
+    """The engine of ``cfg.models`` with ``engine_cfg`` (default ``cfg.engine``)."""
+    ecfg = cfg.engine if engine_cfg is None else engine_cfg
     if cfg.models.source == "tiny":
         from real.tiny import tiny_engine
 
-        return tiny_engine(cfg.models.tiny, cfg.engine)
+        return tiny_engine(cfg.models.tiny, ecfg)
     from real.runtime import build_engine as build
 
-    return build(cfg.engine, cfg.models.checkpoints or None)
+    return build(ecfg, cfg.models.checkpoints or None)
 
 
 def _log_fn(quiet: bool) -> Callable[[str], None]:
@@ -130,11 +132,9 @@ def _breakdown(sim_res, records, reqs, propose_intercept_s: float = 0.0) -> dict
 
 
 def run_validate(cfg: ValidateConfig, out: Path, quiet: bool = False) -> dict:
-    import pandas as pd
+    """Every part of ``cfg.parts``; ``summary.json`` holds the batch-1 summary (when that part
+    runs) and the batched part's under ``"batched"``."""
     import torch
-
-    from real.profile import GridProfiler, finish_table, round_overhead_s, with_statistic
-    from real.tracing import make_prompts, record_positions_full, run_requests
 
     t_start = time.perf_counter()
     log = _log_fn(quiet)
@@ -142,6 +142,26 @@ def run_validate(cfg: ValidateConfig, out: Path, quiet: bool = False) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.toml").write_text(to_toml(dataclasses.replace(
         cfg, workloads={w: to_dict(v) for w, v in cfg.workloads.items()})))
+    if "batch1" in cfg.parts:
+        summary = _run_batch1(cfg, out, log)
+    else:
+        summary = {"kind": "validate", "name": cfg.name}
+    if "batched" in cfg.parts:
+        from dspark.validation.batched import run_batched
+
+        summary["batched"] = run_batched(cfg, out, log)
+        summary["runtime_s"] = time.perf_counter() - t_start
+        (out / "summary.json").write_text(json.dumps(json_safe(summary), indent=1))
+    return summary
+
+
+def _run_batch1(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> dict:
+    import pandas as pd
+
+    from real.profile import GridProfiler, finish_table, round_overhead_s, with_statistic
+    from real.tracing import make_prompts, record_positions_full, run_requests
+
+    t_start = time.perf_counter()
     engine = build_engine(cfg)
     kmax = cfg.engine.k_max
     vocab = engine.target.embed_tokens.num_embeddings
