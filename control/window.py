@@ -42,6 +42,12 @@ def row_of(obs) -> tuple:
             obs.lossy_accepts, obs.now_s)
 
 
+
+def _window_sum(j: int, every_field: bool = False) -> property:
+    """A read-only property: field ``j``'s sum over the window (:meth:`RoundWindow._sums`)."""
+    return property(lambda self: self._sums(every_field)[j])
+
+
 class RoundWindow:
     """The last ``size`` rounds: accepted, rejections, drafted, emitted, times, lossy accepts.
 
@@ -86,33 +92,15 @@ class RoundWindow:
     def count(self) -> int:
         return min(self._off + len(self._h), self.size)
 
-    @property
-    def sum_n(self) -> int:
-        return self._sums()[0]
-
-    @property
-    def sum_rej(self) -> int:
-        return self._sums()[1]
-
-    @property
-    def sum_drafted(self) -> int:
-        return self._sums(True)[2]
-
-    @property
-    def sum_emitted(self) -> int:
-        return self._sums()[3]
-
-    @property
-    def sum_draft_s(self) -> float:
-        return self._sums(True)[4]
-
-    @property
-    def sum_round_s(self) -> float:
-        return self._sums()[5]
-
-    @property
-    def sum_lossy(self) -> int:
-        return self._sums()[6]
+    # Σ over the window of one row field (n, rej, drafted, emitted, draft_s, round_s, lossy);
+    # drafted and draft_s are summed only on request (``_sums(True)``).
+    sum_n = _window_sum(0)
+    sum_rej = _window_sum(1)
+    sum_drafted = _window_sum(2, every_field=True)
+    sum_emitted = _window_sum(3)
+    sum_draft_s = _window_sum(4, every_field=True)
+    sum_round_s = _window_sum(5)
+    sum_lossy = _window_sum(6)
 
     def a_hat(self) -> float | None:
         """â = Σn / (Σn + rejections) over the window; None when no token was verified."""

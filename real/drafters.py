@@ -45,7 +45,23 @@ def _gens(gens, n: int) -> list:
     return list(gens) if isinstance(gens, (list, tuple)) else [gens] * n
 
 
-class ModelDrafter:
+class _OneRow:
+    """``propose`` for one sequence (slot 0) through the drafter's ``propose_batch``."""
+
+    def propose(self, seq: torch.Tensor, L: int, k: int, tau: float, sp: SamplingParams,
+                gen: torch.Generator | None):
+        """Draft up to ``k`` tokens after ``seq[0, :L]`` (slot 0); returns (count, confidences,
+        q rows). Drafting stops before position i when its confidence ``max q_i`` (computed
+        before drawing; see the module docstring) is below ``tau``; a drawn token is always
+        kept. ``q`` is None in greedy mode."""
+        return self.propose_batch(seq, [0], [L], [k], [tau], sp, [gen])[0]
+
+    def propose_batch(self, seq: torch.Tensor, slots, Ls, ks, taus, sp: SamplingParams,
+                      gens) -> list[Proposal]:
+        raise NotImplementedError
+
+
+class ModelDrafter(_OneRow):
     """Wraps a ``real.models`` model (conv or transformer) for incremental, batched drafting."""
 
     def __init__(self, model: torch.nn.Module, length: int, dtype: torch.dtype, device,
@@ -85,14 +101,6 @@ class ModelDrafter:
     @valid.setter
     def valid(self, n: int) -> None:
         self.set_valid(0, n)
-
-    def propose(self, seq: torch.Tensor, L: int, k: int, tau: float, sp: SamplingParams,
-                gen: torch.Generator | None):
-        """Draft up to ``k`` tokens after ``seq[0, :L]`` (slot 0); returns (count, confidences,
-        q rows). Drafting stops before position i when its confidence ``max q_i`` (computed
-        before drawing; see the module docstring) is below ``tau``; a drawn token is always
-        kept. ``q`` is None in greedy mode."""
-        return self.propose_batch(seq, [0], [L], [k], [tau], sp, [gen])[0]
 
     def propose_batch(self, seq: torch.Tensor, slots, Ls, ks, taus, sp: SamplingParams,
                       gens) -> list[Proposal]:
@@ -170,7 +178,7 @@ class ModelDrafter:
             self._fed[s] = None
 
 
-class NgramDrafter:
+class NgramDrafter(_OneRow):
     """Prompt lookup: copy what followed the latest earlier occurrence of the last n tokens.
 
     Confidence of a proposal is 1.0 (it has no probabilities); in sampling mode q is one-hot.
@@ -212,10 +220,6 @@ class NgramDrafter:
                     return got, n
         return [], 0
 
-    def propose(self, seq: torch.Tensor, L: int, k: int, tau: float, sp: SamplingParams,
-                gen: torch.Generator | None):
-        return self.propose_batch(seq, [0], [L], [k], [tau], sp, [gen])[0]
-
     def propose_batch(self, seq: torch.Tensor, slots, Ls, ks, taus, sp: SamplingParams,
                       gens) -> list[Proposal]:
         out: list[Proposal] = []
@@ -246,7 +250,7 @@ class NgramDrafter:
         pass
 
 
-class HybridDrafter:
+class HybridDrafter(_OneRow):
     """Prompt lookup first, the model drafter otherwise.
 
     When the last ``min_match`` or more tokens occurred earlier in the sequence (code repeats
@@ -281,10 +285,6 @@ class HybridDrafter:
     def reset(self) -> None:
         self.model.reset()
         self.lookups = self.model_rounds = 0
-
-    def propose(self, seq: torch.Tensor, L: int, k: int, tau: float, sp: SamplingParams,
-                gen: torch.Generator | None):
-        return self.propose_batch(seq, [0], [L], [k], [tau], sp, [gen])[0]
 
     def propose_batch(self, seq: torch.Tensor, slots, Ls, ks, taus, sp: SamplingParams,
                       gens) -> list[Proposal]:
