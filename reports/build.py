@@ -24,7 +24,7 @@ from reports.analysis import (
     operating_points,
     reference_slice,
 )
-from reports.claims import audit
+from reports.claims import audit, real_provenance
 from reports.loader import Run, load_runs
 from reports.plots import MIN_POSITION_ROUNDS
 from reports.render import FigureBlock, Report, Section, TableBlock, write_report
@@ -221,19 +221,27 @@ class Builder:
             return "no real-engine run given (run `dspark real bench`)."
         sec = Section("real", "Real engine")
         sec.p("Measured on the lab's own models; tokens/s as median with the 10th–90th "
-              "percentile over repeats. Quality change is the change of the target's NLL per "
-              "token against strict decoding (threshold mode only; strict is lossless).")
+              "percentile over repeats (none with one repeat). Quality change is the change of "
+              "the target's NLL per token against strict decoding (threshold mode only; strict "
+              "is lossless).")
 
         def body(s: Section, r: Run, slug: str):
             t = r.tables["real"]
+            what, warn = real_provenance(r)
+            s.p(f"Measured: {what}." + (f" {warn}." if warn else ""))
+            repeats = (r.summary.get("bench_config") or {}).get("repeats")
             shown = pd.DataFrame({"controller": t["controller"].astype(str)})
             if "mode" in t.columns:
                 shown["mode"] = t["mode"].fillna("").astype(str)
             shown["tokens/s"] = [fmt_num(v, "{:,.1f}") for v in t["tokens_per_s"]]
             if {"tokens_per_s_p10", "tokens_per_s_p90"} <= set(t.columns):
-                shown["p10–p90 (tok/s)"] = [f"{fmt_num(a, '{:,.1f}')}–{fmt_num(b, '{:,.1f}')}"
-                                            for a, b in zip(t["tokens_per_s_p10"],
-                                                            t["tokens_per_s_p90"])]
+                head = (f"p10–p90 over {repeats} repeats (tok/s)" if repeats
+                        else "p10–p90 over repeats (tok/s)")
+                shown[head] = [
+                    "— (one repeat: no spread)" if repeats == 1 or (
+                        pd.notna(a) and pd.notna(b) and a == b and repeats is None)
+                    else f"{fmt_num(a, '{:,.1f}')}–{fmt_num(b, '{:,.1f}')}"
+                    for a, b in zip(t["tokens_per_s_p10"], t["tokens_per_s_p90"])]
             for col, head, f in (("speedup_vs_ar", "speedup vs AR (×)", "{:.2f}"),
                                  ("mean_accepted_length", "mean accepted length", "{:.2f}"),
                                  ("acceptance_rate", "â", "{:.3f}"),

@@ -168,3 +168,20 @@ def test_real_engine_speedup_states_its_size(tmp_path):
     assert "best 4.50× (hf-heuristic), dspark 1.60×" in f
     assert "drafter conv, code prompts, 4 prompts × 96 tokens × 1 repeat, bfloat16 target" in f
     assert "⚠ too small or too copy-friendly" in f and "384 tokens per method" in f
+
+
+def test_real_section_states_its_size_and_no_fake_spread(tmp_path):
+    from reports.build import Builder
+    rows = [dict(controller="target-only", tokens_per_s=40.0, tokens_per_s_p10=40.0,
+                 tokens_per_s_p90=40.0, speedup_vs_ar=1.0),
+            dict(controller="dspark", tokens_per_s=60.3, tokens_per_s_p10=60.3,
+                 tokens_per_s_p90=60.3, speedup_vs_ar=1.5)]
+    run = _real(tmp_path / "real", rows, drafter="conv", copyable_fraction=0.85,
+                bench_config={"prompts": 4, "new_tokens": 96, "repeats": 1, "workload": "code"})
+    sec = Builder(load_runs([run])).real()
+    text = " ".join(b for b in sec.blocks if isinstance(b, str))
+    assert "Measured: drafter conv, code prompts, 4 prompts × 96 tokens × 1 repeat" in text
+    assert "85% of the target's output copyable" in text and "⚠" in text
+    table = next(b for b in sec.blocks if hasattr(b, "shown")).shown
+    col = next(c for c in table.columns if c.startswith("p10–p90"))
+    assert "60.3–60.3" not in set(table[col]) and "— (one repeat: no spread)" in set(table[col])
