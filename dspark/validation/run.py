@@ -23,8 +23,8 @@ import dataclasses
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -123,7 +123,7 @@ def _breakdown(sim_res, records, reqs, propose_intercept_s: float = 0.0) -> dict
         "real_round_overhead_s": real_decode - real_draft - real_verify,
         "sim_round_overhead_s": sim_total - sim_pre - sim_draft - sim_verify,  # minus moved
         "real_prefill_s": real_total - real_decode, "sim_prefill_s": sim_pre,
-        "real_rounds": len(records), "sim_rounds": int(len(rd)),
+        "real_rounds": len(records), "sim_rounds": len(rd),
     }
     for part in ("draft", "verify", "round_overhead", "prefill"):
         out[f"{part}_error_pct_of_total"] = (out[f"sim_{part}_s"] - out[f"real_{part}_s"]) \
@@ -155,178 +155,270 @@ def run_validate(cfg: ValidateConfig, out: Path, quiet: bool = False) -> dict:
     return summary
 
 
-def _run_batch1(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> dict:
+class _Batch1:
+    """The batch-1 part, step by step (module docstring, 1-6); each step keeps what the later
+    ones read as attributes."""
+
+    def __init__(self, cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> None:
+        self.cfg, self.out, self.log = cfg, out, log
+        self.engine = build_engine(cfg)
+        self.kmax = cfg.engine.k_max
+        log(f"engine: {cfg.models.source} models, target {cfg.engine.target_dtype}, drafter "
+            f"{cfg.engine.drafter} {cfg.engine.drafter_dtype}, {cfg.engine.device}, "
+            f"k_max {self.kmax}")
+
+    def start_profile(self) -> None:
+        """1. the latency profile's warm-up and first slice (the other slices run between the
+        real runs of every pair)."""
+        from real.profile import GridProfiler
+
+        cfg = self.cfg
+        self.prof_dir = self.out / "profile"
+        self.prof_dir.mkdir(exist_ok=True)
+        gp = self.gp = GridProfiler(self.engine, cfg.profile)
+        gp.passes(cfg.profile.warmup, record=False)
+        n_pairs = len(cfg.heldout.workloads) * len(cfg.heldout.controllers)
+        n_slices = 1 + cfg.repeats * n_pairs if cfg.interleave_profile else 1
+        # the timed cells, spread evenly: one slice now, one after every real run of a pair
+        self.per_slice = [len(x) for x in np.array_split(
+            np.arange(cfg.profile.repeats * len(gp.cells)), n_slices)]
+        self.slices = iter(self.per_slice)
+        gp.run_cells(next(self.slices))
+        self.log(f"profile: {len(gp.cells)} cells x {cfg.profile.repeats} repeats in "
+                 f"{n_slices} slices")
+
+    def record_positions(self) -> None:
+        """2. prompts and greedy position traces, once per workload."""
+        from real.tracing import make_prompts, record_positions_full
+
+        cfg, engine = self.cfg, self.engine
+        vocab = engine.target.embed_tokens.num_embeddings
+        self.prompts, self.positions, self.greedy = {}, {}, {}
+        for w in [cfg.calibration.workload, *cfg.heldout.workloads]:
+            ps = cfg.prompt_set(w)
+            self.prompts[w] = make_prompts(ps, engine.tokenizer, vocab)
+            self.positions[w], self.greedy[w] = [], []
+            for i, p in enumerate(self.prompts[w]):
+                recs, cont = record_positions_full(engine, p, ps.max_new_tokens, request_id=i)
+                self.positions[w].append(recs)
+                self.greedy[w].append(cont)
+            d = self.out / "traces" / w
+            d.mkdir(parents=True, exist_ok=True)
+            _write_positions(d / "positions.csv", self.positions[w])
+            runs = [r.run_length for recs in self.positions[w] for r in recs]
+            self.log(f"positions {w}: {len(self.prompts[w])} prompts, mean run length "
+                     f"{np.mean(runs):.2f}")
+
+    def calibrate(self) -> None:
+        """3. the calibration trace: controller X on workload A, and the model fitted on it."""
+        import pandas as pd
+
+        from real.tracing import run_requests
+
+        cal = self.cfg.calibration
+        A = cal.workload
+        self.x_cfg = make_config(cal.controller, cal.controller_config, source="calibration")
+        x_label = f"{cal.controller}(calibration)"
+        self.cal_recs, self.cal_reqs = run_requests(
+            self.engine, self.prompts[A], self.cfg.prompt_set(A).max_new_tokens,
+            lambda: make_controller(cal.controller, self.x_cfg), x_label)
+        d = self.out / "traces" / A
+        _write_rounds(d / "rounds.csv", self.cal_recs)
+        pd.DataFrame(_requests_rows(self.cal_reqs, controller=x_label)).to_csv(
+            d / "requests.csv", index=False)
+        self.fitted = fit_acceptance(self.cal_recs)
+        self.cal_real = M.real_metrics(self.cal_recs, self.cal_reqs)
+        self.log(f"calibration {x_label} on {A}: â {self.cal_real['acceptance_rate']:.3f}, "
+                 f"throughput {self.cal_real['throughput_tokens_per_s']:.1f} tokens/s")
+
+    def measure(self) -> None:
+        """4. the real runs of the held-out set, repeated and interleaved (with profile
+        slices between them)."""
+        cfg = self.cfg
+        self.real: dict = {(c, w): [] for w in cfg.heldout.workloads
+                           for c in cfg.heldout.controllers}
+        self.real_recs: dict = {}
+        self.greedy_eq: dict = {}
+        self.ctrl_cfgs, self.ctrl_src = {}, {}
+        for c in cfg.heldout.controllers:
+            self.ctrl_cfgs[c], self.ctrl_src[c] = controller_config(cfg, c)
+        all_rounds, all_reqs = [], []
+        for rep in range(cfg.repeats):
+            for w in cfg.heldout.workloads:
+                for c in cfg.heldout.controllers:
+                    rounds, reqs = self._measure_pair(c, w, rep)
+                    all_rounds.append(rounds)
+                    all_reqs.append(reqs)
+            self.log(f"real runs: repeat {rep + 1}/{cfg.repeats} done")
+        import pandas as pd
+
+        pd.concat(all_rounds, ignore_index=True).to_csv(self.out / "rounds.csv", index=False)
+        pd.concat(all_reqs, ignore_index=True).to_csv(self.out / "requests.csv", index=False)
+
+    def _measure_pair(self, c: str, w: str, rep: int):
+        """One real run of controller ``c`` on workload ``w``: its rounds and requests tables."""
+        import pandas as pd
+
+        from real.tracing import run_requests
+
+        n_new = self.cfg.prompt_set(w).max_new_tokens
+        recs, reqs = run_requests(self.engine, self.prompts[w], n_new,
+                                  lambda: make_controller(c, self.ctrl_cfgs[c]), c)
+        self.real[c, w].append(M.real_metrics(recs, reqs))
+        self.real_recs.setdefault((c, w), []).append((recs, reqs))
+        if rep == 0:
+            same = sum(q.tokens == g for q, g in zip(reqs, self.greedy[w]))
+            self.greedy_eq[c, w] = same / len(reqs)
+        if self.cfg.interleave_profile:
+            self.gp.run_cells(next(self.slices))
+        return (pd.DataFrame(records_to_columns(recs)).assign(workload=w, repeat=rep),
+                pd.DataFrame(_requests_rows(reqs, controller=c, workload=w, repeat=rep)))
+
+    def latency_table(self) -> None:
+        """5a. the latency table (+ round overhead measured now) the simulator reads."""
+        from real.profile import finish_table, round_overhead_s, with_statistic
+
+        cfg, gp = self.cfg, self.gp
+        rows, fit = gp.rows()
+        lat, details = finish_table(self.engine, cfg.profile, rows, fit)
+        lat.to_csv(self.prof_dir / "latency.csv", index=False)
+        sim_lat = with_statistic(lat, cfg.latency_statistic)
+        self.sim_lat_csv = self.prof_dir / f"latency_sim_{cfg.latency_statistic}.csv"
+        sim_lat.to_csv(self.sim_lat_csv, index=False)
+        self.overhead_s = round_overhead_s(sim_lat)
+        ro = details["round_overhead"]
+        self.icpt = ro["intercept_mean_s"] if cfg.latency_statistic == "mean" else ro["intercept_s"]
+        (self.prof_dir / "summary.json").write_text(json.dumps(json_safe(
+            {"kind": "profile", "passes": gp.done, "slices_cells": self.per_slice, **details}),
+            indent=1))
+        self.log(f"profile: {len(lat)} rows from {gp.done} passes, round overhead "
+                 f"{self.overhead_s * 1e3:.3f} ms ({cfg.latency_statistic})")
+
+    def scenario(self, w: str, folder: Path, fitted: dict | None, ctrls: dict) -> Path:
+        """The mirror scenario of workload ``w`` (after :meth:`latency_table`): acceptance
+        replayed from its position traces, or ``fitted``."""
+        n = len(self.prompts[w])
+        return write_scenario(folder, f"{self.cfg.name}-{w}", self.sim_lat_csv, self.overhead_s,
+                              self.kmax, [len(p) for p in self.prompts[w]],
+                              [self.cfg.prompt_set(w).max_new_tokens] * n,
+                              None if fitted else self.positions[w], fitted, ctrls)
+
+    def calibration_check(self) -> dict:
+        """5b. the mirror replayed on the calibration trace itself."""
+        cal = self.cfg.calibration
+        A = cal.workload
+        scn_a = self.scenario(A, self.out / "sim" / A / "replay", None,
+                              {cal.controller: to_dict(self.x_cfg)})
+        cal_sim, cal_res = predict(scn_a, cal.controller, self.x_cfg)
+        return {
+            "controller": cal.controller, "controller_config": to_dict(self.x_cfg), "workload": A,
+            "replay_exact_requests": _replay_exact(cal_res.rounds, self.cal_recs),
+            "real": self.cal_real, "sim": cal_sim,
+            "error_pct": {k: M.error_pct(cal_sim[k], self.cal_real[k]) for k in M.METRICS},
+            "latency_breakdown": _breakdown(cal_res, self.cal_recs, self.cal_reqs, self.icpt),
+        }
+
+    def predict_heldout(self) -> None:
+        """5c. the simulator's predictions of every held-out pair (replayed, and fitted)."""
+        cfg = self.cfg
+        ctrl_tables = {c: to_dict(v) for c, v in self.ctrl_cfgs.items()}
+        self.preds, self.fitted_preds, self.sim_runs = {}, {}, {}
+        for w in cfg.heldout.workloads:
+            scn = self.scenario(w, self.out / "sim" / w / "replay", None, ctrl_tables)
+            scn_f = (self.scenario(w, self.out / "sim" / w / "fitted", self.fitted, ctrl_tables)
+                     if w in cfg.heldout.fitted_workloads else None)
+            for c in cfg.heldout.controllers:
+                self.preds[c, w], self.sim_runs[c, w] = predict(scn, c, self.ctrl_cfgs[c])
+                if scn_f is not None:
+                    self.fitted_preds[c, w], _ = predict(scn_f, c, self.ctrl_cfgs[c],
+                                                         seeds=(0, 1, 2))
+        self.log(f"predicted {len(self.preds)} controller x workload pairs "
+                 f"(+{len(self.fitted_preds)} fitted)")
+
+    def diagnostics(self) -> dict:
+        """Per pair: replay exactness, equality with greedy, and the latency breakdown."""
+        diag = {}
+        for (c, w), res in self.sim_runs.items():
+            pairs = self.real_recs[c, w]
+            parts = [_breakdown(res, recs, reqs, self.icpt) for recs, reqs in pairs]
+            diag[f"{c}|{w}"] = {
+                "replay_exact_requests": float(np.mean([_replay_exact(res.rounds, recs)
+                                                        for recs, _ in pairs])),
+                "real_tokens_equal_greedy_reference": self.greedy_eq[c, w],
+                "latency_breakdown_mean_over_repeats": {k: float(np.mean([p[k] for p in parts]))
+                                                        for k in parts[0]}}
+        return diag
+
+    def calibrated_on(self) -> dict:
+        """What every part of the prediction was calibrated on, in words."""
+        cfg, cal = self.cfg, self.cfg.calibration
+        return {
+            "latency": "a separate profiling pass over the engine's own verify/draft code paths "
+                       "(profile/latency.csv, medians of interleaved repeats); round overhead "
+                       "from fixed-k generations of random prompts in that pass",
+            "acceptance_replay": "greedy position traces recorded once per workload (the "
+                                 "held-out prompts' own, controller-independent: the target's "
+                                 "greedy continuation and the drafter's proposals from each "
+                                 "position do not depend on any controller)",
+            "acceptance_fitted": f"i.i.d. rate and confidence model fitted on the rounds of "
+                                 f"controller X = {cal.controller} on workload A = "
+                                 f"{cal.workload} only; used for "
+                                 f"{list(cfg.heldout.fitted_workloads)} "
+                                 f"(errors_fitted.csv), never on their traces",
+            "controllers_heldout": {c: self.ctrl_src[c] for c in cfg.heldout.controllers},
+            "controllers_seen_in_calibration": [cal.controller + " " + json.dumps(
+                to_dict(self.x_cfg))],
+        }
+
+
+def _error_table(pred: dict, real: dict):
+    """6. one row per (controller, workload, metric): the prediction against the median of
+    the real repeats, their spread, and the error."""
     import pandas as pd
 
-    from real.profile import GridProfiler, finish_table, round_overhead_s, with_statistic
-    from real.tracing import make_prompts, record_positions_full, run_requests
+    rows = []
+    for (c, w), sim in pred.items():
+        for m in M.METRICS:
+            vals = [r[m] for r in real[c, w]]
+            med = float(np.median(vals))
+            rows.append({"controller": c, "workload": w, "metric": m, "sim": sim[m],
+                         "real": med, "real_spread": M.spread_pct(vals),
+                         "error_pct": M.error_pct(sim[m], med)})
+    return pd.DataFrame(rows, columns=list(ERROR_COLUMNS))
 
-    t_start = time.perf_counter()
-    engine = build_engine(cfg)
-    kmax = cfg.engine.k_max
-    vocab = engine.target.embed_tokens.num_embeddings
-    log(f"engine: {cfg.models.source} models, target {cfg.engine.target_dtype}, drafter "
-        f"{cfg.engine.drafter} {cfg.engine.drafter_dtype}, {cfg.engine.device}, k_max {kmax}")
 
-    # 1. latency profile: separate profiling passes (interleaved with the real repeats)
-    prof_dir = out / "profile"
-    prof_dir.mkdir(exist_ok=True)
-    gp = GridProfiler(engine, cfg.profile)
-    gp.passes(cfg.profile.warmup, record=False)
-    n_pairs = len(cfg.heldout.workloads) * len(cfg.heldout.controllers)
-    n_slices = 1 + cfg.repeats * n_pairs if cfg.interleave_profile else 1
-    # the timed cells, spread evenly: one slice now, one after every real run of a pair
-    per_slice = [len(x) for x in np.array_split(
-        np.arange(cfg.profile.repeats * len(gp.cells)), n_slices)]
-    slices = iter(per_slice)
-    gp.run_cells(next(slices))
-    log(f"profile: {len(gp.cells)} cells x {cfg.profile.repeats} repeats in {n_slices} slices")
-
-    # 2. prompts and greedy position traces, once per workload
-    names = [cfg.calibration.workload] + list(cfg.heldout.workloads)
-    prompts, positions, greedy = {}, {}, {}
-    for w in names:
-        ps = cfg.prompt_set(w)
-        prompts[w] = make_prompts(ps, engine.tokenizer, vocab)
-        positions[w], greedy[w] = [], []
-        for i, p in enumerate(prompts[w]):
-            recs, cont = record_positions_full(engine, p, ps.max_new_tokens, request_id=i)
-            positions[w].append(recs)
-            greedy[w].append(cont)
-        d = out / "traces" / w
-        d.mkdir(parents=True, exist_ok=True)
-        _write_positions(d / "positions.csv", positions[w])
-        runs = [r.run_length for recs in positions[w] for r in recs]
-        log(f"positions {w}: {len(prompts[w])} prompts, mean run length {np.mean(runs):.2f}")
-
-    def scenario(w: str, folder: Path, fitted: dict | None, ctrls: dict) -> Path:
-        ps = cfg.prompt_set(w)
-        return write_scenario(folder, f"{cfg.name}-{w}", sim_lat_csv, overhead_s, kmax,
-                              [len(p) for p in prompts[w]], [ps.max_new_tokens] * len(prompts[w]),
-                              None if fitted else positions[w], fitted, ctrls)
-
-    # 3. calibration trace: controller X on workload A
-    cal = cfg.calibration
-    A = cal.workload
-    x_cfg = make_config(cal.controller, cal.controller_config, source="calibration")
-    x_label = f"{cal.controller}(calibration)"
-    cal_recs, cal_reqs = run_requests(engine, prompts[A], cfg.prompt_set(A).max_new_tokens,
-                                      lambda: make_controller(cal.controller, x_cfg), x_label)
-    d = out / "traces" / A
-    _write_rounds(d / "rounds.csv", cal_recs)
-    pd.DataFrame(_requests_rows(cal_reqs, controller=x_label)).to_csv(d / "requests.csv",
-                                                                      index=False)
-    fitted = fit_acceptance(cal_recs)
-    cal_real = M.real_metrics(cal_recs, cal_reqs)
-    log(f"calibration {x_label} on {A}: â {cal_real['acceptance_rate']:.3f}, throughput "
-        f"{cal_real['throughput_tokens_per_s']:.1f} tokens/s")
-
-    # 4. real runs of the held-out set, repeated and interleaved
-    real: dict = {(c, w): [] for w in cfg.heldout.workloads for c in cfg.heldout.controllers}
-    real_recs: dict = {}
-    greedy_eq: dict = {}
-    all_rounds, all_reqs = [], []
-    ctrl_cfgs, ctrl_src = {}, {}
-    for c in cfg.heldout.controllers:
-        ctrl_cfgs[c], ctrl_src[c] = controller_config(cfg, c)
-    for rep in range(cfg.repeats):
-        for w in cfg.heldout.workloads:
-            n_new = cfg.prompt_set(w).max_new_tokens
-            for c in cfg.heldout.controllers:
-                recs, reqs = run_requests(engine, prompts[w], n_new,
-                                          lambda c=c: make_controller(c, ctrl_cfgs[c]), c)
-                real[c, w].append(M.real_metrics(recs, reqs))
-                real_recs.setdefault((c, w), []).append((recs, reqs))
-                all_rounds.append(pd.DataFrame(records_to_columns(recs)).assign(
-                    workload=w, repeat=rep))
-                all_reqs.append(pd.DataFrame(_requests_rows(reqs, controller=c, workload=w,
-                                                            repeat=rep)))
-                if rep == 0:
-                    same = sum(q.tokens == g for q, g in zip(reqs, greedy[w]))
-                    greedy_eq[c, w] = same / len(reqs)
-                if cfg.interleave_profile:
-                    gp.run_cells(next(slices))
-        log(f"real runs: repeat {rep + 1}/{cfg.repeats} done")
-    pd.concat(all_rounds, ignore_index=True).to_csv(out / "rounds.csv", index=False)
-    pd.concat(all_reqs, ignore_index=True).to_csv(out / "requests.csv", index=False)
-
-    # 5. the latency table (+ round overhead measured now), then the predictions
-    rows, fit = gp.rows()
-    lat, details = finish_table(engine, cfg.profile, rows, fit)
-    lat_csv = prof_dir / "latency.csv"
-    lat.to_csv(lat_csv, index=False)
-    sim_lat = with_statistic(lat, cfg.latency_statistic)
-    sim_lat_csv = prof_dir / f"latency_sim_{cfg.latency_statistic}.csv"
-    sim_lat.to_csv(sim_lat_csv, index=False)
-    overhead_s = round_overhead_s(sim_lat)
-    ro = details["round_overhead"]
-    icpt = ro["intercept_mean_s"] if cfg.latency_statistic == "mean" else ro["intercept_s"]
-    (prof_dir / "summary.json").write_text(json.dumps(json_safe(
-        {"kind": "profile", "passes": gp.done, "slices_cells": per_slice, **details}), indent=1))
-    log(f"profile: {len(lat)} rows from {gp.done} passes, round overhead "
-        f"{overhead_s * 1e3:.3f} ms ({cfg.latency_statistic})")
-    scn_a = scenario(A, out / "sim" / A / "replay", None, {cal.controller: to_dict(x_cfg)})
-    cal_real = M.real_metrics(cal_recs, cal_reqs)
-    cal_sim, cal_res = predict(scn_a, cal.controller, x_cfg)
-    cal_check = {
-        "controller": cal.controller, "controller_config": to_dict(x_cfg), "workload": A,
-        "replay_exact_requests": _replay_exact(cal_res.rounds, cal_recs),
-        "real": cal_real, "sim": cal_sim,
-        "error_pct": {k: M.error_pct(cal_sim[k], cal_real[k]) for k in M.METRICS},
-        "latency_breakdown": _breakdown(cal_res, cal_recs, cal_reqs, icpt),
-    }
-
-    ctrl_tables = {c: to_dict(v) for c, v in ctrl_cfgs.items()}
-    preds, fitted_preds, sim_runs = {}, {}, {}
-    for w in cfg.heldout.workloads:
-        scn = scenario(w, out / "sim" / w / "replay", None, ctrl_tables)
-        scn_f = (scenario(w, out / "sim" / w / "fitted", fitted, ctrl_tables)
-                 if w in cfg.heldout.fitted_workloads else None)
-        for c in cfg.heldout.controllers:
-            preds[c, w], sim_runs[c, w] = predict(scn, c, ctrl_cfgs[c])
-            if scn_f is not None:
-                fitted_preds[c, w], _ = predict(scn_f, c, ctrl_cfgs[c], seeds=(0, 1, 2))
-    log(f"predicted {len(preds)} controller x workload pairs (+{len(fitted_preds)} fitted)")
-
-    # 6. errors
-    def table(pred: dict) -> pd.DataFrame:
-        rows = []
-        for (c, w), sim in pred.items():
-            runs = real[c, w]
-            for m in M.METRICS:
-                vals = [r[m] for r in runs]
-                med = float(np.median(vals))
-                rows.append({"controller": c, "workload": w, "metric": m, "sim": sim[m],
-                             "real": med, "real_spread": M.spread_pct(vals),
-                             "error_pct": M.error_pct(sim[m], med)})
-        return pd.DataFrame(rows, columns=list(ERROR_COLUMNS))
-
-    err = table(preds)
-    err.to_csv(out / "errors.csv", index=False)
-    err_f = table(fitted_preds) if fitted_preds else None
-    if err_f is not None:
-        err_f.to_csv(out / "errors_fitted.csv", index=False)
-    head = err[err["metric"].isin(M.HEADLINE)]
-    max_err = float(head["error_pct"].abs().max())
+def _rank_orders(err, workloads) -> dict:
+    """Per workload: the controllers by throughput, simulated and real, and whether they agree."""
     ranks = {}
-    for w in cfg.heldout.workloads:
+    for w in workloads:
         tp = err[(err["workload"] == w) & (err["metric"] == "throughput_tokens_per_s")]
         ranks[w] = {"sim_order": tp.sort_values("sim", ascending=False)["controller"].tolist(),
                     "real_order": tp.sort_values("real", ascending=False)["controller"].tolist()}
         ranks[w]["agree"] = ranks[w]["sim_order"] == ranks[w]["real_order"]
-    diag = {}
-    for (c, w), res in sim_runs.items():
-        parts = [_breakdown(res, recs, reqs, icpt) for recs, reqs in real_recs[c, w]]
-        diag[f"{c}|{w}"] = {
-            "replay_exact_requests": float(np.mean([_replay_exact(res.rounds, recs)
-                                                    for recs, _ in real_recs[c, w]])),
-            "real_tokens_equal_greedy_reference": greedy_eq[c, w],
-            "latency_breakdown_mean_over_repeats": {k: float(np.mean([p[k] for p in parts]))
-                                                    for k in parts[0]}}
+    return ranks
+
+
+def _run_batch1(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> dict:
+    t_start = time.perf_counter()
+    b = _Batch1(cfg, out, log)
+    b.start_profile()
+    b.record_positions()
+    b.calibrate()
+    b.measure()
+    b.latency_table()
+    cal_check = b.calibration_check()
+    b.predict_heldout()
+    err = _error_table(b.preds, b.real)
+    err.to_csv(out / "errors.csv", index=False)
+    err_f = _error_table(b.fitted_preds, b.real) if b.fitted_preds else None
+    if err_f is not None:
+        err_f.to_csv(out / "errors_fitted.csv", index=False)
+    head = err[err["metric"].isin(M.HEADLINE)]
+    ranks = _rank_orders(err, cfg.heldout.workloads)
     within = head.assign(ok=head["error_pct"].abs() <= 5.0).groupby("controller")["ok"]
     summary = {
         "kind": "validate", "name": cfg.name,
-        "max_abs_error_pct": max_err,
+        "max_abs_error_pct": float(head["error_pct"].abs().max()),
         "max_abs_error_metrics": list(M.HEADLINE),
         "rank_agreement": {w: r["agree"] for w, r in ranks.items()},
         "rank_orders": ranks,
@@ -339,26 +431,11 @@ def _run_batch1(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> d
         # an error no larger than the real runs' own spread cannot be told from noise
         "headline_errors_within_real_spread": int(
             (head["error_pct"].abs() <= head["real_spread"]).sum()),
-        "headline_errors": int(len(head)),
-        "calibrated_on": {
-            "latency": "a separate profiling pass over the engine's own verify/draft code paths "
-                       "(profile/latency.csv, medians of interleaved repeats); round overhead "
-                       "from fixed-k generations of random prompts in that pass",
-            "acceptance_replay": "greedy position traces recorded once per workload (the "
-                                 "held-out prompts' own, controller-independent: the target's "
-                                 "greedy continuation and the drafter's proposals from each "
-                                 "position do not depend on any controller)",
-            "acceptance_fitted": f"i.i.d. rate and confidence model fitted on the rounds of "
-                                 f"controller X = {cal.controller} on workload A = {A} only; "
-                                 f"used for {list(cfg.heldout.fitted_workloads)} "
-                                 f"(errors_fitted.csv), never on their traces",
-            "controllers_heldout": {c: ctrl_src[c] for c in cfg.heldout.controllers},
-            "controllers_seen_in_calibration": [cal.controller + " " + json.dumps(
-                to_dict(x_cfg))],
-        },
-        "fitted_acceptance": fitted,
+        "headline_errors": len(head),
+        "calibrated_on": b.calibrated_on(),
+        "fitted_acceptance": b.fitted,
         "calibration_check": cal_check,
-        "diagnostics": diag,
+        "diagnostics": b.diagnostics(),
         "engine": dataclasses.asdict(cfg.engine),
         "models": cfg.models.source,
         "threads": cfg.threads,
@@ -371,8 +448,8 @@ def _run_batch1(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> d
 
 def format_table(err) -> str:
     """The error table as aligned text (one line per controller x workload x metric)."""
-    lines = [f"{'controller':<14} {'workload':<10} {'metric':<24} {'sim':>11} {'real':>11} "
-             f"{'spread%':>8} {'error%':>8}"]
+    lines = [(f"{'controller':<14} {'workload':<10} {'metric':<24} {'sim':>11} {'real':>11} "
+             f"{'spread%':>8} {'error%':>8}")]
     for r in err.itertuples(index=False):
         lines.append(f"{r.controller:<14} {r.workload:<10} {r.metric:<24} {r.sim:>11.5g} "
                      f"{r.real:>11.5g} {r.real_spread:>8.2f} {r.error_pct:>+8.2f}")
