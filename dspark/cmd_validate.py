@@ -1,6 +1,9 @@
 """``dspark validate [CONFIG]``: calibrate the simulator on the real engine, predict held-out runs,
 measure them, and write the error table (``kind = "validate"`` run folder).
 
+Exit status 1 when a headline is above its configured tolerance (``max_error_pct``,
+``batched.max_error_pct``, or ``--max-error`` for both; 0 = off), after the full report.
+
 The last line printed is ``validate_max_abs_error_pct=<x>``: the largest |error| over held-out
 controllers x workloads, for throughput and mean accepted length; with the batched part
 (``parts`` holds ``batched``, or ``--part batched``) it also holds
@@ -30,6 +33,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="override a config key (TOML value), e.g. --set engine.device='\"cuda\"'")
     p.add_argument("--part", choices=("all", "batch1", "batched"), default=None,
                    help="run only this part (default: the config's parts; all = both)")
+    p.add_argument("--max-error", type=float, default=None, metavar="PCT",
+                   help="exit 1 when a headline |error| is above PCT (overrides the config's "
+                        "max_error_pct and batched.max_error_pct; 0 = off)")
     p.add_argument("--reanalyze", action="store_true",
                    help="batched part only: predict and compare again from the measurements "
                         "already in --out (its config.toml; no engine run), e.g. after a "
@@ -54,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         ov["repeats"] = args.repeats
     if args.part is not None:
         ov["parts"] = ["batch1", "batched"] if args.part == "all" else [args.part]
+    _tolerance_overrides(args, ov)
     cfg = load_validate(path, ov)
     summary = run_validate(cfg, Path(args.out), quiet=args.quiet)
     last = []
@@ -65,7 +72,42 @@ def run(args: argparse.Namespace) -> int:
         last.append(f"validate_batched_max_abs_error_pct="
                     f"{summary['batched']['max_abs_error_pct']:.3f}")
     print(" ".join(last))
-    return 0
+    fails = []
+    if "batch1" in cfg.parts:
+        fails += _over(summary["max_abs_error_pct"], cfg.max_error_pct,
+                       "validate_max_abs_error_pct")
+    if "batched" in cfg.parts:
+        fails += _over(summary["batched"]["max_abs_error_pct"], cfg.batched.max_error_pct,
+                       "validate_batched_max_abs_error_pct")
+    return _exit(fails)
+
+
+def _tolerance_overrides(args: argparse.Namespace, ov: dict) -> None:
+    if args.max_error is not None:
+        if args.max_error < 0:
+            from control.errors import DSparkError
+
+            raise DSparkError(f"--max-error {args.max_error:g}: must be >= 0")
+        ov["max_error_pct"] = args.max_error
+        ov["batched.max_error_pct"] = args.max_error
+
+
+def _over(value: float, tolerance: float, name: str) -> list[str]:
+    """``[message]`` when a tolerance is set and ``value`` is above it (or not a number)."""
+    import math
+
+    if tolerance > 0 and not value <= tolerance:
+        return [f"{name}={value:.3f} is above the tolerance {tolerance:g}%"
+                + (" (not a number)" if math.isnan(value) else "")]
+    return []
+
+
+def _exit(fails: list[str]) -> int:
+    import sys
+
+    for f in fails:
+        print(f"dspark: validate: {f}", file=sys.stderr)
+    return 1 if fails else 0
 
 
 def _reanalyze(args: argparse.Namespace) -> int:
@@ -82,7 +124,9 @@ def _reanalyze(args: argparse.Namespace) -> int:
     if not (out / "batched" / "measure.json").is_file():
         raise DSparkError(f"{out}: no batched measurements (batched/measure.json); run "
                           f"`dspark validate --part batched --out {out}` first")
-    cfg = load_validate(args.config or out / "config.toml", parse_sets(args.set))
+    ov = parse_sets(args.set)
+    _tolerance_overrides(args, ov)
+    cfg = load_validate(args.config or out / "config.toml", ov)
     t0 = time.perf_counter()
 
     def log(msg: str) -> None:
@@ -99,7 +143,8 @@ def _reanalyze(args: argparse.Namespace) -> int:
     p.write_text(json.dumps(json_safe(summary), indent=1))
     _print_batched(s, args.out)
     print(f"validate_batched_max_abs_error_pct={s['max_abs_error_pct']:.3f}")
-    return 0
+    return _exit(_over(s["max_abs_error_pct"], cfg.batched.max_error_pct,
+                       "validate_batched_max_abs_error_pct"))
 
 
 def _print_batched(s: dict, out: str) -> None:
@@ -110,7 +155,8 @@ def _print_batched(s: dict, out: str) -> None:
     from dspark.validation.batched import format_table
 
     print("\n# batched: continuous batching under Poisson arrivals (real.serve), "
-          f"capacity probe {s['capacity_probe']['requests_per_s']:.3f} requests/s")
+          f"capacity {s['capacity_probe'].get('capacity_rps_used', 0):.3f} requests/s "
+          f"(probe: {s['capacity_probe']['requests_per_s']:.3f})")
     print(format_table(pd.read_csv(Path(out) / "errors_batched.csv")))
     print(f"rank agreement ({s['rank_orders'][next(iter(s['rank_orders']))]['metric']}, "
           f"per load): {s['rank_agreement']}")

@@ -231,9 +231,11 @@ def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
     engine.run_batch(probe_requests(b.capacity_requests), planner=make_planner(x_name, x_cfg))
     probe_s = time.perf_counter() - t0
     probe_tok_s = b.capacity_requests * out_max / probe_s
-    capacity_rps = probe_tok_s / ((b.output_tokens_min + out_max) / 2)
+    probe_rps = probe_tok_s / ((b.output_tokens_min + out_max) / 2)
+    capacity_rps = b.capacity_rps or probe_rps
     log(f"batched: capacity probe {probe_tok_s:.1f} tokens/s at full batch -> "
-        f"{capacity_rps:.3f} requests/s")
+        f"{probe_rps:.3f} requests/s" + (f" (capacity_rps = {b.capacity_rps:g} used)"
+                                         if b.capacity_rps else ""))
 
     # 4. arrival streams and the real replays
     loads = {"calibration": b.calibration_load, **dict(zip(b.load_names, b.loads))}
@@ -285,7 +287,8 @@ def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
     lat, details = finish_table(engine, b.profile, rows, fit)
     lat.to_csv(pdir / "latency.csv", index=False)
     meta = {
-        "capacity_probe": {"tokens_per_s": probe_tok_s, "requests_per_s": capacity_rps,
+        "capacity_probe": {"tokens_per_s": probe_tok_s, "requests_per_s": probe_rps,
+                           "capacity_rps_used": capacity_rps,
                            "requests": b.capacity_requests, "output_tokens": out_max,
                            "seconds": probe_s},
         "loads": {ld: {"x_capacity": loads[ld], "rate_rps": loads[ld] * capacity_rps,

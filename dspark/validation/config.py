@@ -90,6 +90,10 @@ class BatchedConfig:
     # capacity probe: 2 x slots requests of the longest output, all at t = 0, calibration
     # controller; capacity = requests per second it sustains.
     capacity_requests: int = param(16, lo=1, hi=100_000, doc="requests of the capacity probe")
+    # 0: probe it; a fixed value pins the loads (a probe of a few seconds on a shared machine
+    # can be off by a third).
+    capacity_rps: float = param(0.0, lo=0.0, hi=1e6,
+                                doc="capacity in requests/s (0 = the probe's)")
     # a medium load, none of the held-out ones.
     calibration_load: float = param(0.6, lo=0.01, hi=100.0,
                                     doc="calibration arrival rate, x the probed capacity")
@@ -109,6 +113,10 @@ class BatchedConfig:
                                doc="where the per-batch round overhead comes from")
     # profile cells between the real runs (see ValidateConfig.interleave_profile).
     interleave_profile: bool = param(True, doc="profile cells interleaved with the real runs")
+    # 0: never fail. Else `dspark validate` exits 1 when validate_batched_max_abs_error_pct is
+    # above it.
+    max_error_pct: float = param(0.0, lo=0.0, hi=1e9,
+                                 doc="tolerance of the batched headline, % (0 = off)")
     profile: ProfileConfig = param(default_factory=_batched_profile)
 
 
@@ -121,6 +129,10 @@ class ValidateConfig:
     # batch1: one request at a time (acceptance and latency); batched: continuous batching
     # under Poisson arrivals ([batched]).
     parts: tuple[str, ...] = param(("batch1",), doc="which parts run: batch1, batched")
+    # 0: never fail. Else `dspark validate` exits 1 when the batch-1 headline
+    # (validate_max_abs_error_pct) is above it.
+    max_error_pct: float = param(0.0, lo=0.0, hi=1e9,
+                                 doc="tolerance of the batch-1 headline, % (0 = off)")
     # >= 3 real repeats: the issue asks for the run-to-run spread beside every error.
     repeats: int = param(3, lo=1, hi=100, doc="real runs per controller x workload")
     # 1 thread: the machine is shared; one thread is the least sensitive to other loads.

@@ -152,3 +152,20 @@ def test_poisson_stream_deterministic():
 def test_bad_batched_config(key, value, msg):
     with pytest.raises(ConfigError, match=msg.replace("[", r"\[").replace("]", r"\]")):
         load_validate(None, {"parts": ["batched"], key: value})
+
+
+def test_reanalyze_and_exit_status_above_tolerance(run, capsys):
+    _, out, stdout = run
+    before = pd.read_csv(out / "errors_batched.csv")
+    # the prediction again from the saved measurements (no engine): the same table
+    assert main(["validate", "--reanalyze", "--out", str(out), "--quiet",
+                 "--max-error", "1e9"]) == 0
+    after = pd.read_csv(out / "errors_batched.csv")
+    pd.testing.assert_frame_equal(before, after)
+    assert capsys.readouterr().out.strip().splitlines()[-1] == stdout.strip().splitlines()[-1]
+    # above the tolerance: the full report, then exit status 1 and one line on stderr
+    assert main(["validate", "--reanalyze", "--out", str(out), "--quiet",
+                 "--max-error", "1e-9"]) == 1
+    cap = capsys.readouterr()
+    assert cap.out.strip().splitlines()[-1].startswith("validate_batched_max_abs_error_pct=")
+    assert "is above the tolerance 1e-09%" in cap.err
