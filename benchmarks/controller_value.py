@@ -43,20 +43,33 @@ FIXED_K = tuple(range(9))
 BATCHES = (1, 16, 64, 128, 256)
 OPEN_LOADS = {"light": ("poisson", 0.25), "heavy": ("poisson", 1.0), "swing": ("sinusoid", 0.6)}
 OPEN_BATCH = 64
-OUTPUT = {"workload.output.dist": "lognormal", "workload.output.mean_tokens": 256.0,
-          "workload.output.sigma": 0.6, "workload.output.max_tokens": 1024}
+OUTPUT = {
+    "workload.output.dist": "lognormal",
+    "workload.output.mean_tokens": 256.0,
+    "workload.output.sigma": 0.6,
+    "workload.output.max_tokens": 1024,
+}
 
 #: Acceptance regimes (none of them is used by the tuning study, configs/tune_load.toml).
 REGIMES: dict[str, dict] = {
     "iid-0.75": {"acceptance.model": "iid", "acceptance.rate": 0.75},
     "decay": {"acceptance.model": "decay", "acceptance.rate": 0.92, "acceptance.decay": 0.9},
     "markov": {"acceptance.model": "markov"},
-    "beta-0.75": {"acceptance.model": "beta", "acceptance.beta_mean": 0.75,
-                  "acceptance.beta_concentration": 10.0},
-    "beta-wide": {"acceptance.model": "beta", "acceptance.beta_mean": 0.6,
-                  "acceptance.beta_concentration": 2.0},
-    "mix-code-chat": {"acceptance.model": "mixture", "acceptance.mixture_rates": (0.85, 0.5),
-                      "acceptance.mixture_weights": (0.5, 0.5)},
+    "beta-0.75": {
+        "acceptance.model": "beta",
+        "acceptance.beta_mean": 0.75,
+        "acceptance.beta_concentration": 10.0,
+    },
+    "beta-wide": {
+        "acceptance.model": "beta",
+        "acceptance.beta_mean": 0.6,
+        "acceptance.beta_concentration": 2.0,
+    },
+    "mix-code-chat": {
+        "acceptance.model": "mixture",
+        "acceptance.mixture_rates": (0.85, 0.5),
+        "acceptance.mixture_weights": (0.5, 0.5),
+    },
 }
 
 
@@ -65,22 +78,39 @@ def conditions(cap_rps: float) -> list[tuple[str, str, dict, str]]:
     out = []
     for reg, acc in REGIMES.items():
         for B in BATCHES:
-            ov = {**OUTPUT, **acc, "deployment.max_batch": B, "workload.arrival": "capacity",
-                  "workload.num_requests": max(3 * B, 32)}
+            ov = {
+                **OUTPUT,
+                **acc,
+                "deployment.max_batch": B,
+                "workload.arrival": "capacity",
+                "workload.num_requests": max(3 * B, 32),
+            }
             out.append((reg, f"B={B}", ov, "throughput"))
         for name, (arrival, scale) in OPEN_LOADS.items():
-            ov = {**OUTPUT, **acc, "deployment.max_batch": OPEN_BATCH, "workload.arrival": arrival,
-                  "workload.rate_rps": cap_rps * scale, "workload.num_requests": 600,
-                  "workload.swing_period_s": 30.0}
+            ov = {
+                **OUTPUT,
+                **acc,
+                "deployment.max_batch": OPEN_BATCH,
+                "workload.arrival": arrival,
+                "workload.rate_rps": cap_rps * scale,
+                "workload.num_requests": 600,
+                "workload.swing_period_s": 30.0,
+            }
             out.append((reg, name, ov, "tpot"))
     return out
 
 
 def k0_capacity_rps(base) -> float:
     """Requests/s that k = 0 sustains at the open-loop batch size (iid regime)."""
-    scn = base.with_overrides({**OUTPUT, **REGIMES["iid-0.75"], "deployment.max_batch": OPEN_BATCH,
-                               "workload.arrival": "capacity",
-                               "workload.num_requests": 3 * OPEN_BATCH})
+    scn = base.with_overrides(
+        {
+            **OUTPUT,
+            **REGIMES["iid-0.75"],
+            "deployment.max_batch": OPEN_BATCH,
+            "workload.arrival": "capacity",
+            "workload.num_requests": 3 * OPEN_BATCH,
+        }
+    )
     s = simulate(scn, "fixed", {"k": 0}, seed=99, baseline=False).summary
     return s["throughput_tokens_per_s"] / OUTPUT["workload.output.mean_tokens"]
 
@@ -92,7 +122,9 @@ def run_cell(base, ov: dict, metric: str, entries: dict, seeds: list[int]) -> di
         vals, p99 = [], []
         for s in seeds:
             r = simulate(scn, name, cfg, seed=s, baseline=False).summary
-            vals.append(r["throughput_tokens_per_s"] if metric == "throughput" else r["mean_tpot_s"])
+            vals.append(
+                r["throughput_tokens_per_s"] if metric == "throughput" else r["mean_tpot_s"]
+            )
             p99.append(r["tpot_p99_s"])
         out[label] = {"value": float(np.mean(vals)), "tpot_p99_s": float(np.mean(p99))}
     return out
@@ -119,10 +151,14 @@ def main(argv=None) -> int:
     base = load_scenario(ROOT / "configs" / "tiny.toml")
     tuned_name, tuned_cfg = load_best_config(a.tuned)
     entries = {f"fixed:k={k}": ("fixed", make_config("fixed", {"k": k})) for k in FIXED_K}
-    entries.update({"dspark-tuned": (tuned_name, tuned_cfg),
-                    "dspark-default": ("dspark", make_config("dspark")),
-                    "clairvoyant": ("clairvoyant", make_config("clairvoyant")),
-                    "rate-oracle": ("rate-oracle", make_config("rate-oracle"))})
+    entries.update(
+        {
+            "dspark-tuned": (tuned_name, tuned_cfg),
+            "dspark-default": ("dspark", make_config("dspark")),
+            "clairvoyant": ("clairvoyant", make_config("clairvoyant")),
+            "rate-oracle": ("rate-oracle", make_config("rate-oracle")),
+        }
+    )
     t0 = time.perf_counter()
     cap = k0_capacity_rps(base)
     print(f"k = 0 capacity at batch {OPEN_BATCH}: {cap:.2f} requests/s (open-loop loads scale it)")
@@ -149,35 +185,58 @@ def summarize(df: pd.DataFrame) -> None:
         v = dict(zip(g["controller"], g["value"]))
         fixed = {k: v[f"fixed:k={k}"] for k in FIXED_K}
         best_k = max(fixed, key=lambda k: ratio(fixed[k], fixed[0], metric))
-        cells.append({"regime": reg, "load": load, "metric": metric, "best_k": best_k,
-                      "best": fixed[best_k], "fixed": fixed, "v": v})
+        cells.append(
+            {
+                "regime": reg,
+                "load": load,
+                "metric": metric,
+                "best_k": best_k,
+                "best": fixed[best_k],
+                "fixed": fixed,
+                "v": v,
+            }
+        )
     # the best single global fixed k: best geometric mean of its ratios to each cell's best
-    glob = max(FIXED_K, key=lambda k: geo(ratio(c["fixed"][k], c["best"], c["metric"])
-                                          for c in cells))
+    glob = max(
+        FIXED_K, key=lambda k: geo(ratio(c["fixed"][k], c["best"], c["metric"]) for c in cells)
+    )
     print(f"\nbest single global fixed k = {glob}\n")
-    hdr = (f"{'regime':14s} {'load':7s} {'best k':>6s} {'tuned/best':>10s} {'dflt/best':>9s} "
-           f"{'tuned/glob':>10s} {'tuned/k0':>8s} {'tuned/clv':>9s} {'tuned/rate':>10s}")
+    hdr = (
+        f"{'regime':14s} {'load':7s} {'best k':>6s} {'tuned/best':>10s} {'dflt/best':>9s} "
+        f"{'tuned/glob':>10s} {'tuned/k0':>8s} {'tuned/clv':>9s} {'tuned/rate':>10s}"
+    )
     print(hdr)
     out = {k: [] for k in ("best", "glob", "clv", "dflt", "k0")}
     for c in cells:
         m, v = c["metric"], c["v"]
         t = v["dspark-tuned"]
-        r = {"best": ratio(t, c["best"], m), "glob": ratio(t, c["fixed"][glob], m),
-             "clv": ratio(t, v["clairvoyant"], m), "dflt": ratio(v["dspark-default"], t, m),
-             "k0": ratio(t, c["fixed"][0], m)}
+        r = {
+            "best": ratio(t, c["best"], m),
+            "glob": ratio(t, c["fixed"][glob], m),
+            "clv": ratio(t, v["clairvoyant"], m),
+            "dflt": ratio(v["dspark-default"], t, m),
+            "k0": ratio(t, c["fixed"][0], m),
+        }
         for k in out:
             out[k].append(r[k])
-        print(f"{c['regime']:14s} {c['load']:7s} {c['best_k']:6d} {r['best']:10.3f} "
-              f"{ratio(v['dspark-default'], c['best'], m):9.3f} {r['glob']:10.3f} "
-              f"{r['k0']:8.3f} {r['clv']:9.3f} {ratio(t, v['rate-oracle'], m):10.3f}")
-    b256 = [ratio(c["v"]["dspark-tuned"], c["fixed"][glob], c["metric"]) for c in cells
-            if c["load"] == "B=256"]
+        print(
+            f"{c['regime']:14s} {c['load']:7s} {c['best_k']:6d} {r['best']:10.3f} "
+            f"{ratio(v['dspark-default'], c['best'], m):9.3f} {r['glob']:10.3f} "
+            f"{r['k0']:8.3f} {r['clv']:9.3f} {ratio(t, v['rate-oracle'], m):10.3f}"
+        )
+    b256 = [
+        ratio(c["v"]["dspark-tuned"], c["fixed"][glob], c["metric"])
+        for c in cells
+        if c["load"] == "B=256"
+    ]
     print(f"\ntuned vs global fixed k at B = 256 (geo): {geo(b256):.3f}")
-    print(f"ctrl_vs_best_fixed_min={min(out['best']):.4f} "
-          f"ctrl_vs_global_fixed_geo={geo(out['glob']):.4f} "
-          f"ctrl_vs_clairvoyant_geo={geo(out['clv']):.4f} "
-          f"ctrl_default_vs_tuned_geo={geo(out['dflt']):.4f} "
-          f"ctrl_vs_k0_min={min(out['k0']):.4f}")
+    print(
+        f"ctrl_vs_best_fixed_min={min(out['best']):.4f} "
+        f"ctrl_vs_global_fixed_geo={geo(out['glob']):.4f} "
+        f"ctrl_vs_clairvoyant_geo={geo(out['clv']):.4f} "
+        f"ctrl_default_vs_tuned_geo={geo(out['dflt']):.4f} "
+        f"ctrl_vs_k0_min={min(out['k0']):.4f}"
+    )
 
 
 if __name__ == "__main__":

@@ -32,8 +32,9 @@ def part_a() -> None:
 
     dev, V = "cuda", 48
     torch.manual_seed(0)
-    tgt = Transformer(TransformerConfig(vocab_size=V, d_model=32, n_layers=2, n_heads=2, d_ff=64,
-                                        max_seq_len=256))
+    tgt = Transformer(
+        TransformerConfig(vocab_size=V, d_model=32, n_layers=2, n_heads=2, d_ff=64, max_seq_len=256)
+    )
     with torch.no_grad():
         for name, p in tgt.named_parameters():
             if p.dim() == 2:
@@ -43,13 +44,27 @@ def part_a() -> None:
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for p in noisy.parameters():
-            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype).to(dev) * 0.05
-                   * p.std().clamp_min(1e-3))
+            p.add_(
+                torch.randn(p.shape, generator=g, dtype=p.dtype).to(dev)
+                * 0.05
+                * p.std().clamp_min(1e-3)
+            )
     torch.manual_seed(2)
-    conv = ConvDrafter(ConvConfig(vocab_size=V, d_model=16, n_blocks=2, kernel=4,
-                                  d_hidden=32)).double().eval().to(dev)
-    cfg = EngineConfig(max_len=200, k_max=8, target_dtype="float64", drafter_dtype="float64",
-                       stop_at_eot=False, slots=3, device=dev)
+    conv = (
+        ConvDrafter(ConvConfig(vocab_size=V, d_model=16, n_blocks=2, kernel=4, d_hidden=32))
+        .double()
+        .eval()
+        .to(dev)
+    )
+    cfg = EngineConfig(
+        max_len=200,
+        k_max=8,
+        target_dtype="float64",
+        drafter_dtype="float64",
+        stop_at_eot=False,
+        slots=3,
+        device=dev,
+    )
     L = cfg.max_len + cfg.k_max + 1
 
     def prompt(seed, n):
@@ -61,29 +76,45 @@ def part_a() -> None:
         elif kind == "conv":
             d = ModelDrafter(conv, L, torch.float64, dev)
         else:
-            d = HybridDrafter(ModelDrafter(noisy, L, torch.float64, dev),
-                              NgramDrafter(vocab_size=V), 1)
+            d = HybridDrafter(
+                ModelDrafter(noisy, L, torch.float64, dev), NgramDrafter(vocab_size=V), 1
+            )
         eng = Engine(tgt, d, cfg)
-        reqs = [Request(i, prompt(100 + i, 3 + 2 * i), 15 + 4 * i,
-                        make_controller("fixed", {"k": (0, 1, 3, 5, 8, 2, 4)[i]}))
-                for i in range(7)]
+        reqs = [
+            Request(
+                i,
+                prompt(100 + i, 3 + 2 * i),
+                15 + 4 * i,
+                make_controller("fixed", {"k": (0, 1, 3, 5, 8, 2, 4)[i]}),
+            )
+            for i in range(7)
+        ]
         refs = [eng.greedy_reference(r.prompt, r.max_new_tokens) for r in reqs]
         seqs = eng.run_batch(reqs)
         ok = all(s.tokens == r for s, r in zip(seqs, refs))
         acc = sum(r.accepted for s in seqs for r in s.records)
-        print(f"A. cuda float64 batched greedy equality, drafter {kind}: "
-              f"{'OK' if ok else 'MISMATCH'} (7 requests, 3 slots, {acc} accepted)", flush=True)
-    eng = Engine(tgt, ModelDrafter(noisy, L, torch.float64, dev),
-                 dataclasses.replace(cfg, temperature=1.0, top_k=20, seed=3))
+        print(
+            f"A. cuda float64 batched greedy equality, drafter {kind}: "
+            f"{'OK' if ok else 'MISMATCH'} (7 requests, 3 slots, {acc} accepted)",
+            flush=True,
+        )
+    eng = Engine(
+        tgt,
+        ModelDrafter(noisy, L, torch.float64, dev),
+        dataclasses.replace(cfg, temperature=1.0, top_k=20, seed=3),
+    )
 
     def sreqs(ids):
-        return [Request(i, prompt(200 + i, 6 + i), 20, make_controller("fixed", {"k": 3}))
-                for i in ids]
+        return [
+            Request(i, prompt(200 + i, 6 + i), 20, make_controller("fixed", {"k": 3})) for i in ids
+        ]
 
     alone = eng.run_batch(sreqs([0]))[0].tokens
     mates = {s.req.request_id: s.tokens for s in eng.run_batch(sreqs([2, 0, 1]))}
-    print(f"A. cuda sampling batch invariance: {'OK' if alone == mates[0] else 'MISMATCH'}",
-          flush=True)
+    print(
+        f"A. cuda sampling batch invariance: {'OK' if alone == mates[0] else 'MISMATCH'}",
+        flush=True,
+    )
 
 
 def part_b() -> None:
@@ -98,10 +129,15 @@ def part_b() -> None:
     def per_row(q, segs):
         outs, off = [], 0
         for s, p0, T in segs:
-            m = None if T == 1 else causal[p0:p0 + T, :p0 + T]
-            outs.append(F.scaled_dot_product_attention(
-                q[None, :, off:off + T], kc[s:s + 1, :, :p0 + T], vc[s:s + 1, :, :p0 + T],
-                attn_mask=m)[0])
+            m = None if T == 1 else causal[p0 : p0 + T, : p0 + T]
+            outs.append(
+                F.scaled_dot_product_attention(
+                    q[None, :, off : off + T],
+                    kc[s : s + 1, :, : p0 + T],
+                    vc[s : s + 1, :, : p0 + T],
+                    attn_mask=m,
+                )[0]
+            )
             off += T
         return torch.cat(outs, dim=1)
 
@@ -111,11 +147,10 @@ def part_b() -> None:
         slots = torch.tensor([s for s, _, _ in segs], device=dev)
         p0 = torch.tensor([p for _, p, _ in segs], device=dev)
         qp = q.new_zeros(B, H, Tm, hd)
-        qp[:, :, :q.shape[1] // B] = q.view(H, B, -1, hd).transpose(0, 1)
+        qp[:, :, : q.shape[1] // B] = q.view(H, B, -1, hd).transpose(0, 1)
         qpos = p0[:, None] + torch.arange(Tm, device=dev)[None]
         m = (torch.arange(Lm, device=dev)[None, None, :] <= qpos[:, :, None])[:, None]
-        return F.scaled_dot_product_attention(qp, kc[slots, :, :Lm], vc[slots, :, :Lm],
-                                              attn_mask=m)
+        return F.scaled_dot_product_attention(qp, kc[slots, :, :Lm], vc[slots, :, :Lm], attn_mask=m)
 
     for B in (1, 4, 8, 16):
         for T in (1, 5):
@@ -131,8 +166,9 @@ def part_b() -> None:
                     f(q, segs)
                 torch.cuda.synchronize()
                 res.append(f"{f.__name__} {(time.perf_counter() - t) / 100 * 1e6:7.1f} us")
-            print(f"B. attention one layer, batch {B:2d}, {T} new/row: " + ", ".join(res),
-                  flush=True)
+            print(
+                f"B. attention one layer, batch {B:2d}, {T} new/row: " + ", ".join(res), flush=True
+            )
 
 
 def main() -> int:
@@ -145,8 +181,9 @@ def main() -> int:
 
     if not torch.cuda.is_available():
         sys.exit("gpu_batch_check: no CUDA device")
-    print(f"gpu_batch_check: {torch.cuda.get_device_name(0)}, torch {torch.__version__}",
-          flush=True)
+    print(
+        f"gpu_batch_check: {torch.cuda.get_device_name(0)}, torch {torch.__version__}", flush=True
+    )
     t0 = time.perf_counter()
     for part, fn in (("a", part_a), ("b", part_b)):
         if part in a.parts:
@@ -159,8 +196,18 @@ def main() -> int:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from real_batch import main as rb
 
-        rb(["--device", "cuda", "--repeats", str(a.repeats), "--new-tokens",
-            str(a.new_tokens), "--threads", "2"])
+        rb(
+            [
+                "--device",
+                "cuda",
+                "--repeats",
+                str(a.repeats),
+                "--new-tokens",
+                str(a.new_tokens),
+                "--threads",
+                "2",
+            ]
+        )
     print(f"gpu_batch_check: {time.perf_counter() - t0:.0f} s", flush=True)
     return 0
 

@@ -52,13 +52,22 @@ def main(argv: list[str] | None = None) -> int:
     ks = [int(x) for x in args.ks.split(",") if x.strip()]
     lo, hi = (int(x) for x in args.prompt_tokens.split(","))
     B_max, N = max(batches), args.new_tokens
-    cfg = EngineConfig(slots=B_max, stop_at_eot=False, drafter=args.drafter,
-                       max_len=hi + N + 8, device=args.device)
+    cfg = EngineConfig(
+        slots=B_max, stop_at_eot=False, drafter=args.drafter, max_len=hi + N + 8, device=args.device
+    )
     engine = build_engine(cfg, args.checkpoints)
     drafter = engine.drafter
-    prompts = make_prompts(PromptSetConfig(workload=args.workload, split="test",
-                                           n_prompts=B_max, prompt_tokens_min=lo,
-                                           prompt_tokens_max=hi, seed=1), engine.tokenizer)
+    prompts = make_prompts(
+        PromptSetConfig(
+            workload=args.workload,
+            split="test",
+            n_prompts=B_max,
+            prompt_tokens_min=lo,
+            prompt_tokens_max=hi,
+            seed=1,
+        ),
+        engine.tokenizer,
+    )
     methods = ["plain"] + [f"fixed:k={k}" for k in ks] + ["hf-heuristic", "dspark"]
 
     def run(method: str, B: int) -> tuple[float, list[list[int]]]:
@@ -66,8 +75,11 @@ def main(argv: list[str] | None = None) -> int:
             engine.drafter, name, conf = None, "fixed", {"k": 0}
         else:
             engine.drafter = drafter
-            name, conf = (("fixed", {"k": int(method.split("=")[1])})
-                          if method.startswith("fixed") else (method, None))
+            name, conf = (
+                ("fixed", {"k": int(method.split("=")[1])})
+                if method.startswith("fixed")
+                else (method, None)
+            )
         c = make_config(name, conf)
         # one planner per (method, batch) for the whole run, as a serving engine keeps it: its
         # cost model carries over between repeats (warmed once, untimed, before them)
@@ -83,28 +95,33 @@ def main(argv: list[str] | None = None) -> int:
         toks = sum(len(s.tokens) for s in seqs)
         return toks / max(wall - pre, 1e-9), [s.tokens for s in seqs]
 
-    print(f"real_batch: {args.drafter} drafter, {N} new tokens/sequence, batches {batches}, "
-          f"{args.repeats} repeats, {args.threads} threads, {args.device}, methods {methods}",
-          file=sys.stderr)
+    print(
+        f"real_batch: {args.drafter} drafter, {N} new tokens/sequence, batches {batches}, "
+        f"{args.repeats} repeats, {args.threads} threads, {args.device}, methods {methods}",
+        file=sys.stderr,
+    )
     planners: dict = {}
     for B in batches[:2]:  # warm-up (allocations, first-touch)
         run("plain", B)
-    for B in batches:      # each planner learns its costs once before the timed repeats
+    for B in batches:  # each planner learns its costs once before the timed repeats
         run("dspark", B)
     tps: dict = {(B, m): [] for B in batches for m in methods}
     same: dict = {(B, m): [] for B in batches for m in methods}
     t_start = time.perf_counter()
     for r in range(args.repeats):
         for B in batches:
-            order = methods[r % len(methods):] + methods[:r % len(methods)]
+            order = methods[r % len(methods) :] + methods[: r % len(methods)]
             outs = {}
             for m in order:
                 x, outs[m] = run(m, B)
                 tps[(B, m)].append(x)
             for m in methods:
                 same[(B, m)].append(np.mean([a == b for a, b in zip(outs[m], outs["plain"])]))
-        print(f"repeat {r + 1}/{args.repeats} done ({time.perf_counter() - t_start:.0f} s)",
-              file=sys.stderr, flush=True)
+        print(
+            f"repeat {r + 1}/{args.repeats} done ({time.perf_counter() - t_start:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
     med = {key: float(np.median(v)) for key, v in tps.items()}
     w = max(len(m) for m in methods)
     print(f"{'batch':>5}  " + "  ".join(f"{m:>{max(w, 14)}}" for m in methods))
@@ -114,14 +131,20 @@ def main(argv: list[str] | None = None) -> int:
             sp = med[(B, m)] / med[(B, "plain")]
             cells.append(f"{med[(B, m)]:7.1f} ({sp:4.2f}x)".rjust(max(w, 14)))
         print(f"{B:>5}  " + "  ".join(cells))
-    print("tokens/s (speedup over plain at the same batch); outputs equal to plain: " + ", ".join(
-        f"{m} {np.mean([np.mean(same[(B, m)]) for B in batches]):.2f}" for m in methods[1:]))
+    print(
+        "tokens/s (speedup over plain at the same batch); outputs equal to plain: "
+        + ", ".join(
+            f"{m} {np.mean([np.mean(same[(B, m)]) for B in batches]):.2f}" for m in methods[1:]
+        )
+    )
     b8 = 8 if 8 in batches else batches[-1]
     b1 = batches[0]
     never = int(all(med[(B, "dspark")] >= med[(B, "plain")] for B in batches))
-    print(f"real_batch{b8}_plain_vs_batch{b1}={med[(b8, 'plain')] / med[(b1, 'plain')]:.3f} "
-          f"real_batch{b8}_spec_vs_plain={med[(b8, 'dspark')] / med[(b8, 'plain')]:.3f} "
-          f"real_spec_never_slower={never}")
+    print(
+        f"real_batch{b8}_plain_vs_batch{b1}={med[(b8, 'plain')] / med[(b1, 'plain')]:.3f} "
+        f"real_batch{b8}_spec_vs_plain={med[(b8, 'dspark')] / med[(b8, 'plain')]:.3f} "
+        f"real_spec_never_slower={never}"
+    )
     return 0
 
 

@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not any(a.startswith("--drafter") for a in argv):  # --drafter X or --drafters "X Y"
         from real import DRAFTERS
+
         argv += ["--drafters", " ".join(DRAFTERS)]
     args = parser.parse_args(["bench", *argv])
     from dspark.real_bench import run

@@ -27,6 +27,7 @@ def main(argv=None) -> int:
 
     from sim import load_scenario, simulate
     from sim.workload import read_trace
+
     scn = load_scenario(args.scenario)
     t, _, gen = read_trace(scn.workload.trace_path)
     mean_out = float(gen.mean())
@@ -35,27 +36,39 @@ def main(argv=None) -> int:
     for size in (float(x) for x in args.sizes.split(",")):
         target = size * 1e6
         cum = np.cumsum(gen)
-        n = (int(np.searchsorted(cum, target)) + 1 if target <= cum[-1]
-             else max(1, round(target / mean_out)))
+        n = (
+            int(np.searchsorted(cum, target)) + 1
+            if target <= cum[-1]
+            else max(1, round(target / mean_out))
+        )
         over = {"workload.num_requests": n}
         if n > len(t):  # more requests than the trace: replicate it end to end
             over["workload.arrival"] = "gamma"  # keeps the trace's burstiness and rate
             over["workload.rate_rps"] = (len(t) - 1) / (t[-1] * scn.workload.time_scale)
             gaps = np.diff(t)
             over["workload.gamma_cv"] = float(gaps.std() / gaps.mean())
-            over["workload.prompt"] = {"dist": "empirical", "path": scn.workload.trace_path,
-                                       "column": "ContextTokens"}
-            over["workload.output"] = {"dist": "empirical", "path": scn.workload.trace_path,
-                                       "column": "GeneratedTokens"}
+            over["workload.prompt"] = {
+                "dist": "empirical",
+                "path": scn.workload.trace_path,
+                "column": "ContextTokens",
+            }
+            over["workload.output"] = {
+                "dist": "empirical",
+                "path": scn.workload.trace_path,
+                "column": "GeneratedTokens",
+            }
         s = scn.with_overrides(over)
         t0 = time.process_time()
         res = simulate(s, args.controller, baseline=False)
         dt = time.process_time() - t0
         tok = res.summary["output_tokens"]
         rate = tok / dt
-        print(f"{size:g}M: {tok} output tokens, {n} requests, {dt:.2f} CPU-s, "
-              f"{rate:,.0f} tokens/CPU-s ({args.controller}, mean accepted length "
-              f"{res.summary['mean_accepted_length']:.2f})", flush=True)
+        print(
+            f"{size:g}M: {tok} output tokens, {n} requests, {dt:.2f} CPU-s, "
+            f"{rate:,.0f} tokens/CPU-s ({args.controller}, mean accepted length "
+            f"{res.summary['mean_accepted_length']:.2f})",
+            flush=True,
+        )
         if size == 1:
             result_1m = rate
     if result_1m is not None:

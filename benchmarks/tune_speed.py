@@ -44,10 +44,14 @@ def main() -> None:
         best, best_n = study.best_value, study.best_trial.number
         n = {s.name: sum(t.state == s for t in trials) for s in TrialState}
     done = n["COMPLETE"] + n["PRUNED"]
-    print(f"study: {done} trials ({n['COMPLETE']} complete, {n['PRUNED']} pruned, "
-          f"{n['FAIL']} failed) with {args.workers} workers")
-    print(f"best {cfg.tune.objective}: {best:.1f} (trial {best_n}; seed point: "
-          f"{trials[0].value:.1f}, defaults: {trials[1].value:.1f})")
+    print(
+        f"study: {done} trials ({n['COMPLETE']} complete, {n['PRUNED']} pruned, "
+        f"{n['FAIL']} failed) with {args.workers} workers"
+    )
+    print(
+        f"best {cfg.tune.objective}: {best:.1f} (trial {best_n}; seed point: "
+        f"{trials[0].value:.1f}, defaults: {trials[1].value:.1f})"
+    )
     print(f"tune_seconds_{args.trials}_trials={seconds:.1f}")
 
 

@@ -44,25 +44,36 @@ def best_k(a: float, c: float, k_min: int, k_max: int) -> int:
 @dataclass(frozen=True)
 class AnalyticConfig:
     # 32 rounds: ~100+ verified tokens, â within ~±0.05.
-    window_rounds: int = param(32, lo=1, hi=4096, doc="sliding window of rounds for â and c",
-                               tune=(4, 1024), log=True)
+    window_rounds: int = param(
+        32, lo=1, hi=4096, doc="sliding window of rounds for â and c", tune=(4, 1024), log=True
+    )
     # k = 0 (no speculation) is allowed: it wins when â is low or c high.
     k_min: int = param(0, lo=0, hi=64, doc="smallest draft length considered", tune=(0, 4))
     # 16 covers the optimum up to â ~ 0.95 at c ~ 0.05.
-    k_max: int = param(16, lo=0, hi=64, doc="largest draft length considered",
-                       tune=(1, 32), lo_from=("k_min", 0))
+    k_max: int = param(
+        16, lo=0, hi=64, doc="largest draft length considered", tune=(1, 32), lo_from=("k_min", 0)
+    )
     # a typical small-drafter acceptance rate, used until data arrives.
-    a_prior: float = param(0.7, lo=0.0, hi=1.0, doc="â used before min_trials verified tokens",
-                           tune=(0.2, 0.95))
+    a_prior: float = param(
+        0.7, lo=0.0, hi=1.0, doc="â used before min_trials verified tokens", tune=(0.2, 0.95)
+    )
     # a drafter ~10x cheaper per step than the target.
-    c_prior: float = param(0.1, lo=0.0, hi=10.0, doc="cost ratio used without timings",
-                           tune=(0.005, 1.0), log=True)
+    c_prior: float = param(
+        0.1, lo=0.0, hi=10.0, doc="cost ratio used without timings", tune=(0.005, 1.0), log=True
+    )
     # 8 verified tokens before trusting â.
-    min_trials: int = param(8, lo=1, hi=100_000, doc="verified tokens before â replaces the prior",
-                            tune=(1, 512), log=True)
+    min_trials: int = param(
+        8,
+        lo=1,
+        hi=100_000,
+        doc="verified tokens before â replaces the prior",
+        tune=(1, 512),
+        log=True,
+    )
     # recompute every 4 rounds: â moves slowly, the argmax costs k_max evaluations.
-    update_rounds: int = param(4, lo=1, hi=10_000, doc="rounds between two recomputations of k",
-                               tune=(1, 64), log=True)
+    update_rounds: int = param(
+        4, lo=1, hi=10_000, doc="rounds between two recomputations of k", tune=(1, 64), log=True
+    )
 
     def __post_init__(self) -> None:
         if self.k_min > self.k_max:
@@ -104,8 +115,16 @@ class AnalyticController(Controller):
 
     def observe(self, obs: Observation) -> None:
         n, d = obs.accepted, obs.drafted
-        self._win.push(n, 1 if n < d else 0, d, obs.emitted, obs.draft_s,
-                       obs.draft_s + obs.verify_s, obs.lossy_accepts, obs.now_s)
+        self._win.push(
+            n,
+            1 if n < d else 0,
+            d,
+            obs.emitted,
+            obs.draft_s,
+            obs.draft_s + obs.verify_s,
+            obs.lossy_accepts,
+            obs.now_s,
+        )
         self.rounds += 1
         if self.rounds % self.config.update_rounds == 0:
             self._recompute()

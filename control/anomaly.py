@@ -22,13 +22,38 @@ import math
 
 
 class AnomalyGuard:
-    __slots__ = ("detector", "z_limit", "sigma_floor", "slack", "cusum_limit", "ema",
-                 "min_blocks", "lossy_limit", "recovery_blocks", "mu", "var", "n", "cusum",
-                 "active", "clean_blocks", "detections", "last_reason")
+    __slots__ = (
+        "detector",
+        "z_limit",
+        "sigma_floor",
+        "slack",
+        "cusum_limit",
+        "ema",
+        "min_blocks",
+        "lossy_limit",
+        "recovery_blocks",
+        "mu",
+        "var",
+        "n",
+        "cusum",
+        "active",
+        "clean_blocks",
+        "detections",
+        "last_reason",
+    )
 
-    def __init__(self, detector: str, z_limit: float, sigma_floor: float, slack: float,
-                 cusum_limit: float, ema: float, min_blocks: int, lossy_limit: float,
-                 recovery_blocks: int) -> None:
+    def __init__(
+        self,
+        detector: str,
+        z_limit: float,
+        sigma_floor: float,
+        slack: float,
+        cusum_limit: float,
+        ema: float,
+        min_blocks: int,
+        lossy_limit: float,
+        recovery_blocks: int,
+    ) -> None:
         if detector not in ("zscore", "cusum", "off"):
             raise ValueError(f"unknown anomaly detector {detector!r}")
         self.detector = detector

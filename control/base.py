@@ -28,20 +28,45 @@ class Controller:
     def observe(self, obs: Observation) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def observe_values(self, now_s: float, drafted: int, accepted: int,
-                       confidences: tuple[float, ...], draft_s: float, verify_s: float,
-                       context_tokens: int, lossy_accepts: int, emitted: int,
-                       sentence_ends: tuple[int, ...], batch_size: int = 1,
-                       batch_tokens: int = 0, batch_context_tokens: int = 0) -> None:
+    def observe_values(
+        self,
+        now_s: float,
+        drafted: int,
+        accepted: int,
+        confidences: tuple[float, ...],
+        draft_s: float,
+        verify_s: float,
+        context_tokens: int,
+        lossy_accepts: int,
+        emitted: int,
+        sentence_ends: tuple[int, ...],
+        batch_size: int = 1,
+        batch_tokens: int = 0,
+        batch_context_tokens: int = 0,
+    ) -> None:
         """``observe`` with the :class:`Observation` fields passed positionally, in field order.
 
         Same effect as ``observe(Observation(...))``; a driver that already holds valid values
         (the simulator's hot loop) calls this to skip building the object. Hot controllers
         override it and make ``observe`` delegate here; the default builds the Observation.
         """
-        self.observe(Observation(now_s, drafted, accepted, confidences, draft_s, verify_s,
-                                 context_tokens, lossy_accepts, emitted, sentence_ends,
-                                 batch_size, batch_tokens, batch_context_tokens))
+        self.observe(
+            Observation(
+                now_s,
+                drafted,
+                accepted,
+                confidences,
+                draft_s,
+                verify_s,
+                context_tokens,
+                lossy_accepts,
+                emitted,
+                sentence_ends,
+                batch_size,
+                batch_tokens,
+                batch_context_tokens,
+            )
+        )
 
     def reset(self) -> None:  # pragma: no cover - interface
         raise NotImplementedError

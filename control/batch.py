@@ -77,8 +77,9 @@ class RoundPlanner:
         return {}
 
 
-def plan_round(planner: RoundPlanner | None, members: Sequence[Any], now_s: float,
-               batch: BatchContext) -> list[Decision]:
+def plan_round(
+    planner: RoundPlanner | None, members: Sequence[Any], now_s: float, batch: BatchContext
+) -> list[Decision]:
     """The round's decisions: the planner's, or each member's own ``decide`` when none."""
     if planner is None:
         return [c.decide(now_s) for c in members]

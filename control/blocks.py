@@ -13,8 +13,14 @@ from __future__ import annotations
 
 
 class BlockPlanner:
-    __slots__ = ("block_tokens", "snap_from", "tokens_in_block", "total_tokens", "blocks_closed",
-                 "last_boundary")
+    __slots__ = (
+        "block_tokens",
+        "snap_from",
+        "tokens_in_block",
+        "total_tokens",
+        "blocks_closed",
+        "last_boundary",
+    )
 
     def __init__(self, block_tokens: int, snap_tokens: int, span_tokens: int = 0) -> None:
         b = block_tokens if span_tokens <= 0 else min(block_tokens, span_tokens)
@@ -23,14 +29,14 @@ class BlockPlanner:
         if snap_tokens < 0:
             raise ValueError(f"snap_tokens must be >= 0, got {snap_tokens}")
         self.block_tokens = b
-        self.snap_from = max(1, b - snap_tokens)   # block length from which a sentence end closes
+        self.snap_from = max(1, b - snap_tokens)  # block length from which a sentence end closes
         self.reset()
 
     def reset(self) -> None:
         self.tokens_in_block = 0
         self.total_tokens = 0
         self.blocks_closed = 0
-        self.last_boundary = 0        # absolute token count at the last boundary
+        self.last_boundary = 0  # absolute token count at the last boundary
 
     def feed(self, emitted: int, sentence_ends: tuple[int, ...] = ()) -> int:
         """Account ``emitted`` tokens (``sentence_ends``: 0-based offsets among them); returns
@@ -47,12 +53,12 @@ class BlockPlanner:
         """``feed`` when a block may close: walk the round's tokens boundary by boundary."""
         t = self.tokens_in_block
         closed = 0
-        start = self.total_tokens          # absolute index of this round's first token
-        pos = 0                            # tokens of this round already accounted
+        start = self.total_tokens  # absolute index of this round's first token
+        pos = 0  # tokens of this round already accounted
         ends = sorted(sentence_ends)
         while pos < emitted:
             # where would the current block close, counting from offset ``pos`` of this round?
-            to_b = self.block_tokens - t          # tokens until the hard boundary
+            to_b = self.block_tokens - t  # tokens until the hard boundary
             cut = None
             for e in ends:
                 if e >= pos and t + (e - pos + 1) >= self.snap_from and e - pos + 1 <= to_b:

@@ -32,34 +32,85 @@ from control.types import Decision, Observation
 @dataclass(frozen=True)
 class ConfidenceStopConfig:
     # drafts are cut by τ, so the cap can be generous.
-    k_max: int = param(10, lo=1, hi=64, doc="draft length when no token falls below τ",
-                       tune=(1, 32))
+    k_max: int = param(
+        10, lo=1, hi=64, doc="draft length when no token falls below τ", tune=(1, 32)
+    )
     # HF's default assistant_confidence_threshold is 0.4.
-    tau: float = param(0.4, lo=0.0, hi=1.0, doc="fixed τ, and the start value when adapting",
-                       tune=(0.0, 0.95))
-    adapt: str = param("fixed", choices=("fixed", "target"),  # fixed: HF's behaviour
-                       doc="fixed τ, or τ where empirical acceptance falls below target_accept",
-                       tune=True)
+    tau: float = param(
+        0.4, lo=0.0, hi=1.0, doc="fixed τ, and the start value when adapting", tune=(0.0, 0.95)
+    )
+    adapt: str = param(
+        "fixed",
+        choices=("fixed", "target"),  # fixed: HF's behaviour
+        doc="fixed τ, or τ where empirical acceptance falls below target_accept",
+        tune=True,
+    )
     # 0.5: stop where a drafted token is more likely refused than accepted.
-    target_accept: float = param(0.5, lo=0.01, hi=0.99, doc="acceptance probability at τ",
-                                 tune=(0.1, 0.95), when={"adapt": ("target",)})
+    target_accept: float = param(
+        0.5,
+        lo=0.01,
+        hi=0.99,
+        doc="acceptance probability at τ",
+        tune=(0.1, 0.95),
+        when={"adapt": ("target",)},
+    )
     # 20 bins of width 0.05.
-    bins: int = param(20, lo=2, hi=200, doc="confidence histogram bins on [0, 1]",
-                      tune=(4, 64), when={"adapt": ("target",)})
+    bins: int = param(
+        20,
+        lo=2,
+        hi=200,
+        doc="confidence histogram bins on [0, 1]",
+        tune=(4, 64),
+        when={"adapt": ("target",)},
+    )
     # ~60 rounds of pairs.
-    window_pairs: int = param(512, lo=16, hi=100_000, doc="(confidence, accepted) pairs kept",
-                              tune=(64, 8192), log=True, when={"adapt": ("target",)})
+    window_pairs: int = param(
+        512,
+        lo=16,
+        hi=100_000,
+        doc="(confidence, accepted) pairs kept",
+        tune=(64, 8192),
+        log=True,
+        when={"adapt": ("target",)},
+    )
     # 16 pairs per bin before its acceptance estimate is trusted (±0.12).
-    min_bin_pairs: int = param(16, lo=1, hi=10_000, doc="pairs a bin needs to vote",
-                               tune=(1, 128), log=True, when={"adapt": ("target",)})
+    min_bin_pairs: int = param(
+        16,
+        lo=1,
+        hi=10_000,
+        doc="pairs a bin needs to vote",
+        tune=(1, 128),
+        log=True,
+        when={"adapt": ("target",)},
+    )
     # adapting every 16 rounds keeps observe() cheap and τ steady.
-    update_rounds: int = param(16, lo=1, hi=10_000, doc="rounds between two τ updates",
-                               tune=(1, 256), log=True, when={"adapt": ("target",)})
-    tau_min: float = param(0.0, lo=0.0, hi=1.0, doc="lower clamp of adapted τ",
-                           tune=(0.0, 0.5), when={"adapt": ("target",)})  # 0: no stop
+    update_rounds: int = param(
+        16,
+        lo=1,
+        hi=10_000,
+        doc="rounds between two τ updates",
+        tune=(1, 256),
+        log=True,
+        when={"adapt": ("target",)},
+    )
+    tau_min: float = param(
+        0.0,
+        lo=0.0,
+        hi=1.0,
+        doc="lower clamp of adapted τ",
+        tune=(0.0, 0.5),
+        when={"adapt": ("target",)},
+    )  # 0: no stop
     # never stop on every token.
-    tau_max: float = param(0.95, lo=0.0, hi=1.0, doc="upper clamp of adapted τ",
-                           tune=(0.5, 1.0), lo_from=("tau_min", 0.0), when={"adapt": ("target",)})
+    tau_max: float = param(
+        0.95,
+        lo=0.0,
+        hi=1.0,
+        doc="upper clamp of adapted τ",
+        tune=(0.5, 1.0),
+        lo_from=("tau_min", 0.0),
+        when={"adapt": ("target",)},
+    )
 
     def __post_init__(self) -> None:
         if self.tau_min > self.tau_max:

@@ -26,11 +26,22 @@ T = TypeVar("T")
 _MISSING = dataclasses.MISSING
 
 
-def param(default: Any = _MISSING, *, lo: float | None = None, hi: float | None = None,
-          choices: tuple | None = None, doc: str = "", default_factory: Any = _MISSING,
-          tune: bool | tuple[float, float] = False, log: bool = False, switch: bool = False,
-          when: dict[str, tuple] | None = None, lo_from: tuple[str, float] | None = None,
-          hi_from: tuple[str, float] | None = None, choices_from: str | None = None) -> Any:
+def param(
+    default: Any = _MISSING,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    choices: tuple | None = None,
+    doc: str = "",
+    default_factory: Any = _MISSING,
+    tune: bool | tuple[float, float] = False,
+    log: bool = False,
+    switch: bool = False,
+    when: dict[str, tuple] | None = None,
+    lo_from: tuple[str, float] | None = None,
+    hi_from: tuple[str, float] | None = None,
+    choices_from: str | None = None,
+) -> Any:
     """A dataclass field with an allowed range (``lo <= v <= hi``) or a set of choices.
 
     The tuning search space (:mod:`tuning.space`) reads the other keys, and nothing else:
@@ -46,12 +57,26 @@ def param(default: Any = _MISSING, *, lo: float | None = None, hi: float | None 
     - ``choices_from``: a tuple field whose default lists the choices.
     """
     if isinstance(tune, tuple):
-        if len(tune) != 2 or not tune[0] <= tune[1] or (lo is not None and tune[0] < lo) or (
-                hi is not None and tune[1] > hi):
+        if (
+            len(tune) != 2
+            or not tune[0] <= tune[1]
+            or (lo is not None and tune[0] < lo)
+            or (hi is not None and tune[1] > hi)
+        ):
             raise ValueError(f"param: tuned range {tune} outside the allowed [{lo}, {hi}]")
-    meta = {"lo": lo, "hi": hi, "choices": choices, "doc": doc, "tune": tune, "log": log,
-            "switch": switch, "when": when or {}, "lo_from": lo_from, "hi_from": hi_from,
-            "choices_from": choices_from}
+    meta = {
+        "lo": lo,
+        "hi": hi,
+        "choices": choices,
+        "doc": doc,
+        "tune": tune,
+        "log": log,
+        "switch": switch,
+        "when": when or {},
+        "lo_from": lo_from,
+        "hi_from": hi_from,
+        "choices_from": choices_from,
+    }
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -94,8 +119,10 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         raise ConfigError(errors[0] if errors else f"{where}: bad value {value!r}")
     if origin is typing.Literal:
         if value not in typing.get_args(tp):
-            raise ConfigError(f"{where} = {value!r}: allowed one of "
-                              + ", ".join(repr(a) for a in typing.get_args(tp)))
+            raise ConfigError(
+                f"{where} = {value!r}: allowed one of "
+                + ", ".join(repr(a) for a in typing.get_args(tp))
+            )
         return value
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
@@ -226,10 +253,14 @@ def to_dict(obj: Any) -> dict:
 
 def to_toml(obj: Any) -> str:
     """TOML text of a config dataclass (or a dict of them / plain values)."""
-    data = to_dict(obj) if dataclasses.is_dataclass(obj) else {
-        k: (to_dict(v) if dataclasses.is_dataclass(v) else v) for k, v in obj.items()}
+    data = (
+        to_dict(obj)
+        if dataclasses.is_dataclass(obj)
+        else {k: (to_dict(v) if dataclasses.is_dataclass(v) else v) for k, v in obj.items()}
+    )
     try:
         import tomli_w
+
         return tomli_w.dumps(data)
     except ImportError:  # pragma: no cover - tomli_w is a declared dependency
         return _dumps(data)
@@ -237,6 +268,7 @@ def to_toml(obj: Any) -> str:
 
 def _dumps(data: dict, prefix: str = "") -> str:  # pragma: no cover - fallback writer
     import json
+
     lines, tables = [], []
     for k, v in data.items():
         if isinstance(v, dict):
@@ -262,7 +294,10 @@ def describe(cls: type) -> list[tuple[str, Any, str, str]]:
     """(name, default, allowed, doc) for every field: used by docs and ``dspark config``."""
     rows = []
     for f in dataclasses.fields(cls):
-        default = f.default if f.default is not _MISSING else (
-            f.default_factory() if f.default_factory is not _MISSING else None)
+        default = (
+            f.default
+            if f.default is not _MISSING
+            else (f.default_factory() if f.default_factory is not _MISSING else None)
+        )
         rows.append((f.name, default, allowed_text(f), f.metadata.get("doc", "")))
     return rows

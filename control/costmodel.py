@@ -36,9 +36,13 @@ class LinearCost:
 
     __slots__ = ("_A", "_b", "_dirty", "_theta", "count", "forget", "prior", "ridge")
 
-    def __init__(self, n_features: int, forget: float = 0.99,
-                 ridge: float | Sequence[float] = 1e-10,
-                 prior: Sequence[float] | None = None) -> None:
+    def __init__(
+        self,
+        n_features: int,
+        forget: float = 0.99,
+        ridge: float | Sequence[float] = 1e-10,
+        prior: Sequence[float] | None = None,
+    ) -> None:
         if not 0.0 < forget <= 1.0:
             raise ValueError(f"forgetting factor must be in (0, 1], got {forget}")
         self.forget = forget
@@ -63,8 +67,8 @@ class LinearCost:
         if not n:
             return
         f = self.forget
-        w = f ** np.arange(n - 1, -1, -1, dtype=float)       # the newest row weighs 1
-        fn = f ** n
+        w = f ** np.arange(n - 1, -1, -1, dtype=float)  # the newest row weighs 1
+        fn = f**n
         Xw = X * w[:, None]
         self._A *= fn
         self._A += Xw.T @ X
@@ -132,14 +136,15 @@ class RoundCostModel:
         self.overhead_s = 0.0
         self.rounds = 0
         self.token_levels: set[int] = set()  # distinct N seen (identifiability of the slope)
-        self._pending: list[tuple] = []      # rounds not yet folded into the fits
+        self._pending: list[tuple] = []  # rounds not yet folded into the fits
 
     def observe(self, s: RoundStats) -> None:
         """O(1): the round is buffered and folded into the fits when a cost is next read
         (exactly as if folded now: the updates are the same, in the same order)."""
         self.rounds += 1
-        self._pending.append((s.verify_tokens, s.context_tokens, s.verify_s, s.draft_steps,
-                              s.drafting, s.draft_s))
+        self._pending.append(
+            (s.verify_tokens, s.context_tokens, s.verify_s, s.draft_steps, s.drafting, s.draft_s)
+        )
         if len(self.token_levels) < 4:
             self.token_levels.add(s.verify_tokens)
         extra = (s.end_s - s.start_s) - s.draft_s - s.verify_s
@@ -206,8 +211,9 @@ class RoundCostModel:
 
         def verify_s(n):
             n = np.asarray(n, dtype=float)
-            return np.maximum(v0 + v1 * n + np.maximum(n[..., None] - _KNOT_ARRAY, 0.0) @ hinge,
-                              0.0)
+            return np.maximum(
+                v0 + v1 * n + np.maximum(n[..., None] - _KNOT_ARRAY, 0.0) @ hinge, 0.0
+            )
 
         def slope(n):
             n = np.asarray(n, dtype=float)

@@ -69,186 +69,426 @@ from control.window import RoundWindow
 class DSparkConfig:
     # --- policy -------------------------------------------------------------------------------
     # goodput: load-aware round planning (control.dspark_planner); seed: the seed's α → k rule.
-    policy: str = param("goodput", choices=("goodput", "seed"),
-                        doc="goodput (load-aware, default) or seed (α → k as written)")
+    policy: str = param(
+        "goodput",
+        choices=("goodput", "seed"),
+        doc="goodput (load-aware, default) or seed (α → k as written)",
+    )
     # 4 pseudo-trials: a new request starts at the pooled rate and is its own after ~2 rounds.
-    prior_trials: float = param(4.0, lo=0.0, hi=1000.0,
-                                doc="goodput: weight of the pooled rate in a sequence's â",
-                                tune=(0.5, 64.0), log=True, when={"policy": ("goodput",)})
+    prior_trials: float = param(
+        4.0,
+        lo=0.0,
+        hi=1000.0,
+        doc="goodput: weight of the pooled rate in a sequence's â",
+        tune=(0.5, 64.0),
+        log=True,
+        when={"policy": ("goodput",)},
+    )
     # 0.7: a middling drafter, used only until the first rounds of any request are seen.
-    a_prior: float = param(0.7, lo=0.01, hi=0.99, doc="goodput: pooled rate before any round",
-                           tune=(0.3, 0.95), when={"policy": ("goodput",)})
+    a_prior: float = param(
+        0.7,
+        lo=0.01,
+        hi=0.99,
+        doc="goodput: pooled rate before any round",
+        tune=(0.3, 0.95),
+        when={"policy": ("goodput",)},
+    )
     # 4: explores a useful length while the cost model has seen only one token count.
-    k_start: int = param(4, lo=1, hi=64, doc="goodput: cap of the first rounds (cold start)",
-                         tune=(1, 8), when={"policy": ("goodput",)})
+    k_start: int = param(
+        4,
+        lo=1,
+        hi=64,
+        doc="goodput: cap of the first rounds (cold start)",
+        tune=(1, 8),
+        when={"policy": ("goodput",)},
+    )
     # every 32nd round tries the neighbouring cap so the cost slope stays identifiable.
-    explore_every: int = param(32, lo=0, hi=100_000,
-                               doc="goodput: rounds between cost probes at cap ± 1 (0 = never)",
-                               tune=(0, 256), when={"policy": ("goodput",)})
+    explore_every: int = param(
+        32,
+        lo=0,
+        hi=100_000,
+        doc="goodput: rounds between cost probes at cap ± 1 (0 = never)",
+        tune=(0, 256),
+        when={"policy": ("goodput",)},
+    )
     # 64 rounds: long enough to average a sequence's noise, short enough to follow its regime.
-    memory_rounds: int = param(64, lo=1, hi=100_000,
-                               doc="goodput: forgetting horizon of acceptance evidence (rounds)",
-                               tune=(4, 1024), log=True, when={"policy": ("goodput",)})
+    memory_rounds: int = param(
+        64,
+        lo=1,
+        hi=100_000,
+        doc="goodput: forgetting horizon of acceptance evidence (rounds)",
+        tune=(4, 1024),
+        log=True,
+        when={"policy": ("goodput",)},
+    )
     # 0.99 per round: the cost fit remembers ~100 rounds and follows a change of load.
-    cost_forget: float = param(0.99, lo=0.5, hi=1.0, doc="goodput: forgetting factor of costs",
-                               tune=(0.9, 0.999), when={"policy": ("goodput",)})
+    cost_forget: float = param(
+        0.99,
+        lo=0.5,
+        hi=1.0,
+        doc="goodput: forgetting factor of costs",
+        tune=(0.9, 0.999),
+        when={"policy": ("goodput",)},
+    )
     # 8 rounds: costs and acceptance move slowly against that; a batch change re-plans at once.
-    replan_rounds: int = param(8, lo=1, hi=10_000, doc="goodput: rounds between full plans",
-                               tune=(1, 32), log=True, when={"policy": ("goodput",)})
+    replan_rounds: int = param(
+        8,
+        lo=1,
+        hi=10_000,
+        doc="goodput: rounds between full plans",
+        tune=(1, 32),
+        log=True,
+        when={"policy": ("goodput",)},
+    )
     # --- modes and starting point -------------------------------------------------------------
     # lossless by default; threshold (lossy β rule) only when asked.
     mode: str = param("strict", choices=("strict", "threshold"), doc="verification mode", tune=True)
     # the seed's starting aggressiveness.
-    alpha0: float = param(0.8, lo=0.3, hi=1.5, doc="initial α (aggressiveness)",
-                          tune=(0.3, 1.5), when={"policy": ("seed",)})
+    alpha0: float = param(
+        0.8,
+        lo=0.3,
+        hi=1.5,
+        doc="initial α (aggressiveness)",
+        tune=(0.3, 1.5),
+        when={"policy": ("seed",)},
+    )
     # the seed's starting conservativeness.
-    beta0: float = param(0.85, lo=0.7, hi=0.99, doc="initial β (threshold-mode threshold)",
-                         tune=(0.7, 0.99), when={"mode": ("threshold",)})
+    beta0: float = param(
+        0.85,
+        lo=0.7,
+        hi=0.99,
+        doc="initial β (threshold-mode threshold)",
+        tune=(0.7, 0.99),
+        when={"mode": ("threshold",)},
+    )
     # DESIGN's α range.
-    alpha_min: float = param(0.3, lo=0.3, hi=1.5, doc="lower clamp of α and of its integrator",
-                             tune=(0.3, 1.5), hi_from=("alpha0", 0))
-    alpha_max: float = param(1.5, lo=0.3, hi=1.5, doc="upper clamp of α and of its integrator",
-                             tune=(0.3, 1.5), lo_from=("alpha0", 0))
+    alpha_min: float = param(
+        0.3,
+        lo=0.3,
+        hi=1.5,
+        doc="lower clamp of α and of its integrator",
+        tune=(0.3, 1.5),
+        hi_from=("alpha0", 0),
+    )
+    alpha_max: float = param(
+        1.5,
+        lo=0.3,
+        hi=1.5,
+        doc="upper clamp of α and of its integrator",
+        tune=(0.3, 1.5),
+        lo_from=("alpha0", 0),
+    )
     # DESIGN's β range (the seed's clip).
-    beta_min: float = param(0.7, lo=0.7, hi=0.99, doc="lower clamp of β and of its integrator",
-                            tune=(0.7, 0.99), hi_from=("beta0", 0), when={"mode": ("threshold",)})
-    beta_max: float = param(0.99, lo=0.7, hi=0.99, doc="upper clamp of β and of its integrator",
-                            tune=(0.7, 0.99), lo_from=("beta0", 0), when={"mode": ("threshold",)})
+    beta_min: float = param(
+        0.7,
+        lo=0.7,
+        hi=0.99,
+        doc="lower clamp of β and of its integrator",
+        tune=(0.7, 0.99),
+        hi_from=("beta0", 0),
+        when={"mode": ("threshold",)},
+    )
+    beta_max: float = param(
+        0.99,
+        lo=0.7,
+        hi=0.99,
+        doc="upper clamp of β and of its integrator",
+        tune=(0.7, 0.99),
+        lo_from=("beta0", 0),
+        when={"mode": ("threshold",)},
+    )
     # --- α → k mapping ------------------------------------------------------------------------
     # DESIGN: k = clip(round(α · 10), 3, 15); α0 = 0.8 gives k = 8.
-    k_ref: float = param(10.0, lo=1.0, hi=64.0, doc="draft length at α = 1",
-                         tune=(2.0, 32.0), log=True, when={"policy": ("seed",)})
+    k_ref: float = param(
+        10.0,
+        lo=1.0,
+        hi=64.0,
+        doc="draft length at α = 1",
+        tune=(2.0, 32.0),
+        log=True,
+        when={"policy": ("seed",)},
+    )
     # DESIGN: k in [3, 15] when speculating (seed policy; goodput may choose any k ≤ k_max).
-    k_min: int = param(3, lo=1, hi=64, doc="seed: smallest draft length when speculating",
-                       tune=(1, 8), when={"policy": ("seed",)})
-    k_max: int = param(15, lo=1, hi=64, doc="largest draft length",
-                       tune=(2, 32), lo_from=("k_min", 0))
+    k_min: int = param(
+        3,
+        lo=1,
+        hi=64,
+        doc="seed: smallest draft length when speculating",
+        tune=(1, 8),
+        when={"policy": ("seed",)},
+    )
+    k_max: int = param(
+        15, lo=1, hi=64, doc="largest draft length", tune=(2, 32), lo_from=("k_min", 0)
+    )
     # 1 = follow α exactly (the seed); larger damps chatter of k between neighbours.
-    k_hysteresis: int = param(1, lo=1, hi=16, doc="k changes only when |k_new - k| >= this",
-                              tune=(1, 4), when={"policy": ("seed",)})
+    k_hysteresis: int = param(
+        1,
+        lo=1,
+        hi=16,
+        doc="k changes only when |k_new - k| >= this",
+        tune=(1, 4),
+        when={"policy": ("seed",)},
+    )
     # 0 = no drafter-confidence stop (the seed has none); it never changes output.
-    tau: float = param(0.0, lo=0.0, hi=1.0, doc="drafter-confidence stop passed to the driver",
-                       tune=(0.0, 0.9))
+    tau: float = param(
+        0.0, lo=0.0, hi=1.0, doc="drafter-confidence stop passed to the driver", tune=(0.0, 0.9)
+    )
     # --- targets --------------------------------------------------------------------------------
     # a drafter accepting ~60% per token is where k ~ 8 pays off at c ~ 0.05.
-    a_target: float = param(0.6, lo=0.05, hi=0.99, doc="acceptance rate the α loop aims at",
-                            tune=(0.3, 0.95), when={"policy": ("seed",)})
+    a_target: float = param(
+        0.6,
+        lo=0.05,
+        hi=0.99,
+        doc="acceptance rate the α loop aims at",
+        tune=(0.3, 0.95),
+        when={"policy": ("seed",)},
+    )
     # 50 ms per output token: a common interactive TPOT SLO.
     slo_tpot_s: float = param(0.05, lo=1e-5, hi=10.0, doc="TPOT service-level objective")
     # per-round draft+verify time is what a sequence experiences inside a batch step.
-    tpot_source: str = param("round_time", choices=("round_time", "wall_clock"),
-                             doc="measured TPOT: Σ(draft_s+verify_s)/Σemitted, or now_s span")
+    tpot_source: str = param(
+        "round_time",
+        choices=("round_time", "wall_clock"),
+        doc="measured TPOT: Σ(draft_s+verify_s)/Σemitted, or now_s span",
+    )
     # --- window and blocks ------------------------------------------------------------------------
     # 32 rounds ~ 100-250 tokens: a block or two of history.
-    window_rounds: int = param(32, lo=1, hi=4096, doc="sliding window of rounds for â, TPOT",
-                               tune=(4, 512), log=True)
+    window_rounds: int = param(
+        32, lo=1, hi=4096, doc="sliding window of rounds for â, TPOT", tune=(4, 512), log=True
+    )
     # the seed: blocks of 64-128 tokens; 96 is the middle.
-    block_tokens: int = param(96, lo=16, hi=512, doc="block size B in tokens",
-                              tune=(16, 512), log=True)
+    block_tokens: int = param(
+        96, lo=16, hi=512, doc="block size B in tokens", tune=(16, 512), log=True
+    )
     # a sentence end within 16 tokens before B closes the block early.
-    snap_tokens: int = param(16, lo=0, hi=256, doc="snap window before B for a sentence end",
-                             tune=(0, 64), hi_from=("block_tokens", -1))
+    snap_tokens: int = param(
+        16,
+        lo=0,
+        hi=256,
+        doc="snap window before B for a sentence end",
+        tune=(0, 64),
+        hi_from=("block_tokens", -1),
+    )
     # 0 = no attention-span limit on block length.
     span_tokens: int = param(0, lo=0, hi=1 << 20, doc="attention-span limit of a block (0 = none)")
     # --- update timing ----------------------------------------------------------------------------
     # 8 rounds before the first update: â of fewer rounds is mostly noise.
-    warmup_rounds: int = param(8, lo=0, hi=10_000, doc="rounds before the first update",
-                               tune=(0, 64))
+    warmup_rounds: int = param(
+        8, lo=0, hi=10_000, doc="rounds before the first update", tune=(0, 64)
+    )
     # at least 2 rounds between updates even when blocks close back to back.
-    min_update_rounds: int = param(2, lo=1, hi=10_000, doc="minimum rounds between two updates",
-                                   tune=(1, 32), log=True)
+    min_update_rounds: int = param(
+        2, lo=1, hi=10_000, doc="minimum rounds between two updates", tune=(1, 32), log=True
+    )
     # --- α loop gains (seed: Kp = Kd = 0, Ki = γ) -----------------------------------------------
     # seed has no proportional term.
-    alpha_kp: float = param(0.0, lo=0.0, hi=10.0, doc="α loop proportional gain",
-                            tune=(0.001, 2.0), log=True, switch=True)
+    alpha_kp: float = param(
+        0.0,
+        lo=0.0,
+        hi=10.0,
+        doc="α loop proportional gain",
+        tune=(0.001, 2.0),
+        log=True,
+        switch=True,
+    )
     # γ = 0.1: a 0.1 error in â moves α by 0.01 per block.
-    alpha_ki: float = param(0.1, lo=0.0, hi=10.0, doc="α loop integral gain (the seed's γ)",
-                            tune=(0.001, 2.0), log=True, switch=True)
+    alpha_ki: float = param(
+        0.1,
+        lo=0.0,
+        hi=10.0,
+        doc="α loop integral gain (the seed's γ)",
+        tune=(0.001, 2.0),
+        log=True,
+        switch=True,
+    )
     # seed has no derivative term.
-    alpha_kd: float = param(0.0, lo=0.0, hi=10.0, doc="α loop derivative gain",
-                            tune=(0.001, 2.0), log=True, switch=True)
+    alpha_kd: float = param(
+        0.0, lo=0.0, hi=10.0, doc="α loop derivative gain", tune=(0.001, 2.0), log=True, switch=True
+    )
     # --- β loop gains --
-    beta_kp: float = param(0.0, lo=0.0, hi=10.0, doc="β loop proportional gain",
-                           tune=(0.001, 2.0), log=True, switch=True,
-                           when={"mode": ("threshold",)})  # seed: none
+    beta_kp: float = param(
+        0.0,
+        lo=0.0,
+        hi=10.0,
+        doc="β loop proportional gain",
+        tune=(0.001, 2.0),
+        log=True,
+        switch=True,
+        when={"mode": ("threshold",)},
+    )  # seed: none
     # same γ as the α loop, as in the seed.
-    beta_ki: float = param(0.1, lo=0.0, hi=10.0, doc="β loop integral gain (the seed's γ)",
-                           tune=(0.001, 2.0), log=True, switch=True, when={"mode": ("threshold",)})
-    beta_kd: float = param(0.0, lo=0.0, hi=10.0, doc="β loop derivative gain",
-                           tune=(0.001, 2.0), log=True, switch=True,
-                           when={"mode": ("threshold",)})  # seed: none
+    beta_ki: float = param(
+        0.1,
+        lo=0.0,
+        hi=10.0,
+        doc="β loop integral gain (the seed's γ)",
+        tune=(0.001, 2.0),
+        log=True,
+        switch=True,
+        when={"mode": ("threshold",)},
+    )
+    beta_kd: float = param(
+        0.0,
+        lo=0.0,
+        hi=10.0,
+        doc="β loop derivative gain",
+        tune=(0.001, 2.0),
+        log=True,
+        switch=True,
+        when={"mode": ("threshold",)},
+    )  # seed: none
     # λ = 0.5: derivative of the error averaged over ~2 updates.
-    d_filter: float = param(0.5, lo=0.01, hi=1.0, doc="low-pass coefficient λ of the derivative",
-                            tune=(0.05, 1.0), log=True)
+    d_filter: float = param(
+        0.5,
+        lo=0.01,
+        hi=1.0,
+        doc="low-pass coefficient λ of the derivative",
+        tune=(0.05, 1.0),
+        log=True,
+    )
     # --- anomaly guard --
     # z-score reacts to one bad block; cusum to a sustained smaller drop.
-    anomaly_detector: str = param("zscore", choices=("zscore", "cusum", "off"),
-                                  doc="collapse-of-â detector", tune=True)
+    anomaly_detector: str = param(
+        "zscore", choices=("zscore", "cusum", "off"), doc="collapse-of-â detector", tune=True
+    )
     # 3 σ below the baseline.
-    anomaly_z: float = param(3.0, lo=0.5, hi=20.0, doc="z-score limit for a collapse",
-                             tune=(1.0, 10.0), log=True, when={"anomaly_detector": ("zscore",)})
+    anomaly_z: float = param(
+        3.0,
+        lo=0.5,
+        hi=20.0,
+        doc="z-score limit for a collapse",
+        tune=(1.0, 10.0),
+        log=True,
+        when={"anomaly_detector": ("zscore",)},
+    )
     # a block-to-block σ of â below 0.05 is not trusted (few rounds per block).
-    anomaly_sigma_floor: float = param(0.05, lo=1e-4, hi=1.0, doc="smallest σ used by the z-score",
-                                       tune=(0.005, 0.2), log=True,
-                                       when={"anomaly_detector": ("zscore",)})
+    anomaly_sigma_floor: float = param(
+        0.05,
+        lo=1e-4,
+        hi=1.0,
+        doc="smallest σ used by the z-score",
+        tune=(0.005, 0.2),
+        log=True,
+        when={"anomaly_detector": ("zscore",)},
+    )
     # drops smaller than 0.05 per block are ignored by the CUSUM.
-    cusum_slack: float = param(0.05, lo=0.0, hi=1.0, doc="CUSUM slack per block",
-                               tune=(0.0, 0.2), when={"anomaly_detector": ("cusum",)})
+    cusum_slack: float = param(
+        0.05,
+        lo=0.0,
+        hi=1.0,
+        doc="CUSUM slack per block",
+        tune=(0.0, 0.2),
+        when={"anomaly_detector": ("cusum",)},
+    )
     # a cumulative drop of 0.3 in â.
-    cusum_limit: float = param(0.3, lo=0.01, hi=5.0, doc="CUSUM alarm level",
-                               tune=(0.05, 2.0), log=True, when={"anomaly_detector": ("cusum",)})
+    cusum_limit: float = param(
+        0.3,
+        lo=0.01,
+        hi=5.0,
+        doc="CUSUM alarm level",
+        tune=(0.05, 2.0),
+        log=True,
+        when={"anomaly_detector": ("cusum",)},
+    )
     # baseline follows â with a time constant of ~5 blocks.
-    baseline_ema: float = param(0.2, lo=0.01, hi=1.0, doc="EMA coefficient of the â baseline",
-                                tune=(0.02, 0.8), log=True,
-                                when={"anomaly_detector": ("zscore", "cusum")})
+    baseline_ema: float = param(
+        0.2,
+        lo=0.01,
+        hi=1.0,
+        doc="EMA coefficient of the â baseline",
+        tune=(0.02, 0.8),
+        log=True,
+        when={"anomaly_detector": ("zscore", "cusum")},
+    )
     # 3 blocks of baseline before judging.
-    baseline_min_blocks: int = param(3, lo=1, hi=1000, doc="block ends before the guard judges",
-                                     tune=(1, 16), when={"anomaly_detector": ("zscore", "cusum")})
+    baseline_min_blocks: int = param(
+        3,
+        lo=1,
+        hi=1000,
+        doc="block ends before the guard judges",
+        tune=(1, 16),
+        when={"anomaly_detector": ("zscore", "cusum")},
+    )
     # more than 20% of accepts lossy is a quality risk worth acting on.
-    lossy_limit: float = param(0.2, lo=0.0, hi=1.0, doc="threshold mode: max lossy-accept fraction",
-                               tune=(0.005, 0.5), log=True, when={"mode": ("threshold",)})
+    lossy_limit: float = param(
+        0.2,
+        lo=0.0,
+        hi=1.0,
+        doc="threshold mode: max lossy-accept fraction",
+        tune=(0.005, 0.5),
+        log=True,
+        when={"mode": ("threshold",)},
+    )
     # verifying strictly is the safe reaction for both causes.
-    anomaly_action: str = param("strict", choices=("reset", "raise_beta", "strict"),
-                                doc="on anomaly: reset integrators, raise β, or verify strictly",
-                                tune=True, when={"anomaly_detector": ("zscore", "cusum")})
+    anomaly_action: str = param(
+        "strict",
+        choices=("reset", "raise_beta", "strict"),
+        doc="on anomaly: reset integrators, raise β, or verify strictly",
+        tune=True,
+        when={"anomaly_detector": ("zscore", "cusum")},
+    )
     # one step of 0.05 toward stricter acceptance.
-    beta_raise: float = param(0.05, lo=0.0, hi=0.29, doc="β increase of the raise_beta action",
-                              tune=(0.01, 0.29),
-                              when={"anomaly_action": ("raise_beta",),
-                                    "anomaly_detector": ("zscore", "cusum"),
-                                    "mode": ("threshold",)})
+    beta_raise: float = param(
+        0.05,
+        lo=0.0,
+        hi=0.29,
+        doc="β increase of the raise_beta action",
+        tune=(0.01, 0.29),
+        when={
+            "anomaly_action": ("raise_beta",),
+            "anomaly_detector": ("zscore", "cusum"),
+            "mode": ("threshold",),
+        },
+    )
     # 2 clean block ends before the guard clears.
-    recovery_blocks: int = param(2, lo=1, hi=100, doc="clean block ends that end an anomaly",
-                                 tune=(1, 16), when={"anomaly_detector": ("zscore", "cusum")})
+    recovery_blocks: int = param(
+        2,
+        lo=1,
+        hi=100,
+        doc="clean block ends that end an anomaly",
+        tune=(1, 16),
+        when={"anomaly_detector": ("zscore", "cusum")},
+    )
     # --- retry cap --
     # DESIGN: R <= 3 consecutive fruitless rounds.
-    retry_cap: int = param(3, lo=1, hi=3, doc="fruitless rounds (drafted, none accepted) before AR",
-                           tune=(1, 3))
+    retry_cap: int = param(
+        3, lo=1, hi=3, doc="fruitless rounds (drafted, none accepted) before AR", tune=(1, 3)
+    )
     # off: under goodput a sequence whose drafts do not pay already stops (its â falls); a forced
     # cool-down also stops it where drafting is nearly free (the others set the round's steps).
-    goodput_cooldown: bool = param(False, choices=(False, True),
-                                   doc="goodput: also apply the retry-cap cool-down",
-                                   tune=True, when={"policy": ("goodput",)})
+    goodput_cooldown: bool = param(
+        False,
+        choices=(False, True),
+        doc="goodput: also apply the retry-cap cool-down",
+        tune=True,
+        when={"policy": ("goodput",)},
+    )
     # 4 plain steps, then try speculating again.
-    cooldown_rounds: int = param(4, lo=1, hi=1000, doc="plain AR rounds of the cool-down",
-                                 tune=(1, 64), log=True)
+    cooldown_rounds: int = param(
+        4, lo=1, hi=1000, doc="plain AR rounds of the cool-down", tune=(1, 64), log=True
+    )
 
     def __post_init__(self) -> None:
         if self.alpha_min > self.alpha_max:
             raise ConfigError(f"alpha_min = {self.alpha_min} > alpha_max = {self.alpha_max}")
         if not self.alpha_min <= self.alpha0 <= self.alpha_max:
-            raise ConfigError(f"alpha0 = {self.alpha0} outside [alpha_min, alpha_max] = "
-                              f"[{self.alpha_min}, {self.alpha_max}]")
+            raise ConfigError(
+                f"alpha0 = {self.alpha0} outside [alpha_min, alpha_max] = "
+                f"[{self.alpha_min}, {self.alpha_max}]"
+            )
         if self.beta_min > self.beta_max:
             raise ConfigError(f"beta_min = {self.beta_min} > beta_max = {self.beta_max}")
         if not self.beta_min <= self.beta0 <= self.beta_max:
-            raise ConfigError(f"beta0 = {self.beta0} outside [beta_min, beta_max] = "
-                              f"[{self.beta_min}, {self.beta_max}]")
+            raise ConfigError(
+                f"beta0 = {self.beta0} outside [beta_min, beta_max] = "
+                f"[{self.beta_min}, {self.beta_max}]"
+            )
         if self.k_min > self.k_max:
             raise ConfigError(f"k_min = {self.k_min} > k_max = {self.k_max}")
         if self.snap_tokens >= self.block_tokens:
-            raise ConfigError(f"snap_tokens = {self.snap_tokens} must be < block_tokens = "
-                              f"{self.block_tokens}")
+            raise ConfigError(
+                f"snap_tokens = {self.snap_tokens} must be < block_tokens = {self.block_tokens}"
+            )
 
 
 def k_of_alpha(alpha: float, k_ref: float, k_min: int, k_max: int) -> int:
@@ -271,13 +511,22 @@ class DSparkController(Controller):
         self._pid_a = PID(c.alpha_kp, c.alpha_ki, c.alpha_kd, c.d_filter, c.alpha_min, a_hi, a0)
         self._decay = 1.0 - 1.0 / c.memory_rounds  # goodput: forgetting of the â counts
         self._retry = not self.goodput or c.goodput_cooldown
-        self._pid_b = PID(c.beta_kp, c.beta_ki, c.beta_kd, c.d_filter, c.beta_min, c.beta_max,
-                          c.beta0)
-        self._push = self._win.push_row   # bound once: observe() is on the hot path
+        self._pid_b = PID(
+            c.beta_kp, c.beta_ki, c.beta_kd, c.d_filter, c.beta_min, c.beta_max, c.beta0
+        )
+        self._push = self._win.push_row  # bound once: observe() is on the hot path
         self._feed = self._blocks.feed
-        self._guard = AnomalyGuard(c.anomaly_detector, c.anomaly_z, c.anomaly_sigma_floor,
-                                   c.cusum_slack, c.cusum_limit, c.baseline_ema,
-                                   c.baseline_min_blocks, c.lossy_limit, c.recovery_blocks)
+        self._guard = AnomalyGuard(
+            c.anomaly_detector,
+            c.anomaly_z,
+            c.anomaly_sigma_floor,
+            c.cusum_slack,
+            c.cusum_limit,
+            c.baseline_ema,
+            c.baseline_min_blocks,
+            c.lossy_limit,
+            c.recovery_blocks,
+        )
         self.reset()
 
     @classmethod
@@ -285,6 +534,7 @@ class DSparkController(Controller):
         if config.policy != "goodput":
             return None
         from control.dspark_planner import DSparkPlanner
+
         return DSparkPlanner(config)
 
     # --- protocol --
@@ -298,7 +548,7 @@ class DSparkController(Controller):
         self.alpha = self._pid_a.output
         self.beta = c.beta0
         self.k = c.k_max if self.goodput else k_of_alpha(c.alpha0, c.k_ref, c.k_min, c.k_max)
-        self.sum_n = 0.0    # goodput: accepted tokens, forgotten at 1/memory_rounds per round
+        self.sum_n = 0.0  # goodput: accepted tokens, forgotten at 1/memory_rounds per round
         self.sum_rej = 0.0  # goodput: rounds that ended in a rejection, same forgetting
         self.context_tokens = 0
         # goodput: own planner when no round planner drives this sequence; reset() keeps it —
@@ -315,7 +565,7 @@ class DSparkController(Controller):
         self.latency_ratio: float | None = None
         self.rounds = 0
         self.updates = 0
-        self.last_update_round = -(10 ** 9)
+        self.last_update_round = -(10**9)
         self.fails = 0
         self.cooldown = 0
         self.cooldowns = 0
@@ -333,6 +583,7 @@ class DSparkController(Controller):
         if self.goodput:
             if self._solo is None:
                 from control.dspark_planner import DSparkPlanner
+
                 self._solo = DSparkPlanner(self.config)
             ctx = BatchContext(1, self.context_tokens) if batch is None else batch
             return self._solo.plan(now_s, (self,), ctx)[0]
@@ -348,19 +599,53 @@ class DSparkController(Controller):
         return self._decision
 
     def observe(self, obs: Observation) -> None:
-        self.observe_values(obs.now_s, obs.drafted, obs.accepted, obs.confidences, obs.draft_s,
-                            obs.verify_s, obs.context_tokens, obs.lossy_accepts, obs.emitted,
-                            obs.sentence_ends, obs.batch_size, obs.batch_tokens,
-                            obs.batch_context_tokens)
+        self.observe_values(
+            obs.now_s,
+            obs.drafted,
+            obs.accepted,
+            obs.confidences,
+            obs.draft_s,
+            obs.verify_s,
+            obs.context_tokens,
+            obs.lossy_accepts,
+            obs.emitted,
+            obs.sentence_ends,
+            obs.batch_size,
+            obs.batch_tokens,
+            obs.batch_context_tokens,
+        )
 
-    def observe_values(self, now_s, drafted, n, confidences, draft_s, verify_s, context_tokens,
-                       lossy_accepts, e, sentence_ends, batch_size=1, batch_tokens=0,
-                       batch_context_tokens=0) -> None:
+    def observe_values(
+        self,
+        now_s,
+        drafted,
+        n,
+        confidences,
+        draft_s,
+        verify_s,
+        context_tokens,
+        lossy_accepts,
+        e,
+        sentence_ends,
+        batch_size=1,
+        batch_tokens=0,
+        batch_context_tokens=0,
+    ) -> None:
         # hot path (the simulator calls it per sequence per round): locals, no calls but the
         # window's push and the block planner's feed (both bound once) unless something happens
         # (a fruitless round, a cool-down step, a block boundary).
-        self._push((n, 1 if n < drafted else 0, drafted, e, draft_s, draft_s + verify_s,
-                    lossy_accepts, now_s))  # window.row_of
+        self._push(
+            (
+                n,
+                1 if n < drafted else 0,
+                drafted,
+                e,
+                draft_s,
+                draft_s + verify_s,
+                lossy_accepts,
+                now_s,
+            )
+        )  # window.row_of
         self.rounds += 1
         if self.goodput:
             f = self._decay
@@ -373,12 +658,24 @@ class DSparkController(Controller):
                 prof[n if rej else self._full + n] += 1
                 # what this sequence's own rate predicted for the positions it tried
                 self.expected[n + 1 if rej else n] += (  # type: ignore[index]  # with profile
-                    (self.sum_n + 1.0) / (self.sum_n + self.sum_rej + 2.0))
+                    (self.sum_n + 1.0) / (self.sum_n + self.sum_rej + 2.0)
+                )
             if self._solo is not None:
-                self._solo.observe_round(RoundStats(
-                    now_s - draft_s - verify_s, now_s, batch_size, 1 if drafted else 0,
-                    drafted, batch_tokens or drafted + 1, batch_context_tokens or context_tokens,
-                    draft_s, verify_s, n, e))
+                self._solo.observe_round(
+                    RoundStats(
+                        now_s - draft_s - verify_s,
+                        now_s,
+                        batch_size,
+                        1 if drafted else 0,
+                        drafted,
+                        batch_tokens or drafted + 1,
+                        batch_context_tokens or context_tokens,
+                        draft_s,
+                        verify_s,
+                        n,
+                        e,
+                    )
+                )
         changed = False
         if self.cooldown:
             self.cooldown -= 1
@@ -402,18 +699,33 @@ class DSparkController(Controller):
     def state(self) -> dict[str, Any]:
         g = self._guard
         return {
-            "k": self.k, "k_decided": self._decision.k, "mode": self._decision.mode,
-            "alpha": self.alpha, "beta": self.beta, "a_hat": self.a_hat,
+            "k": self.k,
+            "k_decided": self._decision.k,
+            "mode": self._decision.mode,
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "a_hat": self.a_hat,
             "latency_ratio": self.latency_ratio,
-            "alpha_integrator": self._pid_a.integrator, "beta_integrator": self._pid_b.integrator,
-            "alpha_derivative": self._pid_a.d_state, "beta_derivative": self._pid_b.d_state,
-            "anomaly": g.active, "anomaly_reason": g.last_reason, "anomalies": g.detections,
-            "cusum": g.cusum, "baseline_a": g.mu, "fails": self.fails, "cooldown": self.cooldown,
-            "cooldowns": self.cooldowns, "block_index": self.block_index,
-            "block_tokens_so_far": self._blocks.tokens_in_block, "rounds": self.rounds,
-            "updates": self.updates, "policy": self.config.policy,
-            "a_seq": (self.sum_n / (self.sum_n + self.sum_rej)
-                      if self.sum_n + self.sum_rej > 0 else None),
+            "alpha_integrator": self._pid_a.integrator,
+            "beta_integrator": self._pid_b.integrator,
+            "alpha_derivative": self._pid_a.d_state,
+            "beta_derivative": self._pid_b.d_state,
+            "anomaly": g.active,
+            "anomaly_reason": g.last_reason,
+            "anomalies": g.detections,
+            "cusum": g.cusum,
+            "baseline_a": g.mu,
+            "fails": self.fails,
+            "cooldown": self.cooldown,
+            "cooldowns": self.cooldowns,
+            "block_index": self.block_index,
+            "block_tokens_so_far": self._blocks.tokens_in_block,
+            "rounds": self.rounds,
+            "updates": self.updates,
+            "policy": self.config.policy,
+            "a_seq": (
+                self.sum_n / (self.sum_n + self.sum_rej) if self.sum_n + self.sum_rej > 0 else None
+            ),
         }
 
     # --- internals --
@@ -431,8 +743,9 @@ class DSparkController(Controller):
         if block_end:
             p = self._block_decision
             if p is None or p.k != k or p.mode != mode or p.beta != beta:
-                p = self._block_decision = Decision(k=k, mode=mode, beta=beta, tau=c.tau,
-                                                    block_end=True)
+                p = self._block_decision = Decision(
+                    k=k, mode=mode, beta=beta, tau=c.tau, block_end=True
+                )
             self._pending = p
 
     def _block_end(self) -> None:

@@ -51,11 +51,11 @@ class DSparkPlanner(RoundPlanner):
         self.profile = [0.0] * (2 * (self.config.k_max + 1))
         self.expected = [0.0] * (self.config.k_max + 1)
         self.rounds = 0
-        self.last_cap = -1      # no plan yet: the first full plan searches every cap
+        self.last_cap = -1  # no plan yet: the first full plan searches every cap
         self.last_goodput = float("nan")
         self._rates: list[float] | None = None
-        self._since = 0          # rounds since the last full plan
-        self._planned_b = 0      # batch size of the last full plan
+        self._since = 0  # rounds since the last full plan
+        self._planned_b = 0  # batch size of the last full plan
 
     def set_rates(self, rates: Sequence[float]) -> None:
         """True per-sequence rates (the rate oracle only; a causal planner never gets them)."""
@@ -77,10 +77,10 @@ class DSparkPlanner(RoundPlanner):
             if m.profile is not prof:
                 m.profile, m.expected = prof, expd
         K = c.k_max
-        rej = np.asarray(prof[:K + 1])
-        full = np.asarray(prof[K + 1:])
-        succ = np.cumsum((rej + full)[::-1])[::-1][1:]       # S_j: rounds with n ≥ j, j = 1..K
-        pred = np.cumsum(np.asarray(expd)[::-1])[::-1][1:]   # Σ own-rate over trials at j
+        rej = np.asarray(prof[: K + 1])
+        full = np.asarray(prof[K + 1 :])
+        succ = np.cumsum((rej + full)[::-1])[::-1][1:]  # S_j: rounds with n ≥ j, j = 1..K
+        pred = np.cumsum(np.asarray(expd)[::-1])[::-1][1:]  # Σ own-rate over trials at j
         trials = succ + rej[:K]
         pool = (succ.sum() + 2.0 * c.a_prior) / (trials.sum() + 2.0)
         factor = np.empty(K)
@@ -103,8 +103,13 @@ class DSparkPlanner(RoundPlanner):
         B = len(members)
         e = c.explore_every
         probe = bool(e) and self.rounds % e == e - 1
-        if (self._since < c.replan_rounds - 1 and self.costs.ready and not probe
-                and self._rates is None and abs(B - self._planned_b) <= max(4, B // 4)):
+        if (
+            self._since < c.replan_rounds - 1
+            and self.costs.ready
+            and not probe
+            and self._rates is None
+            and abs(B - self._planned_b) <= max(4, B // 4)
+        ):
             # between re-plans: each sequence keeps its planned length (a newcomer takes the
             # cap); its own decision still bounds it (cool-down, block end, mode)
             self._since += 1
@@ -138,8 +143,9 @@ class DSparkPlanner(RoundPlanner):
             alpha = np.array([m.alpha for m in members], dtype=float)
             # search near the last cap (±3): a cap moves by at most that between full plans
             near = None if self.last_cap < 0 else (self.last_cap - 3, self.last_cap + 3)
-            p = plan_round_lengths(a, kcap, self.cost_functions(batch.context_tokens), k_max,
-                                   alpha, cap_range=near)
+            p = plan_round_lengths(
+                a, kcap, self.cost_functions(batch.context_tokens), k_max, alpha, cap_range=near
+            )
             self.last_goodput = float(p.goodput.max())
             k = p.k
             if probe:  # one round at the neighbouring cap; the next round re-plans
@@ -159,8 +165,9 @@ class DSparkPlanner(RoundPlanner):
         if out is None:
             if len(self._decisions) > 4096:  # β moves continuously in threshold mode
                 self._decisions.clear()
-            out = self._decisions[key] = Decision(k=k, mode=d.mode, beta=d.beta, tau=d.tau,
-                                                  block_end=d.block_end)
+            out = self._decisions[key] = Decision(
+                k=k, mode=d.mode, beta=d.beta, tau=d.tau, block_end=d.block_end
+            )
         return out
 
     def observe_round(self, stats: RoundStats) -> None:
@@ -174,6 +181,11 @@ class DSparkPlanner(RoundPlanner):
     def state(self) -> dict[str, Any]:
         self.costs.fold()
         th = self.costs.verify.theta
-        return {"rounds": self.rounds, "cap": self.last_cap, "goodput": self.last_goodput,
-                "verify_intercept_s": float(th[0]), "verify_per_token_s": float(th[1]),
-                "overhead_s": self.costs.overhead_s}
+        return {
+            "rounds": self.rounds,
+            "cap": self.last_cap,
+            "goodput": self.last_goodput,
+            "verify_intercept_s": float(th[0]),
+            "verify_per_token_s": float(th[1]),
+            "overhead_s": self.costs.overhead_s,
+        }

@@ -23,25 +23,46 @@ from control.types import Decision, Observation
 @dataclass(frozen=True)
 class EmaHysteresisConfig:
     # SGLang-like ladder: fine steps at short drafts, coarser at long ones.
-    candidates: tuple[int, ...] = param((1, 2, 3, 4, 5, 6, 8), lo=1, hi=64,
-                                        doc="allowed draft lengths, increasing")
+    candidates: tuple[int, ...] = param(
+        (1, 2, 3, 4, 5, 6, 8), lo=1, hi=64, doc="allowed draft lengths, increasing"
+    )
     # start in the middle of the ladder.
-    k0: int = param(4, lo=1, hi=64, doc="initial draft length (one of the candidates)",
-                    tune=True, choices_from="candidates")
+    k0: int = param(
+        4,
+        lo=1,
+        hi=64,
+        doc="initial draft length (one of the candidates)",
+        tune=True,
+        choices_from="candidates",
+    )
     # ~5-round memory: follows regime changes within a block.
-    ema_coef: float = param(0.2, lo=0.01, hi=1.0, doc="EMA coefficient of accepted tokens/round",
-                            tune=(0.01, 1.0), log=True)
+    ema_coef: float = param(
+        0.2,
+        lo=0.01,
+        hi=1.0,
+        doc="EMA coefficient of accepted tokens/round",
+        tune=(0.01, 1.0),
+        log=True,
+    )
     # step up when 80% of the draft is accepted on average.
-    up_ratio: float = param(0.8, lo=0.0, hi=1.0, doc="step up when ema >= up_ratio * k",
-                            tune=(0.3, 1.0))
+    up_ratio: float = param(
+        0.8, lo=0.0, hi=1.0, doc="step up when ema >= up_ratio * k", tune=(0.3, 1.0)
+    )
     # step down when fewer than 40% of it are.
-    down_ratio: float = param(0.4, lo=0.0, hi=1.0, doc="step down when ema <= down_ratio * k",
-                              tune=(0.0, 0.9), hi_from=("up_ratio", -0.05))
+    down_ratio: float = param(
+        0.4,
+        lo=0.0,
+        hi=1.0,
+        doc="step down when ema <= down_ratio * k",
+        tune=(0.0, 0.9),
+        hi_from=("up_ratio", -0.05),
+    )
     # a few rounds before trusting the EMA.
     warmup_rounds: int = param(4, lo=0, hi=10_000, doc="rounds before the first step", tune=(0, 64))
     # let the EMA see the new k before moving again.
-    update_rounds: int = param(4, lo=1, hi=10_000, doc="rounds between two steps",
-                               tune=(1, 64), log=True)
+    update_rounds: int = param(
+        4, lo=1, hi=10_000, doc="rounds between two steps", tune=(1, 64), log=True
+    )
 
     def __post_init__(self) -> None:
         c = self.candidates
@@ -50,8 +71,9 @@ class EmaHysteresisConfig:
         if self.k0 not in c:
             raise ConfigError(f"k0 = {self.k0} is not one of the candidates {list(c)}")
         if self.down_ratio >= self.up_ratio:
-            raise ConfigError(f"down_ratio = {self.down_ratio} must be < up_ratio = "
-                              f"{self.up_ratio}")
+            raise ConfigError(
+                f"down_ratio = {self.down_ratio} must be < up_ratio = {self.up_ratio}"
+            )
 
 
 class EmaHysteresisController(Controller):

@@ -13,13 +13,20 @@ from control.types import Decision, Observation
 @dataclass(frozen=True)
 class FixedConfig:
     # 4 drafted tokens: near the optimum for a ~0.7-0.8 acceptance drafter at c ~ 0.05-0.1.
-    k: int = param(4, lo=0, hi=64, doc="draft length of every round (0 = no speculation)",
-                   tune=(0, 16))
+    k: int = param(
+        4, lo=0, hi=64, doc="draft length of every round (0 = no speculation)", tune=(0, 16)
+    )
     # lossless verification unless asked otherwise.
     mode: str = param("strict", choices=("strict", "threshold"), doc="verification mode", tune=True)
     # the seed's starting conservativeness; used only in threshold mode.
-    beta: float = param(0.85, lo=0.7, hi=0.99, doc="threshold-mode acceptance threshold",
-                        tune=(0.7, 0.99), when={"mode": ("threshold",)})
+    beta: float = param(
+        0.85,
+        lo=0.7,
+        hi=0.99,
+        doc="threshold-mode acceptance threshold",
+        tune=(0.7, 0.99),
+        when={"mode": ("threshold",)},
+    )
 
 
 class FixedController(Controller):
@@ -34,8 +41,11 @@ class FixedController(Controller):
         self.rounds = 0
         # built once: decide() is on the simulator's hot path.
         # mode is a str checked against Decision's Literal by its param choices
-        self._decision = Decision(k=self.config.k, mode=self.config.mode,  # type: ignore[arg-type]
-                                  beta=self.config.beta)
+        self._decision = Decision(
+            k=self.config.k,
+            mode=self.config.mode,  # type: ignore[arg-type]
+            beta=self.config.beta,
+        )
 
     def decide(self, now_s: float) -> Decision:
         return self._decision
@@ -43,9 +53,22 @@ class FixedController(Controller):
     def observe(self, obs: Observation) -> None:
         self.rounds += 1
 
-    def observe_values(self, now_s, drafted, accepted, confidences, draft_s, verify_s,
-                       context_tokens, lossy_accepts, emitted, sentence_ends, batch_size=1,
-                       batch_tokens=0, batch_context_tokens=0) -> None:
+    def observe_values(
+        self,
+        now_s,
+        drafted,
+        accepted,
+        confidences,
+        draft_s,
+        verify_s,
+        context_tokens,
+        lossy_accepts,
+        emitted,
+        sentence_ends,
+        batch_size=1,
+        batch_tokens=0,
+        batch_context_tokens=0,
+    ) -> None:
         self.rounds += 1
 
     def state(self) -> dict[str, Any]:

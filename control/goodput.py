@@ -40,19 +40,19 @@ class RoundPlan:
 
     k: np.ndarray
     cap: int
-    caps: np.ndarray      # the caps tried, one per row of k_by_cap and goodput
+    caps: np.ndarray  # the caps tried, one per row of k_by_cap and goodput
     k_by_cap: np.ndarray  # (rows, B): the draft lengths chosen under each cap tried
-    goodput: np.ndarray   # tokens per second predicted for each cap tried
-    seconds: float       # predicted round time of the chosen plan
+    goodput: np.ndarray  # tokens per second predicted for each cap tried
+    seconds: float  # predicted round time of the chosen plan
 
 
 @dataclass(frozen=True)
 class CostFunctions:
     """Round-time pieces as vectorised functions (e.g. of a :class:`RoundCostModel`)."""
 
-    verify_s: Callable[[np.ndarray], np.ndarray]      # N -> seconds
+    verify_s: Callable[[np.ndarray], np.ndarray]  # N -> seconds
     verify_slope: Callable[[np.ndarray], np.ndarray]  # N -> seconds per verified token
-    step_s: Callable[[np.ndarray], np.ndarray]        # drafting sequences -> seconds per step
+    step_s: Callable[[np.ndarray], np.ndarray]  # drafting sequences -> seconds per step
     overhead_s: float = 0.0
 
 
@@ -65,9 +65,15 @@ def round_seconds(k: np.ndarray, costs: CostFunctions) -> np.ndarray:
     return draft + costs.verify_s(tokens) + costs.overhead_s
 
 
-def plan_round_lengths(a: np.ndarray, kcap: np.ndarray, costs: CostFunctions, k_max: int,
-                       weight: np.ndarray | None = None, iterations: int = 4,
-                       cap_range: tuple[int, int] | None = None) -> RoundPlan:
+def plan_round_lengths(
+    a: np.ndarray,
+    kcap: np.ndarray,
+    costs: CostFunctions,
+    k_max: int,
+    weight: np.ndarray | None = None,
+    iterations: int = 4,
+    cap_range: tuple[int, int] | None = None,
+) -> RoundPlan:
     """Draft lengths maximising ``Σ E_i(k_i) / T`` with ``k_i ≤ min(m, kcap_i)`` per cap m.
 
     ``a``: per-sequence acceptance rates, shape ``(B,)`` (i.i.d. per token: token j is accepted
@@ -83,13 +89,13 @@ def plan_round_lengths(a: np.ndarray, kcap: np.ndarray, costs: CostFunctions, k_
     kcap = np.minimum(np.asarray(kcap, dtype=np.int64), K)
     w = np.ones(B) if weight is None else np.asarray(weight, dtype=float)
     if a.ndim == 1:
-        powers = a[None, :] ** np.arange(K + 1)[:, None]   # (K+1, B): P(token j accepted)
+        powers = a[None, :] ** np.arange(K + 1)[:, None]  # (K+1, B): P(token j accepted)
     else:
         powers = np.vstack([np.ones((1, B)), np.cumprod(a[:K], axis=0)])
-    cum = np.cumsum(powers, axis=0)                    # E(a_i, k) at row k
+    cum = np.cumsum(powers, axis=0)  # E(a_i, k) at row k
     lo, hi = (0, K) if cap_range is None else (max(0, cap_range[0]), min(K, cap_range[1]))
     caps = np.arange(lo, hi + 1)
-    bound = np.minimum(caps[:, None], kcap[None, :])   # (caps, B)
+    bound = np.minimum(caps[:, None], kcap[None, :])  # (caps, B)
     k = bound
     t0 = round_seconds(np.zeros((1, B), dtype=np.int64), costs)[0]
     cols = np.arange(B)[None, :]
@@ -98,8 +104,8 @@ def plan_round_lengths(a: np.ndarray, kcap: np.ndarray, costs: CostFunctions, k_
     g = cum[k, cols].sum(axis=1) / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
     for _ in range(iterations):
         v = costs.verify_slope((k + 1).sum(axis=1))
-        thr = (g * v)[:, None] / w[None, :]                     # (caps, B)
-        keep = powers[1:, None, :] >= thr[None, :, :]           # (K, caps, B): token j pays
+        thr = (g * v)[:, None] / w[None, :]  # (caps, B)
+        keep = powers[1:, None, :] >= thr[None, :, :]  # (K, caps, B): token j pays
         kstar = np.minimum(bound, keep.sum(axis=0))
         # drafting at all also adds this sequence to every draft step of the round
         d = (k > 0).sum(axis=1)
@@ -114,5 +120,6 @@ def plan_round_lengths(a: np.ndarray, kcap: np.ndarray, costs: CostFunctions, k_
     best = int(np.argmax(g))  # first maximum: the shortest cap among ties
     # the plan's true cap: sequences may all have stopped below the row's cap
     cap = int(k[best].max()) if B else 0
-    return RoundPlan(k=k[best].copy(), cap=cap, caps=caps, k_by_cap=k, goodput=g,
-                     seconds=float(t[best]))
+    return RoundPlan(
+        k=k[best].copy(), cap=cap, caps=caps, k_by_cap=k, goodput=g, seconds=float(t[best])
+    )

@@ -22,8 +22,9 @@ class HFHeuristicConfig:
     # HF's assistant starts from 5 drafted tokens in the worked example.
     k0: int = param(5, lo=1, hi=64, doc="initial draft length", tune=(1, 16))
     # 32: beyond it a single rejection wastes more than a round; the static KV cache needs a cap.
-    k_max: int = param(32, lo=1, hi=64, doc="cap on the draft length",
-                       tune=(1, 64), lo_from=("k0", 0))
+    k_max: int = param(
+        32, lo=1, hi=64, doc="cap on the draft length", tune=(1, 64), lo_from=("k0", 0)
+    )
 
     def __post_init__(self) -> None:
         if self.k0 > self.k_max:

@@ -39,12 +39,15 @@ def acceptance_rate(accepted: Any, rejected_rounds: Any) -> Any:
     return ratio(accepted, accepted + rejected_rounds)
 
 
-def speculation_metrics(*, rounds: Any, accepted: Any, rejected_rounds: Any, drafted: Any,
-                        accepted_emitted: Any = None) -> dict[str, Any]:
+def speculation_metrics(
+    *, rounds: Any, accepted: Any, rejected_rounds: Any, drafted: Any, accepted_emitted: Any = None
+) -> dict[str, Any]:
     """Mean accepted length, â, VPR and (given ``accepted_emitted``) DU from totals."""
-    out = {"mean_accepted_length": mean_accepted_length(accepted, rounds),
-           "acceptance_rate": acceptance_rate(accepted, rejected_rounds),
-           "vpr": ratio(accepted, drafted)}
+    out = {
+        "mean_accepted_length": mean_accepted_length(accepted, rounds),
+        "acceptance_rate": acceptance_rate(accepted, rejected_rounds),
+        "vpr": ratio(accepted, drafted),
+    }
     if accepted_emitted is not None:
         out["du"] = ratio(accepted_emitted, drafted)
     return out
@@ -64,8 +67,9 @@ def round_totals(accepted: Iterable[int], drafted: Iterable[int]) -> dict[str, i
 def record_metrics(records: Iterable[Any]) -> dict[str, Any]:
     """Speculation metrics of ``RoundRecord``-like objects (``accepted``, ``drafted``)."""
     recs = list(records)
-    return speculation_metrics(**round_totals([r.accepted for r in recs],
-                                              [r.drafted for r in recs]))
+    return speculation_metrics(
+        **round_totals([r.accepted for r in recs], [r.drafted for r in recs])
+    )
 
 
 def json_safe(v: Any) -> Any:
@@ -81,7 +85,7 @@ def json_safe(v: Any) -> Any:
         return float(v) if math.isfinite(v) else None
     if isinstance(v, int):
         return int(v)
-    item = getattr(v, "item", None)   # a numpy scalar (np.float64, np.int64, np.bool_)
+    item = getattr(v, "item", None)  # a numpy scalar (np.float64, np.int64, np.bool_)
     if item is not None and getattr(v, "shape", None) == ():
         return json_safe(item())
     return v

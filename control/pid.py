@@ -15,11 +15,23 @@ from __future__ import annotations
 
 
 class PID:
-    __slots__ = ("kp", "ki", "kd", "d_filter", "lo", "hi", "initial", "integrator",
-                 "d_state", "e_prev", "output")
+    __slots__ = (
+        "kp",
+        "ki",
+        "kd",
+        "d_filter",
+        "lo",
+        "hi",
+        "initial",
+        "integrator",
+        "d_state",
+        "e_prev",
+        "output",
+    )
 
-    def __init__(self, kp: float, ki: float, kd: float, d_filter: float, lo: float, hi: float,
-                 initial: float) -> None:
+    def __init__(
+        self, kp: float, ki: float, kd: float, d_filter: float, lo: float, hi: float, initial: float
+    ) -> None:
         if not lo <= initial <= hi:
             raise ValueError(f"PID initial value {initial} outside [{lo}, {hi}]")
         if not 0.0 < d_filter <= 1.0:

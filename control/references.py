@@ -42,8 +42,9 @@ class ClairvoyantConfig:
     # the causal planner's cold start, so both learn their costs from the same first rounds.
     k_start: int = param(4, lo=1, hi=64, doc="cap of the first rounds (cold start)", tune=(1, 16))
     # the causal planner's forgetting, for the same reason.
-    cost_forget: float = param(0.99, lo=0.5, hi=1.0, doc="forgetting factor of the cost fit",
-                               tune=(0.9, 1.0))
+    cost_forget: float = param(
+        0.99, lo=0.5, hi=1.0, doc="forgetting factor of the cost fit", tune=(0.9, 1.0)
+    )
 
 
 class ClairvoyantPlanner:
@@ -130,10 +131,21 @@ class ClairvoyantController(Controller):
         self.rounds += 1
         self.future = None
         self.context_tokens = obs.context_tokens + obs.emitted
-        self._solo.observe_round(RoundStats(
-            obs.now_s - obs.draft_s - obs.verify_s, obs.now_s, 1, 1 if obs.drafted else 0,
-            obs.drafted, obs.drafted + 1, obs.context_tokens, obs.draft_s, obs.verify_s,
-            obs.accepted, obs.emitted))
+        self._solo.observe_round(
+            RoundStats(
+                obs.now_s - obs.draft_s - obs.verify_s,
+                obs.now_s,
+                1,
+                1 if obs.drafted else 0,
+                obs.drafted,
+                obs.drafted + 1,
+                obs.context_tokens,
+                obs.draft_s,
+                obs.verify_s,
+                obs.accepted,
+                obs.emitted,
+            )
+        )
 
     def state(self) -> dict[str, Any]:
         return {"k": self.last_k, "future": self.future, "rounds": self.rounds}

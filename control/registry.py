@@ -13,8 +13,11 @@ from control.errors import ConfigError
 _REGISTRY: dict[str, tuple[str, str, str]] = {
     "fixed": ("control.fixed", "FixedController", "FixedConfig"),
     "hf-heuristic": ("control.hf_heuristic", "HFHeuristicController", "HFHeuristicConfig"),
-    "confidence-stop": ("control.confidence_stop", "ConfidenceStopController",
-                        "ConfidenceStopConfig"),
+    "confidence-stop": (
+        "control.confidence_stop",
+        "ConfidenceStopController",
+        "ConfidenceStopConfig",
+    ),
     "ema-hysteresis": ("control.ema_hysteresis", "EmaHysteresisController", "EmaHysteresisConfig"),
     "analytic": ("control.analytic", "AnalyticController", "AnalyticConfig"),
     "dspark": ("control.dspark", "DSparkController", "DSparkConfig"),
@@ -54,8 +57,9 @@ def make_config(name: str, config: Any = None, source: str = "<config>") -> Any:
         return config
     if isinstance(config, dict):
         return from_mapping(cls, config, source=source, prefix=f"controller.{name}")
-    raise ConfigError(f"{source}: controller '{name}' needs a {cls.__name__}, got "
-                      f"{type(config).__name__}")
+    raise ConfigError(
+        f"{source}: controller '{name}' needs a {cls.__name__}, got {type(config).__name__}"
+    )
 
 
 def make_controller(name: str, config: Any = None, source: str = "<config>") -> Controller:

@@ -66,9 +66,21 @@ class Observation:
     field) dominated that cost. Equality, hashing and ``repr`` are by value over the fields.
     """
 
-    __slots__ = ("now_s", "drafted", "accepted", "confidences", "draft_s",
-                 "verify_s", "context_tokens", "lossy_accepts", "emitted", "sentence_ends",
-                 "batch_size", "batch_tokens", "batch_context_tokens")
+    __slots__ = (
+        "now_s",
+        "drafted",
+        "accepted",
+        "confidences",
+        "draft_s",
+        "verify_s",
+        "context_tokens",
+        "lossy_accepts",
+        "emitted",
+        "sentence_ends",
+        "batch_size",
+        "batch_tokens",
+        "batch_context_tokens",
+    )
 
     now_s: float
     drafted: int
@@ -84,17 +96,31 @@ class Observation:
     batch_tokens: int
     batch_context_tokens: int
 
-    def __init__(self, now_s: float, drafted: int, accepted: int,
-                 confidences: tuple[float, ...] = (), draft_s: float = 0.0,
-                 verify_s: float = 0.0, context_tokens: int = 0, lossy_accepts: int = 0,
-                 emitted: int = -1, sentence_ends: tuple[int, ...] = (), batch_size: int = 1,
-                 batch_tokens: int = 0, batch_context_tokens: int = 0) -> None:
+    def __init__(
+        self,
+        now_s: float,
+        drafted: int,
+        accepted: int,
+        confidences: tuple[float, ...] = (),
+        draft_s: float = 0.0,
+        verify_s: float = 0.0,
+        context_tokens: int = 0,
+        lossy_accepts: int = 0,
+        emitted: int = -1,
+        sentence_ends: tuple[int, ...] = (),
+        batch_size: int = 1,
+        batch_tokens: int = 0,
+        batch_context_tokens: int = 0,
+    ) -> None:
         if not 0 <= accepted <= drafted:
-            raise ValueError(f"Observation needs 0 <= accepted <= drafted, "
-                             f"got accepted={accepted}, drafted={drafted}")
+            raise ValueError(
+                f"Observation needs 0 <= accepted <= drafted, "
+                f"got accepted={accepted}, drafted={drafted}"
+            )
         if confidences and len(confidences) != drafted:
-            raise ValueError(f"Observation has {len(confidences)} confidences "
-                             f"for {drafted} drafted tokens")
+            raise ValueError(
+                f"Observation has {len(confidences)} confidences for {drafted} drafted tokens"
+            )
         self.now_s = now_s
         self.drafted = drafted
         self.accepted = accepted
@@ -121,8 +147,11 @@ class Observation:
         return hash(self._values())
 
     def __repr__(self) -> str:
-        return "Observation(" + ", ".join(f"{f}={getattr(self, f)!r}"
-                                          for f in OBSERVATION_FIELDS) + ")"
+        return (
+            "Observation("
+            + ", ".join(f"{f}={getattr(self, f)!r}" for f in OBSERVATION_FIELDS)
+            + ")"
+        )
 
     @property
     def rejected(self) -> bool:
@@ -161,27 +190,55 @@ class RoundRecord:
     batch_context_tokens: int = 0
 
     @classmethod
-    def from_round(cls, request_id: int, round_index: int, decision: Decision,
-                   obs: Observation, controller: str = "") -> RoundRecord:
-        return cls(request_id=request_id, round=round_index, now_s=obs.now_s, k=decision.k,
-                   drafted=obs.drafted, accepted=obs.accepted, emitted=obs.emitted,
-                   draft_s=obs.draft_s, verify_s=obs.verify_s,
-                   context_tokens=obs.context_tokens, mode=decision.mode, beta=decision.beta,
-                   tau=decision.tau, lossy_accepts=obs.lossy_accepts,
-                   block_end=decision.block_end, confidences=tuple(obs.confidences),
-                   sentence_ends=tuple(obs.sentence_ends), controller=controller,
-                   batch_size=obs.batch_size, batch_tokens=obs.batch_tokens,
-                   batch_context_tokens=obs.batch_context_tokens)
+    def from_round(
+        cls,
+        request_id: int,
+        round_index: int,
+        decision: Decision,
+        obs: Observation,
+        controller: str = "",
+    ) -> RoundRecord:
+        return cls(
+            request_id=request_id,
+            round=round_index,
+            now_s=obs.now_s,
+            k=decision.k,
+            drafted=obs.drafted,
+            accepted=obs.accepted,
+            emitted=obs.emitted,
+            draft_s=obs.draft_s,
+            verify_s=obs.verify_s,
+            context_tokens=obs.context_tokens,
+            mode=decision.mode,
+            beta=decision.beta,
+            tau=decision.tau,
+            lossy_accepts=obs.lossy_accepts,
+            block_end=decision.block_end,
+            confidences=tuple(obs.confidences),
+            sentence_ends=tuple(obs.sentence_ends),
+            controller=controller,
+            batch_size=obs.batch_size,
+            batch_tokens=obs.batch_tokens,
+            batch_context_tokens=obs.batch_context_tokens,
+        )
 
     def observation(self) -> Observation:
         """The observation this round fed to its controller."""
-        return Observation(now_s=self.now_s, drafted=self.drafted, accepted=self.accepted,
-                           confidences=self.confidences, draft_s=self.draft_s,
-                           verify_s=self.verify_s, context_tokens=self.context_tokens,
-                           lossy_accepts=self.lossy_accepts, emitted=self.emitted,
-                           sentence_ends=self.sentence_ends, batch_size=self.batch_size,
-                           batch_tokens=self.batch_tokens,
-                           batch_context_tokens=self.batch_context_tokens)
+        return Observation(
+            now_s=self.now_s,
+            drafted=self.drafted,
+            accepted=self.accepted,
+            confidences=self.confidences,
+            draft_s=self.draft_s,
+            verify_s=self.verify_s,
+            context_tokens=self.context_tokens,
+            lossy_accepts=self.lossy_accepts,
+            emitted=self.emitted,
+            sentence_ends=self.sentence_ends,
+            batch_size=self.batch_size,
+            batch_tokens=self.batch_tokens,
+            batch_context_tokens=self.batch_context_tokens,
+        )
 
 
 @dataclass(frozen=True)

@@ -38,9 +38,16 @@ def row_of(obs) -> tuple:
     """The window row of an :class:`~control.types.Observation`:
     ``(n, rej, drafted, emitted, draft_s, round_s, lossy, now_s)``."""
     n, d = obs.accepted, obs.drafted
-    return (n, 1 if n < d else 0, d, obs.emitted, obs.draft_s, obs.draft_s + obs.verify_s,
-            obs.lossy_accepts, obs.now_s)
-
+    return (
+        n,
+        1 if n < d else 0,
+        d,
+        obs.emitted,
+        obs.draft_s,
+        obs.draft_s + obs.verify_s,
+        obs.lossy_accepts,
+        obs.now_s,
+    )
 
 
 def _window_sum(j: int, every_field: bool = False) -> property:
@@ -67,7 +74,7 @@ class RoundWindow:
             raise ValueError(f"window size must be >= 1, got {size}")
         self.size = size
         self._cap = 4 * size + 64  # history length that a read trims back to 2 · size
-        self._h: list = []      # pushed rounds, oldest first, as row tuples
+        self._h: list = []  # pushed rounds, oldest first, as row tuples
         #: Add one round given as its row ``(n, rej, drafted, emitted, draft_s, round_s, lossy,
         #: now_s)``: the history list's own ``append``, so a push costs no Python frame. The
         #: list lives as long as the window (``clear`` empties it in place), so a caller may
@@ -77,13 +84,22 @@ class RoundWindow:
 
     def clear(self) -> None:
         self._h.clear()
-        self._off = 0           # absolute push index of _h[0]
-        self._ct = 0            # push count the cached sums _s cover
+        self._off = 0  # absolute push index of _h[0]
+        self._ct = 0  # push count the cached sums _s cover
         # n, rej, drafted, emitted, draft_s, round_s, lossy (running-sum state at push _ct)
         self._s = [0, 0, 0, 0, 0.0, 0.0, 0]
 
-    def push(self, n: int, rej: int, drafted: int, emitted: int, draft_s: float,
-             round_s: float, lossy: int, now_s: float = 0.0) -> None:
+    def push(
+        self,
+        n: int,
+        rej: int,
+        drafted: int,
+        emitted: int,
+        draft_s: float,
+        round_s: float,
+        lossy: int,
+        now_s: float = 0.0,
+    ) -> None:
         """Add one round (``rej`` is 1 when it ended in a rejection); drop the oldest if full."""
         self._h.append((n, rej, drafted, emitted, draft_s, round_s, lossy, now_s))
 
@@ -140,7 +156,7 @@ class RoundWindow:
     # --- internals --
     def _rows(self, lo: int, hi: int) -> list:
         """Rows of the pushes with absolute indices lo..hi-1."""
-        return self._h[lo - self._off:hi - self._off]
+        return self._h[lo - self._off : hi - self._off]
 
     def _trim(self) -> None:
         h = self._h
@@ -160,8 +176,11 @@ class RoundWindow:
             return s
         if len(h) >= self._cap:
             self._trim()
-        if (s[2] is not None and t - ct <= size // 2 + 1
-                and (ct - size if ct > size else 0) >= self._off):
+        if (
+            s[2] is not None
+            and t - ct <= size // 2 + 1
+            and (ct - size if ct > size else 0) >= self._off
+        ):
             self._catch_up(ct, t)
         else:
             self._recompute(t, full)
@@ -186,7 +205,7 @@ class RoundWindow:
             sds += new[4] - old[4]
             srs += new[5] - old[5]
             if (p + 1) % size == 0:  # the ring wrapped: exact re-sum of the float columns
-                ring = rows[p + 1 - size - lo:p + 1 - lo]
+                ring = rows[p + 1 - size - lo : p + 1 - lo]
                 sds = sum([r[4] for r in ring])
                 srs = sum([r[5] for r in ring])
         self._s = [sn, srej, sdr, sem, sds, srs, slo]
@@ -208,21 +227,28 @@ class RoundWindow:
     def _recompute(self, t: int, full: bool) -> None:
         """The sums after push t from the rounds since the ring wrap before the last one."""
         size = self.size
-        w = t - t % size          # pushes at the last wrap
+        w = t - t % size  # pushes at the last wrap
         lo = w - size if w else 0
         rows = self._rows(lo, t)
         win = rows[-size:]
-        s = [sum([r[0] for r in win]), sum([r[1] for r in win]), None,
-             sum([r[3] for r in win]), None, self._float_sum([r[5] for r in rows], size, w > 0),
-             sum([r[6] for r in win])]
+        s = [
+            sum([r[0] for r in win]),
+            sum([r[1] for r in win]),
+            None,
+            sum([r[3] for r in win]),
+            None,
+            self._float_sum([r[5] for r in rows], size, w > 0),
+            sum([r[6] for r in win]),
+        ]
         if full:
             s[2] = sum([r[2] for r in win])
             s[4] = self._float_sum([r[4] for r in rows], size, w > 0)
         self._s = s
 
 
-def a_hat_of(accepted: list[int] | tuple[int, ...],
-             drafted: list[int] | tuple[int, ...]) -> float | None:
+def a_hat_of(
+    accepted: list[int] | tuple[int, ...], drafted: list[int] | tuple[int, ...]
+) -> float | None:
     """â of a list of rounds (reference implementation used by tests and reports)."""
     s = sum(accepted)
     rej = sum(1 for n, k in zip(accepted, drafted) if n < k)

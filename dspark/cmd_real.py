@@ -21,11 +21,16 @@ REAL_SUBCOMMANDS = {
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("real", help="run the real speculative-decoding engine",
-                              description=__doc__.split("\n\n")[0])
+    p = subparsers.add_parser(
+        "real",
+        help="run the real speculative-decoding engine",
+        description=__doc__.split("\n\n")[0],
+    )
     from dspark.cli import add_subcommands
-    add_subcommands(p.add_subparsers(dest="real_command", metavar="REAL_COMMAND"),
-                    REAL_SUBCOMMANDS, "_real_run")
+
+    add_subcommands(
+        p.add_subparsers(dest="real_command", metavar="REAL_COMMAND"), REAL_SUBCOMMANDS, "_real_run"
+    )
     p.set_defaults(_parser=p)
     return p
 
@@ -40,14 +45,17 @@ def run(args: argparse.Namespace) -> int:
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
     """Engine options shared by generate / bench (and later profile / trace)."""
-    p.add_argument("--config", default=None, help="TOML file with [engine] and "
-                   "[controller.<name>] tables")
+    p.add_argument(
+        "--config", default=None, help="TOML file with [engine] and [controller.<name>] tables"
+    )
     p.add_argument("--checkpoints", default=None, help="checkpoint folder (default: shipped)")
     from real import DRAFTERS
+
     p.add_argument("--drafter", choices=DRAFTERS, default=None)
     p.add_argument("--device", choices=("cpu", "cuda"), default=None)
-    p.add_argument("--target-dtype", default=None,
-                   choices=("float32", "float64", "bfloat16", "float16"))
+    p.add_argument(
+        "--target-dtype", default=None, choices=("float32", "float64", "bfloat16", "float16")
+    )
     p.add_argument("--temperature", type=float, default=None)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
@@ -57,9 +65,15 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
 def engine_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The engine options given on the command line (None: not given)."""
-    return {"drafter": args.drafter, "device": args.device, "target_dtype": args.target_dtype,
-            "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
-            "seed": args.seed}
+    return {
+        "drafter": args.drafter,
+        "device": args.device,
+        "target_dtype": args.target_dtype,
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "seed": args.seed,
+    }
 
 
 def engine_config(args: argparse.Namespace, **overrides: Any):

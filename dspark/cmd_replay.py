@@ -16,14 +16,20 @@ from control.errors import DSparkError
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("replay", help="replay a round trace through a controller",
-                              description=__doc__.split("\n\n")[0])
+    p = subparsers.add_parser(
+        "replay",
+        help="replay a round trace through a controller",
+        description=__doc__.split("\n\n")[0],
+    )
     p.add_argument("trace", help="round trace CSV (RoundRecord columns)")
     p.add_argument("--controller", default="dspark", help="controller name (default: dspark)")
-    p.add_argument("--config", default=None,
-                   help="TOML file with a [controller.<name>] table")
-    p.add_argument("--every", type=int, default=1,
-                   help="print every N-th round (block ends are always printed)")
+    p.add_argument("--config", default=None, help="TOML file with a [controller.<name>] table")
+    p.add_argument(
+        "--every",
+        type=int,
+        default=1,
+        help="print every N-th round (block ends are always printed)",
+    )
     return p
 
 
@@ -32,6 +38,7 @@ def load_trace(path: str) -> list:
     import pandas as pd
 
     from control.types import records_from_rows
+
     try:
         df = pd.read_csv(path)
     except FileNotFoundError:
@@ -41,6 +48,7 @@ def load_trace(path: str) -> list:
     import dataclasses
 
     from control.types import RoundRecord
+
     for f in dataclasses.fields(RoundRecord):
         if f.default is dataclasses.MISSING and f.name not in df.columns:
             raise DSparkError(f"{path}: missing column {f.name!r}")
@@ -73,8 +81,7 @@ def check_columns(df, path: str) -> None:
             i = int(rows[0])
             cell = df[col].iloc[i]
             cell = cell.item() if hasattr(cell, "item") else cell
-            raise DSparkError(f"{path}: row {i + 2}: bad value {col} = {cell!r}; "
-                              f"allowed {allowed}")
+            raise DSparkError(f"{path}: row {i + 2}: bad value {col} = {cell!r}; allowed {allowed}")
 
     for f in dataclasses.fields(RoundRecord):
         if f.name not in df.columns:
@@ -90,8 +97,11 @@ def check_columns(df, path: str) -> None:
             else:
                 whole = finite & (v.to_numpy() == np.round(v.to_numpy()))
                 lo = -1 if f.name == "emitted" else 0
-                bad(~whole | (v.to_numpy() < lo) | (np.abs(v.to_numpy()) >= 2 ** 62), f.name,
-                    f"a whole number >= {lo}")
+                bad(
+                    ~whole | (v.to_numpy() < lo) | (np.abs(v.to_numpy()) >= 2**62),
+                    f.name,
+                    f"a whole number >= {lo}",
+                )
         elif kind == "bool":
             text = col.map(lambda x: str(x).strip().lower())
             bad(~text.isin(_TRUE + _FALSE), f.name, "true or false")
@@ -102,6 +112,7 @@ def controller_config(name: str, path: str | None) -> Any:
     no file)."""
     from control.configio import read_toml
     from control.registry import make_config
+
     if path is None:
         return make_config(name)
     data = read_toml(path)
@@ -114,6 +125,7 @@ def controller_config(name: str, path: str | None) -> Any:
 def replay(records: list, name: str, config: Any) -> list[dict]:
     """One row per round: the recorded round and the controller's decision and state."""
     from control.registry import make_controller
+
     ctrl = make_controller(name, config)
     rows = []
     current = None
@@ -129,10 +141,21 @@ def replay(records: list, name: str, config: Any) -> list[dict]:
             ctrl.set_future(rec.accepted)
         d = ctrl.decide(rec.now_s)
         st = ctrl.state()
-        rows.append({"request": rec.request_id, "round": rec.round, "k_obs": rec.k,
-                     "n_obs": rec.accepted, "k": d.k, "mode": d.mode, "beta": d.beta,
-                     "tau": d.tau, "alpha": st.get("alpha"), "a_hat": st.get("a_hat"),
-                     "block_end": d.block_end})
+        rows.append(
+            {
+                "request": rec.request_id,
+                "round": rec.round,
+                "k_obs": rec.k,
+                "n_obs": rec.accepted,
+                "k": d.k,
+                "mode": d.mode,
+                "beta": d.beta,
+                "tau": d.tau,
+                "alpha": st.get("alpha"),
+                "a_hat": st.get("a_hat"),
+                "block_end": d.block_end,
+            }
+        )
         ctrl.observe(obs)
     return rows
 
@@ -148,12 +171,23 @@ def _fmt(v: Any) -> str:
 
 
 def format_table(rows: list[dict], every: int = 1) -> str:
-    cols = ["request", "round", "k_obs", "n_obs", "k", "mode", "beta", "alpha", "a_hat",
-            "block_end"]
+    cols = [
+        "request",
+        "round",
+        "k_obs",
+        "n_obs",
+        "k",
+        "mode",
+        "beta",
+        "alpha",
+        "a_hat",
+        "block_end",
+    ]
     shown = [r for i, r in enumerate(rows) if i % every == 0 or r["block_end"]]
     cells = [[_fmt(r[c]) for c in cols] for r in shown]
-    widths = [max(len(c), *(len(x[j]) for x in cells)) if cells else len(c)
-              for j, c in enumerate(cols)]
+    widths = [
+        max(len(c), *(len(x[j]) for x in cells)) if cells else len(c) for j, c in enumerate(cols)
+    ]
     lines = ["  ".join(c.rjust(w) for c, w in zip(cols, widths))]
     lines += ["  ".join(x.rjust(w) for x, w in zip(row, widths)) for row in cells]
     return "\n".join(lines)
@@ -163,14 +197,18 @@ def run(args: argparse.Namespace) -> int:
     if args.every < 1:
         raise DSparkError(f"--every must be >= 1, got {args.every}")
     from control.registry import controller_names
+
     if args.controller not in controller_names():
-        raise DSparkError(f"unknown controller '{args.controller}'; allowed: "
-                          f"{', '.join(controller_names())}")
+        raise DSparkError(
+            f"unknown controller '{args.controller}'; allowed: {', '.join(controller_names())}"
+        )
     config = controller_config(args.controller, args.config)
     records = load_trace(args.trace)
     rows = replay(records, args.controller, config)
     print(format_table(rows, args.every))
     blocks = sum(1 for r in rows if r["block_end"])
-    print(f"{len(rows)} rounds replayed through {args.controller}; {blocks} block ends",
-          file=sys.stdout)
+    print(
+        f"{len(rows)} rounds replayed through {args.controller}; {blocks} block ends",
+        file=sys.stdout,
+    )
     return 0

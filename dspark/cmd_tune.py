@@ -18,26 +18,50 @@ OBJECTIVES = ("throughput", "goodput", "p99_tpot", "throughput-p99", "throughput
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("tune", help="tune a controller on the simulator (Optuna)",
-                              description=__doc__.split("\n\n")[0])
+    p = subparsers.add_parser(
+        "tune",
+        help="tune a controller on the simulator (Optuna)",
+        description=__doc__.split("\n\n")[0],
+    )
     p.add_argument("config", help="tuning config TOML (see configs/tune_*.toml)")
-    p.add_argument("--trials", type=int, default=None, metavar="N",
-                   help="trials in total across workers (default: the config's n_trials)")
-    p.add_argument("--storage", default=None, metavar="URL",
-                   help="memory | journal (default: OUT/study.journal) | PATH.journal | "
-                        "sqlite:///PATH | postgresql://USER@HOST/DB")
-    p.add_argument("--workers", type=int, default=1, metavar="W",
-                   help="worker processes on the storage (default 1)")
-    p.add_argument("--objective", choices=OBJECTIVES, default=None,
-                   help="override the config's objective")
-    p.add_argument("--controller", default=None, metavar="NAME",
-                   help="override the controller to tune")
-    p.add_argument("--sampler", choices=("auto", "tpe", "cmaes", "gp", "random", "nsga2"),
-                   default=None, help="override the config's sampler")
+    p.add_argument(
+        "--trials",
+        type=int,
+        default=None,
+        metavar="N",
+        help="trials in total across workers (default: the config's n_trials)",
+    )
+    p.add_argument(
+        "--storage",
+        default=None,
+        metavar="URL",
+        help="memory | journal (default: OUT/study.journal) | PATH.journal | "
+        "sqlite:///PATH | postgresql://USER@HOST/DB",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="W",
+        help="worker processes on the storage (default 1)",
+    )
+    p.add_argument(
+        "--objective", choices=OBJECTIVES, default=None, help="override the config's objective"
+    )
+    p.add_argument(
+        "--controller", default=None, metavar="NAME", help="override the controller to tune"
+    )
+    p.add_argument(
+        "--sampler",
+        choices=("auto", "tpe", "cmaes", "gp", "random", "nsga2"),
+        default=None,
+        help="override the config's sampler",
+    )
     p.add_argument("--seed", type=int, default=None, help="override the sampler seed")
     p.add_argument("--study-name", default=None, help="override the study name")
-    p.add_argument("--out", default=None, metavar="DIR",
-                   help="run folder (default runs/tune-<study name>)")
+    p.add_argument(
+        "--out", default=None, metavar="DIR", help="run folder (default runs/tune-<study name>)"
+    )
     p.add_argument("--resume", action="store_true", help="continue the study if it exists")
     p.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -54,9 +78,15 @@ def run(args: argparse.Namespace) -> int:
         raise DSparkError(f"--workers {args.workers}: must be >= 1")
     if args.trials is not None and args.trials < 1:
         raise DSparkError(f"--trials {args.trials}: must be >= 1")
-    cfg = load_tuning_config(args.config, n_trials=args.trials, objective=args.objective,
-                             controller=args.controller, sampler=args.sampler, seed=args.seed,
-                             study_name=args.study_name)
+    cfg = load_tuning_config(
+        args.config,
+        n_trials=args.trials,
+        objective=args.objective,
+        controller=args.controller,
+        sampler=args.sampler,
+        seed=args.seed,
+        study_name=args.study_name,
+    )
     out = args.out or f"runs/tune-{cfg.study_name()}"
     progress = not args.quiet
 
@@ -64,17 +94,30 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"tune: {msg}", file=sys.stderr)
 
-    summary = tune(cfg, out, storage=args.storage, workers=args.workers, resume=args.resume,
-                   progress=progress, evaluate_heldout=not args.no_eval, log=log)
-    print(f"study {summary['study_name']} ({summary['storage']}): {summary['n_trials']} trials "
-          f"({summary['n_complete']} complete, {summary['n_pruned']} pruned), "
-          f"best trial {summary['best_trial']}: {summary['objective']} = {summary['best_value']}")
+    summary = tune(
+        cfg,
+        out,
+        storage=args.storage,
+        workers=args.workers,
+        resume=args.resume,
+        progress=progress,
+        evaluate_heldout=not args.no_eval,
+        log=log,
+    )
+    print(
+        f"study {summary['study_name']} ({summary['storage']}): {summary['n_trials']} trials "
+        f"({summary['n_complete']} complete, {summary['n_pruned']} pruned), "
+        f"best trial {summary['best_trial']}: {summary['objective']} = {summary['best_value']}"
+    )
     print("best params: " + ", ".join(f"{k}={_fmt(v)}" for k, v in summary["best_params"].items()))
     if not args.no_eval:
         import pandas as pd
+
         df = pd.read_csv(f"{out}/evaluation.csv")
-        print(f"held-out evaluation (mean over {df['workload'].nunique()} workloads x "
-              f"{df['seed'].nunique()} seeds):")
+        print(
+            f"held-out evaluation (mean over {df['workload'].nunique()} workloads x "
+            f"{df['seed'].nunique()} seeds):"
+        )
         with pd.option_context("display.width", 160, "display.max_columns", 20):
             print(table(df).to_string(float_format=lambda v: f"{v:.4g}"))
     print(f"run folder: {out}  (optuna-dashboard {summary['storage'].removeprefix('journal:')})")

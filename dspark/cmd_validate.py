@@ -20,26 +20,49 @@ from dspark.args import parse_sets
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("validate", help="measure how well the simulator predicts the engine",
-                              description=__doc__.split("\n\n")[0])
-    p.add_argument("config", nargs="?", default=None,
-                   help="validate TOML (default: configs/validate.toml)")
+    p = subparsers.add_parser(
+        "validate",
+        help="measure how well the simulator predicts the engine",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument(
+        "config", nargs="?", default=None, help="validate TOML (default: configs/validate.toml)"
+    )
     p.add_argument("--out", default="runs/validate", help="run folder (default: runs/validate)")
-    p.add_argument("--fast", action="store_true",
-                   help="tiny random models, small grid and prompt sets "
-                   "(CI; configs/validate_tiny.toml)")
+    p.add_argument(
+        "--fast",
+        action="store_true",
+        help="tiny random models, small grid and prompt sets (CI; configs/validate_tiny.toml)",
+    )
     p.add_argument("--repeats", type=int, default=None, help="real runs per pair (override)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key (TOML value), e.g. --set engine.device='\"cuda\"'")
-    p.add_argument("--part", choices=("all", "batch1", "batched"), default=None,
-                   help="run only this part (default: the config's parts; all = both)")
-    p.add_argument("--max-error", type=float, default=None, metavar="PCT",
-                   help="exit 1 when a headline |error| is above PCT (overrides the config's "
-                        "max_error_pct and batched.max_error_pct; 0 = off)")
-    p.add_argument("--reanalyze", action="store_true",
-                   help="batched part only: predict and compare again from the measurements "
-                        "already in --out (its config.toml; no engine run), e.g. after a "
-                        "simulator change")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key (TOML value), e.g. --set engine.device='\"cuda\"'",
+    )
+    p.add_argument(
+        "--part",
+        choices=("all", "batch1", "batched"),
+        default=None,
+        help="run only this part (default: the config's parts; all = both)",
+    )
+    p.add_argument(
+        "--max-error",
+        type=float,
+        default=None,
+        metavar="PCT",
+        help="exit 1 when a headline |error| is above PCT (overrides the config's "
+        "max_error_pct and batched.max_error_pct; 0 = off)",
+    )
+    p.add_argument(
+        "--reanalyze",
+        action="store_true",
+        help="batched part only: predict and compare again from the measurements "
+        "already in --out (its config.toml; no engine run), e.g. after a "
+        "simulator change",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return p
 
@@ -69,16 +92,21 @@ def run(args: argparse.Namespace) -> int:
         last.append(f"validate_max_abs_error_pct={summary['max_abs_error_pct']:.3f}")
     if "batched" in cfg.parts:
         _print_batched(summary["batched"], args.out)
-        last.append(f"validate_batched_max_abs_error_pct="
-                    f"{summary['batched']['max_abs_error_pct']:.3f}")
+        last.append(
+            f"validate_batched_max_abs_error_pct={summary['batched']['max_abs_error_pct']:.3f}"
+        )
     print(" ".join(last))
     fails = []
     if "batch1" in cfg.parts:
-        fails += _over(summary["max_abs_error_pct"], cfg.max_error_pct,
-                       "validate_max_abs_error_pct")
+        fails += _over(
+            summary["max_abs_error_pct"], cfg.max_error_pct, "validate_max_abs_error_pct"
+        )
     if "batched" in cfg.parts:
-        fails += _over(summary["batched"]["max_abs_error_pct"], cfg.batched.max_error_pct,
-                       "validate_batched_max_abs_error_pct")
+        fails += _over(
+            summary["batched"]["max_abs_error_pct"],
+            cfg.batched.max_error_pct,
+            "validate_batched_max_abs_error_pct",
+        )
     return _exit(fails)
 
 
@@ -97,8 +125,10 @@ def _over(value: float, tolerance: float, name: str) -> list[str]:
     import math
 
     if tolerance > 0 and not value <= tolerance:
-        return [f"{name}={value:.3f} is above the tolerance {tolerance:g}%"
-                + (" (not a number)" if math.isnan(value) else "")]
+        return [
+            f"{name}={value:.3f} is above the tolerance {tolerance:g}%"
+            + (" (not a number)" if math.isnan(value) else "")
+        ]
     return []
 
 
@@ -122,8 +152,10 @@ def _reanalyze(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     if not (out / "batched" / "measure.json").is_file():
-        raise DSparkError(f"{out}: no batched measurements (batched/measure.json); run "
-                          f"`dspark validate --part batched --out {out}` first")
+        raise DSparkError(
+            f"{out}: no batched measurements (batched/measure.json); run "
+            f"`dspark validate --part batched --out {out}` first"
+        )
     ov = parse_sets(args.set)
     _tolerance_overrides(args, ov)
     cfg = load_validate(args.config or out / "config.toml", ov)
@@ -131,8 +163,7 @@ def _reanalyze(args: argparse.Namespace) -> int:
 
     def log(msg: str) -> None:
         if not args.quiet:
-            print(f"[validate {time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr,
-                  flush=True)
+            print(f"[validate {time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
     s = analyze_batched(cfg, out, log)
     p = out / "summary.json"
@@ -143,8 +174,11 @@ def _reanalyze(args: argparse.Namespace) -> int:
     p.write_text(json.dumps(json_safe(summary), indent=1))
     _print_batched(s, args.out)
     print(f"validate_batched_max_abs_error_pct={s['max_abs_error_pct']:.3f}")
-    return _exit(_over(s["max_abs_error_pct"], cfg.batched.max_error_pct,
-                       "validate_batched_max_abs_error_pct"))
+    return _exit(
+        _over(
+            s["max_abs_error_pct"], cfg.batched.max_error_pct, "validate_batched_max_abs_error_pct"
+        )
+    )
 
 
 def _print_batched(s: dict, out: str) -> None:
@@ -154,21 +188,31 @@ def _print_batched(s: dict, out: str) -> None:
 
     from dspark.validation.batched import format_table
 
-    print("\n# batched: continuous batching under Poisson arrivals (real.serve), "
-          f"capacity {s['capacity_probe'].get('capacity_rps_used', 0):.3f} requests/s "
-          f"(probe: {s['capacity_probe']['requests_per_s']:.3f})")
+    print(
+        "\n# batched: continuous batching under Poisson arrivals (real.serve), "
+        f"capacity {s['capacity_probe'].get('capacity_rps_used', 0):.3f} requests/s "
+        f"(probe: {s['capacity_probe']['requests_per_s']:.3f})"
+    )
     print(format_table(pd.read_csv(Path(out) / "errors_batched.csv")))
-    print(f"rank agreement ({s['rank_orders'][next(iter(s['rank_orders']))]['metric']}, "
-          f"per load): {s['rank_agreement']}")
+    print(
+        f"rank agreement ({s['rank_orders'][next(iter(s['rank_orders']))]['metric']}, "
+        f"per load): {s['rank_agreement']}"
+    )
     for ld, r in s["rank_orders"].items():
         print(f"  {ld}: sim {r['sim_order']} real {r['real_order']}")
-    print("targets (|error| <= " + ", ".join(f"{m} {t:g}%" for m, t in s["targets_pct"].items())
-          + f"): {s['within_target']}")
-    print(f"headline errors within the real runs' spread: "
-          f"{s['headline_errors_within_real_spread']} of {s['headline_errors']}; "
-          f"largest spread {s['max_real_spread_pct']:.1f}%")
-    print(f"batched runtime: {s['runtime_s']:.0f} s; files: {out}/errors_batched.csv, "
-          f"{out}/batched/")
+    print(
+        "targets (|error| <= "
+        + ", ".join(f"{m} {t:g}%" for m, t in s["targets_pct"].items())
+        + f"): {s['within_target']}"
+    )
+    print(
+        f"headline errors within the real runs' spread: "
+        f"{s['headline_errors_within_real_spread']} of {s['headline_errors']}; "
+        f"largest spread {s['max_real_spread_pct']:.1f}%"
+    )
+    print(
+        f"batched runtime: {s['runtime_s']:.0f} s; files: {out}/errors_batched.csv, {out}/batched/"
+    )
 
 
 def _print_batch1(summary: dict, out: str) -> None:
@@ -185,7 +229,9 @@ def _print_batch1(summary: dict, out: str) -> None:
         print("\n# statistical acceptance model fitted on the calibration traces (separate):")
         print(format_table(pd.read_csv(fitted)))
     print(f"\nrank agreement (throughput): {summary['rank_agreement']}")
-    print(f"headline errors within the real runs' spread: "
-          f"{summary['headline_errors_within_real_spread']} of {summary['headline_errors']}; "
-          f"largest spread {summary['max_real_spread_pct']:.1f}%")
+    print(
+        f"headline errors within the real runs' spread: "
+        f"{summary['headline_errors_within_real_spread']} of {summary['headline_errors']}; "
+        f"largest spread {summary['max_real_spread_pct']:.1f}%"
+    )
     print(f"runtime: {summary['runtime_s']:.0f} s; run folder: {out}")

@@ -34,14 +34,17 @@ class DemoConfig:
     # two workers use both cores of the reference machine.
     workers: int = param(2, lo=1, hi=64, doc="tuning worker processes")
     # below, at and above the scenario's nominal load.
-    loads: tuple[float, ...] = param((0.5, 1.0, 1.5), lo=0.01, hi=100.0,
-                                     doc="load scales of the standard-scenario comparison")
+    loads: tuple[float, ...] = param(
+        (0.5, 1.0, 1.5), lo=0.01, hi=100.0, doc="load scales of the standard-scenario comparison"
+    )
     # one-GPU replicas: 1 to 1024 GPUs.
-    scaling_replicas: tuple[int, ...] = param((1, 8, 64, 1024), lo=1, hi=4096,
-                                              doc="replica counts of the scaling sweep")
+    scaling_replicas: tuple[int, ...] = param(
+        (1, 8, 64, 1024), lo=1, hi=4096, doc="replica counts of the scaling sweep"
+    )
     # requests per replica in the scaling sweep: ~5 s of arrivals; the 1024-GPU point ~ 25 s CPU.
-    scaling_requests_per_replica: int = param(20, lo=1, hi=100_000,
-                                              doc="requests per replica, scaling sweep")
+    scaling_requests_per_replica: int = param(
+        20, lo=1, hi=100_000, doc="requests per replica, scaling sweep"
+    )
     # prompts and tokens of the real-engine step: about a minute on 2 cores.
     real_prompts: int = param(4, lo=1, hi=1000, doc="prompts of the real-engine benchmark")
     # 96 new tokens per prompt: several controller blocks' worth of rounds.
@@ -57,6 +60,7 @@ def _step(i: int, n: int, what: str) -> float:
 
 def _cli(argv: list[str]) -> None:
     from dspark.cli import main
+
     rc = main(argv)
     if rc != 0:
         raise DSparkError(f"demo step failed: dspark {' '.join(argv)} (exit {rc})")
@@ -74,20 +78,30 @@ def _scaling(cfg: DemoConfig, tuned: str, out: Path) -> None:
     from dspark.cmd_simulate import parse_controller_spec
     from sim import Comparison, compare_runs, load_scenario
     from sim.api import write_run_folder
+
     base = load_scenario(CONFIGS / "tiny.toml")
     controllers = [parse_controller_spec("fixed:k=0"), parse_controller_spec(tuned)]
     rows, reqs = [], []
     for r in cfg.scaling_replicas:
-        scn = base.with_overrides({
-            "deployment.replicas": r, "deployment.routing": "least-outstanding",
-            "workload.rate_rps": base.workload.rate_rps * r,
-            "workload.num_requests": r * cfg.scaling_requests_per_replica})
+        scn = base.with_overrides(
+            {
+                "deployment.replicas": r,
+                "deployment.routing": "least-outstanding",
+                "workload.rate_rps": base.workload.rate_rps * r,
+                "workload.num_requests": r * cfg.scaling_requests_per_replica,
+            }
+        )
         c = compare_runs(scn, controllers, seed=0)
         rows.append(c.results)
         reqs.append(c.requests.assign(num_gpus=r * base.deployment.tp))
-    write_run_folder(out, base.with_overrides({"name": "tiny-scaling"}), 0, Comparison(
-        pd.concat(rows, ignore_index=True), pd.concat(reqs, ignore_index=True),
-        names=c.names))
+    write_run_folder(
+        out,
+        base.with_overrides({"name": "tiny-scaling"}),
+        0,
+        Comparison(
+            pd.concat(rows, ignore_index=True), pd.concat(reqs, ignore_index=True), names=c.names
+        ),
+    )
 
 
 def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Path:
@@ -97,33 +111,111 @@ def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Pa
     t0 = time.perf_counter()
     n = 7
     _step(1, n, f"tune: {cfg.tune_trials} trials of the dspark controller on the simulator")
-    _cli(["tune", str(CONFIGS / "tune_standard.toml"), "--trials", str(cfg.tune_trials),
-          "--workers", str(cfg.workers), "--out", str(out / "tune"), "--quiet"])
+    _cli(
+        [
+            "tune",
+            str(CONFIGS / "tune_standard.toml"),
+            "--trials",
+            str(cfg.tune_trials),
+            "--workers",
+            str(cfg.workers),
+            "--out",
+            str(out / "tune"),
+            "--quiet",
+        ]
+    )
     tuned = f"dspark@{out / 'tune' / 'best_config.toml'}"
-    every = ["fixed:k=0", "fixed:k=2", "fixed:k=4", "hf-heuristic", "confidence-stop",
-             "ema-hysteresis", "analytic", "dspark", tuned, "clairvoyant", "rate-oracle"]
-    _step(2, n, "simulate: standard scenario, every controller, loads "
-          + ",".join(f"{x:g}" for x in cfg.loads))
+    every = [
+        "fixed:k=0",
+        "fixed:k=2",
+        "fixed:k=4",
+        "hf-heuristic",
+        "confidence-stop",
+        "ema-hysteresis",
+        "analytic",
+        "dspark",
+        tuned,
+        "clairvoyant",
+        "rate-oracle",
+    ]
+    _step(
+        2,
+        n,
+        "simulate: standard scenario, every controller, loads "
+        + ",".join(f"{x:g}" for x in cfg.loads),
+    )
     specs = [a for c in every for a in ("--controller", c)]
-    _cli(["simulate", str(CONFIGS / "standard.toml"), *specs,
-          "--loads", ",".join(f"{x:g}" for x in cfg.loads), "--out", str(out / "simulate-standard"),
-          "--quiet"])
+    _cli(
+        [
+            "simulate",
+            str(CONFIGS / "standard.toml"),
+            *specs,
+            "--loads",
+            ",".join(f"{x:g}" for x in cfg.loads),
+            "--out",
+            str(out / "simulate-standard"),
+            "--quiet",
+        ]
+    )
     _step(3, n, "simulate: the seed's A100 scenario, and scaling from 1 to 1024 GPUs")
-    _cli(["simulate", str(CONFIGS / "a100_70b.toml"), "--controller", "fixed:k=0",
-          "--controller", "dspark", "--controller", tuned, "--out", str(out / "simulate-a100"),
-          "--quiet"])
+    _cli(
+        [
+            "simulate",
+            str(CONFIGS / "a100_70b.toml"),
+            "--controller",
+            "fixed:k=0",
+            "--controller",
+            "dspark",
+            "--controller",
+            tuned,
+            "--out",
+            str(out / "simulate-a100"),
+            "--quiet",
+        ]
+    )
     _scaling(cfg, tuned, out / "simulate-scaling")
     _step(4, n, "simulate: controller traces on the tiny scenario")
-    _cli(["simulate", str(CONFIGS / "tiny.toml"), "--controller", "hf-heuristic",
-          "--controller", "dspark", "--controller", tuned, "--trace",
-          # long outputs, so that a request spans many blocks of controller updates
-          "--set", "workload.output.mean_tokens=900", "--set", "workload.output.max_tokens=2000",
-          "--set", "workload.num_requests=12",
-          "--out", str(out / "simulate-traces"), "--quiet"])
+    _cli(
+        [
+            "simulate",
+            str(CONFIGS / "tiny.toml"),
+            "--controller",
+            "hf-heuristic",
+            "--controller",
+            "dspark",
+            "--controller",
+            tuned,
+            "--trace",
+            # long outputs, so that a request spans many blocks of controller updates
+            "--set",
+            "workload.output.mean_tokens=900",
+            "--set",
+            "workload.output.max_tokens=2000",
+            "--set",
+            "workload.num_requests=12",
+            "--out",
+            str(out / "simulate-traces"),
+            "--quiet",
+        ]
+    )
     _step(5, n, "real engine: shipped models, batch 1, every controller; threshold-mode quality")
-    _cli(["real", "bench", "--prompts", str(cfg.real_prompts), "--new-tokens",
-          str(cfg.real_new_tokens), "--repeats", "1", "--no-hf", "--quality-betas", "0.95 0.85 0.7",
-          "--out", str(out / "real")])
+    _cli(
+        [
+            "real",
+            "bench",
+            "--prompts",
+            str(cfg.real_prompts),
+            "--new-tokens",
+            str(cfg.real_new_tokens),
+            "--repeats",
+            "1",
+            "--no-hf",
+            "--quality-betas",
+            "0.95 0.85 0.7",
+            "--out",
+            str(out / "real"),
+        ]
+    )
     _step(6, n, "validate: simulator prediction vs the real engine")
     _cli(["validate", str(REPO / cfg.validate_config), "--out", str(out / "validate"), "--quiet"])
     _step(7, n, f"report (steps 1-6 took {time.perf_counter() - t0:.0f} s)")

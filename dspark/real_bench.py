@@ -11,19 +11,28 @@ from typing import Any
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from dspark.cmd_real import add_engine_args
 
-    p = subparsers.add_parser("bench", help="benchmark the engine's controllers (batch 1)",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "bench", help="benchmark the engine's controllers (batch 1)", description=__doc__
+    )
     p.add_argument("--out", default=None, help="run folder (default: runs/real-bench-<time>)")
     p.add_argument("--prompts", type=int, default=None)
     p.add_argument("--new-tokens", type=int, default=None)
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--workload", choices=("code", "prose", "mixed"), default=None)
     p.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
-    p.add_argument("--quality-betas", default=None, metavar="'B1 B2 ...'",
-                   help="also measure threshold verification's quality change at these β")
-    p.add_argument("--drafters", default=None, metavar="'D1 D2 ...'",
-                   help="bench these drafters side by side in one run (conv tf ngram "
-                        "ngram+conv ngram+tf); methods are named drafter/controller")
+    p.add_argument(
+        "--quality-betas",
+        default=None,
+        metavar="'B1 B2 ...'",
+        help="also measure threshold verification's quality change at these β",
+    )
+    p.add_argument(
+        "--drafters",
+        default=None,
+        metavar="'D1 D2 ...'",
+        help="bench these drafters side by side in one run (conv tf ngram "
+        "ngram+conv ngram+tf); methods are named drafter/controller",
+    )
     add_engine_args(p)
     return p
 
@@ -35,11 +44,19 @@ def run(args: argparse.Namespace) -> int:
     from dspark.cmd_real import engine_flags
     from real.bench import bench_main, summary_lines
 
-    overrides = {k: v for k, v in {"prompts": args.prompts, "new_tokens": args.new_tokens,
-                                   "repeats": args.repeats, "workload": args.workload,
-                                   "threads": args.threads,
-                                   "quality_betas": args.quality_betas,
-                                   "drafters": args.drafters}.items() if v is not None}
+    overrides = {
+        k: v
+        for k, v in {
+            "prompts": args.prompts,
+            "new_tokens": args.new_tokens,
+            "repeats": args.repeats,
+            "workload": args.workload,
+            "threads": args.threads,
+            "quality_betas": args.quality_betas,
+            "drafters": args.drafters,
+        }.items()
+        if v is not None
+    }
     if args.no_hf:
         overrides["hf"] = False
     out = Path(args.out) if args.out else Path("runs") / time.strftime("real-bench-%Y%m%d-%H%M%S")

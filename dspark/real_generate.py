@@ -10,8 +10,7 @@ from typing import Any
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from dspark.cmd_real import add_engine_args
 
-    p = subparsers.add_parser("generate", help="generate text for one prompt",
-                              description=__doc__)
+    p = subparsers.add_parser("generate", help="generate text for one prompt", description=__doc__)
     p.add_argument("--prompt", required=True, help="prompt text")
     p.add_argument("--controller", default="fixed", help="controller name (default: fixed)")
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -49,9 +48,12 @@ def run(args: argparse.Namespace) -> int:
         print(args.prompt + gen.text)
         n = len(gen.tokens)
         acc = sum(r.accepted for r in records)
-        print(f"# {n} tokens in {len(records)} rounds, {n / gen.seconds:.1f} tokens/s, "
-              f"mean accepted length {n / max(1, len(records)):.2f}, drafted accepted "
-              f"{acc}/{sum(r.drafted for r in records)}", file=sys.stderr)
+        print(
+            f"# {n} tokens in {len(records)} rounds, {n / gen.seconds:.1f} tokens/s, "
+            f"mean accepted length {n / max(1, len(records)):.2f}, drafted accepted "
+            f"{acc}/{sum(r.drafted for r in records)}",
+            file=sys.stderr,
+        )
     if args.trace:
         pd.DataFrame(records_to_columns(records)).to_csv(args.trace, index=False)
     return 0

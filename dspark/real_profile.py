@@ -12,8 +12,9 @@ from typing import Any
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from dspark.cmd_real import add_engine_args
 
-    p = subparsers.add_parser("profile", help="measure the latency table for the simulator",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "profile", help="measure the latency table for the simulator", description=__doc__
+    )
     p.add_argument("--out", default="runs/profile", help="run folder (default: runs/profile)")
     p.add_argument("--tiny", action="store_true", help="tiny random models (no checkpoint)")
     p.add_argument("--repeats", type=int, default=None, help="timed passes over the grid")
@@ -21,11 +22,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--contexts", default=None, help="comma-separated context lengths")
     p.add_argument("--prefill-tokens", default=None, help="comma-separated prefill chunk sizes")
     p.add_argument("--k-max", type=int, default=None, help="engine k_max (new tokens 1..k_max+1)")
-    p.add_argument("--batches", default=None,
-                   help="comma-separated batch sizes (default 1; e.g. 1,2,4,8,16)")
-    p.add_argument("--draft-lengths", default=None,
-                   help="comma-separated k whose verify pass (k+1 tokens) is timed "
-                        "(default 0..k_max; e.g. 0,1,2,4,8,16 for a batched grid)")
+    p.add_argument(
+        "--batches", default=None, help="comma-separated batch sizes (default 1; e.g. 1,2,4,8,16)"
+    )
+    p.add_argument(
+        "--draft-lengths",
+        default=None,
+        help="comma-separated k whose verify pass (k+1 tokens) is timed "
+        "(default 0..k_max; e.g. 0,1,2,4,8,16 for a batched grid)",
+    )
     add_engine_args(p)
     return p
 
@@ -63,34 +68,48 @@ def run(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads or 1)
     data = dict(read_toml(args.config).get("profile", {})) if args.config else {}
-    for key, v in (("repeats", args.repeats), ("warmup", args.warmup),
-                   ("contexts", _ints(args.contexts)),
-                   ("prefill_tokens", _ints(args.prefill_tokens)),
-                   ("batches", _ints(getattr(args, "batches", None))),
-                   ("draft_lengths", _ints(getattr(args, "draft_lengths", None)))):
+    for key, v in (
+        ("repeats", args.repeats),
+        ("warmup", args.warmup),
+        ("contexts", _ints(args.contexts)),
+        ("prefill_tokens", _ints(args.prefill_tokens)),
+        ("batches", _ints(getattr(args, "batches", None))),
+        ("draft_lengths", _ints(getattr(args, "draft_lengths", None))),
+    ):
         if v is not None:
             data[key] = v
-    pcfg = from_mapping(ProfileConfig, data, source=args.config or "<command line>",
-                        prefix="profile")
+    pcfg = from_mapping(
+        ProfileConfig, data, source=args.config or "<command line>", prefix="profile"
+    )
     engine, ecfg = build(args, stop_at_eot=False, slots=max(pcfg.batches))
     df, details = profile(engine, pcfg, lambda i, n: print(f"pass {i}/{n}", file=sys.stderr))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "latency.csv", index=False)
-    write_toml({"engine": dataclasses.asdict(ecfg), "profile": to_dict(pcfg),
-                "models": {"source": "tiny" if args.tiny else "shipped"}}, out / "config.toml")
+    write_toml(
+        {
+            "engine": dataclasses.asdict(ecfg),
+            "profile": to_dict(pcfg),
+            "models": {"source": "tiny" if args.tiny else "shipped"},
+        },
+        out / "config.toml",
+    )
     (out / "summary.json").write_text(json.dumps({"kind": "profile", **details}, indent=1))
     b1 = df["batch"] == min(pcfg.batches)
     t = df[(df["model"] == "target") & (df["new_tokens"] == 1) & b1]
     d = df[(df["model"] == "drafter") & (df["new_tokens"] == 1) & b1]
     print(f"wrote {out / 'latency.csv'} ({len(df)} rows)")
-    c = d['seconds'].median() / t['seconds'].median()
-    print(f"target 1-token verify: {t['seconds'].median() * 1e3:.3f} ms, drafter step: "
-          f"{d['seconds'].median() * 1e3:.3f} ms (c = {c:.3f}), "
-          f"round overhead: {details['round_overhead_s'] * 1e3:.3f} ms")
+    c = d["seconds"].median() / t["seconds"].median()
+    print(
+        f"target 1-token verify: {t['seconds'].median() * 1e3:.3f} ms, drafter step: "
+        f"{d['seconds'].median() * 1e3:.3f} ms (c = {c:.3f}), "
+        f"round overhead: {details['round_overhead_s'] * 1e3:.3f} ms"
+    )
     if len(pcfg.batches) > 1:
         for b in sorted(set(pcfg.batches)):
             tb = df[(df["model"] == "target") & (df["new_tokens"] == 1) & (df["batch"] == b)]
-            print(f"batch {b:3d}: 1-token verify {tb['seconds'].median() * 1e3:8.3f} ms "
-                  f"({b / tb['seconds'].median():8.1f} plain tokens/s)")
+            print(
+                f"batch {b:3d}: 1-token verify {tb['seconds'].median() * 1e3:8.3f} ms "
+                f"({b / tb['seconds'].median():8.1f} plain tokens/s)"
+            )
     return 0

@@ -11,20 +11,36 @@ from typing import Any
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from dspark.cmd_real import add_engine_args
 
-    p = subparsers.add_parser("serve", help="serve arrivals with continuous batching",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "serve", help="serve arrivals with continuous batching", description=__doc__
+    )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--rate", type=float, default=None, help="Poisson arrivals per second")
-    src.add_argument("--trace", default=None,
-                     help="Azure-format trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens)")
-    p.add_argument("--time-scale", type=float, default=None,
-                   help="multiplies the trace's inter-arrival times (< 1: more load)")
+    src.add_argument(
+        "--trace",
+        default=None,
+        help="Azure-format trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens)",
+    )
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=None,
+        help="multiplies the trace's inter-arrival times (< 1: more load)",
+    )
     p.add_argument("--duration", type=float, default=None, help="arrival window in seconds")
-    p.add_argument("--drain", type=float, default=None,
-                   help="serve at most this many seconds after the window (default: until done)")
-    p.add_argument("--controller", action="append", default=None, metavar="SPEC",
-                   help="repeatable: NAME, NAME:key=value,... or NAME@FILE.toml "
-                        "(default: dspark)")
+    p.add_argument(
+        "--drain",
+        type=float,
+        default=None,
+        help="serve at most this many seconds after the window (default: until done)",
+    )
+    p.add_argument(
+        "--controller",
+        action="append",
+        default=None,
+        metavar="SPEC",
+        help="repeatable: NAME, NAME:key=value,... or NAME@FILE.toml (default: dspark)",
+    )
     p.add_argument("--slots", type=int, default=None, help="sequences in flight (default 8)")
     p.add_argument("--workload", choices=("code", "prose", "random"), default=None)
     p.add_argument("--prompt-tokens-min", type=int, default=None)
@@ -55,20 +71,26 @@ def run(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads or 1)
     data = dict(read_toml(args.config).get("serve", {})) if args.config else {}
-    for key, v in (("rate_rps", args.rate), ("trace", args.trace),
-                   ("time_scale", args.time_scale), ("duration_s", args.duration),
-                   ("drain_s", args.drain), ("workload", args.workload),
-                   ("prompt_tokens_min", args.prompt_tokens_min),
-                   ("prompt_tokens_max", args.prompt_tokens_max),
-                   ("max_new_tokens", args.max_new_tokens)):
+    for key, v in (
+        ("rate_rps", args.rate),
+        ("trace", args.trace),
+        ("time_scale", args.time_scale),
+        ("duration_s", args.duration),
+        ("drain_s", args.drain),
+        ("workload", args.workload),
+        ("prompt_tokens_min", args.prompt_tokens_min),
+        ("prompt_tokens_max", args.prompt_tokens_max),
+        ("max_new_tokens", args.max_new_tokens),
+    ):
         if v is not None:
             data[key] = v
     if args.tiny:
         data.setdefault("workload", "random")
     scfg = from_mapping(ServeConfig, data, source=args.config or "<command line>", prefix="serve")
     over = {"stop_at_eot": False}
-    if args.slots is not None or "slots" not in (read_toml(args.config).get("engine", {})
-                                                 if args.config else {}):
+    if args.slots is not None or "slots" not in (
+        read_toml(args.config).get("engine", {}) if args.config else {}
+    ):
         over["slots"] = args.slots or 8
     engine, ecfg = build(args, **over)
     vocab = engine.target.embed_tokens.num_embeddings
@@ -78,16 +100,27 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     log = None if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     src = f"Poisson {scfg.rate_rps:g}/s" if scfg.trace is None else scfg.trace
-    print(f"{len(stream)} requests over {scfg.duration_s:g} s ({src}), "
-          f"{ecfg.slots} slots, {len(specs)} controller(s)", file=sys.stderr)
+    print(
+        f"{len(stream)} requests over {scfg.duration_s:g} s ({src}), "
+        f"{ecfg.slots} slots, {len(specs)} controller(s)",
+        file=sys.stderr,
+    )
     reqs, recs, bts, sums, tables = [], [], [], [], {}
     for spec in specs:
         name, table, label = (spec, None, spec) if isinstance(spec, str) else spec
         cfg = make_config(name, table)
         tables[label] = to_dict(cfg)
-        res = serve(engine, stream, lambda n=name, c=cfg: make_controller(n, c),
-                    make_planner(name, cfg), label, scfg.duration_s, scfg.drain_s, log,
-                    scfg.progress_s)
+        res = serve(
+            engine,
+            stream,
+            lambda n=name, c=cfg: make_controller(n, c),
+            make_planner(name, cfg),
+            label,
+            scfg.duration_s,
+            scfg.drain_s,
+            log,
+            scfg.progress_s,
+        )
         for m in res.rejected:
             print(m, file=sys.stderr)
         reqs.append(res.requests)
@@ -95,17 +128,26 @@ def run(args: argparse.Namespace) -> int:
         bts.append(res.batches)
         sums.append(res.summary)
         s = res.summary
-        print(f"{label}: {s['requests_finished']}/{s['requests']} finished "
-              f"({s['requests_rejected']} rejected), {s['throughput_tokens_per_s']:.1f} tokens/s, "
-              f"TTFT p50 {s['ttft_p50_s'] * 1e3:.0f} ms, TPOT p50 {s['tpot_p50_s'] * 1e3:.1f} ms, "
-              f"mean batch {s['mean_batch_size']:.2f}")
+        print(
+            f"{label}: {s['requests_finished']}/{s['requests']} finished "
+            f"({s['requests_rejected']} rejected), {s['throughput_tokens_per_s']:.1f} tokens/s, "
+            f"TTFT p50 {s['ttft_p50_s'] * 1e3:.0f} ms, TPOT p50 {s['tpot_p50_s'] * 1e3:.1f} ms, "
+            f"mean batch {s['mean_batch_size']:.2f}"
+        )
     pd.concat(reqs).to_csv(out / "requests.csv", index=False)
     pd.DataFrame(records_to_columns(recs)).to_csv(out / "rounds.csv", index=False)
     pd.concat(bts).to_csv(out / "batches.csv", index=False)
-    (out / "summary.json").write_text(json.dumps({"kind": "real-serve", "runs": sums},
-                                                 indent=1, default=str))
-    write_toml({"engine": dataclasses.asdict(ecfg), "serve": to_dict(scfg),
-                "controller": tables,
-                "models": {"source": "tiny" if args.tiny else "shipped"}}, out / "config.toml")
+    (out / "summary.json").write_text(
+        json.dumps({"kind": "real-serve", "runs": sums}, indent=1, default=str)
+    )
+    write_toml(
+        {
+            "engine": dataclasses.asdict(ecfg),
+            "serve": to_dict(scfg),
+            "controller": tables,
+            "models": {"source": "tiny" if args.tiny else "shipped"},
+        },
+        out / "config.toml",
+    )
     print(f"wrote {out}/requests.csv, rounds.csv, batches.csv, summary.json")
     return 0

@@ -12,8 +12,9 @@ from typing import Any
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from dspark.cmd_real import add_engine_args
 
-    p = subparsers.add_parser("trace", help="record round and position traces of a prompt set",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "trace", help="record round and position traces of a prompt set", description=__doc__
+    )
     p.add_argument("--out", default="runs/trace", help="run folder (default: runs/trace)")
     p.add_argument("--controller", default="fixed", help="controller name (default: fixed)")
     p.add_argument("--workload", choices=("code", "prose", "random"), default=None)
@@ -47,8 +48,14 @@ def run(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads or 1)
     data = dict(read_toml(args.config).get("prompts", {})) if args.config else {}
-    for key in ("workload", "split", "n_prompts", "prompt_tokens_min", "prompt_tokens_max",
-                "max_new_tokens"):
+    for key in (
+        "workload",
+        "split",
+        "n_prompts",
+        "prompt_tokens_min",
+        "prompt_tokens_max",
+        "max_new_tokens",
+    ):
         v = getattr(args, key)
         if v is not None:
             data[key] = v
@@ -56,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
         data["seed"] = args.prompt_seed
     if args.tiny:
         data.setdefault("workload", "random")
-    pcfg = from_mapping(PromptSetConfig, data, source=args.config or "<command line>",
-                        prefix="prompts")
+    pcfg = from_mapping(
+        PromptSetConfig, data, source=args.config or "<command line>", prefix="prompts"
+    )
     engine, ecfg = build(args, stop_at_eot=False)
     ctrl = controller_from_args(args.controller, args.config)
     ctrl_cfg = ctrl.config
@@ -65,31 +73,61 @@ def run(args: argparse.Namespace) -> int:
     prompts = make_prompts(pcfg, engine.tokenizer, vocab)
     from control.registry import make_controller
 
-    recs, reqs = run_requests(engine, prompts, pcfg.max_new_tokens,
-                              lambda: make_controller(args.controller, ctrl_cfg), args.controller)
+    recs, reqs = run_requests(
+        engine,
+        prompts,
+        pcfg.max_new_tokens,
+        lambda: make_controller(args.controller, ctrl_cfg),
+        args.controller,
+    )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(records_to_columns(recs)).to_csv(out / "rounds.csv", index=False)
-    pd.DataFrame([{"controller": args.controller, "request_id": q.request_id,
-                   "prompt_tokens": q.prompt_tokens, "output_tokens": q.output_tokens,
-                   "seconds": q.seconds, "decode_s": q.decode_s, "rounds": q.rounds}
-                  for q in reqs]).to_csv(out / "requests.csv", index=False)
+    pd.DataFrame(
+        [
+            {
+                "controller": args.controller,
+                "request_id": q.request_id,
+                "prompt_tokens": q.prompt_tokens,
+                "output_tokens": q.output_tokens,
+                "seconds": q.seconds,
+                "decode_s": q.decode_s,
+                "rounds": q.rounds,
+            }
+            for q in reqs
+        ]
+    ).to_csv(out / "requests.csv", index=False)
     if not args.no_positions:
         pos = []
         for i, p in enumerate(prompts):
             pos.extend(record_positions_full(engine, p, pcfg.max_new_tokens, request_id=i)[0])
-        pd.DataFrame(records_to_columns(pos, PositionRecord)).to_csv(out / "positions.csv",
-                                                                     index=False)
+        pd.DataFrame(records_to_columns(pos, PositionRecord)).to_csv(
+            out / "positions.csv", index=False
+        )
     m = real_metrics(recs, reqs)
-    row = {"controller": args.controller, "tokens_per_s": m["throughput_tokens_per_s"],
-           "mean_accepted_length": m["mean_accepted_length"],
-           "acceptance_rate": m["acceptance_rate"], "tpot_p50_s": m["tpot_p50_s"],
-           "tpot_p99_s": m["tpot_p99_s"], "requests": len(reqs), "rounds": len(recs),
-           "workload": pcfg.workload}
+    row = {
+        "controller": args.controller,
+        "tokens_per_s": m["throughput_tokens_per_s"],
+        "mean_accepted_length": m["mean_accepted_length"],
+        "acceptance_rate": m["acceptance_rate"],
+        "tpot_p50_s": m["tpot_p50_s"],
+        "tpot_p99_s": m["tpot_p99_s"],
+        "requests": len(reqs),
+        "rounds": len(recs),
+        "workload": pcfg.workload,
+    }
     (out / "summary.json").write_text(json.dumps({"kind": "real", "rows": [row]}, indent=1))
-    write_toml({"engine": dataclasses.asdict(ecfg), "prompts": to_dict(pcfg),
-                "controller": {args.controller: to_dict(ctrl_cfg)}}, out / "config.toml")
-    print(f"{len(reqs)} requests, {len(recs)} rounds: {row['tokens_per_s']:.1f} tokens/s, mean "
-          f"accepted length {row['mean_accepted_length']:.3f}, â {row['acceptance_rate']:.3f}")
+    write_toml(
+        {
+            "engine": dataclasses.asdict(ecfg),
+            "prompts": to_dict(pcfg),
+            "controller": {args.controller: to_dict(ctrl_cfg)},
+        },
+        out / "config.toml",
+    )
+    print(
+        f"{len(reqs)} requests, {len(recs)} rounds: {row['tokens_per_s']:.1f} tokens/s, mean "
+        f"accepted length {row['mean_accepted_length']:.3f}, â {row['acceptance_rate']:.3f}"
+    )
     print(f"wrote {out}")
     return 0

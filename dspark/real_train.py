@@ -9,10 +9,14 @@ from typing import Any
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("train", help="train tokenizer, target and distilled drafters",
-                              description=__doc__)
-    p.add_argument("--work-dir", default="runs/real-train",
-                   help="resumable training state (default: runs/real-train)")
+    p = subparsers.add_parser(
+        "train", help="train tokenizer, target and distilled drafters", description=__doc__
+    )
+    p.add_argument(
+        "--work-dir",
+        default="runs/real-train",
+        help="resumable training state (default: runs/real-train)",
+    )
     p.add_argument("--out", default=None, help="checkpoint folder (default: real/checkpoints)")
     p.add_argument("--config", default=None, help="TOML file with a [train] table")
     p.add_argument("--target-steps", type=int, default=None)
@@ -36,9 +40,9 @@ def run(args: argparse.Namespace) -> int:
             data[key] = v
     cfg = from_mapping(TrainConfig, data, source=args.config or "<command line>", prefix="train")
     command = "dspark real train " + " ".join(shlex.quote(a) for a in sys.argv[3:])
-    m = run_training(Path(args.work_dir), Path(args.out) if args.out else CHECKPOINT_DIR, cfg,
-                     command.strip())
+    m = run_training(
+        Path(args.work_dir), Path(args.out) if args.out else CHECKPOINT_DIR, cfg, command.strip()
+    )
     for name, e in m["models"].items():
-        print(f"{name}: {e['params']} parameters, {e['steps']} steps, validation "
-              f"{e['validation']}")
+        print(f"{name}: {e['params']} parameters, {e['steps']} steps, validation {e['validation']}")
     return 0

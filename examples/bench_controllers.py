@@ -13,9 +13,17 @@ from control import Observation, controller_names, make_controller
 
 
 def bench(name: str, pairs: int = 200_000) -> float:
-    obs = [Observation(now_s=0.01 * i, drafted=6, accepted=min(6, (i * 5) % 8), draft_s=0.002,
-                       verify_s=0.02, sentence_ends=(i % 5,) if i % 9 == 0 else ())
-           for i in range(1000)]
+    obs = [
+        Observation(
+            now_s=0.01 * i,
+            drafted=6,
+            accepted=min(6, (i * 5) % 8),
+            draft_s=0.002,
+            verify_s=0.02,
+            sentence_ends=(i % 5,) if i % 9 == 0 else (),
+        )
+        for i in range(1000)
+    ]
     c = make_controller(name)
     if c.needs_future:
         c.set_future(3)

@@ -17,7 +17,7 @@ from control.types import RECORD_COLUMNS, RoundRecord, records_to_columns
 
 SEED = 20240601
 K = 6
-STRETCHES = ((30, 0.9), (30, 0.3), (30, 0.9))   # (rounds, per-token acceptance)
+STRETCHES = ((30, 0.9), (30, 0.3), (30, 0.9))  # (rounds, per-token acceptance)
 SENTENCE_END_P = 1 / 15
 DRAFT_STEP_S = 0.002
 VERIFY_S = 0.020
@@ -36,12 +36,23 @@ def make(seed: int = SEED) -> list[RoundRecord]:
             draft_s = K * DRAFT_STEP_S
             verify_s = VERIFY_S * float(rng.uniform(0.9, 1.1))
             now += draft_s + verify_s
-            records.append(RoundRecord(
-                request_id=0, round=i, now_s=round(now, 6), k=K, drafted=K, accepted=n,
-                emitted=emitted, draft_s=draft_s, verify_s=round(verify_s, 6),
-                context_tokens=128 + sum(r.emitted for r in records),
-                confidences=tuple(round(float(c), 4) for c in conf), sentence_ends=ends,
-                controller="fixed"))
+            records.append(
+                RoundRecord(
+                    request_id=0,
+                    round=i,
+                    now_s=round(now, 6),
+                    k=K,
+                    drafted=K,
+                    accepted=n,
+                    emitted=emitted,
+                    draft_s=draft_s,
+                    verify_s=round(verify_s, 6),
+                    context_tokens=128 + sum(r.emitted for r in records),
+                    confidences=tuple(round(float(c), 4) for c in conf),
+                    sentence_ends=ends,
+                    controller="fixed",
+                )
+            )
             i += 1
     return records
 

@@ -34,14 +34,19 @@ class BenchConfig:
     new_tokens: int = param(128, lo=1, hi=1024, doc="new tokens per prompt")
     # 3 repeats give a median and a spread without taking all day on 2 cores.
     repeats: int = param(3, lo=1, hi=100, doc="repeats of every method")
-    workload: str = param("code", choices=("code", "prose", "mixed"),
-                          doc="held-out workload (mixed: code and prose prompts alternating)")
+    workload: str = param(
+        "code",
+        choices=("code", "prose", "mixed"),
+        doc="held-out workload (mixed: code and prose prompts alternating)",
+    )
     # 1 thread: on a quiet 2-core machine 2 threads were ~1.4x faster, but with other
     # processes on the cores 2 threads stalled on each other (up to 10x slower); 1 is robust.
     threads: int = param(1, lo=1, hi=256, doc="torch CPU threads")
     k_values: str = param("1 2 3 4 5 6 7 8", doc="fixed-k values, space separated")
-    controllers: str = param("hf-heuristic confidence-stop ema-hysteresis analytic dspark",
-                             doc="adaptive controllers to run, space separated")
+    controllers: str = param(
+        "hf-heuristic confidence-stop ema-hysteresis analytic dspark",
+        doc="adaptive controllers to run, space separated",
+    )
     hf: bool = param(True, doc="also run Hugging Face assisted generation (bench extra)")
     # empty = strict only; e.g. "0.99 0.85 0.7" measures threshold (β) verification's quality
     # cost against strict greedy on the same prompts (real.quality.threshold_quality, k = 4).
@@ -67,7 +72,7 @@ def held_out_prompts(tok, workload: str, n: int, length: int) -> list[list[int]]
     if len(ids) < n * length:
         raise DSparkError(f"test split of {workload} has only {len(ids)} tokens")
     starts = np.linspace(0, len(ids) - length - 1, n).astype(int)
-    return [ids[s:s + length].astype(int).tolist() for s in starts]
+    return [ids[s : s + length].astype(int).tolist() for s in starts]
 
 
 def copyable_fraction(prompts: list[list[int]], outputs: list[list[int]], n: int = 4) -> float:
@@ -78,9 +83,9 @@ def copyable_fraction(prompts: list[list[int]], outputs: list[list[int]], n: int
     hit = total = 0
     for p, out in zip(prompts, outputs):
         seq = list(p) + list(out)
-        last: dict[tuple, int] = {}   # n-gram -> index of the token after its latest occurrence
+        last: dict[tuple, int] = {}  # n-gram -> index of the token after its latest occurrence
         for i in range(n, len(seq)):
-            key = tuple(seq[i - n:i])
+            key = tuple(seq[i - n : i])
             if i >= len(p):
                 total += 1
                 j = last.get(key)
@@ -90,16 +95,23 @@ def copyable_fraction(prompts: list[list[int]], outputs: list[list[int]], n: int
 
 
 def _summ(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "p10": float(np.percentile(values, 10)),
-            "p90": float(np.percentile(values, 90)), "min": min(values), "max": max(values)}
+    return {
+        "median": statistics.median(values),
+        "p10": float(np.percentile(values, 10)),
+        "p90": float(np.percentile(values, 90)),
+        "min": min(values),
+        "max": max(values),
+    }
 
 
 def acceptance_stats(records) -> dict[str, float]:
     """Speculation metrics of a method's rounds (:mod:`control.metrics`) and its mean k."""
     t = round_totals([r.accepted for r in records], [r.drafted for r in records])
-    return {**speculation_metrics(**t),
-            "mean_k": t["drafted"] / t["rounds"] if t["rounds"] else float("nan"),
-            "rounds": t["rounds"]}
+    return {
+        **speculation_metrics(**t),
+        "mean_k": t["drafted"] / t["rounds"] if t["rounds"] else float("nan"),
+        "rounds": t["rounds"],
+    }
 
 
 #: Hugging Face settings benched beside the engine (method name -> (schedule, k, confidence);
@@ -152,8 +164,9 @@ def _run_method(engine, m: str, method, prompts, n_new: int, hf_pair) -> tuple[f
     return total_s, toks, recs
 
 
-def _measure(engine, bc: BenchConfig, prompts, methods: dict, names: list[str], hf_pair,
-             progress: bool) -> tuple[dict, dict, list]:
+def _measure(
+    engine, bc: BenchConfig, prompts, methods: dict, names: list[str], hf_pair, progress: bool
+) -> tuple[dict, dict, list]:
     """Every method in every repeat, interleaved (the order rotates per repeat): tokens/s per
     repeat, the last outputs, and the last repeat's round records."""
     results: dict[str, list[float]] = {m: [] for m in names}
@@ -161,17 +174,21 @@ def _measure(engine, bc: BenchConfig, prompts, methods: dict, names: list[str], 
     records_all: list = []
     own = engine.drafter
     for rep in range(bc.repeats):
-        order = names[rep % len(names):] + names[:rep % len(names)]
+        order = names[rep % len(names) :] + names[: rep % len(names)]
         for m in order:
-            total_s, toks, recs = _run_method(engine, m, methods.get(m), prompts, bc.new_tokens,
-                                              hf_pair)
+            total_s, toks, recs = _run_method(
+                engine, m, methods.get(m), prompts, bc.new_tokens, hf_pair
+            )
             results[m].append(sum(len(t) for t in toks) / total_s)
             outputs[m] = toks
             if rep == bc.repeats - 1:
                 records_all.extend(recs)
             if progress:
-                print(f"  repeat {rep + 1}/{bc.repeats} {m:24s} {results[m][-1]:8.1f} tok/s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"  repeat {rep + 1}/{bc.repeats} {m:24s} {results[m][-1]:8.1f} tok/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
     engine.drafter = own
     return results, outputs, records_all
 
@@ -183,12 +200,19 @@ def _rows(names: list[str], results: dict, outputs: dict, records_all: list) -> 
     for m in names:
         s = _summ(results[m])
         match = sum(a == b for x, y in zip(outputs[m], ref) for a, b in zip(x, y)) / sum(
-            len(y) for y in ref)
-        row = {"controller": m, "tokens_per_s": s["median"], "tokens_per_s_p10": s["p10"],
-               "tokens_per_s_p90": s["p90"], "tokens_per_s_min": s["min"],
-               "tokens_per_s_max": s["max"],
-               "spread_pct": 100 * (s["max"] - s["min"]) / s["median"],
-               "speedup_vs_ar": s["median"] / ar_med, "greedy_match_rate": match}
+            len(y) for y in ref
+        )
+        row = {
+            "controller": m,
+            "tokens_per_s": s["median"],
+            "tokens_per_s_p10": s["p10"],
+            "tokens_per_s_p90": s["p90"],
+            "tokens_per_s_min": s["min"],
+            "tokens_per_s_max": s["max"],
+            "spread_pct": 100 * (s["max"] - s["min"]) / s["median"],
+            "speedup_vs_ar": s["median"] / ar_med,
+            "greedy_match_rate": match,
+        }
         recs = [r for r in records_all if r.controller == m]
         if recs:
             row.update(acceptance_stats(recs))
@@ -205,16 +229,21 @@ def _hf_speedups(rows: list[dict], best: dict) -> dict:
     """The peer baseline: the best Hugging Face speculative setting of any kind (assisted
     generation with the same transformer drafter, or prompt lookup), and the assisted-only and
     prompt-lookup ratios beside it."""
-    hf_rows = [r for r in rows if r["controller"] in HF_SETTINGS
-               and r["controller"] != "transformers-target-only"]
+    hf_rows = [
+        r
+        for r in rows
+        if r["controller"] in HF_SETTINGS and r["controller"] != "transformers-target-only"
+    ]
     best_hf = _fastest(hf_rows)
     assisted = _fastest(hf_rows, "transformers-assisted")
     lookup = _fastest(hf_rows, "transformers-prompt-lookup")
     tps = best["tokens_per_s"]
-    return {"best_hf": best_hf["controller"] if best_hf else None,
-            "speedup_vs_hf": tps / best_hf["tokens_per_s"] if best_hf else None,
-            "speedup_vs_hf_assisted": tps / assisted["tokens_per_s"] if assisted else None,
-            "speedup_vs_hf_prompt_lookup": tps / lookup["tokens_per_s"] if lookup else None}
+    return {
+        "best_hf": best_hf["controller"] if best_hf else None,
+        "speedup_vs_hf": tps / best_hf["tokens_per_s"] if best_hf else None,
+        "speedup_vs_hf_assisted": tps / assisted["tokens_per_s"] if assisted else None,
+        "speedup_vs_hf_prompt_lookup": tps / lookup["tokens_per_s"] if lookup else None,
+    }
 
 
 def _quality_rows(engine, bc: BenchConfig, prompts, progress: bool) -> list[dict]:
@@ -224,13 +253,23 @@ def _quality_rows(engine, bc: BenchConfig, prompts, progress: bool) -> list[dict
     rows = []
     for beta in (float(b) for b in bc.quality_betas.split()):
         q = threshold_quality(engine, prompts, bc.new_tokens, beta)
-        rows.append({"controller": f"threshold-beta{beta:g}", "beta": beta,
-                     "nll_change_pct": q["nll_change_pct"], "token_agreement": q["agreement"],
-                     "lossy_accept_fraction": q["lossy_fraction"],
-                     "mean_accepted_length": q["mean_accepted_length_threshold"]})
+        rows.append(
+            {
+                "controller": f"threshold-beta{beta:g}",
+                "beta": beta,
+                "nll_change_pct": q["nll_change_pct"],
+                "token_agreement": q["agreement"],
+                "lossy_accept_fraction": q["lossy_fraction"],
+                "mean_accepted_length": q["mean_accepted_length_threshold"],
+            }
+        )
         if progress:
-            print(f"  threshold beta={beta:g}: NLL change {q['nll_change_pct']:+.2f}%, "
-                  f"agreement {q['agreement']:.3f}", file=sys.stderr, flush=True)
+            print(
+                f"  threshold beta={beta:g}: NLL change {q['nll_change_pct']:+.2f}%, "
+                f"agreement {q['agreement']:.3f}",
+                file=sys.stderr,
+                flush=True,
+            )
     return rows
 
 
@@ -244,8 +283,9 @@ def _write_run(out: Path, engine, bc: BenchConfig, summary: dict, records_all: l
     pd.DataFrame(records_to_columns(records_all)).to_csv(out / "rounds.csv", index=False)
     pd.DataFrame(summary["rows"]).to_csv(out / "results.csv", index=False)
     (out / "summary.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
-    (out / "config.toml").write_text("[engine]\n" + to_toml(engine.cfg) + "\n[bench]\n"
-                                     + to_toml(bc))
+    (out / "config.toml").write_text(
+        "[engine]\n" + to_toml(engine.cfg) + "\n[bench]\n" + to_toml(bc)
+    )
 
 
 def _module_params(obj: Any) -> int:
@@ -260,15 +300,26 @@ def provenance(engine, drafter) -> dict:
     import platform
 
     cuda = engine.cfg.device == "cuda"
-    return {"hardware": torch.cuda.get_device_name() if cuda else
-            f"CPU ({platform.machine() or platform.processor() or 'unknown'})",
-            "device": engine.cfg.device, "num_gpus": 1 if cuda else 0, "tensor_parallel": 1,
-            "target_params": _module_params(engine.target),
-            "drafter_params": _module_params(drafter)}
+    return {
+        "hardware": torch.cuda.get_device_name()
+        if cuda
+        else f"CPU ({platform.machine() or platform.processor() or 'unknown'})",
+        "device": engine.cfg.device,
+        "num_gpus": 1 if cuda else 0,
+        "tensor_parallel": 1,
+        "target_params": _module_params(engine.target),
+        "drafter_params": _module_params(drafter),
+    }
 
 
-def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
-              hf_pair=None, drafters: dict | None = None) -> dict:
+def run_bench(
+    engine,
+    bc: BenchConfig,
+    out: Path | None,
+    progress: bool = True,
+    hf_pair=None,
+    drafters: dict | None = None,
+) -> dict:
     """Run every method; return the summary (and write the run folder when ``out`` is set).
 
     ``drafters`` (label -> drafter object) benches each controller with each drafter in the
@@ -280,22 +331,28 @@ def run_bench(engine, bc: BenchConfig, out: Path | None, progress: bool = True,
     methods = _methods(bc, drafters)
     hf = bc.hf and hf_pair is not None
     names = list(methods) + (list(HF_SETTINGS) if hf else [])
-    results, outputs, records_all = _measure(engine, bc, prompts, methods, names, hf_pair,
-                                             progress)
+    results, outputs, records_all = _measure(engine, bc, prompts, methods, names, hf_pair, progress)
     rows = _rows(names, results, outputs, records_all)
-    best = max((r for r in rows if r["controller"] in methods
-                and r["controller"] != "target-only"), key=lambda r: r["tokens_per_s"])
-    summary = {"kind": "real", "rows": rows, "best": best["controller"],
-               "best_greedy_match_rate": best["greedy_match_rate"],
-               "target_dtype": engine.cfg.target_dtype,
-               "speedup_vs_ar": best["speedup_vs_ar"],
-               **_hf_speedups(rows, best),
-               "bench_config": dataclasses.asdict(bc),
-               "engine_config": dataclasses.asdict(engine.cfg),
-               "drafter": methods[best["controller"]][2].name,
-               **provenance(engine, methods[best["controller"]][2]),
-               "drafters": [d.name for d in drafters.values()], "prompts": len(prompts),
-               "copyable_fraction": copyable_fraction(prompts, outputs["target-only"])}
+    best = max(
+        (r for r in rows if r["controller"] in methods and r["controller"] != "target-only"),
+        key=lambda r: r["tokens_per_s"],
+    )
+    summary = {
+        "kind": "real",
+        "rows": rows,
+        "best": best["controller"],
+        "best_greedy_match_rate": best["greedy_match_rate"],
+        "target_dtype": engine.cfg.target_dtype,
+        "speedup_vs_ar": best["speedup_vs_ar"],
+        **_hf_speedups(rows, best),
+        "bench_config": dataclasses.asdict(bc),
+        "engine_config": dataclasses.asdict(engine.cfg),
+        "drafter": methods[best["controller"]][2].name,
+        **provenance(engine, methods[best["controller"]][2]),
+        "drafters": [d.name for d in drafters.values()],
+        "prompts": len(prompts),
+        "copyable_fraction": copyable_fraction(prompts, outputs["target-only"]),
+    }
     if hf_pair is not None:
         summary["hf_max_logit_difference"] = hf_pair.get("logit_diff")
     rows += _quality_rows(engine, bc, prompts, progress)
@@ -312,9 +369,10 @@ def hf_pair_for(engine, drafter_model) -> dict:
     target = to_llama(engine.target, eot)
     draft = to_llama(drafter_model, eot)
     ids = torch.tensor([list(range(1, 200))])
-    diff = max(max_logit_difference(engine.target.float(), to_llama(engine.target.float(), eot),
-                                    ids),
-               max_logit_difference(drafter_model, draft, ids))
+    diff = max(
+        max_logit_difference(engine.target.float(), to_llama(engine.target.float(), eot), ids),
+        max_logit_difference(drafter_model, draft, ids),
+    )
     engine.target.to(next(target.parameters()).dtype)
     for m in (target, draft):
         m.generation_config.eos_token_id = None
@@ -328,8 +386,13 @@ def hf_generate(pair: dict, prompt: list[int], n: int, setting) -> tuple[list[in
     # an explicit all-ones mask: pad_token_id is the end-of-text id, and without a mask HF
     # treats every end-of-text token inside a prompt (held-out windows cross document
     # boundaries) as padding and masks it out: a different computation from the engine's.
-    kw = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True,
-              attention_mask=torch.ones_like(ids))
+    kw = dict(
+        max_new_tokens=n,
+        min_new_tokens=n,
+        do_sample=False,
+        use_cache=True,
+        attention_mask=torch.ones_like(ids),
+    )
     if setting is not None and setting[0] == "lookup":
         kw["prompt_lookup_num_tokens"] = setting[1]  # HF's n-gram drafter (no model)
     elif setting is not None:
@@ -342,37 +405,49 @@ def hf_generate(pair: dict, prompt: list[int], n: int, setting) -> tuple[list[in
     t0 = time.perf_counter()
     out = pair["target"].generate(ids, **kw)
     s = time.perf_counter() - t0
-    return out[0, len(prompt):].tolist(), s
+    return out[0, len(prompt) :].tolist(), s
 
 
 def format_table(summary: dict) -> str:
     nan = float("nan")
-    lines = [(f"{'method':24s} {'tok/s':>8s} {'p10':>8s} {'p90':>8s} {'x AR':>6s} "
-             f"{'match':>6s} {'acc.len':>7s} {'a':>5s}")]
+    lines = [
+        (
+            f"{'method':24s} {'tok/s':>8s} {'p10':>8s} {'p90':>8s} {'x AR':>6s} "
+            f"{'match':>6s} {'acc.len':>7s} {'a':>5s}"
+        )
+    ]
     quality = []
     for r in summary["rows"]:
         if "nll_change_pct" in r:
-            quality.append(f"{r['controller']:24s} NLL change {r['nll_change_pct']:+.2f}%, "
-                           f"agreement with strict {r['token_agreement']:.3f}, lossy accepts "
-                           f"{100 * r['lossy_accept_fraction']:.2f}%")
+            quality.append(
+                f"{r['controller']:24s} NLL change {r['nll_change_pct']:+.2f}%, "
+                f"agreement with strict {r['token_agreement']:.3f}, lossy accepts "
+                f"{100 * r['lossy_accept_fraction']:.2f}%"
+            )
             continue
-        lines.append(f"{r['controller']:24s} {r['tokens_per_s']:8.1f} "
-                     f"{r['tokens_per_s_p10']:8.1f} {r['tokens_per_s_p90']:8.1f} "
-                     f"{r['speedup_vs_ar']:6.2f} {r['greedy_match_rate']:6.3f} "
-                     f"{r.get('mean_accepted_length', nan):7.2f} "
-                     f"{r.get('acceptance_rate', nan):5.2f}")
+        lines.append(
+            f"{r['controller']:24s} {r['tokens_per_s']:8.1f} "
+            f"{r['tokens_per_s_p10']:8.1f} {r['tokens_per_s_p90']:8.1f} "
+            f"{r['speedup_vs_ar']:6.2f} {r['greedy_match_rate']:6.3f} "
+            f"{r.get('mean_accepted_length', nan):7.2f} "
+            f"{r.get('acceptance_rate', nan):5.2f}"
+        )
     return "\n".join(lines + quality)
 
 
 def reference_note(target_dtype: str) -> str:
     """What the ``match`` column compares against, in words (printed with every table)."""
-    head = (f"match = share of tokens equal to target-only greedy decoding of the same "
-            f"{target_dtype} target")
+    head = (
+        f"match = share of tokens equal to target-only greedy decoding of the same "
+        f"{target_dtype} target"
+    )
     if target_dtype in ("float32", "float64"):
         return head + f" (strict speculative output is token-identical in {target_dtype})"
-    return (head + f" (a {target_dtype} reference, not a float32 one); below 1.000 where a "
-            "near-tie is broken differently by batched verification and one-token decoding. "
-            "Token-identical in float32: --target-dtype float32")
+    return (
+        head + f" (a {target_dtype} reference, not a float32 one); below 1.000 where a "
+        "near-tie is broken differently by batched verification and one-token decoding. "
+        "Token-identical in float32: --target-dtype float32"
+    )
 
 
 def load_bench_config(config_path: str | None, overrides: dict) -> BenchConfig:
@@ -381,8 +456,7 @@ def load_bench_config(config_path: str | None, overrides: dict) -> BenchConfig:
 
     data = dict(read_toml(config_path).get("bench", {})) if config_path else {}
     data.update(overrides)
-    return from_mapping(BenchConfig, data, source=config_path or "<command line>",
-                        prefix="bench")
+    return from_mapping(BenchConfig, data, source=config_path or "<command line>", prefix="bench")
 
 
 def bench_engine(cfg, bc: BenchConfig, checkpoints: str | None) -> tuple[Any, dict | None]:
@@ -398,17 +472,23 @@ def bench_engine(cfg, bc: BenchConfig, checkpoints: str | None) -> tuple[Any, di
         return build_engine(cfg, checkpoints), None
     bad = [n for n in names if n not in DRAFTERS]
     if bad:
-        raise DSparkError(f"bench.drafters: unknown drafter {bad[0]!r}; allowed "
-                          f"{', '.join(DRAFTERS)}")
+        raise DSparkError(
+            f"bench.drafters: unknown drafter {bad[0]!r}; allowed {', '.join(DRAFTERS)}"
+        )
     models = sorted({m for n in names for m in drafter_models(n)})
-    bundle = load_bundle(checkpoints, names=("target", *models),
-                         target_dtype=DTYPES[cfg.target_dtype],
-                         drafter_dtype=DTYPES[cfg.drafter_dtype], device=cfg.device)
+    bundle = load_bundle(
+        checkpoints,
+        names=("target", *models),
+        target_dtype=DTYPES[cfg.target_dtype],
+        drafter_dtype=DTYPES[cfg.drafter_dtype],
+        device=cfg.device,
+    )
     if cfg.drafter not in names:
         cfg = dataclasses.replace(cfg, drafter=names[0])
     engine = build_engine(cfg, bundle=bundle)
-    return engine, {n: engine.drafter if n == cfg.drafter else build_drafter(cfg, bundle, n)
-                    for n in names}
+    return engine, {
+        n: engine.drafter if n == cfg.drafter else build_drafter(cfg, bundle, n) for n in names
+    }
 
 
 def load_hf_pair(engine, checkpoints: str | None) -> dict | None:
@@ -419,18 +499,22 @@ def load_hf_pair(engine, checkpoints: str | None) -> dict | None:
     try:
         import transformers  # noqa: F401
     except ImportError:
-        print("transformers not installed (pip install 'dspark-lab[bench]'): skipping HF",
-              file=sys.stderr)
+        print(
+            "transformers not installed (pip install 'dspark-lab[bench]'): skipping HF",
+            file=sys.stderr,
+        )
         return None
     tf = load_model("drafter_tf", checkpoints, dtype=torch.float32)
     pair = hf_pair_for(engine, tf)
-    print(f"HF export: max |logit difference| = {pair['logit_diff']:.3g} (float32)",
-          file=sys.stderr)
+    print(
+        f"HF export: max |logit difference| = {pair['logit_diff']:.3g} (float32)", file=sys.stderr
+    )
     return pair
 
 
-def bench_main(config_path: str | None, checkpoints: str | None, out: Path,
-               engine_flags: dict, overrides: dict) -> dict:
+def bench_main(
+    config_path: str | None, checkpoints: str | None, out: Path, engine_flags: dict, overrides: dict
+) -> dict:
     """Shared by ``dspark real bench`` and ``benchmarks/real_speed.py``: build the engine
     (``config_path``'s [engine] table, then ``engine_flags``) and the bench config, run, write
     the run folder ``out``; returns the summary (the caller prints it)."""
@@ -438,8 +522,12 @@ def bench_main(config_path: str | None, checkpoints: str | None, out: Path,
 
     bc = load_bench_config(config_path, overrides)
     torch.set_num_threads(bc.threads)
-    cfg = load_engine_config(config_path, engine_flags, stop_at_eot=False,
-                             max_len=max(1024, bc.prompt_tokens + bc.new_tokens))
+    cfg = load_engine_config(
+        config_path,
+        engine_flags,
+        stop_at_eot=False,
+        max_len=max(1024, bc.prompt_tokens + bc.new_tokens),
+    )
     engine, drafters = bench_engine(cfg, bc, checkpoints)
     pair = load_hf_pair(engine, checkpoints) if bc.hf else None
     return run_bench(engine, bc, out, hf_pair=pair, drafters=drafters)
@@ -448,18 +536,27 @@ def bench_main(config_path: str | None, checkpoints: str | None, out: Path,
 def summary_lines(summary: dict, out: Path) -> list[str]:
     """What ``dspark real bench`` prints after a run: the table, the run folder, how much of the
     output prompt lookup could copy, the comparison with HF, and the headline numbers."""
-    lines = [format_table(summary), f"run folder: {out}",
-             (f"target-only greedy output: {summary['copyable_fraction']:.3f} of its tokens "
-              "repeat what followed an earlier occurrence of their preceding 4 tokens (prompt "
-              "lookup's share)")]
+    lines = [
+        format_table(summary),
+        f"run folder: {out}",
+        (
+            f"target-only greedy output: {summary['copyable_fraction']:.3f} of its tokens "
+            "repeat what followed an earlier occurrence of their preceding 4 tokens (prompt "
+            "lookup's share)"
+        ),
+    ]
     hf = summary["speedup_vs_hf"]
     if hf is not None:
-        lines.append(f"best engine method {summary['best']} ({summary['drafter']} drafter, match "
-                     f"{summary['best_greedy_match_rate']:.3f}) vs HF: "
-                     f"{hf:.3f}x the best HF setting ({summary['best_hf']}), "
-                     f"{summary['speedup_vs_hf_assisted']:.3f}x the best HF assisted generation, "
-                     f"{summary['speedup_vs_hf_prompt_lookup']:.3f}x the best HF prompt lookup")
+        lines.append(
+            f"best engine method {summary['best']} ({summary['drafter']} drafter, match "
+            f"{summary['best_greedy_match_rate']:.3f}) vs HF: "
+            f"{hf:.3f}x the best HF setting ({summary['best_hf']}), "
+            f"{summary['speedup_vs_hf_assisted']:.3f}x the best HF assisted generation, "
+            f"{summary['speedup_vs_hf_prompt_lookup']:.3f}x the best HF prompt lookup"
+        )
     lines.append(reference_note(summary["target_dtype"]))
-    lines.append(f"real_speedup_vs_ar={summary['speedup_vs_ar']:.3f} "
-                 f"real_speedup_vs_hf={'nan' if hf is None else f'{hf:.3f}'}")
+    lines.append(
+        f"real_speedup_vs_ar={summary['speedup_vs_ar']:.3f} "
+        f"real_speedup_vs_hf={'nan' if hf is None else f'{hf:.3f}'}"
+    )
     return lines

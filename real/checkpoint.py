@@ -15,8 +15,12 @@ import torch
 
 from control.errors import DSparkError
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
-          "float16": torch.float16}
+DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
 
 
 def sha256_file(path: str | Path) -> str:
@@ -27,16 +31,18 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def save_tensors(tensors: dict[str, torch.Tensor], path: str | Path,
-                 metadata: dict[str, str] | None = None) -> None:
+def save_tensors(
+    tensors: dict[str, torch.Tensor], path: str | Path, metadata: dict[str, str] | None = None
+) -> None:
     """Write atomically (temp file + rename) so a killed run never leaves half a file."""
     from safetensors.torch import save_file
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp),
-              metadata=metadata)
+    save_file(
+        {k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=metadata
+    )
     os.replace(tmp, path)
 
 
@@ -49,8 +55,9 @@ def load_tensors(path: str | Path, sha256: str | None = None) -> dict[str, torch
     if sha256 is not None:
         got = sha256_file(path)
         if got != sha256:
-            raise DSparkError(f"checkpoint {path} is corrupt: sha256 {got[:12]}... != manifest "
-                              f"{sha256[:12]}...")
+            raise DSparkError(
+                f"checkpoint {path} is corrupt: sha256 {got[:12]}... != manifest {sha256[:12]}..."
+            )
     try:
         return load_file(str(path))
     except Exception as e:  # safetensors raises SafetensorError / OSError on bad bytes
@@ -58,11 +65,12 @@ def load_tensors(path: str | Path, sha256: str | None = None) -> dict[str, torch
         raise DSparkError(f"checkpoint {path} is unreadable: {msg}") from None
 
 
-def load_into(model: torch.nn.Module, tensors: dict[str, torch.Tensor], where: str,
-              prefix: str = "") -> None:
+def load_into(
+    model: torch.nn.Module, tensors: dict[str, torch.Tensor], where: str, prefix: str = ""
+) -> None:
     """Copy ``tensors`` (names prefixed by ``prefix``) into ``model``, checking names and shapes."""
     own = model.state_dict()
-    got = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+    got = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
     missing = sorted(set(own) - set(got))
     extra = sorted(set(got) - set(own))
     if missing or extra:
@@ -70,8 +78,10 @@ def load_into(model: torch.nn.Module, tensors: dict[str, torch.Tensor], where: s
         raise DSparkError(f"checkpoint {where} does not fit the model: {what}")
     for k, v in own.items():
         if tuple(got[k].shape) != tuple(v.shape):
-            raise DSparkError(f"checkpoint {where} does not fit the model: '{k}' has shape "
-                              f"{tuple(got[k].shape)}, expected {tuple(v.shape)}")
+            raise DSparkError(
+                f"checkpoint {where} does not fit the model: '{k}' has shape "
+                f"{tuple(got[k].shape)}, expected {tuple(v.shape)}"
+            )
     with torch.no_grad():
         for k, v in own.items():
             v.copy_(got[k].to(v.dtype))

@@ -21,8 +21,9 @@ from control.errors import DSparkError
 SPLITS = ("train", "val", "test")
 WORKLOADS = ("code", "prose")
 #: path components never read: tests, installed packages, caches.
-SKIP_DIRS = frozenset({"test", "tests", "idle_test", "site-packages", "dist-packages",
-                       "__pycache__", "ensurepip"})
+SKIP_DIRS = frozenset(
+    {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__", "ensurepip"}
+)
 #: percent of files per split (hash buckets 0..99): train < 90 <= val < 95 <= test.
 TRAIN_PCT, VAL_PCT = 90, 95
 

@@ -31,17 +31,32 @@ class Drafter(Protocol):
 
     def reset_slot(self, slot: int) -> None: ...
 
-    def propose(self, seq: torch.Tensor, L: int, k: int, tau: float, sp: SamplingParams,
-                gen: torch.Generator | None) -> Proposal: ...
+    def propose(
+        self,
+        seq: torch.Tensor,
+        L: int,
+        k: int,
+        tau: float,
+        sp: SamplingParams,
+        gen: torch.Generator | None,
+    ) -> Proposal: ...
 
-    def propose_batch(self, seq: torch.Tensor, slots: Sequence[int], Ls: Sequence[int],
-                      ks: Sequence[int], taus: Sequence[float], sp: SamplingParams,
-                      gens: Any) -> list[Proposal]: ...
+    def propose_batch(
+        self,
+        seq: torch.Tensor,
+        slots: Sequence[int],
+        Ls: Sequence[int],
+        ks: Sequence[int],
+        taus: Sequence[float],
+        sp: SamplingParams,
+        gens: Any,
+    ) -> list[Proposal]: ...
 
     def accept(self, L: int, drafted: int, n: int) -> None: ...
 
-    def accept_batch(self, slots: Sequence[int], Ls: Sequence[int], drafted: Sequence[int],
-                     ns: Sequence[int]) -> None: ...
+    def accept_batch(
+        self, slots: Sequence[int], Ls: Sequence[int], drafted: Sequence[int], ns: Sequence[int]
+    ) -> None: ...
 
 
 @runtime_checkable

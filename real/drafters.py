@@ -48,24 +48,33 @@ def _gens(gens, n: int) -> list:
 class _OneRow:
     """``propose`` for one sequence (slot 0) through the drafter's ``propose_batch``."""
 
-    def propose(self, seq: torch.Tensor, L: int, k: int, tau: float, sp: SamplingParams,
-                gen: torch.Generator | None):
+    def propose(
+        self,
+        seq: torch.Tensor,
+        L: int,
+        k: int,
+        tau: float,
+        sp: SamplingParams,
+        gen: torch.Generator | None,
+    ):
         """Draft up to ``k`` tokens after ``seq[0, :L]`` (slot 0); returns (count, confidences,
         q rows). Drafting stops before position i when its confidence ``max q_i`` (computed
         before drawing; see the module docstring) is below ``tau``; a drawn token is always
         kept. ``q`` is None in greedy mode."""
         return self.propose_batch(seq, [0], [L], [k], [tau], sp, [gen])[0]
 
-    def propose_batch(self, seq: torch.Tensor, slots, Ls, ks, taus, sp: SamplingParams,
-                      gens) -> list[Proposal]:
+    def propose_batch(
+        self, seq: torch.Tensor, slots, Ls, ks, taus, sp: SamplingParams, gens
+    ) -> list[Proposal]:
         raise NotImplementedError
 
 
 class ModelDrafter(_OneRow):
     """Wraps a ``real.models`` model (conv or transformer) for incremental, batched drafting."""
 
-    def __init__(self, model: torch.nn.Module, length: int, dtype: torch.dtype, device,
-                 slots: int = 1) -> None:
+    def __init__(
+        self, model: torch.nn.Module, length: int, dtype: torch.dtype, device, slots: int = 1
+    ) -> None:
         self.model = model
         self.name = f"drafter-{model.kind}"
         self.dtype, self.device, self.length = dtype, device, length
@@ -102,8 +111,9 @@ class ModelDrafter(_OneRow):
     def valid(self, n: int) -> None:
         self.set_valid(0, n)
 
-    def propose_batch(self, seq: torch.Tensor, slots, Ls, ks, taus, sp: SamplingParams,
-                      gens) -> list[Proposal]:
+    def propose_batch(
+        self, seq: torch.Tensor, slots, Ls, ks, taus, sp: SamplingParams, gens
+    ) -> list[Proposal]:
         """``propose`` for every row b at once: one packed forward per draft step."""
         B = len(slots)
         gens = _gens(gens, B)
@@ -116,8 +126,9 @@ class ModelDrafter(_OneRow):
         dev = seq.device
         step = self.model.step_packed
         starts = [min(self._valid[slots[b]], Ls[b] - 1) for b in rows]
-        segs = Segments([slots[b] for b in rows], starts,
-                        [Ls[b] - st for b, st in zip(rows, starts)], dev)
+        segs = Segments(
+            [slots[b] for b in rows], starts, [Ls[b] - st for b, st in zip(rows, starts)], dev
+        )
         logits = step(seq[segs.slot_idx, segs.pos_idx], segs, self.state)[segs.last]
         confs: dict[int, list[float]] = {b: [] for b in rows}
         qs: dict[int, list] = {b: [] for b in rows}
@@ -138,8 +149,7 @@ class ModelDrafter(_OneRow):
                 keep = [j for j, b in enumerate(cur) if cf[j] >= taus[b]]
                 if not keep:
                     break
-                toks = torch.cat([torch.multinomial(q[j], 1, generator=gens[cur[j]])
-                                  for j in keep])
+                toks = torch.cat([torch.multinomial(q[j], 1, generator=gens[cur[j]]) for j in keep])
             kept = [cur[j] for j in keep]
             kslots = torch.tensor([slots[b] for b in kept], dtype=torch.long, device=dev)
             kpos = torch.tensor([Ls[b] + i for b in kept], dtype=torch.long, device=dev)
@@ -155,8 +165,7 @@ class ModelDrafter(_OneRow):
                 sel = torch.tensor([j for j, _ in nxt], dtype=torch.long, device=dev)
                 kslots, kpos = kslots[sel], kpos[sel]
             cur = [b for _, b in nxt]
-            segs = Segments([slots[b] for b in cur], [Ls[b] + i for b in cur], [1] * len(cur),
-                            dev)
+            segs = Segments([slots[b] for b in cur], [Ls[b] + i for b in cur], [1] * len(cur), dev)
             logits = step(seq[kslots, kpos], segs, self.state)
             for b in cur:
                 fed[b] += 1
@@ -208,10 +217,10 @@ class NgramDrafter(_OneRow):
         suffix of ``tokens``, that suffix's length n); ([], 0) when nothing matches."""
         L = len(tokens)
         for n in range(min(self.max_ngram, L - 1), self.min_ngram - 1, -1):
-            tail = tokens[L - n:]
+            tail = tokens[L - n :]
             for s in range(L - n - 1, -1, -1):
-                if tokens[s:s + n] == tail:
-                    got = tokens[s + n:s + n + k]
+                if tokens[s : s + n] == tail:
+                    got = tokens[s + n : s + n + k]
                     # a match inside a repeating stretch: the copy runs into the present, so
                     # continue the period (token s + n + j for j past the end is got[j - P])
                     period = L - (s + n)
@@ -220,8 +229,9 @@ class NgramDrafter(_OneRow):
                     return got, n
         return [], 0
 
-    def propose_batch(self, seq: torch.Tensor, slots, Ls, ks, taus, sp: SamplingParams,
-                      gens) -> list[Proposal]:
+    def propose_batch(
+        self, seq: torch.Tensor, slots, Ls, ks, taus, sp: SamplingParams, gens
+    ) -> list[Proposal]:
         out: list[Proposal] = []
         for s, L, k, tau in zip(slots, Ls, ks, taus):
             if k <= 0 or tau > 1.0:
@@ -231,16 +241,18 @@ class NgramDrafter(_OneRow):
             out.append(self.write(seq, L, toks, sp, s) if toks else _NONE)
         return out
 
-    def write(self, seq: torch.Tensor, L: int, toks: list[int], sp: SamplingParams,
-              slot: int = 0) -> Proposal:
+    def write(
+        self, seq: torch.Tensor, L: int, toks: list[int], sp: SamplingParams, slot: int = 0
+    ) -> Proposal:
         """Put ``toks`` after position L of ``slot``; (count, confidences of 1.0, one-hot q or
         None)."""
-        seq[slot, L:L + len(toks)] = torch.tensor(toks, dtype=seq.dtype, device=seq.device)
+        seq[slot, L : L + len(toks)] = torch.tensor(toks, dtype=seq.dtype, device=seq.device)
         q = None
         if not sp.greedy:
             q = torch.zeros(len(toks), self.vocab_size, device=seq.device)
-            q[torch.arange(len(toks), device=seq.device),
-              torch.tensor(toks, device=seq.device)] = 1.0
+            q[torch.arange(len(toks), device=seq.device), torch.tensor(toks, device=seq.device)] = (
+                1.0
+            )
         return len(toks), [1.0] * len(toks), q
 
     def accept(self, L: int, drafted: int, n: int) -> None:
@@ -286,8 +298,9 @@ class HybridDrafter(_OneRow):
         self.model.reset()
         self.lookups = self.model_rounds = 0
 
-    def propose_batch(self, seq: torch.Tensor, slots, Ls, ks, taus, sp: SamplingParams,
-                      gens) -> list[Proposal]:
+    def propose_batch(
+        self, seq: torch.Tensor, slots, Ls, ks, taus, sp: SamplingParams, gens
+    ) -> list[Proposal]:
         B = len(slots)
         gens = _gens(gens, B)
         out: list[Proposal] = [_NONE] * B
@@ -295,7 +308,7 @@ class HybridDrafter(_OneRow):
         for b in range(B):
             if ks[b] <= 0:
                 continue
-            toks, n = self.ngram.lookup_n(seq[slots[b], :Ls[b]].tolist(), ks[b])
+            toks, n = self.ngram.lookup_n(seq[slots[b], : Ls[b]].tolist(), ks[b])
             if n >= self.min_match and taus[b] <= 1.0:
                 self.lookups += 1
                 out[b] = self.ngram.write(seq, Ls[b], toks, sp, slots[b])

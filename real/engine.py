@@ -60,8 +60,9 @@ class EngineConfig:
     # drafters stay fp32 (issue 4): their confidences feed the controllers.
     drafter_dtype: str = param("float32", choices=tuple(DTYPES), doc="drafter precision")
     # the seed's drafter.
-    drafter: str = param("conv", choices=DRAFTERS,
-                         doc="which drafter (ngram+X: prompt lookup, else model X)")
+    drafter: str = param(
+        "conv", choices=DRAFTERS, doc="which drafter (ngram+X: prompt lookup, else model X)"
+    )
     # shorter matches are often coincidences that a model drafter continues better.
     lookup_min_match: int = param(4, lo=1, hi=32, doc="ngram+X: match length that triggers lookup")
     # stop at the end-of-text token, as a user would; benchmarks turn it off.
@@ -99,8 +100,22 @@ class Sequence:
     """A request in flight: its slot, committed length ``L`` (prompt + emitted), the length at
     which it ends, emitted tokens, round records and timestamps (on the engine's clock)."""
 
-    __slots__ = ("req", "slot", "L", "end", "rnd", "tokens", "records", "gen", "name",
-                 "admit_s", "first_token_s", "finish_s", "done", "prompt_tokens")
+    __slots__ = (
+        "req",
+        "slot",
+        "L",
+        "end",
+        "rnd",
+        "tokens",
+        "records",
+        "gen",
+        "name",
+        "admit_s",
+        "first_token_s",
+        "finish_s",
+        "done",
+        "prompt_tokens",
+    )
 
     def __init__(self, req: Request, slot: int, end: int, gen) -> None:
         self.req, self.slot, self.end, self.gen = req, slot, end, gen
@@ -130,9 +145,15 @@ class Engine:
     """Speculative decoding with ``target`` (a ``real.models`` model) and a drafter object,
     ``cfg.slots`` sequences at a time."""
 
-    def __init__(self, target: torch.nn.Module, drafter, config: EngineConfig | None = None,
-                 tokenizer=None, eot_id: int | None = None,
-                 sentence_end_ids: frozenset[int] = frozenset()) -> None:
+    def __init__(
+        self,
+        target: torch.nn.Module,
+        drafter,
+        config: EngineConfig | None = None,
+        tokenizer=None,
+        eot_id: int | None = None,
+        sentence_end_ids: frozenset[int] = frozenset(),
+    ) -> None:
         self.cfg = c = config or EngineConfig()
         self.target, self.tokenizer = target, tokenizer
         self.device = c.device
@@ -162,8 +183,9 @@ class Engine:
         """Any drafter; a cached (model) drafter's cache is (re)built for the engine's slots."""
         if isinstance(d, CachedDrafter):
             if d.state["length"] < self.length:
-                raise DSparkError(f"drafter cache holds {d.state['length']} positions, "
-                                  f"engine needs {self.length}")
+                raise DSparkError(
+                    f"drafter cache holds {d.state['length']} positions, engine needs {self.length}"
+                )
             if d.state.get("slots", 1) != self.slots:
                 d.allocate(self.slots)
         if d is not None and self.running:
@@ -179,8 +201,10 @@ class Engine:
         if max_new_tokens < 0:
             raise DSparkError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         if len(ids) + max_new_tokens > self.cfg.max_len:
-            raise DSparkError(f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new_tokens}) "
-                              f"exceeds max_len {self.cfg.max_len}")
+            raise DSparkError(
+                f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new_tokens}) "
+                f"exceeds max_len {self.cfg.max_len}"
+            )
         return ids
 
     _check_prompt = check_request
@@ -200,7 +224,7 @@ class Engine:
             return None  # greedy verification and threshold-greedy never draw
         g = torch.Generator(device=self.device)
         seed = self.cfg.seed + req.request_id if req.seed is None else req.seed
-        g.manual_seed(int(seed) % (2 ** 63))
+        g.manual_seed(int(seed) % (2**63))
         return g
 
     @torch.inference_mode()
@@ -218,7 +242,7 @@ class Engine:
             ids = self.check_request(r.prompt, r.max_new_tokens)
             slot = self._free.pop(0)
             s = Sequence(r, slot, len(ids) + r.max_new_tokens, self._gen_for(r))
-            self.seq[slot, :len(ids)] = torch.tensor(ids, dtype=torch.long, device=self.device)
+            self.seq[slot, : len(ids)] = torch.tensor(ids, dtype=torch.long, device=self.device)
             if self._drafter is not None:
                 self._drafter.reset_slot(slot)
             new.append(s)
@@ -226,10 +250,15 @@ class Engine:
         self.prefill_rows([s.slot for s in pre], [0] * len(pre), [s.L - 1 for s in pre])
         t1 = time.perf_counter()
         if new:
-            self.prefills.append({"start_s": t0 - origin, "end_s": t1 - origin,
-                                  "requests": len(new),
-                                  "prompt_tokens": sum(s.L for s in new),
-                                  "prefill_tokens": sum(s.L - 1 for s in pre)})
+            self.prefills.append(
+                {
+                    "start_s": t0 - origin,
+                    "end_s": t1 - origin,
+                    "requests": len(new),
+                    "prompt_tokens": sum(s.L for s in new),
+                    "prefill_tokens": sum(s.L - 1 for s in pre),
+                }
+            )
         for s in new:
             s.admit_s = t1 - origin
             if s.L >= s.end:
@@ -245,8 +274,9 @@ class Engine:
         no logits (admission; the profiler times it as it is)."""
         if slots:
             segs = Segments(slots, starts, counts, self.device)
-            self.target.step_packed(self.seq[segs.slot_idx, segs.pos_idx], segs, self.state,
-                                    logits=False)
+            self.target.step_packed(
+                self.seq[segs.slot_idx, segs.pos_idx], segs, self.state, logits=False
+            )
         sync(self.device)
 
     def abort(self) -> None:
@@ -273,14 +303,18 @@ class Engine:
         if len(decs) != B:
             raise DSparkError(f"the round planner returned {len(decs)} decisions for {B} rows")
         drafter = self._drafter
-        ks = [0] * B if drafter is None else \
-            [max(0, min(d.k, c.k_max, s.end - s.L - 1)) for d, s in zip(decs, run)]
+        ks = (
+            [0] * B
+            if drafter is None
+            else [max(0, min(d.k, c.k_max, s.end - s.L - 1)) for d, s in zip(decs, run)]
+        )
         t0 = time.perf_counter()
         props = self.draft(slots, Ls, ks, [d.tau for d in decs], [s.gen for s in run])
         t1 = time.perf_counter()
         drafted = [p[0] for p in props]
-        segs, ns, nxts, lossys, idl = self.verify(slots, Ls, drafted, decs, props,
-                                                  [s.gen for s in run])
+        segs, ns, nxts, lossys, idl = self.verify(
+            slots, Ls, drafted, decs, props, [s.gen for s in run]
+        )
         t2 = time.perf_counter()
         if drafter is not None and any(drafted):
             drafter.accept_batch(slots, Ls, drafted, ns)
@@ -291,17 +325,31 @@ class Engine:
         emitted_sum = 0
         for b, s in enumerate(run):
             o, n = segs.offsets[b], ns[b]
-            out = idl[o + 1:o + 1 + n] + [nxts[b]]
+            out = idl[o + 1 : o + 1 + n] + [nxts[b]]
             if eot is not None and eot in out:
-                out = out[:out.index(eot) + 1]
+                out = out[: out.index(eot) + 1]
                 s.end = s.L + len(out)
             ends = tuple(i for i, t in enumerate(out) if t in self.sentence_end_ids)
-            obs = Observation(end_s, drafted[b], n, tuple(props[b][1]), draft_s, verify_s,
-                              s.L, lossys[b], len(out), ends, B, verify_tokens, ctx_sum)
+            obs = Observation(
+                end_s,
+                drafted[b],
+                n,
+                tuple(props[b][1]),
+                draft_s,
+                verify_s,
+                s.L,
+                lossys[b],
+                len(out),
+                ends,
+                B,
+                verify_tokens,
+                ctx_sum,
+            )
             s.ctrl.observe(obs)
             if s.records is not None:
-                s.records.append(RoundRecord.from_round(s.req.request_id, s.rnd, decs[b], obs,
-                                                        s.name))
+                s.records.append(
+                    RoundRecord.from_round(s.req.request_id, s.rnd, decs[b], obs, s.name)
+                )
             s.rnd += 1
             if not s.tokens:
                 s.first_token_s = end_s
@@ -319,11 +367,19 @@ class Engine:
             self.running = [s for s in run if not s.done]
         stats = None
         if planner is not None or self.round_log is not None:
-            stats = RoundStats(start_s=now, end_s=time.perf_counter() - origin, batch_size=B,
-                               drafting=sum(1 for d in drafted if d),
-                               draft_steps=max(drafted), verify_tokens=verify_tokens,
-                               context_tokens=ctx_sum, draft_s=draft_s, verify_s=verify_s,
-                               accepted=sum(ns), emitted=emitted_sum)
+            stats = RoundStats(
+                start_s=now,
+                end_s=time.perf_counter() - origin,
+                batch_size=B,
+                drafting=sum(1 for d in drafted if d),
+                draft_steps=max(drafted),
+                verify_tokens=verify_tokens,
+                context_tokens=ctx_sum,
+                draft_s=draft_s,
+                verify_s=verify_s,
+                accepted=sum(ns),
+                emitted=emitted_sum,
+            )
         if planner is not None:
             planner.observe_round(stats)
         if self.round_log is not None:
@@ -334,8 +390,7 @@ class Engine:
         """The draft phase of a round: per row (count, confidences, q rows), device-synced."""
         if not any(ks):
             return [_NO_PROPOSAL] * len(slots)
-        props = self._drafter.propose_batch(self.seq, slots, Ls, ks, taus, self.cfg.sampling,
-                                            gens)
+        props = self._drafter.propose_batch(self.seq, slots, Ls, ks, taus, self.cfg.sampling, gens)
         sync(self.device)
         return props
 
@@ -361,20 +416,23 @@ class Engine:
         else:
             ns, nxts, lossys = [], [], []
             for b, (o, d, dec) in enumerate(zip(segs.offsets, drafted, decs)):
-                lg, draft = logits[o:o + d + 1], ids[o + 1:o + 1 + d]
+                lg, draft = logits[o : o + d + 1], ids[o + 1 : o + 1 + d]
                 if dec.mode == "threshold":
                     n, nxt, lossy = verify_threshold(draft, lg, dec.beta, sp, gens[b])
                 elif sp.greedy:
                     n, nxt, lossy = verify_greedy(draft, lg)
                 else:
-                    n, nxt, lossy = verify_sampling(draft, props[b][2] if d else None, lg, sp,
-                                                    gens[b])
+                    n, nxt, lossy = verify_sampling(
+                        draft, props[b][2] if d else None, lg, sp, gens[b]
+                    )
                 ns.append(n)
                 nxts.append(nxt)
                 lossys.append(lossy)
             idl = ids.tolist()
-        seq[segs.slot_idx.new_tensor(slots), segs.pos_idx.new_tensor(
-            [L + n for L, n in zip(Ls, ns)])] = torch.tensor(nxts, dtype=torch.long, device=dev)
+        seq[
+            segs.slot_idx.new_tensor(slots),
+            segs.pos_idx.new_tensor([L + n for L, n in zip(Ls, ns)]),
+        ] = torch.tensor(nxts, dtype=torch.long, device=dev)
         sync(dev)
         return segs, ns, nxts, lossys, idl
 
@@ -408,8 +466,14 @@ class Engine:
 
     # ------------------------------------------------------------------ one request
     @torch.inference_mode()
-    def stream(self, prompt_ids, max_new_tokens: int, controller, request_id: int = 0,
-               records: list | None = None) -> Iterator[list[int]]:
+    def stream(
+        self,
+        prompt_ids,
+        max_new_tokens: int,
+        controller,
+        request_id: int = 0,
+        records: list | None = None,
+    ) -> Iterator[list[int]]:
         """Yield the tokens committed by each round (a list per round): the batch-1 case of the
         batched core (a fresh controller state, the sampling generator seeded with
         ``cfg.seed``, times from the end of the prefill)."""
@@ -417,8 +481,9 @@ class Engine:
         if self.running:
             raise DSparkError("stream/generate need an idle engine (sequences are running)")
         controller.reset()
-        (s,) = self.admit([Request(request_id, ids, max_new_tokens, controller,
-                                   seed=self.cfg.seed)])
+        (s,) = self.admit(
+            [Request(request_id, ids, max_new_tokens, controller, seed=self.cfg.seed)]
+        )
         s.records = records
         origin = time.perf_counter()
         try:
@@ -428,8 +493,9 @@ class Engine:
         finally:
             self.abort()
 
-    def generate(self, prompt_ids, max_new_tokens: int, controller,
-                 request_id: int = 0) -> Generation:
+    def generate(
+        self, prompt_ids, max_new_tokens: int, controller, request_id: int = 0
+    ) -> Generation:
         records: list[RoundRecord] = []
         t0 = time.perf_counter()
         toks: list[int] = []
@@ -449,11 +515,11 @@ class Engine:
             text = self.tokenizer.decode(toks)
             if text.endswith("\ufffd"):
                 continue
-            yield text[len(shown):]
+            yield text[len(shown) :]
             shown = text
         text = self.tokenizer.decode(toks)
         if len(text) > len(shown):
-            yield text[len(shown):]
+            yield text[len(shown) :]
 
     # ------------------------------------------------------------------ references
     def _prefill(self, ids: list[int]) -> int:
@@ -464,7 +530,7 @@ class Engine:
         L = len(ids)
         self.seq[0, :L] = torch.tensor(ids, dtype=torch.long, device=self.device)
         if L > 1:
-            self.target.step(self.seq[:1, :L - 1], 0, self.state)
+            self.target.step(self.seq[:1, : L - 1], 0, self.state)
         if self._drafter is not None:
             self._drafter.reset()
         return L
@@ -477,7 +543,7 @@ class Engine:
         seq, step, st = self.seq, self.target.step, self.state
         out = []
         for _ in range(max_new_tokens):
-            nxt = step(seq[:1, L - 1:L], L - 1, st)[-1].argmax()
+            nxt = step(seq[:1, L - 1 : L], L - 1, st)[-1].argmax()
             seq[0, L] = nxt
             L += 1
             if self.cfg.stop_at_eot and self.eot_id is not None:
@@ -486,7 +552,7 @@ class Engine:
                 if t == self.eot_id:
                     break
         if not (self.cfg.stop_at_eot and self.eot_id is not None):
-            out = seq[0, len(ids):L].tolist()
+            out = seq[0, len(ids) : L].tolist()
         return out
 
     @torch.inference_mode()
@@ -499,8 +565,9 @@ class Engine:
         L = self._prefill(ids)
         out = []
         for _ in range(max_new_tokens):
-            p = probs(self.target.step(self.seq[:1, L - 1:L], L - 1, self.state),
-                      self.cfg.sampling)
+            p = probs(
+                self.target.step(self.seq[:1, L - 1 : L], L - 1, self.state), self.cfg.sampling
+            )
             t = int(torch.multinomial(p[-1], 1, generator=self.gen))
             self.seq[0, L] = t
             L += 1

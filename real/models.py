@@ -100,7 +100,7 @@ class ConvConfig:
     dilation_base: int = param(1, lo=1, hi=4, doc="block i dilates its conv by base**i")
 
     def dilation(self, i: int) -> int:
-        return self.dilation_base ** i
+        return self.dilation_base**i
 
 
 class RMSNorm(nn.Module):
@@ -149,17 +149,20 @@ class Block(nn.Module):
 
     def forward(self, x, cos, sin, cache=None, pos=0, mask=None):
         B, T, D = x.shape
-        qkv = self.qkv(self.input_layernorm(x)).view(B, T, 3, self.h, self.hd).permute(2, 0, 3, 1, 4)
+        qkv = (
+            self.qkv(self.input_layernorm(x)).view(B, T, 3, self.h, self.hd).permute(2, 0, 3, 1, 4)
+        )
         qk = _rope(qkv[:2], cos, sin)  # q and k together: [2, B, H, T, hd]
         q, k, v = qk[0], qk[1], qkv[2]
         if cache is None:
             a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             kc, vc = cache
-            kc[:, :, pos:pos + T] = k
-            vc[:, :, pos:pos + T] = v
-            a = F.scaled_dot_product_attention(q, kc[:, :, :pos + T], vc[:, :, :pos + T],
-                                               attn_mask=mask)
+            kc[:, :, pos : pos + T] = k
+            vc[:, :, pos : pos + T] = v
+            a = F.scaled_dot_product_attention(
+                q, kc[:, :, : pos + T], vc[:, :, : pos + T], attn_mask=mask
+            )
         x = x + self.o(a.transpose(1, 2).reshape(B, T, D))
         g, u = self.gate_up(self.post_attention_layernorm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(g) * u)
@@ -177,8 +180,11 @@ class Block(nn.Module):
         for s, p, t, o in zip(segs.slots, segs.starts, segs.lens, segs.offsets):
             end = p + t
             a = F.scaled_dot_product_attention(
-                q[None, :, o:o + t], kc[s:s + 1, :, :end], vc[s:s + 1, :, :end],
-                attn_mask=None if t == 1 else causal[p:end, :end])
+                q[None, :, o : o + t],
+                kc[s : s + 1, :, :end],
+                vc[s : s + 1, :, :end],
+                attn_mask=None if t == 1 else causal[p:end, :end],
+            )
             outs.append(a[0])
         a = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)  # [H, N, hd]
         x = x + self.o(a.transpose(0, 1).reshape(N, D).to(x.dtype))
@@ -204,7 +210,11 @@ class Transformer(nn.Module):
         std = 0.02
         for n, p in self.named_parameters():
             if p.dim() == 2:
-                s = std / math.sqrt(2 * self.cfg.n_layers) if n.endswith(("o.weight", "down.weight")) else std
+                s = (
+                    std / math.sqrt(2 * self.cfg.n_layers)
+                    if n.endswith(("o.weight", "down.weight"))
+                    else std
+                )
                 nn.init.normal_(p, 0.0, s)
 
     def tables(self, dtype, device):
@@ -233,18 +243,30 @@ class Transformer(nn.Module):
         hd = c.d_model // c.n_heads
         kvd = dtype if kv_dtype is None else kv_dtype
         if length > c.max_seq_len:
-            raise ValueError(f"cache of {length} positions exceeds the RoPE table "
-                             f"({c.max_seq_len})")
-        kv = [(torch.zeros(slots, c.n_heads, length, hd, dtype=kvd, device=device),
-               torch.zeros(slots, c.n_heads, length, hd, dtype=kvd, device=device))
-              for _ in range(c.n_layers)]
+            raise ValueError(
+                f"cache of {length} positions exceeds the RoPE table ({c.max_seq_len})"
+            )
+        kv = [
+            (
+                torch.zeros(slots, c.n_heads, length, hd, dtype=kvd, device=device),
+                torch.zeros(slots, c.n_heads, length, hd, dtype=kvd, device=device),
+            )
+            for _ in range(c.n_layers)
+        ]
         causal = torch.ones(length, length, dtype=torch.bool, device=device).tril()
         cos, sin = self.tables(dtype, device)
-        return {"kv": kv, "causal": causal, "cos": cos, "sin": sin, "length": length,
-                "slots": slots}
+        return {
+            "kv": kv,
+            "causal": causal,
+            "cos": cos,
+            "sin": sin,
+            "length": length,
+            "slots": slots,
+        }
 
-    def step_packed(self, ids: torch.Tensor, segs: Segments, state: dict,
-                    logits: bool = True) -> torch.Tensor | None:
+    def step_packed(
+        self, ids: torch.Tensor, segs: Segments, state: dict, logits: bool = True
+    ) -> torch.Tensor | None:
         """Logits ``[N, V]`` of the packed new tokens ``ids`` (shape ``[N]``) of ``segs``
         (None with ``logits=False``: a prefill only fills the cache)."""
         segs.check(state)
@@ -266,8 +288,9 @@ class ConvBlock(nn.Module):
         super().__init__()
         self.dil = dilation
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.conv = nn.Conv1d(cfg.d_model, cfg.d_model, cfg.kernel, groups=cfg.d_model, bias=True,
-                              dilation=dilation)
+        self.conv = nn.Conv1d(
+            cfg.d_model, cfg.d_model, cfg.kernel, groups=cfg.d_model, bias=True, dilation=dilation
+        )
         self.proj_in = nn.Linear(cfg.d_model, 2 * cfg.d_hidden, bias=False)
         self.proj_out = nn.Linear(cfg.d_hidden, cfg.d_model, bias=False)
 
@@ -303,12 +326,20 @@ class ConvDrafter(nn.Module):
         # conv inputs by slot and position (position-major), with (K-1)·dilation leading zero
         # rows: position p lives at row p + (K-1)·dil, so the window of position p is rows
         # p, p + dil, ..., p + (K-1)·dil of its slot.
-        return {"buf": [torch.zeros(slots, length + (K - 1) * blk.dil, c.d_model, dtype=dtype,
-                                    device=device) for blk in self.blocks], "length": length,
-                "slots": slots}
+        return {
+            "buf": [
+                torch.zeros(
+                    slots, length + (K - 1) * blk.dil, c.d_model, dtype=dtype, device=device
+                )
+                for blk in self.blocks
+            ],
+            "length": length,
+            "slots": slots,
+        }
 
-    def step_packed(self, ids: torch.Tensor, segs: Segments, state: dict,
-                    logits: bool = True) -> torch.Tensor | None:
+    def step_packed(
+        self, ids: torch.Tensor, segs: Segments, state: dict, logits: bool = True
+    ) -> torch.Tensor | None:
         """Logits ``[N, V]`` of the packed new tokens ``ids`` (shape ``[N]``) of ``segs``
         (None with ``logits=False``)."""
         segs.check(state)
@@ -322,12 +353,17 @@ class ConvDrafter(nn.Module):
             if one:  # one sequence: contiguous rows of its slot, as a view
                 s, p, T = segs.slots[0], segs.starts[0], segs.lens[0]
                 b = buf[s]
-                b[p + r:p + r + T] = blk.norm(x)
+                b[p + r : p + r + T] = blk.norm(x)
                 if T == 1:  # a weighted sum over the window, no conv kernel launch
-                    c = (b[p:p + r + 1:blk.dil] * w.t()).sum(0, keepdim=True) + blk.conv.bias
+                    c = (b[p : p + r + 1 : blk.dil] * w.t()).sum(0, keepdim=True) + blk.conv.bias
                 else:
-                    c = F.conv1d(b[p:p + r + T].t().unsqueeze(0), blk.conv.weight,
-                                 blk.conv.bias, groups=d, dilation=blk.dil)[0].t()
+                    c = F.conv1d(
+                        b[p : p + r + T].t().unsqueeze(0),
+                        blk.conv.weight,
+                        blk.conv.bias,
+                        groups=d,
+                        dilation=blk.dil,
+                    )[0].t()
             else:  # packed: write every new input, then gather each token's window
                 buf[si, pi + r] = blk.norm(x)
                 win = pi[:, None] + torch.arange(0, r + 1, blk.dil, device=pi.device)

@@ -18,15 +18,17 @@ from real.sampling import SamplingParams
 _GREEDY = SamplingParams()
 
 
-def record_positions(engine, prompt_ids, max_new_tokens: int, horizon: int | None = None,
-                     request_id: int = 0) -> list[PositionRecord]:
+def record_positions(
+    engine, prompt_ids, max_new_tokens: int, horizon: int | None = None, request_id: int = 0
+) -> list[PositionRecord]:
     """The greedy position trace of one prompt (see the module docstring)."""
     return record_positions_full(engine, prompt_ids, max_new_tokens, request_id, horizon)[0]
 
 
 @torch.inference_mode()
-def record_positions_full(engine, prompt_ids, max_new_tokens: int, request_id: int = 0,
-                          horizon: int | None = None) -> tuple[list[PositionRecord], list[int]]:
+def record_positions_full(
+    engine, prompt_ids, max_new_tokens: int, request_id: int = 0, horizon: int | None = None
+) -> tuple[list[PositionRecord], list[int]]:
     """Position trace plus the greedy continuation. Confidences are the drafter's whole chain
     of ``horizon`` proposals, not only the run and its first miss: a τ stop beyond the first
     miss still decides how many tokens a round drafts (and so its draft time)."""
@@ -42,21 +44,29 @@ def record_positions_full(engine, prompt_ids, max_new_tokens: int, request_id: i
     P, seq, drafter = len(prompt), engine.seq, engine.drafter
     if len(full) > engine.length:
         raise DSparkError(f"prompt + {max_new_tokens} + horizon {h} exceeds the engine's cache")
-    seq[0, :len(full)] = torch.tensor(full, dtype=seq.dtype, device=seq.device)
+    seq[0, : len(full)] = torch.tensor(full, dtype=seq.dtype, device=seq.device)
     drafter.reset()
     out = []
     for t in range(min(max_new_tokens, len(cont))):
         L = P + t
         count, confs, _ = drafter.propose(seq, L, h, 0.0, _GREEDY, None)
-        proposed = seq[0, L:L + count].tolist()
+        proposed = seq[0, L : L + count].tolist()
         run = 0
         while run < count and t + run < len(cont) and proposed[run] == cont[t + run]:
             run += 1
         drafter.accept(L, count, run)
-        seq[0, L:L + count] = torch.tensor(full[L:L + count], dtype=seq.dtype, device=seq.device)
-        out.append(PositionRecord(request_id=request_id, position=t, run_length=run,
-                                  confidences=tuple(float(c) for c in confs),
-                                  sentence_end=cont[t] in engine.sentence_end_ids))
+        seq[0, L : L + count] = torch.tensor(
+            full[L : L + count], dtype=seq.dtype, device=seq.device
+        )
+        out.append(
+            PositionRecord(
+                request_id=request_id,
+                position=t,
+                run_length=run,
+                confidences=tuple(float(c) for c in confs),
+                sentence_end=cont[t] in engine.sentence_end_ids,
+            )
+        )
     return out, cont[:max_new_tokens]
 
 

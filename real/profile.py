@@ -58,8 +58,17 @@ from real.engine import sync
 from real.sampling import SamplingParams
 
 TARGET, DRAFTER, OVERHEAD = "target", "drafter", "round-overhead"
-COLUMNS = ("model", "batch", "new_tokens", "context_tokens", "seconds", "seconds_p10",
-           "seconds_p90", "repeats", "seconds_mean")
+COLUMNS = (
+    "model",
+    "batch",
+    "new_tokens",
+    "context_tokens",
+    "seconds",
+    "seconds_p10",
+    "seconds_p90",
+    "repeats",
+    "seconds_mean",
+)
 _GREEDY = SamplingParams()
 TRIM = 0.2  # fraction cut at each end for ``seconds_mean``
 
@@ -67,11 +76,16 @@ TRIM = 0.2  # fraction cut at each end for ``seconds_mean``
 @dataclass(frozen=True)
 class ProfileConfig:
     # context grid: covers prompts of 32-384 tokens plus ~128 generated tokens.
-    contexts: tuple[int, ...] = param((32, 128, 256, 384, 512), lo=1, hi=1 << 16,
-                                      doc="context lengths (tokens already cached) to time")
+    contexts: tuple[int, ...] = param(
+        (32, 128, 256, 384, 512),
+        lo=1,
+        hi=1 << 16,
+        doc="context lengths (tokens already cached) to time",
+    )
     # prefill chunk sizes: the simulator charges a prompt's prefill at context 0 by interpolation.
-    prefill_tokens: tuple[int, ...] = param((32, 64, 128, 256, 384), lo=2, hi=1 << 16,
-                                            doc="new-token counts above k_max + 1 to time")
+    prefill_tokens: tuple[int, ...] = param(
+        (32, 64, 128, 256, 384), lo=2, hi=1 << 16, doc="new-token counts above k_max + 1 to time"
+    )
     # 2 discarded passes: first-touch allocations and caches.
     warmup: int = param(2, lo=0, hi=100, doc="discarded passes over the grid")
     # 7 timed passes: a median and a p10/p90 that mean something.
@@ -85,11 +99,13 @@ class ProfileConfig:
     # seed of the random token ids written into the buffers (content does not change timing).
     seed: int = param(0, lo=0, hi=2**31 - 1, doc="seed of the filler tokens")
     # batch 1: the batch-1 table; (1, 2, 4, 8, 16) covers continuous batching on this CPU.
-    batches: tuple[int, ...] = param((1,), lo=1, hi=256,
-                                     doc="batch sizes to time (the engine needs as many slots)")
+    batches: tuple[int, ...] = param(
+        (1,), lo=1, hi=256, doc="batch sizes to time (the engine needs as many slots)"
+    )
     # empty: every k = 0..k_max (new tokens 1..k_max+1); a batched grid uses a sparse set.
-    draft_lengths: tuple[int, ...] = param((), lo=0, hi=64,
-                                           doc="draft lengths k whose verify (k+1) is timed")
+    draft_lengths: tuple[int, ...] = param(
+        (), lo=0, hi=64, doc="draft lengths k whose verify (k+1) is timed"
+    )
 
 
 def _pct(x, q):
@@ -97,9 +113,17 @@ def _pct(x, q):
 
 
 def _row(model, new, ctx, xs, batch: int = 1):
-    return {"model": model, "batch": int(batch), "new_tokens": int(new), "context_tokens": int(ctx),
-            "seconds": float(np.median(xs)), "seconds_p10": _pct(xs, 10),
-            "seconds_p90": _pct(xs, 90), "repeats": len(xs), "seconds_mean": _tmean(xs)}
+    return {
+        "model": model,
+        "batch": int(batch),
+        "new_tokens": int(new),
+        "context_tokens": int(ctx),
+        "seconds": float(np.median(xs)),
+        "seconds_p10": _pct(xs, 10),
+        "seconds_p90": _pct(xs, 90),
+        "repeats": len(xs),
+        "seconds_mean": _tmean(xs),
+    }
 
 
 def _tmean(xs, axis=None):
@@ -107,8 +131,11 @@ def _tmean(xs, axis=None):
     machine (unlike the median) but not its rare multi-millisecond preemption spikes."""
     from scipy.stats import trim_mean
 
-    return trim_mean(np.asarray(xs, dtype=float), TRIM, axis=axis) if axis is not None \
+    return (
+        trim_mean(np.asarray(xs, dtype=float), TRIM, axis=axis)
+        if axis is not None
         else float(trim_mean(np.asarray(xs, dtype=float), TRIM))
+    )
 
 
 class _Timer:
@@ -130,8 +157,9 @@ class _Timer:
         L, k = max(ctx, 1), T - 1
         slots = list(range(B))
         t1 = time.perf_counter()
-        _, ns, _, _, _ = e.verify(slots, [L] * B, [k] * B, [Decision(k=k)] * B,
-                                  [(k, [], None)] * B, [None] * B)
+        _, ns, _, _, _ = e.verify(
+            slots, [L] * B, [k] * B, [Decision(k=k)] * B, [(k, [], None)] * B, [None] * B
+        )
         t2 = time.perf_counter()
         for b, n in enumerate(ns):
             e.seq[b, L + n] = self.filler[b, L + n]
@@ -156,7 +184,7 @@ class _Timer:
         sync(e.device)
         t1 = time.perf_counter()
         d.accept_batch(slots, [L] * B, [p[0] for p in props], [0] * B)
-        seq[:B, L:L + k + 1] = self.filler[:B, L:L + k + 1]
+        seq[:B, L : L + k + 1] = self.filler[:B, L : L + k + 1]
         return t1 - t0
 
 
@@ -166,16 +194,20 @@ def _check(engine, cfg: ProfileConfig) -> tuple[list[int], list[int]]:
     pre = sorted({int(t) for t in cfg.prefill_tokens if t > kmax + 1})
     need = max(ctxs) + max([kmax + 2] + pre) + 1
     if need > engine.length:
-        raise DSparkError(f"profile grid needs {need} cache positions (context {max(ctxs)} + "
-                          f"{max([kmax + 2] + pre)} new) but the engine holds {engine.length}; "
-                          f"raise engine.max_len or lower profile.contexts/prefill_tokens")
+        raise DSparkError(
+            f"profile grid needs {need} cache positions (context {max(ctxs)} + "
+            f"{max([kmax + 2] + pre)} new) but the engine holds {engine.length}; "
+            f"raise engine.max_len or lower profile.contexts/prefill_tokens"
+        )
     d = engine.drafter
     md = d if hasattr(d, "set_valid") else getattr(d, "model", None)
     if not hasattr(md, "set_valid"):
         raise DSparkError("dspark real profile needs a model drafter (conv or tf), not n-gram")
     if max(cfg.batches) > engine.slots:
-        raise DSparkError(f"profile batches up to {max(cfg.batches)} need as many engine slots; "
-                          f"the engine has {engine.slots} (engine.slots)")
+        raise DSparkError(
+            f"profile batches up to {max(cfg.batches)} need as many engine slots; "
+            f"the engine has {engine.slots} (engine.slots)"
+        )
     return ctxs, pre
 
 
@@ -185,8 +217,9 @@ def _draft_lengths(engine, cfg: ProfileConfig) -> list[int]:
     if ks[-1] > kmax:
         raise DSparkError(f"profile draft_lengths up to {ks[-1]} exceed engine k_max {kmax}")
     if len([k for k in ks if k >= 1]) < 2:
-        raise DSparkError("profile draft_lengths need at least two k >= 1 (the drafter step is "
-                          "a slope over k)")
+        raise DSparkError(
+            "profile draft_lengths need at least two k >= 1 (the drafter step is a slope over k)"
+        )
     return ks
 
 
@@ -274,18 +307,22 @@ class GridProfiler:
                 row["seconds_mean"] = max(float(slope_mean), 0.0)
                 rows.append(row)
                 fit[c if b == 1 else f"B{b}/{c}"] = {
-                    "batch": b, "step_s": float(slope), "intercept_s": float(icpt),
-                    "step_mean_s": float(slope_mean), "intercept_mean_s": float(icpt_mean),
+                    "batch": b,
+                    "step_s": float(slope),
+                    "intercept_s": float(icpt),
+                    "step_mean_s": float(slope_mean),
+                    "intercept_mean_s": float(icpt_mean),
                     "draft_lengths": [int(k) for k in ks],
                     "propose_median_s_by_k": [float(x) for x in np.median(reps, axis=1)],
-                    "propose_mean_s_by_k": [float(x) for x in _tmean(reps, axis=1)]}
+                    "propose_mean_s_by_k": [float(x) for x in _tmean(reps, axis=1)],
+                }
                 one = reps[0]  # propose(k=1) of one token = intercept + one step, measured
                 for N in pre:
                     x = np.asarray(times[("p", b, N, c)])
-                    r = _row(DRAFTER, N, c, np.maximum(x - np.median(one) + row["seconds"], 0.0),
-                             b)
-                    r["seconds_mean"] = max(float(_tmean(x) - _tmean(one)
-                                                  + row["seconds_mean"]), 0.0)
+                    r = _row(DRAFTER, N, c, np.maximum(x - np.median(one) + row["seconds"], 0.0), b)
+                    r["seconds_mean"] = max(
+                        float(_tmean(x) - _tmean(one) + row["seconds_mean"]), 0.0
+                    )
                     rows.append(r)
         return rows, fit
 
@@ -299,8 +336,13 @@ def profile_grid(engine, cfg: ProfileConfig, progress=None) -> tuple[list[dict],
 
 
 @torch.inference_mode()
-def profile_round_overhead(engine, cfg: ProfileConfig, intercept_s: float,
-                           intercept_mean_s: float | None = None, batch: int = 1) -> dict:
+def profile_round_overhead(
+    engine,
+    cfg: ProfileConfig,
+    intercept_s: float,
+    intercept_mean_s: float | None = None,
+    batch: int = 1,
+) -> dict:
     """Per-round engine time outside draft and verify, from real fixed-k generations of
     ``batch`` sequences at once (rounds of a full batch only)."""
     from control.registry import make_controller
@@ -313,16 +355,26 @@ def profile_round_overhead(engine, cfg: ProfileConfig, intercept_s: float,
     for i in range(cfg.overhead_prompts + 1):
         if batch == 1:
             prompt = torch.randint(0, vocab, (P,), generator=g).tolist()
-            gen = engine.generate(prompt, cfg.overhead_tokens,
-                                  make_controller("fixed", {"k": cfg.overhead_k}))
+            gen = engine.generate(
+                prompt, cfg.overhead_tokens, make_controller("fixed", {"k": cfg.overhead_k})
+            )
             ends = [(r.now_s, r.draft_s, r.verify_s, 1) for r in gen.records]
         else:
-            reqs = [Request(j, torch.randint(0, vocab, (P,), generator=g).tolist(),
-                            cfg.overhead_tokens, make_controller("fixed", {"k": cfg.overhead_k}))
-                    for j in range(batch)]
+            reqs = [
+                Request(
+                    j,
+                    torch.randint(0, vocab, (P,), generator=g).tolist(),
+                    cfg.overhead_tokens,
+                    make_controller("fixed", {"k": cfg.overhead_k}),
+                )
+                for j in range(batch)
+            ]
             seqs = engine.run_batch(reqs)
-            by_round = {r.now_s: (r.now_s, r.draft_s, r.verify_s, r.batch_size)
-                        for s in seqs for r in s.records}
+            by_round = {
+                r.now_s: (r.now_s, r.draft_s, r.verify_s, r.batch_size)
+                for s in seqs
+                for r in s.records
+            }
             ends = sorted(by_round.values())
         if i == 0:
             continue  # warm-up generation
@@ -335,12 +387,18 @@ def profile_round_overhead(engine, cfg: ProfileConfig, intercept_s: float,
         raise DSparkError(f"profile: no round of a full batch of {batch} to time the overhead")
     x = np.asarray(resid)
     row = _row(OVERHEAD, 0, 0, x + intercept_s, batch)
-    row["seconds_mean"] = _tmean(x) + (intercept_s if intercept_mean_s is None
-                                       else intercept_mean_s)
-    return {"row": row, "residual_median_s": float(np.median(x)),
-            "residual_mean_s": _tmean(x), "intercept_s": intercept_s,
-            "intercept_mean_s": intercept_s if intercept_mean_s is None else intercept_mean_s,
-            "rounds": len(x), "batch": batch}
+    row["seconds_mean"] = _tmean(x) + (
+        intercept_s if intercept_mean_s is None else intercept_mean_s
+    )
+    return {
+        "row": row,
+        "residual_median_s": float(np.median(x)),
+        "residual_mean_s": _tmean(x),
+        "intercept_s": intercept_s,
+        "intercept_mean_s": intercept_s if intercept_mean_s is None else intercept_mean_s,
+        "rounds": len(x),
+        "batch": batch,
+    }
 
 
 def finish_table(engine, cfg: ProfileConfig, rows: list[dict], fit: dict):
@@ -357,15 +415,21 @@ def finish_table(engine, cfg: ProfileConfig, rows: list[dict], fit: dict):
     rows = rows + [ov["row"] for ov in ovs]
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     ov = ovs[0]
-    details = {"drafter_fit": {str(c): f for c, f in fit.items()},
-               "round_overhead": {k: v for k, v in ov.items() if k != "row"},
-               "round_overhead_s": ov["row"]["seconds"],
-               "round_overhead_mean_s": ov["row"]["seconds_mean"]}
+    details = {
+        "drafter_fit": {str(c): f for c, f in fit.items()},
+        "round_overhead": {k: v for k, v in ov.items() if k != "row"},
+        "round_overhead_s": ov["row"]["seconds"],
+        "round_overhead_mean_s": ov["row"]["seconds_mean"],
+    }
     if len(ovs) > 1:
         details["round_overhead_by_batch"] = {
-            str(o["batch"]): {"seconds": o["row"]["seconds"],
-                              "seconds_mean": o["row"]["seconds_mean"],
-                              **{k: v for k, v in o.items() if k != "row"}} for o in ovs}
+            str(o["batch"]): {
+                "seconds": o["row"]["seconds"],
+                "seconds_mean": o["row"]["seconds_mean"],
+                **{k: v for k, v in o.items() if k != "row"},
+            }
+            for o in ovs
+        }
     return df, details
 
 

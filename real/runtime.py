@@ -17,22 +17,34 @@ from real.tokenizer import EOT, sentence_end_ids
 DRAFTER_MODELS = {"conv": "drafter_conv", "tf": "drafter_tf"}
 
 
-def build_engine(cfg: EngineConfig, checkpoint_dir: str | Path | None = None,
-                 bundle=None) -> Engine:
+def build_engine(
+    cfg: EngineConfig, checkpoint_dir: str | Path | None = None, bundle=None
+) -> Engine:
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise DSparkError("engine.device = 'cuda' but no CUDA device is available")
     if bundle is None:
-        bundle = load_bundle(checkpoint_dir, names=("target",) + drafter_models(cfg.drafter),
-                             target_dtype=DTYPES[cfg.target_dtype],
-                             drafter_dtype=DTYPES[cfg.drafter_dtype], device=cfg.device)
+        bundle = load_bundle(
+            checkpoint_dir,
+            names=("target",) + drafter_models(cfg.drafter),
+            target_dtype=DTYPES[cfg.target_dtype],
+            drafter_dtype=DTYPES[cfg.drafter_dtype],
+            device=cfg.device,
+        )
     tok = bundle.tokenizer
     target = bundle.models["target"].to(device=cfg.device, dtype=DTYPES[cfg.target_dtype])
-    return Engine(target, build_drafter(cfg, bundle, cfg.drafter), cfg, tokenizer=tok,
-                  eot_id=tok.token_to_id(EOT), sentence_end_ids=sentence_end_ids(tok))
+    return Engine(
+        target,
+        build_drafter(cfg, bundle, cfg.drafter),
+        cfg,
+        tokenizer=tok,
+        eot_id=tok.token_to_id(EOT),
+        sentence_end_ids=sentence_end_ids(tok),
+    )
 
 
-def load_engine_config(config_path: str | None, flags: dict | None = None,
-                       **overrides) -> EngineConfig:
+def load_engine_config(
+    config_path: str | None, flags: dict | None = None, **overrides
+) -> EngineConfig:
     """EngineConfig from ``config_path``'s [engine] table, then ``flags`` (command-line values;
     None = not given), then ``overrides``."""
     from control.configio import from_mapping, read_toml
@@ -40,8 +52,7 @@ def load_engine_config(config_path: str | None, flags: dict | None = None,
     data = dict(read_toml(config_path).get("engine", {})) if config_path else {}
     data.update({k: v for k, v in (flags or {}).items() if v is not None})
     data.update(overrides)
-    return from_mapping(EngineConfig, data, source=config_path or "<command line>",
-                        prefix="engine")
+    return from_mapping(EngineConfig, data, source=config_path or "<command line>", prefix="engine")
 
 
 def drafter_models(drafter: str) -> tuple[str, ...]:

@@ -61,8 +61,13 @@ def verify_greedy(draft: torch.Tensor, logits: torch.Tensor) -> tuple[int, int, 
     return n, int(am[n]), 0
 
 
-def verify_threshold(draft: torch.Tensor, logits: torch.Tensor, beta: float, sp: SamplingParams,
-                     gen: torch.Generator | None) -> tuple[int, int, int]:
+def verify_threshold(
+    draft: torch.Tensor,
+    logits: torch.Tensor,
+    beta: float,
+    sp: SamplingParams,
+    gen: torch.Generator | None,
+) -> tuple[int, int, int]:
     """Accept drafted x iff p(x) >= beta * max p; first rejection emits the target's choice."""
     p = probs(logits, sp)
     k = draft.numel()
@@ -74,16 +79,22 @@ def verify_threshold(draft: torch.Tensor, logits: torch.Tensor, beta: float, sp:
     return n, nxt, lossy
 
 
-def verify_sampling(draft: torch.Tensor, q: torch.Tensor, logits: torch.Tensor,
-                    sp: SamplingParams, gen: torch.Generator | None) -> tuple[int, int, int]:
+def verify_sampling(
+    draft: torch.Tensor,
+    q: torch.Tensor,
+    logits: torch.Tensor,
+    sp: SamplingParams,
+    gen: torch.Generator | None,
+) -> tuple[int, int, int]:
     """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023): identically distributed
     to sampling from the target. ``q`` rows are the drafter's processed distributions."""
     p = probs(logits, sp)
     return speculative_accept(draft, q, p, gen)
 
 
-def speculative_accept(draft: torch.Tensor, q: torch.Tensor, p: torch.Tensor,
-                       gen: torch.Generator | None) -> tuple[int, int, int]:
+def speculative_accept(
+    draft: torch.Tensor, q: torch.Tensor, p: torch.Tensor, gen: torch.Generator | None
+) -> tuple[int, int, int]:
     k = draft.numel()
     if k:
         ar = torch.arange(k, device=p.device)

@@ -40,13 +40,39 @@ from control.errors import DSparkError
 from control.types import RoundRecord
 
 #: the simulator's ``requests.csv`` columns (sim.metrics.requests_table), in order
-REQUEST_COLUMNS = ("controller", "request_id", "arrival_s", "prompt_tokens", "output_tokens",
-                   "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "finished",
-                   "replica", "emitted_tokens")
+REQUEST_COLUMNS = (
+    "controller",
+    "request_id",
+    "arrival_s",
+    "prompt_tokens",
+    "output_tokens",
+    "first_token_s",
+    "finish_s",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "finished",
+    "replica",
+    "emitted_tokens",
+)
 #: columns of the batch trace (one row per round or prefill pass)
-BATCH_COLUMNS = ("controller", "kind", "start_s", "end_s", "batch_size", "drafting",
-                 "draft_steps", "verify_tokens", "context_tokens", "draft_s", "verify_s",
-                 "accepted", "emitted", "waiting", "prefill_tokens")
+BATCH_COLUMNS = (
+    "controller",
+    "kind",
+    "start_s",
+    "end_s",
+    "batch_size",
+    "drafting",
+    "draft_steps",
+    "verify_tokens",
+    "context_tokens",
+    "draft_s",
+    "verify_s",
+    "accepted",
+    "emitted",
+    "waiting",
+    "prefill_tokens",
+)
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
@@ -60,8 +86,9 @@ class ServeConfig:
     # 30 s: a few hundred requests at a saturating rate on this CPU.
     duration_s: float = param(30.0, lo=1e-6, hi=1e6, doc="arrivals fall in [0, duration_s)")
     # None: drain everything that arrived.
-    drain_s: float | None = param(None, lo=0.0, hi=1e6,
-                                  doc="serve at most this long after duration_s")
+    drain_s: float | None = param(
+        None, lo=0.0, hi=1e6, doc="serve at most this long after duration_s"
+    )
     workload: str = param("code", choices=("code", "prose", "random"), doc="prompt source")
     # held-out text: the models never trained on the test split.
     split: str = param("test", choices=("train", "val", "test"), doc="corpus split")
@@ -121,8 +148,14 @@ def read_azure_trace(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return t[order], cols[0][order], cols[1][order]
 
 
-def _windows(lengths: list[int], workload: str, split: str, tokenizer, vocab_size: int | None,
-             rng: np.random.Generator) -> list[list[int]]:
+def _windows(
+    lengths: list[int],
+    workload: str,
+    split: str,
+    tokenizer,
+    vocab_size: int | None,
+    rng: np.random.Generator,
+) -> list[list[int]]:
     """One prompt of each length: a window of a held-out document (or random ids)."""
     if workload == "random":
         if not vocab_size:
@@ -135,17 +168,20 @@ def _windows(lengths: list[int], workload: str, split: str, tokenizer, vocab_siz
     docs = [tokenizer.encode(d).ids for d in documents(workload, split)]
     docs = [d for d in docs if len(d) >= min(lengths, default=1)]
     if not docs:
-        raise DSparkError(f"workload '{workload}' ({split}) has no document of "
-                          f">= {min(lengths)} tokens")
+        raise DSparkError(
+            f"workload '{workload}' ({split}) has no document of >= {min(lengths)} tokens"
+        )
     out = []
     for n in lengths:
         fit = [d for d in docs if len(d) >= n]
         if not fit:
-            raise DSparkError(f"workload '{workload}' ({split}) has no document of >= {n} "
-                              f"tokens; lower prompt_tokens_max")
+            raise DSparkError(
+                f"workload '{workload}' ({split}) has no document of >= {n} "
+                f"tokens; lower prompt_tokens_max"
+            )
         d = fit[int(rng.integers(0, len(fit)))]
         s = int(rng.integers(0, len(d) - n + 1))
-        out.append(d[s:s + n])
+        out.append(d[s : s + n])
     return out
 
 
@@ -154,11 +190,15 @@ def arrivals(cfg: ServeConfig, tokenizer=None, vocab_size: int | None = None) ->
     if (cfg.rate_rps is None) == (cfg.trace is None):
         raise DSparkError("serve: set exactly one of rate_rps (Poisson) and trace")
     if cfg.prompt_tokens_min > cfg.prompt_tokens_max:
-        raise DSparkError(f"serve: prompt_tokens_min {cfg.prompt_tokens_min} > "
-                          f"prompt_tokens_max {cfg.prompt_tokens_max}")
+        raise DSparkError(
+            f"serve: prompt_tokens_min {cfg.prompt_tokens_min} > "
+            f"prompt_tokens_max {cfg.prompt_tokens_max}"
+        )
     if cfg.output_tokens_min > cfg.max_new_tokens:
-        raise DSparkError(f"serve: output_tokens_min {cfg.output_tokens_min} > "
-                          f"max_new_tokens {cfg.max_new_tokens}")
+        raise DSparkError(
+            f"serve: output_tokens_min {cfg.output_tokens_min} > "
+            f"max_new_tokens {cfg.max_new_tokens}"
+        )
     rng = np.random.default_rng(cfg.seed)
     if cfg.trace is not None:
         t, ctx, gen = read_azure_trace(cfg.trace)
@@ -178,16 +218,23 @@ def arrivals(cfg: ServeConfig, tokenizer=None, vocab_size: int | None = None) ->
         n = len(arr)
         plen = rng.integers(cfg.prompt_tokens_min, cfg.prompt_tokens_max + 1, n)
         olen = rng.integers(cfg.output_tokens_min, cfg.max_new_tokens + 1, n)
-    prompts = _windows([int(x) for x in plen], cfg.workload, cfg.split, tokenizer, vocab_size,
-                       rng)
+    prompts = _windows([int(x) for x in plen], cfg.workload, cfg.split, tokenizer, vocab_size, rng)
     return [Arrival(i, float(arr[i]), prompts[i], int(olen[i])) for i in range(n)]
 
 
-def serve(engine, stream: list[Arrival], make_ctrl: Callable[[], Any], planner=None,
-          label: str = "", duration_s: float | None = None, drain_s: float | None = None,
-          progress: Callable[[str], None] | None = None, progress_s: float = 2.0,
-          clock: Callable[[], float] = time.perf_counter,
-          sleep: Callable[[float], None] = time.sleep) -> ServeResult:
+def serve(
+    engine,
+    stream: list[Arrival],
+    make_ctrl: Callable[[], Any],
+    planner=None,
+    label: str = "",
+    duration_s: float | None = None,
+    drain_s: float | None = None,
+    progress: Callable[[str], None] | None = None,
+    progress_s: float = 2.0,
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ServeResult:
     """Replay ``stream`` through ``engine`` in wall-clock time (see the module docstring)."""
     import pandas as pd
 
@@ -246,28 +293,50 @@ def serve(engine, stream: list[Arrival], make_ctrl: Callable[[], Any], planner=N
                         progress(msg)
                     done += 1
                     continue
-                take.append(Request(a.request_id, a.prompt, a.output_tokens, make_ctrl(),
-                                    arrival_s=a.arrival_s))
+                take.append(
+                    Request(
+                        a.request_id, a.prompt, a.output_tokens, make_ctrl(), arrival_s=a.arrival_s
+                    )
+                )
             if take:
                 for s in engine.admit(take, origin):
                     if s.done:
                         finish_seq(s)
                 p = pre_log[-1]
-                batches.append({"kind": "prefill", "start_s": p["start_s"], "end_s": p["end_s"],
-                                "batch_size": p["requests"], "prefill_tokens": p["prefill_tokens"],
-                                "context_tokens": p["prompt_tokens"], "waiting": len(waiting)})
+                batches.append(
+                    {
+                        "kind": "prefill",
+                        "start_s": p["start_s"],
+                        "end_s": p["end_s"],
+                        "batch_size": p["requests"],
+                        "prefill_tokens": p["prefill_tokens"],
+                        "context_tokens": p["prompt_tokens"],
+                        "waiting": len(waiting),
+                    }
+                )
             if engine.running:
                 for s, out in engine.round(origin, planner):
                     tokens += len(out)
                     if s.done:
                         finish_seq(s)
                 st = log[-1]
-                batches.append({"kind": "round", "start_s": st.start_s, "end_s": st.end_s,
-                                "batch_size": st.batch_size, "drafting": st.drafting,
-                                "draft_steps": st.draft_steps, "verify_tokens": st.verify_tokens,
-                                "context_tokens": st.context_tokens, "draft_s": st.draft_s,
-                                "verify_s": st.verify_s, "accepted": st.accepted,
-                                "emitted": st.emitted, "waiting": len(waiting)})
+                batches.append(
+                    {
+                        "kind": "round",
+                        "start_s": st.start_s,
+                        "end_s": st.end_s,
+                        "batch_size": st.batch_size,
+                        "drafting": st.drafting,
+                        "draft_steps": st.draft_steps,
+                        "verify_tokens": st.verify_tokens,
+                        "context_tokens": st.context_tokens,
+                        "draft_s": st.draft_s,
+                        "verify_s": st.verify_s,
+                        "accepted": st.accepted,
+                        "emitted": st.emitted,
+                        "waiting": len(waiting),
+                    }
+                )
             elif nxt < n:
                 sleep(max(0.0, min(stream[nxt].arrival_s, deadline) - (clock() - origin)))
             elif not waiting:
@@ -276,9 +345,11 @@ def serve(engine, stream: list[Arrival], make_ctrl: Callable[[], Any], planner=N
                 now = clock() - origin
                 if now - last_print >= progress_s:
                     last_print = now
-                    progress(f"[{label or 'serve'}] t={now:7.1f}s arrived {nxt}/{n} "
-                             f"waiting {len(waiting)} running {len(engine.running)} "
-                             f"done {done} tokens {tokens} ({tokens / max(now, 1e-9):.1f}/s)")
+                    progress(
+                        f"[{label or 'serve'}] t={now:7.1f}s arrived {nxt}/{n} "
+                        f"waiting {len(waiting)} running {len(engine.running)} "
+                        f"done {done} tokens {tokens} ({tokens / max(now, 1e-9):.1f}/s)"
+                    )
     finally:
         for s in engine.running:  # cut off by the drain limit: unfinished, tokens counted
             i = index[s.req.request_id]
@@ -294,12 +365,24 @@ def serve(engine, stream: list[Arrival], make_ctrl: Callable[[], Any], planner=N
     n_out = np.where(fin, emitted, out_l)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(n_out > 1, (finish - first) / (n_out - 1), np.nan)
-    req = pd.DataFrame({
-        "controller": label, "request_id": [a.request_id for a in stream], "arrival_s": arr,
-        "prompt_tokens": [len(a.prompt) for a in stream], "output_tokens": out_l,
-        "first_token_s": first, "finish_s": finish, "ttft_s": first - arr, "tpot_s": tpot,
-        "e2e_s": finish - arr, "finished": fin, "replica": 0, "emitted_tokens": emitted},
-        columns=list(REQUEST_COLUMNS))
+    req = pd.DataFrame(
+        {
+            "controller": label,
+            "request_id": [a.request_id for a in stream],
+            "arrival_s": arr,
+            "prompt_tokens": [len(a.prompt) for a in stream],
+            "output_tokens": out_l,
+            "first_token_s": first,
+            "finish_s": finish,
+            "ttft_s": first - arr,
+            "tpot_s": tpot,
+            "e2e_s": finish - arr,
+            "finished": fin,
+            "replica": 0,
+            "emitted_tokens": emitted,
+        },
+        columns=list(REQUEST_COLUMNS),
+    )
     bt = pd.DataFrame(batches, columns=[c for c in BATCH_COLUMNS if c != "controller"])
     bt.insert(0, "controller", label)
     summary = summarize(req, bt, end_s, len(rejected), label)
@@ -314,13 +397,18 @@ def _pct(x: np.ndarray, q: float) -> float:
 def summarize(req, batches, end_s: float, rejected: int, label: str) -> dict:
     fin = req["finished"].to_numpy(dtype=bool)
     rounds = batches[batches["kind"] == "round"]
-    out = {"controller": label, "requests": len(req),
-           "requests_finished": int(fin.sum()), "requests_unfinished": int((~fin).sum()),
-           "requests_rejected": int(rejected), "output_tokens": int(req["emitted_tokens"].sum()),
-           "wall_s": float(end_s),
-           "throughput_tokens_per_s": float(req["emitted_tokens"].sum()) / max(end_s, 1e-12),
-           "rounds": len(rounds),
-           "mean_batch_size": float(rounds["batch_size"].mean()) if len(rounds) else float("nan")}
+    out = {
+        "controller": label,
+        "requests": len(req),
+        "requests_finished": int(fin.sum()),
+        "requests_unfinished": int((~fin).sum()),
+        "requests_rejected": int(rejected),
+        "output_tokens": int(req["emitted_tokens"].sum()),
+        "wall_s": float(end_s),
+        "throughput_tokens_per_s": float(req["emitted_tokens"].sum()) / max(end_s, 1e-12),
+        "rounds": len(rounds),
+        "mean_batch_size": float(rounds["batch_size"].mean()) if len(rounds) else float("nan"),
+    }
     for m in ("ttft", "tpot", "e2e"):
         x = req[f"{m}_s"].to_numpy(dtype=float)[fin]
         for q in (50, 90, 99):

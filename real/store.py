@@ -34,8 +34,11 @@ def export_checkpoints(out: Path, tok, specs: dict, results: dict, train_cfg, co
     tok_path = out / "tokenizer.json"
     tok.save(str(tok_path))
     manifest: dict[str, Any] = {
-        "format": 1, "command": command, "python": platform.python_version(),
-        "torch": torch.__version__, "corpus_hash": corpus.corpus_hash(),
+        "format": 1,
+        "command": command,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "corpus_hash": corpus.corpus_hash(),
         "train_config": dataclasses.asdict(train_cfg),
         "tokenizer": {"file": tok_path.name, "sha256": ck.sha256_file(tok_path)},
         "models": {},
@@ -46,10 +49,15 @@ def export_checkpoints(out: Path, tok, specs: dict, results: dict, train_cfg, co
         ck.save_tensors({k: v.to(dtype) for k, v in model.state_dict().items()}, path)
         res = results[name]
         manifest["models"][name] = {
-            "file": path.name, "sha256": ck.sha256_file(path), "kind": kind,
-            "config": dataclasses.asdict(cfg), "dtype": SHIP_DTYPES[name],
-            "params": count_params(model), "steps": res["step"],
-            "train_seconds": round(res["seconds"], 1), "final_train_loss": res["losses"][-1],
+            "file": path.name,
+            "sha256": ck.sha256_file(path),
+            "kind": kind,
+            "config": dataclasses.asdict(cfg),
+            "dtype": SHIP_DTYPES[name],
+            "params": count_params(model),
+            "steps": res["step"],
+            "train_seconds": round(res["seconds"], 1),
+            "final_train_loss": res["losses"][-1],
             "validation": res["eval"],
         }
     ck.write_json(manifest, out / MANIFEST)
@@ -73,8 +81,13 @@ def read_manifest(directory: Path | str | None = None) -> dict:
     return m
 
 
-def load_model(name: str, directory: Path | str | None = None, manifest: dict | None = None,
-               dtype: torch.dtype = torch.float32, device: str = "cpu") -> torch.nn.Module:
+def load_model(
+    name: str,
+    directory: Path | str | None = None,
+    manifest: dict | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+) -> torch.nn.Module:
     d = Path(directory) if directory else CHECKPOINT_DIR
     m = manifest or read_manifest(d)
     if name not in m["models"]:
@@ -82,8 +95,9 @@ def load_model(name: str, directory: Path | str | None = None, manifest: dict | 
     entry = m["models"][name]
     try:
         cls = CONFIG_CLASSES[entry["kind"]]
-        cfg = from_mapping(cls, entry["config"], source=str(d / MANIFEST),
-                           prefix=f"models.{name}.config")
+        cfg = from_mapping(
+            cls, entry["config"], source=str(d / MANIFEST), prefix=f"models.{name}.config"
+        )
         file, sha = entry["file"], entry["sha256"]
     except KeyError as e:
         raise DSparkError(f"{d / MANIFEST}: model '{name}' lacks {e}") from None
@@ -92,9 +106,13 @@ def load_model(name: str, directory: Path | str | None = None, manifest: dict | 
     return model.to(device=device, dtype=dtype).eval()
 
 
-def load_bundle(directory: Path | str | None = None, names=("target", "drafter_conv", "drafter_tf"),
-                target_dtype: torch.dtype = torch.float32,
-                drafter_dtype: torch.dtype = torch.float32, device: str = "cpu") -> Bundle:
+def load_bundle(
+    directory: Path | str | None = None,
+    names=("target", "drafter_conv", "drafter_tf"),
+    target_dtype: torch.dtype = torch.float32,
+    drafter_dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+) -> Bundle:
     from real.tokenizer import load_tokenizer
 
     d = Path(directory) if directory else CHECKPOINT_DIR
@@ -104,6 +122,8 @@ def load_bundle(directory: Path | str | None = None, names=("target", "drafter_c
     if tok_path.is_file() and ck.sha256_file(tok_path) != tok_entry.get("sha256"):
         raise DSparkError(f"tokenizer {tok_path} is corrupt: sha256 does not match the manifest")
     tok = load_tokenizer(tok_path)
-    models = {n: load_model(n, d, m, target_dtype if n == "target" else drafter_dtype, device)
-              for n in names}
+    models = {
+        n: load_model(n, d, m, target_dtype if n == "target" else drafter_dtype, device)
+        for n in names
+    }
     return Bundle(tok, models, m, d)

@@ -35,9 +35,14 @@ class TinyModelsConfig:
 
 def tiny_engine(cfg: TinyModelsConfig, engine_cfg: EngineConfig) -> Engine:
     g = torch.Generator().manual_seed(cfg.seed)
-    tc = TransformerConfig(vocab_size=cfg.vocab_size, d_model=cfg.d_model,
-                           n_layers=cfg.n_layers, n_heads=2, d_ff=2 * cfg.d_model,
-                           max_seq_len=engine_cfg.max_len + engine_cfg.k_max + 2)
+    tc = TransformerConfig(
+        vocab_size=cfg.vocab_size,
+        d_model=cfg.d_model,
+        n_layers=cfg.n_layers,
+        n_heads=2,
+        d_ff=2 * cfg.d_model,
+        max_seq_len=engine_cfg.max_len + engine_cfg.k_max + 2,
+    )
     target = Transformer(tc)
     with torch.no_grad():
         for name, p in target.named_parameters():
@@ -47,8 +52,7 @@ def tiny_engine(cfg: TinyModelsConfig, engine_cfg: EngineConfig) -> Engine:
     drafter = copy.deepcopy(target)
     with torch.no_grad():
         for p in drafter.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * cfg.drafter_noise
-                   * p.std().clamp_min(1e-3))
+            p.add_(torch.randn(p.shape, generator=g) * cfg.drafter_noise * p.std().clamp_min(1e-3))
     tdt, ddt = DTYPES[engine_cfg.target_dtype], DTYPES[engine_cfg.drafter_dtype]
     target = target.to(dtype=tdt, device=engine_cfg.device).eval()
     drafter = drafter.to(dtype=ddt, device=engine_cfg.device).eval()

@@ -30,8 +30,11 @@ from real.positions import record_positions_full  # noqa: F401  (re-exported: pa
 @dataclass(frozen=True)
 class PromptSetConfig:
     # code completion is the first validation workload.
-    workload: str = param("code", choices=("code", "prose", "mixed", "random"),
-                          doc="prompt source (mixed: code and prose prompts alternating)")
+    workload: str = param(
+        "code",
+        choices=("code", "prose", "mixed", "random"),
+        doc="prompt source (mixed: code and prose prompts alternating)",
+    )
     # held-out text: the models never trained on the test split.
     split: str = param("test", choices=("train", "val", "test"), doc="corpus split")
     # 8 prompts: ~1000 generated tokens per run, stable totals in a short run.
@@ -44,11 +47,13 @@ class PromptSetConfig:
     seed: int = param(0, lo=0, hi=2**31 - 1, doc="seed of the prompt choice")
 
 
-def make_prompts(cfg: PromptSetConfig, tokenizer=None, vocab_size: int | None = None
-                 ) -> list[list[int]]:
+def make_prompts(
+    cfg: PromptSetConfig, tokenizer=None, vocab_size: int | None = None
+) -> list[list[int]]:
     if cfg.prompt_tokens_min > cfg.prompt_tokens_max:
-        raise DSparkError(f"prompt_tokens_min {cfg.prompt_tokens_min} > prompt_tokens_max "
-                          f"{cfg.prompt_tokens_max}")
+        raise DSparkError(
+            f"prompt_tokens_min {cfg.prompt_tokens_min} > prompt_tokens_max {cfg.prompt_tokens_max}"
+        )
     rng = np.random.default_rng(cfg.seed)
     lens = rng.integers(cfg.prompt_tokens_min, cfg.prompt_tokens_max + 1, cfg.n_prompts)
     if cfg.workload == "random":
@@ -59,11 +64,17 @@ def make_prompts(cfg: PromptSetConfig, tokenizer=None, vocab_size: int | None = 
         raise DSparkError(f"a '{cfg.workload}' prompt set needs the tokenizer")
     if cfg.workload == "mixed":  # code, prose, code, ... (the code half first when n is odd)
         import dataclasses
+
         n_code = (cfg.n_prompts + 1) // 2
         code = make_prompts(dataclasses.replace(cfg, workload="code", n_prompts=n_code), tokenizer)
-        prose = (make_prompts(dataclasses.replace(cfg, workload="prose",
-                                                  n_prompts=cfg.n_prompts - n_code), tokenizer)
-                 if cfg.n_prompts > n_code else [])
+        prose = (
+            make_prompts(
+                dataclasses.replace(cfg, workload="prose", n_prompts=cfg.n_prompts - n_code),
+                tokenizer,
+            )
+            if cfg.n_prompts > n_code
+            else []
+        )
         return [p for pair in zip(code, prose + [None]) for p in pair if p is not None]
     from real.corpus import documents
 
@@ -78,10 +89,12 @@ def make_prompts(cfg: PromptSetConfig, tokenizer=None, vocab_size: int | None = 
         if len(ids) < P:
             continue
         start = int(rng.integers(0, len(ids) - P + 1))
-        out.append(ids[start:start + P])
+        out.append(ids[start : start + P])
     if len(out) < cfg.n_prompts:
-        raise DSparkError(f"workload '{cfg.workload}' ({cfg.split}) has only {len(out)} documents "
-                          f"of >= {cfg.prompt_tokens_min} tokens; {cfg.n_prompts} prompts asked")
+        raise DSparkError(
+            f"workload '{cfg.workload}' ({cfg.split}) has only {len(out)} documents "
+            f"of >= {cfg.prompt_tokens_min} tokens; {cfg.n_prompts} prompts asked"
+        )
     return out
 
 
@@ -96,9 +109,14 @@ class RequestRun:
     tokens: list
 
 
-def run_requests(engine, prompts: list[list[int]], max_new_tokens: int,
-                 make_ctrl: Callable[[], object], label: str = "", first_id: int = 0
-                 ) -> tuple[list[RoundRecord], list[RequestRun]]:
+def run_requests(
+    engine,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    make_ctrl: Callable[[], object],
+    label: str = "",
+    first_id: int = 0,
+) -> tuple[list[RoundRecord], list[RequestRun]]:
     """Serve ``prompts`` one at a time; a fresh controller per request (as the simulator)."""
     records: list[RoundRecord] = []
     reqs: list[RequestRun] = []
@@ -107,8 +125,17 @@ def run_requests(engine, prompts: list[list[int]], max_new_tokens: int,
         g = engine.generate(p, max_new_tokens, ctrl, request_id=first_id + i)
         recs = [r if not label else _relabel(r, label) for r in g.records]
         records.extend(recs)
-        reqs.append(RequestRun(first_id + i, len(p), len(g.tokens), g.seconds,
-                               recs[-1].now_s if recs else 0.0, len(recs), g.tokens))
+        reqs.append(
+            RequestRun(
+                first_id + i,
+                len(p),
+                len(g.tokens),
+                g.seconds,
+                recs[-1].now_s if recs else 0.0,
+                len(recs),
+                g.tokens,
+            )
+        )
     return records, reqs
 
 
@@ -118,10 +145,9 @@ def _relabel(r: RoundRecord, label: str) -> RoundRecord:
     return dataclasses.replace(r, controller=label)
 
 
-
-
-def replay_accepted(positions: list[PositionRecord], ks: list[int], taus: list[float],
-                    k_cap: int, length: int) -> list[tuple[int, int]]:
+def replay_accepted(
+    positions: list[PositionRecord], ks: list[int], taus: list[float], k_cap: int, length: int
+) -> list[tuple[int, int]]:
     """(drafted, accepted) of the rounds whose decisions were ``ks``/``taus``, predicted from a
     position trace the way the engine would run them (k cut at ``k_cap`` and at the length)."""
     pos, out = 0, []

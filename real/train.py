@@ -120,14 +120,14 @@ def token_arrays(work: Path, tok) -> dict[str, np.ndarray]:
 
 def batch(tokens: np.ndarray, rng: np.random.Generator, b: int, t: int) -> torch.Tensor:
     starts = rng.integers(0, len(tokens) - t - 1, size=b)
-    return torch.from_numpy(np.stack([tokens[s:s + t + 1] for s in starts]).astype(np.int64))
+    return torch.from_numpy(np.stack([tokens[s : s + t + 1] for s in starts]).astype(np.int64))
 
 
 def eval_windows(tokens: np.ndarray, n: int, t: int) -> torch.Tensor:
     """``n`` evenly spaced windows of ``t+1`` tokens (fixed: the same for every run)."""
     n = max(1, min(n, (len(tokens) - 1) // (t + 1)))
     starts = np.linspace(0, len(tokens) - t - 2, n).astype(np.int64)
-    return torch.from_numpy(np.stack([tokens[s:s + t + 1] for s in starts]).astype(np.int64))
+    return torch.from_numpy(np.stack([tokens[s : s + t + 1] for s in starts]).astype(np.int64))
 
 
 # ---------------------------------------------------------------- losses
@@ -143,7 +143,7 @@ def evaluate(model, windows: torch.Tensor, teacher=None, bf16: bool = False) -> 
     model.eval()
     ce = kl = agree = n = 0.0
     for i in range(0, len(windows), 8):
-        w = windows[i:i + 8]
+        w = windows[i : i + 8]
         x, y = w[:, :-1], w[:, 1:]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             logits = model(x)
@@ -182,17 +182,35 @@ def _load_opt(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor]) -> N
     opt.load_state_dict(sd)
 
 
-def train_stage(name: str, model, tokens: np.ndarray, windows: dict[str, torch.Tensor], work: Path,
-                c: TrainConfig, *, steps: int, lr: float, bsz: int, seq: int, bf16: bool,
-                teacher=None) -> dict:
+def train_stage(
+    name: str,
+    model,
+    tokens: np.ndarray,
+    windows: dict[str, torch.Tensor],
+    work: Path,
+    c: TrainConfig,
+    *,
+    steps: int,
+    lr: float,
+    bsz: int,
+    seq: int,
+    bf16: bool,
+    teacher=None,
+) -> dict:
     from tqdm import tqdm
 
     ckpt, state_path = work / f"{name}.ckpt.safetensors", work / f"{name}.state.json"
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": c.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.95), eps=1e-8)
+    opt = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": c.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=lr,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+    )
     state = {"step": 0, "losses": [], "seconds": 0.0}
     if state_path.is_file() and ckpt.is_file():
         state = ck.read_json(state_path)
@@ -235,8 +253,10 @@ def train_stage(name: str, model, tokens: np.ndarray, windows: dict[str, torch.T
             state["step"] = step
             state["seconds"] += time.perf_counter() - t0
             t0 = time.perf_counter()
-            ck.save_tensors({**{f"model.{k}": v for k, v in model.state_dict().items()},
-                             **_opt_tensors(opt)}, ckpt)
+            ck.save_tensors(
+                {**{f"model.{k}": v for k, v in model.state_dict().items()}, **_opt_tensors(opt)},
+                ckpt,
+            )
             ck.write_json(state, state_path)
     bar.close()
     state["eval"] = {wl: evaluate(model, win, teacher, bf16) for wl, win in windows.items()}
@@ -263,27 +283,57 @@ def run_training(work: Path, out: Path, c: TrainConfig, command: str) -> dict:
     tok = build_tokenizer(work, c)
     arrays = token_arrays(work, tok)
     train_tokens = np.concatenate([arrays["code_train"], arrays["prose_train"]])
-    _log(f"corpus: {len(arrays['code_train'])} code + {len(arrays['prose_train'])} prose "
-         f"training tokens")
-    tw = {wl: eval_windows(arrays[f"{wl}_val"], c.eval_windows, c.target_seq_len)
-          for wl in corpus.WORKLOADS}
-    dw = {wl: eval_windows(arrays[f"{wl}_val"], c.eval_windows, c.drafter_seq_len)
-          for wl in corpus.WORKLOADS}
-    specs = {"target": ("transformer", target_config(c)), "drafter_conv": ("conv", conv_config(c)),
-             "drafter_tf": ("transformer", tf_drafter_config(c))}
+    _log(
+        f"corpus: {len(arrays['code_train'])} code + {len(arrays['prose_train'])} prose "
+        f"training tokens"
+    )
+    tw = {
+        wl: eval_windows(arrays[f"{wl}_val"], c.eval_windows, c.target_seq_len)
+        for wl in corpus.WORKLOADS
+    }
+    dw = {
+        wl: eval_windows(arrays[f"{wl}_val"], c.eval_windows, c.drafter_seq_len)
+        for wl in corpus.WORKLOADS
+    }
+    specs = {
+        "target": ("transformer", target_config(c)),
+        "drafter_conv": ("conv", conv_config(c)),
+        "drafter_tf": ("transformer", tf_drafter_config(c)),
+    }
     results = {}
     torch.manual_seed(c.seed)
     target = build_model(*specs["target"])
-    results["target"] = train_stage("target", target, train_tokens, tw, work, c,
-                                    steps=c.target_steps, lr=c.target_lr, bsz=c.target_batch,
-                                    seq=c.target_seq_len, bf16=True)
+    results["target"] = train_stage(
+        "target",
+        target,
+        train_tokens,
+        tw,
+        work,
+        c,
+        steps=c.target_steps,
+        lr=c.target_lr,
+        bsz=c.target_batch,
+        seq=c.target_seq_len,
+        bf16=True,
+    )
     teacher = rounded(target, torch.bfloat16)
     for name, lr in (("drafter_conv", c.conv_lr), ("drafter_tf", c.tf_lr)):
         torch.manual_seed(c.seed + 1 + STAGES.index(name))
         model = build_model(*specs[name])
-        results[name] = train_stage(name, model, train_tokens, dw, work, c, steps=c.drafter_steps,
-                                    lr=lr, bsz=c.drafter_batch, seq=c.drafter_seq_len, bf16=False,
-                                    teacher=teacher)
+        results[name] = train_stage(
+            name,
+            model,
+            train_tokens,
+            dw,
+            work,
+            c,
+            steps=c.drafter_steps,
+            lr=lr,
+            bsz=c.drafter_batch,
+            seq=c.drafter_seq_len,
+            bf16=False,
+            teacher=teacher,
+        )
         specs[name] = (*specs[name], model)
     specs["target"] = (*specs["target"], target)
     from real.store import export_checkpoints

@@ -44,7 +44,8 @@ def baseline_mask(df: pd.DataFrame) -> pd.Series:
     by_name = df["controller"].astype(str).map(is_baseline)
     if "mean_accepted_length" in df.columns and "vpr" in df.columns:
         no_draft = np.isclose(df["mean_accepted_length"].astype(float), 1.0) & (
-            df["vpr"].isna() | np.isclose(df["vpr"].astype(float).fillna(0.0), 0.0))
+            df["vpr"].isna() | np.isclose(df["vpr"].astype(float).fillna(0.0), 0.0)
+        )
         return by_name | no_draft
     return by_name
 
@@ -113,19 +114,28 @@ def comparison_table(results: pd.DataFrame) -> pd.DataFrame:
     operating point): contenders first by throughput, then the no-speculation rows, then the
     references. ``throughput_ratio`` divides by the no-speculation rows' mean throughput
     (NaN when the table has none); ``throughput_spread_pct`` is half the range over seeds."""
-    cols = [c for c, *_ in COMPARISON_COLUMNS if c in results.columns
-            and pd.api.types.is_numeric_dtype(results[c]) and results[c].notna().any()]
+    cols = [
+        c
+        for c, *_ in COMPARISON_COLUMNS
+        if c in results.columns
+        and pd.api.types.is_numeric_dtype(results[c])
+        and results[c].notna().any()
+    ]
     g = results.groupby("controller", sort=False)[cols].mean(numeric_only=True)
     g.insert(0, "seeds", results.groupby("controller", sort=False)["seed"].nunique())
     g["throughput_spread_pct"] = results.groupby("controller", sort=False)[
-        "throughput_tokens_per_s"].agg(spread_pct)
+        "throughput_tokens_per_s"
+    ].agg(spread_pct)
     g = g.reset_index()
     g.insert(1, "role", g["controller"].map(role))
     base = g.loc[g["role"] == NO_SPEC, "throughput_tokens_per_s"]
     g["throughput_ratio"] = g["throughput_tokens_per_s"] / base.mean() if len(base) else np.nan
     g["_o"] = g["role"].map(ROLE_ORDER)
-    return (g.sort_values(["_o", "throughput_tokens_per_s"], ascending=[True, False])
-            .drop(columns="_o").reset_index(drop=True))
+    return (
+        g.sort_values(["_o", "throughput_tokens_per_s"], ascending=[True, False])
+        .drop(columns="_o")
+        .reset_index(drop=True)
+    )
 
 
 # -- the answer first: winner per scenario and load ---------------------------------------------
@@ -154,7 +164,7 @@ def kept_up(rows: pd.DataFrame) -> bool | None:
         base = rows[rows["throughput_tokens_per_s"] == rows["throughput_tokens_per_s"].min()]
     r = base.mean(numeric_only=True)
     if not np.isfinite(r["offered_rps"]) or r["offered_rps"] <= 0:
-        return False            # capacity mode: every request at t = 0, never capped
+        return False  # capacity mode: every request at t = 0, never capped
     window = (r["requests_finished"] + r["requests_unfinished"]) / r["offered_rps"]
     return bool(r["requests_unfinished"] == 0 and r["sim_time_s"] <= 1.25 * window)
 
@@ -162,19 +172,20 @@ def kept_up(rows: pd.DataFrame) -> bool | None:
 @dataclass
 class Answer:
     """Who wins at one operating point, by which metric, by how much, how sure."""
-    metric: str            # "throughput" or "tpot"
+
+    metric: str  # "throughput" or "tpot"
     column: str
     winner: str
     value: float
     seeds: int
-    spread_pct: float      # the winner's half-range over seeds, % (NaN with one seed)
+    spread_pct: float  # the winner's half-range over seeds, % (NaN with one seed)
     runner_up: tuple[str, float] | None
     best_fixed: tuple[str, float] | None
-    no_spec: tuple[str, float] | None     # the visible k = 0 row (drafter resident)
-    tpot_speedup: float    # the winner's TPOT ratio over k = 0 without a drafter (``speedup``)
+    no_spec: tuple[str, float] | None  # the visible k = 0 row (drafter resident)
+    tpot_speedup: float  # the winner's TPOT ratio over k = 0 without a drafter (``speedup``)
     references: dict[str, float]
-    why_tpot: str          # why the ranking is by TPOT ("" when throughput decides)
-    capped: bool | None    # plain decoding kept up with the arrivals
+    why_tpot: str  # why the ranking is by TPOT ("" when throughput decides)
+    capped: bool | None  # plain decoding kept up with the arrivals
 
     @property
     def higher_is_better(self) -> bool:
@@ -187,9 +198,10 @@ class Answer:
         return self.value / other if self.higher_is_better else other / self.value
 
 
-METRIC_WORDS = {"throughput": ("throughput (output tokens/s, higher is better)", 1.0,
-                               "{:,.0f} tok/s"),
-                "tpot": ("mean TPOT (ms per output token, lower is better)", 1e3, "{:.2f} ms")}
+METRIC_WORDS = {
+    "throughput": ("throughput (output tokens/s, higher is better)", 1.0, "{:,.0f} tok/s"),
+    "tpot": ("mean TPOT (ms per output token, lower is better)", 1e3, "{:.2f} ms"),
+}
 
 
 def answer(rows: pd.DataFrame, metric: str | None = None) -> Answer | None:
@@ -206,12 +218,16 @@ def answer(rows: pd.DataFrame, metric: str | None = None) -> Answer | None:
     capped = kept_up(rows)
     why = ""
     if capped:
-        why = ("plain decoding keeps up with the arrivals, so throughput is capped by the "
-               "offered load and only measures how fast the last requests drain")
+        why = (
+            "plain decoding keeps up with the arrivals, so throughput is capped by the "
+            "offered load and only measures how fast the last requests drain"
+        )
     elif len(tput) > 1 and tput.iloc[1] > 0 and tput.iloc[0] / tput.iloc[1] - 1 < SEPARATION:
-        why = (f"the throughput leaders are within {SEPARATION * 100:g}% of each other "
-               f"({tput.index[0]} {fmt_num(tput.iloc[0], '{:,.0f}')}, {tput.index[1]} "
-               f"{fmt_num(tput.iloc[1], '{:,.0f}')} tok/s)")
+        why = (
+            f"the throughput leaders are within {SEPARATION * 100:g}% of each other "
+            f"({tput.index[0]} {fmt_num(tput.iloc[0], '{:,.0f}')}, {tput.index[1]} "
+            f"{fmt_num(tput.iloc[1], '{:,.0f}')} tok/s)"
+        )
     tcol = tpot_column(rows)
     if metric is None:
         metric = "tpot" if why and tcol is not None else "throughput"
@@ -226,7 +242,10 @@ def answer(rows: pd.DataFrame, metric: str | None = None) -> Answer | None:
     base = mean[mean.index.map(role) == NO_SPEC]
     refs = mean[mean.index.map(role) == REFERENCE]
     return Answer(
-        metric=metric, column=col, winner=win, value=float(order.iloc[0]),
+        metric=metric,
+        column=col,
+        winner=win,
+        value=float(order.iloc[0]),
         seeds=int(rows.loc[rows["controller"] == win, "seed"].nunique()),
         spread_pct=spread_pct(rows.loc[rows["controller"] == win, col]),
         runner_up=(str(order.index[1]), float(order.iloc[1])) if len(order) > 1 else None,
@@ -234,7 +253,9 @@ def answer(rows: pd.DataFrame, metric: str | None = None) -> Answer | None:
         no_spec=(str(base.index[0]), float(base[col].iloc[0])) if len(base) else None,
         tpot_speedup=float(cont.loc[win, "speedup"]) if "speedup" in cont.columns else np.nan,
         references={str(n): float(v) for n, v in refs[col].items()},
-        why_tpot=why, capped=capped)
+        why_tpot=why,
+        capped=capped,
+    )
 
 
 def no_spec_words(name: str) -> str:
@@ -253,34 +274,49 @@ def answer_sentence(a: Answer) -> str:
 
     def pct(ratio: float) -> str:
         return fmt_num((ratio - 1) * 100, "{:+.1f}%")
+
     parts = [f"by {words}: **{a.winner}** {v(a.value)}"]
+
     def tie(x: float) -> str:
         return " — a tie" if a.margin(x) - 1 < SEPARATION else ""
+
     if a.best_fixed and a.best_fixed[0] != a.winner:
-        parts.append(f"{pct(a.margin(a.best_fixed[1]))} over the best fixed k "
-                     f"({a.best_fixed[0]}, {v(a.best_fixed[1])}{tie(a.best_fixed[1])})")
+        parts.append(
+            f"{pct(a.margin(a.best_fixed[1]))} over the best fixed k "
+            f"({a.best_fixed[0]}, {v(a.best_fixed[1])}{tie(a.best_fixed[1])})"
+        )
     elif a.best_fixed:
         parts.append("the winner is a fixed k")
     if a.runner_up and (not a.best_fixed or a.runner_up[0] != a.best_fixed[0]):
-        parts.append(f"{pct(a.margin(a.runner_up[1]))} over the runner-up ({a.runner_up[0]}, "
-                     f"{v(a.runner_up[1])}{tie(a.runner_up[1])})")
+        parts.append(
+            f"{pct(a.margin(a.runner_up[1]))} over the runner-up ({a.runner_up[0]}, "
+            f"{v(a.runner_up[1])}{tie(a.runner_up[1])})"
+        )
     if a.no_spec:
-        parts.append(f"{fmt_num(a.margin(a.no_spec[1]), '{:.2f}')}× over no speculation "
-                     f"({a.no_spec[0]}: {no_spec_words(a.no_spec[0])}, {v(a.no_spec[1])})")
+        parts.append(
+            f"{fmt_num(a.margin(a.no_spec[1]), '{:.2f}')}× over no speculation "
+            f"({a.no_spec[0]}: {no_spec_words(a.no_spec[0])}, {v(a.no_spec[1])})"
+        )
     if a.metric == "tpot" and np.isfinite(a.tpot_speedup):
-        parts.append(f"TPOT {fmt_num(a.tpot_speedup, '{:.2f}')}× better than k = 0 without a "
-                     "drafter")
-    sure = (f"spread over {a.seeds} seeds ±{fmt_num(a.spread_pct, '{:.1f}')}%"
-            if a.seeds > 1 and np.isfinite(a.spread_pct)
-            else "one seed: no spread measured")
+        parts.append(
+            f"TPOT {fmt_num(a.tpot_speedup, '{:.2f}')}× better than k = 0 without a drafter"
+        )
+    sure = (
+        f"spread over {a.seeds} seeds ±{fmt_num(a.spread_pct, '{:.1f}')}%"
+        if a.seeds > 1 and np.isfinite(a.spread_pct)
+        else "one seed: no spread measured"
+    )
     text = "; ".join(parts) + f"; {sure}."
     if a.metric == "tpot" and a.why_tpot:
         text = f"Throughput does not decide here ({a.why_tpot}), so ranked " + text
     else:
         text = "Ranked " + text
     if a.references:
-        text += (" References (told what no engine knows; not contenders): "
-                 + ", ".join(f"{n} {v(x)}" for n, x in a.references.items()) + ".")
+        text += (
+            " References (told what no engine knows; not contenders): "
+            + ", ".join(f"{n} {v(x)}" for n, x in a.references.items())
+            + "."
+        )
     return text
 
 
@@ -301,13 +337,23 @@ def operating_points(results: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 def full_table(results: pd.DataFrame) -> pd.DataFrame:
     """Mean per (controller, GPU count, load scale) over seeds: the CSV behind every plot."""
     keys = ["controller"] + (["num_gpus"] if "num_gpus" in results.columns else []) + ["load_scale"]
-    cols = [c for c in results.columns if c not in keys and c != "seed"
-            and pd.api.types.is_numeric_dtype(results[c])]
+    cols = [
+        c
+        for c in results.columns
+        if c not in keys and c != "seed" and pd.api.types.is_numeric_dtype(results[c])
+    ]
     return results.groupby(keys)[cols].mean().reset_index()
 
 
-SPECULATION_METRICS = ("vpr", "du", "mean_accepted_length", "acceptance_rate", "gpu_busy_fraction",
-                       "bandwidth_utilization", "lossy_accept_fraction")
+SPECULATION_METRICS = (
+    "vpr",
+    "du",
+    "mean_accepted_length",
+    "acceptance_rate",
+    "gpu_busy_fraction",
+    "bandwidth_utilization",
+    "lossy_accept_fraction",
+)
 
 
 def format_comparison(table: pd.DataFrame, part: str = "all") -> pd.DataFrame:
@@ -353,12 +399,29 @@ def acceptance_by_position(rounds: pd.DataFrame) -> pd.DataFrame:
             drafted = int((d >= i).sum())
             reached = int(((d >= i) & (n >= i - 1)).sum())
             acc = int(((d >= i) & (n >= i)).sum())
-            rows.append({"controller": str(name), "position": i, "drafted": drafted,
-                         "reached": reached, "accepted": acc,
-                         "p_accepted": acc / drafted if drafted else np.nan,
-                         "p_accepted_given_prefix": acc / reached if reached else np.nan})
-    return pd.DataFrame(rows, columns=["controller", "position", "drafted", "reached", "accepted",
-                                       "p_accepted", "p_accepted_given_prefix"])
+            rows.append(
+                {
+                    "controller": str(name),
+                    "position": i,
+                    "drafted": drafted,
+                    "reached": reached,
+                    "accepted": acc,
+                    "p_accepted": acc / drafted if drafted else np.nan,
+                    "p_accepted_given_prefix": acc / reached if reached else np.nan,
+                }
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "controller",
+            "position",
+            "drafted",
+            "reached",
+            "accepted",
+            "p_accepted",
+            "p_accepted_given_prefix",
+        ],
+    )
 
 
 def ecdf(values) -> tuple[np.ndarray, np.ndarray]:
@@ -389,8 +452,9 @@ def constraint_columns(df: pd.DataFrame) -> list[str]:
     """Columns of a trials table holding constraint values (feasible when all are <= 0):
     Optuna's ``system_attrs_constraints`` / ``system_attrs_constraints:NAME`` and the tuning
     objective's ``user_attrs_constraint``."""
-    return [c for c in df.columns if c.startswith(("system_attrs_constraints",
-                                                     "user_attrs_constraint"))]
+    return [
+        c for c in df.columns if c.startswith(("system_attrs_constraints", "user_attrs_constraint"))
+    ]
 
 
 def feasible_mask(df: pd.DataFrame) -> pd.Series:
@@ -398,8 +462,11 @@ def feasible_mask(df: pd.DataFrame) -> pd.Series:
     cols = constraint_columns(df)
     if not cols:
         return pd.Series(True, index=df.index)
-    return df[cols].apply(lambda row: all(x <= 0 for v in row for x in _constraint_values(v)),
-                          axis=1).astype(bool)
+    return (
+        df[cols]
+        .apply(lambda row: all(x <= 0 for v in row for x in _constraint_values(v)), axis=1)
+        .astype(bool)
+    )
 
 
 def objective_columns(df: pd.DataFrame) -> list[str]:
@@ -410,13 +477,16 @@ def objective_columns(df: pd.DataFrame) -> list[str]:
     named = [c for c in df.columns if c.startswith("value_")]
     if len(named) == 1:
         return named
-    vals = sorted((c for c in df.columns if c.startswith("values_")),
-                  key=lambda c: (len(c), c))
+    vals = sorted((c for c in df.columns if c.startswith("values_")), key=lambda c: (len(c), c))
     if vals:
         return vals
-    return [c for c in df.columns if c not in ("number", "state") and not c.startswith(
-        ("params_", "user_attrs_", "system_attrs_", "datetime_", "duration"))
-        and pd.api.types.is_numeric_dtype(df[c])][:2]
+    return [
+        c
+        for c in df.columns
+        if c not in ("number", "state")
+        and not c.startswith(("params_", "user_attrs_", "system_attrs_", "datetime_", "duration"))
+        and pd.api.types.is_numeric_dtype(df[c])
+    ][:2]
 
 
 def objective_label(name: str) -> str:
@@ -448,17 +518,20 @@ def heldout_sentence(ev: pd.DataFrame, metric: str = "throughput_tokens_per_s") 
     tuned = next((c for c in mean.index if str(c).endswith("-tuned")), mean.index[0])
     mine = ev.loc[ev["controller"] == tuned, metric].astype(float)
     others = mean.drop(tuned)
-    per_wl = ev.pivot_table(index="workload", columns="controller", values=metric,
-                            aggfunc="mean")
+    per_wl = ev.pivot_table(index="workload", columns="controller", values=metric, aggfunc="mean")
     wins = int((per_wl.idxmax(axis=1) == tuned).sum())
     n_wl, n_seed = ev["workload"].nunique(), ev["seed"].nunique()
-    text = (f"by throughput (output tokens/s, mean over {n_wl} held-out workload"
-            f"{'s' if n_wl != 1 else ''} × {n_seed} seed{'s' if n_seed != 1 else ''}), "
-            f"**{tuned}** {fmt_num(mine.mean(), '{:,.0f}')} tok/s (range "
-            f"{fmt_num(mine.min(), '{:,.0f}')}–{fmt_num(mine.max(), '{:,.0f}')} over those "
-            "instances)")
+    text = (
+        f"by throughput (output tokens/s, mean over {n_wl} held-out workload"
+        f"{'s' if n_wl != 1 else ''} × {n_seed} seed{'s' if n_seed != 1 else ''}), "
+        f"**{tuned}** {fmt_num(mine.mean(), '{:,.0f}')} tok/s (range "
+        f"{fmt_num(mine.min(), '{:,.0f}')}–{fmt_num(mine.max(), '{:,.0f}')} over those "
+        "instances)"
+    )
     if len(others):
         best = others.index[0]
-        text += (f", {fmt_num((mine.mean() / others.iloc[0] - 1) * 100, '{:+.1f}%')} over the "
-                 f"best other contender ({best}, {fmt_num(others.iloc[0], '{:,.0f}')})")
+        text += (
+            f", {fmt_num((mine.mean() / others.iloc[0] - 1) * 100, '{:+.1f}%')} over the "
+            f"best other contender ({best}, {fmt_num(others.iloc[0], '{:,.0f}')})"
+        )
     return text + f"; it wins on {wins} of {n_wl} workload{'s' if n_wl != 1 else ''}."

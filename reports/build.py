@@ -73,12 +73,14 @@ class Builder:
         if not sims and not tunes:
             return "no simulate or tune run given (run `dspark simulate` or `dspark tune`)."
         sec = Section("answer", ANSWER_TITLE)
-        sec.p("Which controller, by how much, how sure — per scenario and load, computed from "
-              "the runs below. Contenders are the deployable controllers; no speculation is the "
-              "visible k = 0 row (the drafter resident, never used); references (clairvoyant, "
-              "rate-oracle) are told what no engine knows and are never the winner. The winner "
-              "is ranked by throughput; where throughput does not separate the contenders it is "
-              "ranked by mean TPOT, and the sentence says so.")
+        sec.p(
+            "Which controller, by how much, how sure — per scenario and load, computed from "
+            "the runs below. Contenders are the deployable controllers; no speculation is the "
+            "visible k = 0 row (the drafter resident, never used); references (clairvoyant, "
+            "rate-oracle) are told what no engine knows and are never the winner. The winner "
+            "is ranked by throughput; where throughput does not separate the contenders it is "
+            "ranked by mean TPOT, and the sentence says so."
+        )
         for r in sims:
             sc = str(r.summary.get("scenario") or r.name)
             for where, rows in _points(r.tables["results"]):
@@ -97,17 +99,19 @@ class Builder:
         if not runs:
             return "no simulate run given (run `dspark simulate`)."
         sec = Section("comparison", "Controller comparison (simulator)")
-        sec.p("Per controller at the nominal operating point; role says which rows compete "
-              "(contender), which do not speculate (no speculation) and which are references "
-              "told what no engine knows. Two baselines, two ratios: *throughput ÷ k = 0 with "
-              "drafter* divides by the visible no-speculation row (`fixed:k=0`: k = 0 with the "
-              "drafter resident, its memory taken); *TPOT speedup vs k = 0 without drafter* is "
-              "the simulator's `speedup`, the ratio of token-weighted mean TPOT to a hidden "
-              "k = 0 run without any drafter, same seed and arrivals — a per-token latency "
-              "ratio, not a throughput ratio. ± over seeds is half the range of throughput over "
-              "seeds. â = Σn / (Σn + rounds ending in a rejection); VPR = accepted / drafted; DU "
-              "= drafted tokens kept / drafted; lossy accepts are the quality cost of threshold "
-              "verification (0 in strict mode).")
+        sec.p(
+            "Per controller at the nominal operating point; role says which rows compete "
+            "(contender), which do not speculate (no speculation) and which are references "
+            "told what no engine knows. Two baselines, two ratios: *throughput ÷ k = 0 with "
+            "drafter* divides by the visible no-speculation row (`fixed:k=0`: k = 0 with the "
+            "drafter resident, its memory taken); *TPOT speedup vs k = 0 without drafter* is "
+            "the simulator's `speedup`, the ratio of token-weighted mean TPOT to a hidden "
+            "k = 0 run without any drafter, same seed and arrivals — a per-token latency "
+            "ratio, not a throughput ratio. ± over seeds is half the range of throughput over "
+            "seeds. â = Σn / (Σn + rounds ending in a rejection); VPR = accepted / drafted; DU "
+            "= drafted tokens kept / drafted; lossy accepts are the quality cost of threshold "
+            "verification (0 in strict mode)."
+        )
 
         def body(s: Section, r: Run, slug: str):
             res = r.tables["results"]
@@ -119,33 +123,62 @@ class Builder:
             k0 = table[(table["role"] == NO_SPEC) & (table["controller"].map(family) == "fixed")]
             if len(k0) and "speedup" in table.columns:
                 row = k0.iloc[0]
-                s.p(f"`{row['controller']}` is k = 0 with the drafter resident (loaded, never "
+                s.p(
+                    f"`{row['controller']}` is k = 0 with the drafter resident (loaded, never "
                     f"used): its throughput is the 1.00× of the throughput ratio, and its TPOT "
                     f"speedup reads {fmt_num(row['speedup'], '{:.2f}')}× because that column's "
-                    "baseline is k = 0 without a drafter, a run not shown as a row.")
-            s.blocks.append(TableBlock(f"comparison_{slug}",
-                                       f"throughput and latency — {_label(r)}: {where}",
-                                       format_comparison(table, "speed"), table))
-            s.blocks.append(TableBlock(f"comparison_speculation_{slug}",
-                                       f"speculation, utilization and quality — {where}",
-                                       format_comparison(table, "speculation"),
-                                       table, show=True))
-            s.blocks.append(TableBlock(f"simulate_all_points_{slug}",
-                                       "Every saved operating point (mean over seeds)",
-                                       full_table(res), show=False))
+                    "baseline is k = 0 without a drafter, a run not shown as a row."
+                )
+            s.blocks.append(
+                TableBlock(
+                    f"comparison_{slug}",
+                    f"throughput and latency — {_label(r)}: {where}",
+                    format_comparison(table, "speed"),
+                    table,
+                )
+            )
+            s.blocks.append(
+                TableBlock(
+                    f"comparison_speculation_{slug}",
+                    f"speculation, utilization and quality — {where}",
+                    format_comparison(table, "speculation"),
+                    table,
+                    show=True,
+                )
+            )
+            s.blocks.append(
+                TableBlock(
+                    f"simulate_all_points_{slug}",
+                    "Every saved operating point (mean over seeds)",
+                    full_table(res),
+                    show=False,
+                )
+            )
+
         self._per_run(sec, runs, body)
         return sec
 
     def load(self) -> Result:
-        runs = [r for r in _with(self.runs, "simulate", "results")
-                if r.tables["results"]["load_scale"].nunique() > 1]
+        runs = [
+            r
+            for r in _with(self.runs, "simulate", "results")
+            if r.tables["results"]["load_scale"].nunique() > 1
+        ]
         if not runs:
             return "no simulate run saved more than one load level (sweep `load_scale`)."
         sec = Section("load", "Throughput against offered load")
         sec.p("Mean over seeds; the band spans the seeds' minimum to maximum.")
-        self._per_run(sec, runs, lambda s, r, slug: s.blocks.append(_fig(
-            f"throughput_vs_load_{slug}", f"Throughput against offered load ({_label(r)})",
-            plots.plot_throughput_vs_load(r.tables["results"], self.colors))))
+        self._per_run(
+            sec,
+            runs,
+            lambda s, r, slug: s.blocks.append(
+                _fig(
+                    f"throughput_vs_load_{slug}",
+                    f"Throughput against offered load ({_label(r)})",
+                    plots.plot_throughput_vs_load(r.tables["results"], self.colors),
+                )
+            ),
+        )
         return sec
 
     def latency(self) -> Result:
@@ -153,11 +186,21 @@ class Builder:
         if not runs:
             return "no simulate run saved requests.csv."
         sec = Section("latency", "Latency distributions")
-        sec.p("Empirical CDFs over finished requests: time per output token after the first, and "
-              "end-to-end latency including queueing and prefill.")
-        self._per_run(sec, runs, lambda s, r, slug: s.blocks.append(_fig(
-            f"latency_cdfs_{slug}", f"TPOT and end-to-end latency CDFs ({_label(r)})",
-            plots.plot_latency_cdfs(r.tables["requests"], self.colors))))
+        sec.p(
+            "Empirical CDFs over finished requests: time per output token after the first, and "
+            "end-to-end latency including queueing and prefill."
+        )
+        self._per_run(
+            sec,
+            runs,
+            lambda s, r, slug: s.blocks.append(
+                _fig(
+                    f"latency_cdfs_{slug}",
+                    f"TPOT and end-to-end latency CDFs ({_label(r)})",
+                    plots.plot_latency_cdfs(r.tables["requests"], self.colors),
+                )
+            ),
+        )
         return sec
 
     def traces(self) -> Result:
@@ -165,12 +208,22 @@ class Builder:
         if not runs:
             return "no simulate run saved controller_trace.csv (run `dspark simulate --trace`)."
         sec = Section("traces", "Controller traces")
-        sec.p("How each controller moved its draft length k, aggressiveness α, verify threshold β "
-              "and acceptance estimate â during one request (the one with the longest trace); "
-              "parameters change only at block ends.")
-        self._per_run(sec, runs, lambda s, r, slug: s.blocks.append(_fig(
-            f"controller_traces_{slug}", f"Controller state over time ({_label(r)})",
-            plots.plot_controller_traces(r.tables["trace"], self.colors))))
+        sec.p(
+            "How each controller moved its draft length k, aggressiveness α, verify threshold β "
+            "and acceptance estimate â during one request (the one with the longest trace); "
+            "parameters change only at block ends."
+        )
+        self._per_run(
+            sec,
+            runs,
+            lambda s, r, slug: s.blocks.append(
+                _fig(
+                    f"controller_traces_{slug}",
+                    f"Controller state over time ({_label(r)})",
+                    plots.plot_controller_traces(r.tables["trace"], self.colors),
+                )
+            ),
+        )
         return sec
 
     def acceptance(self) -> Result:
@@ -178,40 +231,71 @@ class Builder:
         if not runs:
             return "no run saved rounds.csv (run `dspark simulate --trace` or `dspark real trace`)."
         sec = Section("acceptance", "Acceptance by draft position")
-        sec.p("Left: the chance that drafted token i survives verification. Right: the per-token "
-              "rate once tokens 1..i−1 were accepted — flat for an i.i.d. drafter, falling when "
-              "the drafter drifts. Acceptance is a prefix, so the left curve never rises. A "
-              f"position is joined into its curve only when at least {MIN_POSITION_ROUNDS} "
-              "rounds drafted (left) or reached (right) it; rarer positions are hollow points, "
-              "and the table gives every count.")
+        sec.p(
+            "Left: the chance that drafted token i survives verification. Right: the per-token "
+            "rate once tokens 1..i−1 were accepted — flat for an i.i.d. drafter, falling when "
+            "the drafter drifts. Acceptance is a prefix, so the left curve never rises. A "
+            f"position is joined into its curve only when at least {MIN_POSITION_ROUNDS} "
+            "rounds drafted (left) or reached (right) it; rarer positions are hollow points, "
+            "and the table gives every count."
+        )
 
         def body(s: Section, r: Run, slug: str):
             t = acceptance_by_position(r.tables["rounds"])
-            s.blocks.append(_fig(f"acceptance_by_position_{slug}",
-                                 f"Acceptance by draft position ({_label(r)}, {r.kind})",
-                                 plots.plot_acceptance_by_position(r.tables["rounds"], self.colors)))
-            shown = t.assign(p_accepted=t["p_accepted"].map(lambda v: fmt_num(v, "{:.3f}")),
-                             p_accepted_given_prefix=t["p_accepted_given_prefix"].map(
-                                 lambda v: fmt_num(v, "{:.3f}")))
-            s.blocks.append(TableBlock(f"acceptance_by_position_{slug}",
-                                       "Counts and probabilities per draft position", shown, t,
-                                       show=len(t) <= 12))
+            s.blocks.append(
+                _fig(
+                    f"acceptance_by_position_{slug}",
+                    f"Acceptance by draft position ({_label(r)}, {r.kind})",
+                    plots.plot_acceptance_by_position(r.tables["rounds"], self.colors),
+                )
+            )
+            shown = t.assign(
+                p_accepted=t["p_accepted"].map(lambda v: fmt_num(v, "{:.3f}")),
+                p_accepted_given_prefix=t["p_accepted_given_prefix"].map(
+                    lambda v: fmt_num(v, "{:.3f}")
+                ),
+            )
+            s.blocks.append(
+                TableBlock(
+                    f"acceptance_by_position_{slug}",
+                    "Counts and probabilities per draft position",
+                    shown,
+                    t,
+                    show=len(t) <= 12,
+                )
+            )
+
         self._per_run(sec, runs, body)
         return sec
 
     def scaling(self) -> Result:
-        runs = [r for r in _with(self.runs, "simulate", "results")
-                if "num_gpus" in r.tables["results"].columns
-                and r.tables["results"]["num_gpus"].nunique() > 1]
+        runs = [
+            r
+            for r in _with(self.runs, "simulate", "results")
+            if "num_gpus" in r.tables["results"].columns
+            and r.tables["results"]["num_gpus"].nunique() > 1
+        ]
         if not runs:
-            return ("no simulate run saved results across several GPU counts (a `num_gpus` "
-                    "sweep, e.g. 1 to 1024).")
+            return (
+                "no simulate run saved results across several GPU counts (a `num_gpus` "
+                "sweep, e.g. 1 to 1024)."
+            )
         sec = Section("scaling", "Scaling with cluster size")
-        sec.p("Best throughput over the tested loads at each GPU count (mean over seeds); the dashed "
-              "line is perfect linear scaling from the smallest cluster.")
-        self._per_run(sec, runs, lambda s, r, slug: s.blocks.append(_fig(
-            f"scaling_{slug}", f"Throughput and speedup against GPU count ({_label(r)})",
-            plots.plot_scaling(r.tables["results"], self.colors))))
+        sec.p(
+            "Best throughput over the tested loads at each GPU count (mean over seeds); the dashed "
+            "line is perfect linear scaling from the smallest cluster."
+        )
+        self._per_run(
+            sec,
+            runs,
+            lambda s, r, slug: s.blocks.append(
+                _fig(
+                    f"scaling_{slug}",
+                    f"Throughput and speedup against GPU count ({_label(r)})",
+                    plots.plot_scaling(r.tables["results"], self.colors),
+                )
+            ),
+        )
         return sec
 
     # -- real engine -----------------------------------------------------------------------
@@ -220,10 +304,12 @@ class Builder:
         if not runs:
             return "no real-engine run given (run `dspark real bench`)."
         sec = Section("real", "Real engine")
-        sec.p("Measured on the lab's own models; tokens/s as median with the 10th–90th "
-              "percentile over repeats (none with one repeat). Quality change is the change of "
-              "the target's NLL per token against strict decoding (threshold mode only; strict "
-              "is lossless).")
+        sec.p(
+            "Measured on the lab's own models; tokens/s as median with the 10th–90th "
+            "percentile over repeats (none with one repeat). Quality change is the change of "
+            "the target's NLL per token against strict decoding (threshold mode only; strict "
+            "is lossless)."
+        )
 
         def body(s: Section, r: Run, slug: str):
             t = r.tables["real"]
@@ -235,21 +321,28 @@ class Builder:
                 shown["mode"] = t["mode"].fillna("").astype(str)
             shown["tokens/s"] = [fmt_num(v, "{:,.1f}") for v in t["tokens_per_s"]]
             if {"tokens_per_s_p10", "tokens_per_s_p90"} <= set(t.columns):
-                head = (f"p10–p90 over {repeats} repeats (tok/s)" if repeats
-                        else "p10–p90 over repeats (tok/s)")
+                head = (
+                    f"p10–p90 over {repeats} repeats (tok/s)"
+                    if repeats
+                    else "p10–p90 over repeats (tok/s)"
+                )
                 shown[head] = [
-                    "— (one repeat: no spread)" if repeats == 1 or (
-                        pd.notna(a) and pd.notna(b) and a == b and repeats is None)
+                    "— (one repeat: no spread)"
+                    if repeats == 1 or (pd.notna(a) and pd.notna(b) and a == b and repeats is None)
                     else f"{fmt_num(a, '{:,.1f}')}–{fmt_num(b, '{:,.1f}')}"
-                    for a, b in zip(t["tokens_per_s_p10"], t["tokens_per_s_p90"])]
-            for col, head, f in (("speedup_vs_ar", "speedup vs AR (×)", "{:.2f}"),
-                                 ("mean_accepted_length", "mean accepted length", "{:.2f}"),
-                                 ("acceptance_rate", "â", "{:.3f}"),
-                                 ("nll_change_pct", "quality change (NLL %)", "{:+.2f}"),
-                                 ("token_agreement", "token agreement", "{:.3f}")):
+                    for a, b in zip(t["tokens_per_s_p10"], t["tokens_per_s_p90"])
+                ]
+            for col, head, f in (
+                ("speedup_vs_ar", "speedup vs AR (×)", "{:.2f}"),
+                ("mean_accepted_length", "mean accepted length", "{:.2f}"),
+                ("acceptance_rate", "â", "{:.3f}"),
+                ("nll_change_pct", "quality change (NLL %)", "{:+.2f}"),
+                ("token_agreement", "token agreement", "{:.3f}"),
+            ):
                 if col in t.columns:
                     shown[head] = [fmt_num(v, f) for v in t[col]]
             s.blocks.append(TableBlock(f"real_{slug}", f"{_label(r)}", shown, t))
+
         self._per_run(sec, runs, body)
         return sec
 
@@ -259,25 +352,41 @@ class Builder:
         if not runs:
             return "no tune run with trials.csv or an Optuna journal given (run `dspark tune`)."
         sec = Section("tuning", "Tuning history")
-        sec.p("Every finished trial's objective; the best-so-far line runs over the feasible "
-              "trials only (those within the quality constraint, lossy accepted fraction ≤ the "
-              "study's limit), so it ends at the exported `best_config.toml`. Infeasible trials "
-              "are red crosses.")
+        sec.p(
+            "Every finished trial's objective; the best-so-far line runs over the feasible "
+            "trials only (those within the quality constraint, lossy accepted fraction ≤ the "
+            "study's limit), so it ends at the exported `best_config.toml`. Infeasible trials "
+            "are red crosses."
+        )
 
         def body(s: Section, r: Run, slug: str):
             sm = r.summary
-            info = pd.DataFrame([{
-                "study": str(sm.get("study_name", "")), "objective": str(sm.get("objective", "")),
-                "directions": ", ".join(map(str, sm.get("directions") or [])),
-                "trials": str(sm.get("n_trials", len(r.tables["trials"]))),
-                "infeasible": str(sm.get("n_infeasible", "—")),
-                "best value": fmt_num(sm.get("best_value"), "{:,.4g}"),
-                "best params": ", ".join(f"{k} = {fmt_num(v, '{:.4g}')}"
-                                         for k, v in (sm.get("best_params") or {}).items()) or "—",
-            }])
+            info = pd.DataFrame(
+                [
+                    {
+                        "study": str(sm.get("study_name", "")),
+                        "objective": str(sm.get("objective", "")),
+                        "directions": ", ".join(map(str, sm.get("directions") or [])),
+                        "trials": str(sm.get("n_trials", len(r.tables["trials"]))),
+                        "infeasible": str(sm.get("n_infeasible", "—")),
+                        "best value": fmt_num(sm.get("best_value"), "{:,.4g}"),
+                        "best params": ", ".join(
+                            f"{k} = {fmt_num(v, '{:.4g}')}"
+                            for k, v in (sm.get("best_params") or {}).items()
+                        )
+                        or "—",
+                    }
+                ]
+            )
             s.blocks.append(TableBlock(f"tuning_summary_{slug}", f"study of {_label(r)}", info))
-            s.blocks.append(_fig(f"tuning_history_{slug}", f"Tuning history ({_label(r)})",
-                                 plots.plot_tuning_history(r.tables["trials"], **_objectives(r))))
+            s.blocks.append(
+                _fig(
+                    f"tuning_history_{slug}",
+                    f"Tuning history ({_label(r)})",
+                    plots.plot_tuning_history(r.tables["trials"], **_objectives(r)),
+                )
+            )
+
         self._per_run(sec, runs, body)
         return sec
 
@@ -286,15 +395,29 @@ class Builder:
         if not runs:
             return "no tune run saved importances.csv."
         sec = Section("importances", "Parameter importances")
-        sec.p("Share of the objective's variance explained by each tuned parameter over the "
-              "completed trials (Optuna's importance evaluator).")
+        sec.p(
+            "Share of the objective's variance explained by each tuned parameter over the "
+            "completed trials (Optuna's importance evaluator)."
+        )
 
         def body(s: Section, r: Run, slug: str):
             t = r.tables["importances"].sort_values("importance", ascending=False)
-            s.blocks.append(_fig(f"importances_{slug}", f"Parameter importances ({_label(r)})",
-                                 plots.plot_importances(t)))
-            s.blocks.append(TableBlock(f"importances_{slug}", "importances", t.assign(
-                importance=t["importance"].map(lambda v: fmt_num(v, "{:.3f}"))), t))
+            s.blocks.append(
+                _fig(
+                    f"importances_{slug}",
+                    f"Parameter importances ({_label(r)})",
+                    plots.plot_importances(t),
+                )
+            )
+            s.blocks.append(
+                TableBlock(
+                    f"importances_{slug}",
+                    "importances",
+                    t.assign(importance=t["importance"].map(lambda v: fmt_num(v, "{:.3f}"))),
+                    t,
+                )
+            )
+
         self._per_run(sec, runs, body)
         return sec
 
@@ -303,11 +426,20 @@ class Builder:
         if not runs:
             return "no tune run saved pareto.csv (a multi-objective study writes it)."
         sec = Section("pareto", "Pareto front")
-        sec.p("Trials no other trial beats on both objectives; grey points are all completed "
-              "trials.")
-        self._per_run(sec, runs, lambda s, r, slug: s.blocks.append(_fig(
-            f"pareto_{slug}", f"Pareto front ({_label(r)})",
-            plots.plot_pareto(r.tables["pareto"], r.tables.get("trials"), **_objectives(r)))))
+        sec.p(
+            "Trials no other trial beats on both objectives; grey points are all completed trials."
+        )
+        self._per_run(
+            sec,
+            runs,
+            lambda s, r, slug: s.blocks.append(
+                _fig(
+                    f"pareto_{slug}",
+                    f"Pareto front ({_label(r)})",
+                    plots.plot_pareto(r.tables["pareto"], r.tables.get("trials"), **_objectives(r)),
+                )
+            ),
+        )
         return sec
 
     def evaluation(self) -> Result:
@@ -319,17 +451,26 @@ class Builder:
 
         def body(s: Section, r: Run, slug: str):
             ev = r.tables["evaluation"]
-            for metric, head, f in (("throughput_tokens_per_s", "throughput (tokens/s)",
-                                     "{:,.0f}"), ("speedup", "speedup over k = 0 (×)", "{:.2f}")):
+            for metric, head, f in (
+                ("throughput_tokens_per_s", "throughput (tokens/s)", "{:,.0f}"),
+                ("speedup", "speedup over k = 0 (×)", "{:.2f}"),
+            ):
                 if metric not in ev.columns:
                     continue
-                pv = ev.pivot_table(index="controller", columns="workload", values=metric,
-                                    aggfunc="mean")
+                pv = ev.pivot_table(
+                    index="controller", columns="workload", values=metric, aggfunc="mean"
+                )
                 shown = pv.map(lambda v, f=f: fmt_num(v, f)).reset_index()
                 shown.columns = [str(c) for c in shown.columns]
-                s.blocks.append(TableBlock(f"evaluation_{metric}_{slug}",
-                                           f"{head} per controller and held-out workload",
-                                           shown, pv.reset_index()))
+                s.blocks.append(
+                    TableBlock(
+                        f"evaluation_{metric}_{slug}",
+                        f"{head} per controller and held-out workload",
+                        shown,
+                        pv.reset_index(),
+                    )
+                )
+
         self._per_run(sec, runs, body)
         return sec
 
@@ -339,36 +480,66 @@ class Builder:
         if not runs:
             return "no validate run given (run `dspark validate`)."
         sec = Section("parity", "Simulator vs real engine")
-        sec.p("Each point is one controller on one held-out workload: the simulator's prediction "
-              "against the real engine's measurement. Error bars are the real run-to-run spread; "
-              "an error inside the spread is within the measurement noise.")
+        sec.p(
+            "Each point is one controller on one held-out workload: the simulator's prediction "
+            "against the real engine's measurement. Error bars are the real run-to-run spread; "
+            "an error inside the spread is within the measurement noise."
+        )
 
         def body(s: Section, r: Run, slug: str):
             e = r.tables["errors"]
             sm = r.summary
             ra = sm.get("rank_agreement") or {}
-            s.p(f"Largest |error|: {fmt_num(sm.get('max_abs_error_pct'), '{:.1f}')}%. "
-                + ("Controllers rank the same in sim and real on: "
-                   + ", ".join(f"{w} ({'yes' if v else 'no'})" for w, v in ra.items()) + "."
-                   if ra else ""))
-            s.blocks.append(_fig(f"parity_{slug}", f"Simulator vs real engine ({_label(r)})",
-                                 plots.plot_parity(e, self.colors)))
-            cell = e.assign(_c=[f"{fmt_num(a, '{:+.1f}')} (±{fmt_num(b / 2, '{:.1f}')})"
-                                for a, b in zip(e["error_pct"], e["real_spread"])])
-            shown = cell.pivot_table(index=["controller", "workload"], columns="metric",
-                                     values="_c", aggfunc="first", sort=False).reset_index()
+            s.p(
+                f"Largest |error|: {fmt_num(sm.get('max_abs_error_pct'), '{:.1f}')}%. "
+                + (
+                    "Controllers rank the same in sim and real on: "
+                    + ", ".join(f"{w} ({'yes' if v else 'no'})" for w, v in ra.items())
+                    + "."
+                    if ra
+                    else ""
+                )
+            )
+            s.blocks.append(
+                _fig(
+                    f"parity_{slug}",
+                    f"Simulator vs real engine ({_label(r)})",
+                    plots.plot_parity(e, self.colors),
+                )
+            )
+            cell = e.assign(
+                _c=[
+                    f"{fmt_num(a, '{:+.1f}')} (±{fmt_num(b / 2, '{:.1f}')})"
+                    for a, b in zip(e["error_pct"], e["real_spread"])
+                ]
+            )
+            shown = cell.pivot_table(
+                index=["controller", "workload"],
+                columns="metric",
+                values="_c",
+                aggfunc="first",
+                sort=False,
+            ).reset_index()
             shown.columns = [str(c) for c in shown.columns]
-            s.blocks.append(TableBlock(f"validation_errors_{slug}",
-                                       "prediction error in % per metric (± half the real "
-                                       "run-to-run spread, %)", shown.fillna("—"), e))
+            s.blocks.append(
+                TableBlock(
+                    f"validation_errors_{slug}",
+                    "prediction error in % per metric (± half the real run-to-run spread, %)",
+                    shown.fillna("—"),
+                    e,
+                )
+            )
+
         self._per_run(sec, runs, body)
         return sec
 
     def claims(self) -> Result:
         sec = Section("claims", "Seed-claims audit")
-        sec.p("Each claim of the seed document against what the runs in this report show. "
-              "Verdicts: holds · holds under assumptions · does not hold · cannot be checked "
-              "here (the row says which run would) · impossible.")
+        sec.p(
+            "Each claim of the seed document against what the runs in this report show. "
+            "Verdicts: holds · holds under assumptions · does not hold · cannot be checked "
+            "here (the row says which run would) · impossible."
+        )
         t = audit(self.runs)
         sec.blocks.append(TableBlock("claims_audit", "one row per claim of the seed", t))
         return sec
@@ -398,20 +569,22 @@ def _objectives(run: Run) -> dict:
 
 
 ANSWER_TITLE = "The answer first"
-SECTION_ORDER = (("answer", ANSWER_TITLE),
-                 ("comparison", "Controller comparison (simulator)"),
-                 ("load", "Throughput against offered load"),
-                 ("latency", "Latency distributions"),
-                 ("traces", "Controller traces"),
-                 ("acceptance", "Acceptance by draft position"),
-                 ("scaling", "Scaling with cluster size"),
-                 ("real", "Real engine"),
-                 ("tuning", "Tuning history"),
-                 ("importances", "Parameter importances"),
-                 ("pareto", "Pareto front"),
-                 ("evaluation", "Held-out evaluation"),
-                 ("parity", "Simulator vs real engine"),
-                 ("claims", "Seed-claims audit"))
+SECTION_ORDER = (
+    ("answer", ANSWER_TITLE),
+    ("comparison", "Controller comparison (simulator)"),
+    ("load", "Throughput against offered load"),
+    ("latency", "Latency distributions"),
+    ("traces", "Controller traces"),
+    ("acceptance", "Acceptance by draft position"),
+    ("scaling", "Scaling with cluster size"),
+    ("real", "Real engine"),
+    ("tuning", "Tuning history"),
+    ("importances", "Parameter importances"),
+    ("pareto", "Pareto front"),
+    ("evaluation", "Held-out evaluation"),
+    ("parity", "Simulator vs real engine"),
+    ("claims", "Seed-claims audit"),
+)
 SECTION_TITLES = tuple(t for _, t in SECTION_ORDER) + ("Skipped sections",)
 
 
@@ -425,8 +598,10 @@ def build(runs: list[Run], title: str = "DSpark Lab report") -> Report:
         except DSparkError:
             raise
         except (KeyError, ValueError, TypeError) as e:  # a table that breaks the contract
-            raise DSparkError(f"section '{name}': saved data does not fit the results format: "
-                              f"{type(e).__name__}: {' '.join(str(e).split())}") from None
+            raise DSparkError(
+                f"section '{name}': saved data does not fit the results format: "
+                f"{type(e).__name__}: {' '.join(str(e).split())}"
+            ) from None
         if isinstance(res, Section):
             sections.append(res)
         else:
@@ -434,8 +609,13 @@ def build(runs: list[Run], title: str = "DSpark Lab report") -> Report:
     sk = Section("skipped", "Skipped sections")
     if skipped:
         sk.p("These sections need data that none of the given runs saved:")
-        sk.blocks.append(TableBlock("skipped_sections", "sections left out and why",
-                                    pd.DataFrame(skipped, columns=["section", "why skipped"])))
+        sk.blocks.append(
+            TableBlock(
+                "skipped_sections",
+                "sections left out and why",
+                pd.DataFrame(skipped, columns=["section", "why skipped"]),
+            )
+        )
     else:
         sk.p("None: every section had data.")
     sections.append(sk)
@@ -443,8 +623,7 @@ def build(runs: list[Run], title: str = "DSpark Lab report") -> Report:
     return Report(title=title, sources=sources, sections=sections)
 
 
-def make_report(paths: list[str | Path], out: str | Path,
-                title: str = "DSpark Lab report") -> Path:
+def make_report(paths: list[str | Path], out: str | Path, title: str = "DSpark Lab report") -> Path:
     """Load the runs under ``paths``, build the report, write it to ``out``; returns index.html."""
     runs = load_runs(paths)
     return write_report(build(runs, title), Path(out))

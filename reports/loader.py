@@ -25,8 +25,9 @@ KINDS = ("simulate", "tune", "real", "validate")
 SIM_RESULT_COLUMNS = ("controller", "seed", "load_scale", "throughput_tokens_per_s")
 REQUEST_COLUMNS = ("controller", "request_id", "output_tokens", "tpot_s", "e2e_s")
 TRACE_COLUMNS = ("controller", "request_id", "now_s", "k", "alpha", "beta", "a_hat", "block_end")
-ROUND_REQUIRED = tuple(f.name for f in dataclasses.fields(RoundRecord)
-                       if f.default is dataclasses.MISSING)  # RoundRecord fields without a default
+ROUND_REQUIRED = tuple(
+    f.name for f in dataclasses.fields(RoundRecord) if f.default is dataclasses.MISSING
+)  # RoundRecord fields without a default
 ERROR_COLUMNS = ("controller", "workload", "metric", "sim", "real", "real_spread", "error_pct")
 IMPORTANCE_COLUMNS = ("param", "importance")
 TRIAL_COLUMNS = ("number", "state")
@@ -34,8 +35,15 @@ EVALUATION_COLUMNS = ("controller", "workload", "seed")
 REAL_ROW_KEYS = ("controller", "tokens_per_s")
 
 # files that mark a folder as a run folder even when its summary.json is missing
-RESULT_FILES = ("results.csv", "errors.csv", "trials.csv", "rounds.csv", "requests.csv",
-                "study.journal", "evaluation.csv")
+RESULT_FILES = (
+    "results.csv",
+    "errors.csv",
+    "trials.csv",
+    "rounds.csv",
+    "requests.csv",
+    "study.journal",
+    "evaluation.csv",
+)
 
 
 @dataclass
@@ -72,8 +80,9 @@ def discover(paths: list[str | Path]) -> list[Path]:
             found.append(p)
             continue
         if any((p / f).exists() for f in RESULT_FILES):
-            raise DSparkError(f"{p / 'summary.json'}: missing (the folder holds results but no "
-                              f"summary.json)")
+            raise DSparkError(
+                f"{p / 'summary.json'}: missing (the folder holds results but no summary.json)"
+            )
         subs = _run_folders_below(p)
         if not subs:
             raise DSparkError(f"{p}: no run folder found (no summary.json in it or below it)")
@@ -94,8 +103,9 @@ def _run_folders_below(p: Path) -> list[Path]:
         if (child / "summary.json").exists():
             out.append(child)
         elif any((child / f).exists() for f in RESULT_FILES):
-            raise DSparkError(f"{child / 'summary.json'}: missing (the folder holds results but "
-                              f"no summary.json)")
+            raise DSparkError(
+                f"{child / 'summary.json'}: missing (the folder holds results but no summary.json)"
+            )
         else:
             out.extend(_run_folders_below(child))
     return out
@@ -130,8 +140,9 @@ def read_csv(f: Path, required: tuple[str, ...], *, optional: bool = False) -> p
     try:
         df = pd.read_csv(f)
     except pd.errors.EmptyDataError:
-        raise DSparkError(f"{f}: empty file (expected a header with columns "
-                          f"{', '.join(required)})") from None
+        raise DSparkError(
+            f"{f}: empty file (expected a header with columns {', '.join(required)})"
+        ) from None
     except (pd.errors.ParserError, UnicodeDecodeError, OSError, ValueError) as e:
         msg = " ".join(str(e).split())
         raise DSparkError(f"{f}: cannot parse CSV: {msg}") from None
@@ -142,9 +153,11 @@ def read_csv(f: Path, required: tuple[str, ...], *, optional: bool = False) -> p
 def check_columns(df: pd.DataFrame, required: tuple[str, ...], where: str) -> None:
     missing = [c for c in required if c not in df.columns]
     if missing:
-        raise DSparkError(f"{where}: missing required column{'s' if len(missing) > 1 else ''} "
-                          f"{', '.join(repr(c) for c in missing)} "
-                          f"(has: {', '.join(map(str, df.columns))})")
+        raise DSparkError(
+            f"{where}: missing required column{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(repr(c) for c in missing)} "
+            f"(has: {', '.join(map(str, df.columns))})"
+        )
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -152,6 +165,7 @@ def _read_config(path: Path) -> dict[str, Any]:
     if not f.exists():
         return {}
     import tomllib
+
     try:
         with f.open("rb") as fh:
             return tomllib.load(fh)
@@ -174,6 +188,7 @@ def _trials_from_journal(run: Run) -> pd.DataFrame | None:
         return None
     import optuna
     from optuna.storages.journal import JournalFileBackend, JournalStorage
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         storage = JournalStorage(JournalFileBackend(str(f)))
@@ -183,7 +198,7 @@ def _trials_from_journal(run: Run) -> pd.DataFrame | None:
             raise DSparkError(f"{f}: no study named {name!r} (has: {', '.join(names) or 'none'})")
         study = optuna.load_study(study_name=name, storage=storage)
         df = study.trials_dataframe()
-        names = study.metric_names or []     # columns under the contract's names
+        names = study.metric_names or []  # columns under the contract's names
         if len(study.directions) == 1 and names:
             return df.rename(columns={f"value_{names[0]}": "value"})
         return df.rename(columns={f"values_{n}": f"values_{i}" for i, n in enumerate(names)})
@@ -198,9 +213,11 @@ def _check_measured(results: pd.DataFrame, f: Path) -> None:
     or ``sim.warmup_s`` at or past the end of the run) has no data to report: one line."""
     tput = pd.to_numeric(results["throughput_tokens_per_s"], errors="coerce")
     if not (tput > 0).any():
-        raise DSparkError(f"{f}: no measured output in any of its {len(results)} row(s) "
-                          "(throughput 0: an empty trace, or sim.warmup_s at or past the end "
-                          "of the run); nothing to report")
+        raise DSparkError(
+            f"{f}: no measured output in any of its {len(results)} row(s) "
+            "(throughput 0: an empty trace, or sim.warmup_s at or past the end "
+            "of the run); nothing to report"
+        )
 
 
 def load_run(path: Path) -> Run:

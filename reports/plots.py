@@ -27,11 +27,13 @@ from reports.style import RC, color_of, controller_colors, line_style
 
 def styled(fn: Callable[..., Figure]) -> Callable[..., Figure]:
     """Build the figure under the report's rc style."""
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs) -> Figure:
         with matplotlib.rc_context(RC):
             fig = fn(*args, **kwargs)
         return fig
+
     return wrapper
 
 
@@ -58,9 +60,16 @@ def plot_throughput_vs_load(results: pd.DataFrame, colors: dict | None = None) -
     fig = Figure(figsize=(7.6, 4.2), layout="constrained")
     ax = fig.add_subplot()
     for name, g in df.groupby("controller", sort=True):
-        s = g.groupby("load_scale").agg(x=(xcol, "mean"), y=("throughput_tokens_per_s", "mean"),
-                                        lo=("throughput_tokens_per_s", "min"),
-                                        hi=("throughput_tokens_per_s", "max")).sort_values("x")
+        s = (
+            g.groupby("load_scale")
+            .agg(
+                x=(xcol, "mean"),
+                y=("throughput_tokens_per_s", "mean"),
+                lo=("throughput_tokens_per_s", "min"),
+                hi=("throughput_tokens_per_s", "max"),
+            )
+            .sort_values("x")
+        )
         c = color_of(colors, name)
         ax.plot(s["x"], s["y"], "o", ls=line_style(name), color=c, label=str(name), ms=4)
         if (s["hi"] > s["lo"]).any():
@@ -94,8 +103,11 @@ def plot_latency_cdfs(requests: pd.DataFrame, colors: dict | None = None) -> Fig
         ax.set_ylim(0, 1.01)
     ax1.set_xlabel("time per output token, TPOT (ms)")
     ax2.set_xlabel("end-to-end request latency (s)")
-    fig.suptitle(f"Latency distributions per controller{note} (dotted line: p99)",
-                 fontweight="bold", fontsize=RC["axes.titlesize"])
+    fig.suptitle(
+        f"Latency distributions per controller{note} (dotted line: p99)",
+        fontweight="bold",
+        fontsize=RC["axes.titlesize"],
+    )
     ax1.set_title("TPOT")
     ax2.set_title("End-to-end latency")
     _legend(ax1, loc="lower right")
@@ -103,8 +115,12 @@ def plot_latency_cdfs(requests: pd.DataFrame, colors: dict | None = None) -> Fig
     return fig
 
 
-TRACE_PANELS = (("k", "draft length k (tokens)"), ("alpha", "α (aggressiveness)"),
-                ("beta", "β (verify threshold)"), ("a_hat", "â (acceptance estimate)"))
+TRACE_PANELS = (
+    ("k", "draft length k (tokens)"),
+    ("alpha", "α (aggressiveness)"),
+    ("beta", "β (verify threshold)"),
+    ("a_hat", "â (acceptance estimate)"),
+)
 
 
 @styled
@@ -137,12 +153,20 @@ def plot_controller_traces(trace: pd.DataFrame, colors: dict | None = None) -> F
                 ax.axvline(t, color=c, lw=0.8, ls=":", alpha=0.45)
             drawn = True
         if not drawn:
-            ax.text(0.5, 0.5, f"{col} not recorded by these controllers", transform=ax.transAxes,
-                    ha="center", va="center", color="#777777")
+            ax.text(
+                0.5,
+                0.5,
+                f"{col} not recorded by these controllers",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+                color="#777777",
+            )
         ax.set_ylabel(label)
     axes[-1].set_xlabel("simulated time (s)")
-    axes[0].set_title(f"Controller state over time{note} (one request per controller; "
-                      "| marks block ends)")
+    axes[0].set_title(
+        f"Controller state over time{note} (one request per controller; | marks block ends)"
+    )
     handles, labels = axes[0].get_legend_handles_labels()
     handles.append(Line2D([], [], color="#444444", **block_mark))
     labels.append("block end (parameters updated)")
@@ -156,8 +180,9 @@ MIN_POSITION_ROUNDS = 20
 
 
 @styled
-def plot_acceptance_by_position(rounds: pd.DataFrame, colors: dict | None = None,
-                                min_rounds: int = MIN_POSITION_ROUNDS) -> Figure:
+def plot_acceptance_by_position(
+    rounds: pd.DataFrame, colors: dict | None = None, min_rounds: int = MIN_POSITION_ROUNDS
+) -> Figure:
     """P(token i accepted | drafted) per draft position, and the per-token rate given the
     prefix; points from fewer than ``min_rounds`` rounds are hollow and not joined."""
     table = acceptance_by_position(rounds)
@@ -167,16 +192,27 @@ def plot_acceptance_by_position(rounds: pd.DataFrame, colors: dict | None = None
     few = False
     for name, g in table.groupby("controller", sort=True):
         c = color_of(colors, name)
-        for ax, col, count in ((ax1, "p_accepted", "drafted"),
-                               (ax2, "p_accepted_given_prefix", "reached")):
+        for ax, col, count in (
+            (ax1, "p_accepted", "drafted"),
+            (ax2, "p_accepted_given_prefix", "reached"),
+        ):
             sure = g[g[count] >= min_rounds]
             thin = g[g[count] < min_rounds]
-            ax.plot(sure["position"], sure[col], "o", ls=line_style(name), color=c, ms=4,
-                    label=name)
+            ax.plot(
+                sure["position"], sure[col], "o", ls=line_style(name), color=c, ms=4, label=name
+            )
             if len(thin):
                 few = True
-                ax.plot(thin["position"], thin[col], "o", ls="none", mfc="none", color=c, ms=5,
-                        alpha=0.7)
+                ax.plot(
+                    thin["position"],
+                    thin[col],
+                    "o",
+                    ls="none",
+                    mfc="none",
+                    color=c,
+                    ms=5,
+                    alpha=0.7,
+                )
     ax1.set_title("P(token i accepted | token i drafted)")
     ax2.set_title("P(token i accepted | tokens 1..i−1 accepted)")
     for ax in (ax1, ax2):
@@ -187,8 +223,14 @@ def plot_acceptance_by_position(rounds: pd.DataFrame, colors: dict | None = None
     ax2.set_ylabel("probability")
     if few:
         for ax in (ax1, ax2):
-            ax.plot([], [], "o", mfc="none", color="#777777",
-                    label=f"fewer than {min_rounds} rounds (not joined)")
+            ax.plot(
+                [],
+                [],
+                "o",
+                mfc="none",
+                color="#777777",
+                label=f"fewer than {min_rounds} rounds (not joined)",
+            )
     _legend(ax1, loc="lower left")
     _legend(ax2, loc="lower left")
     return fig
@@ -201,20 +243,26 @@ def plot_scaling(results: pd.DataFrame, colors: dict | None = None) -> Figure:
     fig = Figure(figsize=(10, 3.9), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
     per = results.groupby(["controller", "num_gpus", "load_scale"], as_index=False).mean(
-        numeric_only=True)
+        numeric_only=True
+    )
     best = per.loc[per.groupby(["controller", "num_gpus"])["throughput_tokens_per_s"].idxmax()]
     gpus = np.sort(best["num_gpus"].unique())
     for name, g in best.groupby("controller", sort=True):
         g = g.sort_values("num_gpus")
         c = color_of(colors, name)
         ls = line_style(name)
-        ax1.plot(g["num_gpus"], g["throughput_tokens_per_s"], "o", ls=ls, color=c, ms=4,
-                 label=name)
+        ax1.plot(g["num_gpus"], g["throughput_tokens_per_s"], "o", ls=ls, color=c, ms=4, label=name)
         if "speedup" in g.columns:
             ax2.plot(g["num_gpus"], g["speedup"], "o", ls=ls, color=c, ms=4, label=name)
     ref = best.loc[best["num_gpus"] == gpus[0], "throughput_tokens_per_s"].max()
-    ax1.plot(gpus, ref * gpus / gpus[0], ls="--", color="#999999", lw=1,
-             label="linear scaling from the smallest count")
+    ax1.plot(
+        gpus,
+        ref * gpus / gpus[0],
+        ls="--",
+        color="#999999",
+        lw=1,
+        label="linear scaling from the smallest count",
+    )
     ax1.set_xscale("log", base=2)
     ax1.set_yscale("log")
     ax2.set_xscale("log", base=2)
@@ -231,8 +279,9 @@ def plot_scaling(results: pd.DataFrame, colors: dict | None = None) -> Figure:
 
 
 @styled
-def plot_tuning_history(trials: pd.DataFrame, directions: Sequence[str] = ("maximize",),
-                        names: Sequence[str] = ()) -> Figure:
+def plot_tuning_history(
+    trials: pd.DataFrame, directions: Sequence[str] = ("maximize",), names: Sequence[str] = ()
+) -> Figure:
     """Objective value of every completed trial and the best so far over the *feasible* ones,
     per objective; trials that break the quality constraint are marked and never best."""
     cols = objective_columns(trials)
@@ -250,13 +299,26 @@ def plot_tuning_history(trials: pd.DataFrame, directions: Sequence[str] = ("maxi
         d = done.sort_values("number")
         y = d[col].astype(float)
         best = y.cummax() if direction.lower().startswith("max") else y.cummin()
-        ax.plot(d["number"], y, "o", color="#0072B2", ms=4, alpha=0.7,
-                label="completed feasible trial")
+        ax.plot(
+            d["number"], y, "o", color="#0072B2", ms=4, alpha=0.7, label="completed feasible trial"
+        )
         if len(bad):
-            ax.plot(bad["number"], bad[col].astype(float), "x", color="#B2182B", ms=6, mew=1.6,
-                    label=f"{len(bad)} infeasible (breaks the quality constraint)")
-        ax.step(d["number"], best, where="post", color="#D55E00",
-                label=f"best feasible so far ({direction})")
+            ax.plot(
+                bad["number"],
+                bad[col].astype(float),
+                "x",
+                color="#B2182B",
+                ms=6,
+                mew=1.6,
+                label=f"{len(bad)} infeasible (breaks the quality constraint)",
+            )
+        ax.step(
+            d["number"],
+            best,
+            where="post",
+            color="#D55E00",
+            label=f"best feasible so far ({direction})",
+        )
         if pruned:
             ax.plot([], [], "x", color="#999999", label=f"{pruned} pruned trial(s) not shown")
         ax.set_xlabel("trial number (count, in start order)")
@@ -283,9 +345,12 @@ def plot_importances(importances: pd.DataFrame) -> Figure:
 
 
 @styled
-def plot_pareto(pareto: pd.DataFrame, trials: pd.DataFrame | None = None,
-                directions: Sequence[str] = ("maximize", "minimize"),
-                names: Sequence[str] = ()) -> Figure:
+def plot_pareto(
+    pareto: pd.DataFrame,
+    trials: pd.DataFrame | None = None,
+    directions: Sequence[str] = ("maximize", "minimize"),
+    names: Sequence[str] = (),
+) -> Figure:
     """Pareto-optimal trials over all completed trials, for the first two objectives."""
     cols = objective_columns(pareto)[:2]
     if len(cols) < 2:
@@ -294,23 +359,40 @@ def plot_pareto(pareto: pd.DataFrame, trials: pd.DataFrame | None = None,
     fig = Figure(figsize=(7.6, 4.4), layout="constrained")
     ax = fig.add_subplot()
     if trials is not None and all(c in trials.columns for c in cols):
-        ax.plot(trials[cols[0]], trials[cols[1]], "o", color="#BBBBBB", ms=4,
-                label="all completed trials")
+        ax.plot(
+            trials[cols[0]],
+            trials[cols[1]],
+            "o",
+            color="#BBBBBB",
+            ms=4,
+            label="all completed trials",
+        )
     p = pareto.sort_values(cols[0])
-    ax.plot(p[cols[0]], p[cols[1]], "o-", color="#D55E00", ms=6, drawstyle="steps-pre",
-            label="Pareto front")
+    ax.plot(
+        p[cols[0]],
+        p[cols[1]],
+        "o-",
+        color="#D55E00",
+        ms=6,
+        drawstyle="steps-pre",
+        label="Pareto front",
+    )
     ax.set_xlabel(objective_label(labels[0]) + f" — {directions[0] if directions else ''}")
-    ax.set_ylabel(objective_label(labels[1]) + (f" — {directions[1]}" if len(directions) > 1
-                                               else ""))
+    ax.set_ylabel(
+        objective_label(labels[1]) + (f" — {directions[1]}" if len(directions) > 1 else "")
+    )
     ax.set_title(f"Pareto front: {labels[0]} against {labels[1]}")
     _legend(ax)
     return fig
 
 
-PARITY_UNITS = {"throughput_tokens_per_s": ("throughput", "tokens/s", 1.0),
-                "mean_accepted_length": ("mean accepted length", "tokens/round", 1.0),
-                "acceptance_rate": ("acceptance rate â", "probability", 1.0),
-                "tpot_p50_s": ("TPOT p50", "ms", 1e3), "tpot_p99_s": ("TPOT p99", "ms", 1e3)}
+PARITY_UNITS = {
+    "throughput_tokens_per_s": ("throughput", "tokens/s", 1.0),
+    "mean_accepted_length": ("mean accepted length", "tokens/round", 1.0),
+    "acceptance_rate": ("acceptance rate â", "probability", 1.0),
+    "tpot_p50_s": ("TPOT p50", "ms", 1e3),
+    "tpot_p99_s": ("TPOT p99", "ms", 1e3),
+}
 WORKLOAD_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
@@ -320,8 +402,10 @@ def plot_parity(errors: pd.DataFrame, colors: dict | None = None) -> Figure:
     run-to-run spread; the diagonal is a perfect prediction, the band ±5%."""
     metrics = list(dict.fromkeys(errors["metric"]))
     colors = _colors(colors, errors["controller"].unique())
-    marker = {w: WORKLOAD_MARKERS[i % len(WORKLOAD_MARKERS)]
-              for i, w in enumerate(sorted(errors["workload"].astype(str).unique()))}
+    marker = {
+        w: WORKLOAD_MARKERS[i % len(WORKLOAD_MARKERS)]
+        for i, w in enumerate(sorted(errors["workload"].astype(str).unique()))
+    }
     ncol = min(3, len(metrics))
     nrow = int(np.ceil(len(metrics) / ncol))
     fig = Figure(figsize=(3.5 * ncol + 1.8, 3.3 * nrow), layout="constrained")
@@ -332,32 +416,50 @@ def plot_parity(errors: pd.DataFrame, colors: dict | None = None) -> Figure:
         sim = g["sim"].astype(float) * scale
         real = g["real"].astype(float) * scale
         half = real.abs() * g["real_spread"].astype(float).fillna(0) / 200.0
-        for (ctrl, wl), gg in g.assign(_s=sim, _r=real, _h=half).groupby(["controller", "workload"]):
-            ax.errorbar(gg["_s"], gg["_r"], yerr=gg["_h"], fmt=marker[str(wl)], ms=6,
-                        color=color_of(colors, ctrl), capsize=3, lw=1)
+        for (ctrl, wl), gg in g.assign(_s=sim, _r=real, _h=half).groupby(
+            ["controller", "workload"]
+        ):
+            ax.errorbar(
+                gg["_s"],
+                gg["_r"],
+                yerr=gg["_h"],
+                fmt=marker[str(wl)],
+                ms=6,
+                color=color_of(colors, ctrl),
+                capsize=3,
+                lw=1,
+            )
         lo = float(min(sim.min(), (real - half).min()))
         hi = float(max(sim.max(), (real + half).max()))
         pad = 0.08 * (hi - lo if hi > lo else abs(hi) or 1.0)
         xs = np.array([lo - pad, hi + pad])
         ax.plot(xs, xs, color="#555555", lw=1, label="sim = real")
-        ax.fill_between(xs, xs * 0.95, xs * 1.05, color="#999999", alpha=0.15, lw=0,
-                        label="±5%")
+        ax.fill_between(xs, xs * 0.95, xs * 1.05, color="#999999", alpha=0.15, lw=0, label="±5%")
         ax.set_xlim(*xs)
         ax.set_ylim(*xs)
         ax.set_xlabel(f"simulator ({unit})")
         ax.set_ylabel(f"real engine ({unit})")
         ax.set_title(title)
-    for ax in axes[len(metrics):]:
+    for ax in axes[len(metrics) :]:
         ax.set_visible(False)
-    handles = [Line2D([], [], color=color_of(colors, c), marker="o", ls="none", label=str(c))
-               for c in sorted(errors["controller"].astype(str).unique())]
-    handles += [Line2D([], [], color="#444444", marker=mk, ls="none", label=f"workload {w}")
-                for w, mk in marker.items()]
-    handles += [Line2D([], [], color="#555555", lw=1, label="sim = real (perfect)"),
-                Line2D([], [], color="#BBBBBB", lw=6, label="±5% band")]
+    handles = [
+        Line2D([], [], color=color_of(colors, c), marker="o", ls="none", label=str(c))
+        for c in sorted(errors["controller"].astype(str).unique())
+    ]
+    handles += [
+        Line2D([], [], color="#444444", marker=mk, ls="none", label=f"workload {w}")
+        for w, mk in marker.items()
+    ]
+    handles += [
+        Line2D([], [], color="#555555", lw=1, label="sim = real (perfect)"),
+        Line2D([], [], color="#BBBBBB", lw=6, label="±5% band"),
+    ]
     fig.legend(handles=handles, loc="outside right upper")
-    fig.suptitle("Simulator prediction vs real engine (error bars: real run-to-run spread)",
-                 fontweight="bold", fontsize=10.5)
+    fig.suptitle(
+        "Simulator prediction vs real engine (error bars: real run-to-run spread)",
+        fontweight="bold",
+        fontsize=10.5,
+    )
     return fig
 
 
@@ -366,6 +468,7 @@ def figure_png(fig: Figure) -> bytes:
     import io
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
     with matplotlib.rc_context(RC):

@@ -13,18 +13,18 @@ import pandas as pd
 
 @dataclass
 class FigureBlock:
-    name: str       # file stem under figures/
+    name: str  # file stem under figures/
     caption: str
     png: bytes
 
 
 @dataclass
 class TableBlock:
-    name: str             # file stem under tables/
+    name: str  # file stem under tables/
     caption: str
-    shown: pd.DataFrame   # text cells, as displayed
+    shown: pd.DataFrame  # text cells, as displayed
     data: pd.DataFrame | None = None  # numbers written to the CSV (default: shown)
-    show: bool = True     # False: written as CSV only; the page links to it
+    show: bool = True  # False: written as CSV only; the page links to it
 
 
 @dataclass
@@ -47,8 +47,13 @@ class Report:
     sections: list[Section]
 
 
-VERDICT_CLASS = {"holds": "ok", "holds under assumptions": "cond", "does not hold": "bad",
-                 "cannot be checked here": "na", "impossible": "imp"}
+VERDICT_CLASS = {
+    "holds": "ok",
+    "holds under assumptions": "cond",
+    "does not hold": "bad",
+    "cannot be checked here": "na",
+    "impossible": "imp",
+}
 NUMERIC = re.compile(r"^[−+-]?[\d,]*\.?\d+(?:e[+-]?\d+)?\s*(?:%|×)?$")
 
 
@@ -58,8 +63,10 @@ def _md_cell(v) -> str:
 
 def md_table(df: pd.DataFrame) -> str:
     cols = [str(c) for c in df.columns]
-    lines = ["| " + " | ".join(_md_cell(c) for c in cols) + " |",
-             "|" + "|".join("---:" if _numeric_col(df[c]) else "---" for c in df.columns) + "|"]
+    lines = [
+        "| " + " | ".join(_md_cell(c) for c in cols) + " |",
+        "|" + "|".join("---:" if _numeric_col(df[c]) else "---" for c in df.columns) + "|",
+    ]
     for row in df.itertuples(index=False):
         lines.append("| " + " | ".join(_md_cell(v) for v in row) + " |")
     return "\n".join(lines)
@@ -71,8 +78,12 @@ def _numeric_col(s: pd.Series) -> bool:
 
 
 def to_markdown(report: Report) -> str:
-    out = [f"# {report.title}", "",
-           "Built by `dspark report` from saved result files only. Runs:", ""]
+    out = [
+        f"# {report.title}",
+        "",
+        "Built by `dspark report` from saved result files only. Runs:",
+        "",
+    ]
     out += [f"- `{name}` ({kind}): `{path}`" for name, kind, path in report.sources]
     out += ["", "Contents: " + " · ".join(f"[{s.title}](#{s.id})" for s in report.sections), ""]
     for s in report.sections:
@@ -145,8 +156,9 @@ def _inline(text: str) -> str:
 def html_table(b: TableBlock) -> str:
     df = b.shown
     num = {c: _numeric_col(df[c]) for c in df.columns}
-    head = "".join(f'<th class="{"num" if num[c] else ""}">{html.escape(str(c))}</th>'
-                   for c in df.columns)
+    head = "".join(
+        f'<th class="{"num" if num[c] else ""}">{html.escape(str(c))}</th>' for c in df.columns
+    )
     rows = []
     for row in df.itertuples(index=False):
         cells = []
@@ -158,18 +170,25 @@ def html_table(b: TableBlock) -> str:
                 inner = _inline(text)
             cells.append(f'<td class="{"num" if num[c] else ""}">{inner}</td>')
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return (f'<div class="table-wrap"><table><caption>{_inline(b.caption)} '
-            f'(<code>tables/{html.escape(b.name)}.csv</code>)</caption>'
-            f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+    return (
+        f'<div class="table-wrap"><table><caption>{_inline(b.caption)} '
+        f"(<code>tables/{html.escape(b.name)}.csv</code>)</caption>"
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 def to_html(report: Report) -> str:
-    parts = [f'<header><h1>{html.escape(report.title)}</h1><div class="sub">Built by '
-             f'<code>dspark report</code> from saved result files: '
-             + ", ".join(f"<code>{html.escape(n)}</code> ({html.escape(k)})"
-                         for n, k, _ in report.sources) + "</div></header>",
-             "<nav>" + "".join(f'<a href="#{s.id}">{html.escape(s.title)}</a>'
-                               for s in report.sections) + "</nav>"]
+    parts = [
+        f'<header><h1>{html.escape(report.title)}</h1><div class="sub">Built by '
+        f"<code>dspark report</code> from saved result files: "
+        + ", ".join(
+            f"<code>{html.escape(n)}</code> ({html.escape(k)})" for n, k, _ in report.sources
+        )
+        + "</div></header>",
+        "<nav>"
+        + "".join(f'<a href="#{s.id}">{html.escape(s.title)}</a>' for s in report.sections)
+        + "</nav>",
+    ]
     for s in report.sections:
         parts.append(f'<section id="{s.id}"><h2>{html.escape(s.title)}</h2>')
         for b in s.blocks:
@@ -178,23 +197,29 @@ def to_html(report: Report) -> str:
             elif isinstance(b, tuple) and b[0] == "h3":
                 parts.append(f"<h3>{_inline(b[1])}</h3>")
             elif isinstance(b, TableBlock) and not b.show:
-                parts.append(f"<p>{_inline(b.caption)}: <code>tables/{html.escape(b.name)}.csv"
-                             f"</code></p>")
+                parts.append(
+                    f"<p>{_inline(b.caption)}: <code>tables/{html.escape(b.name)}.csv</code></p>"
+                )
             elif isinstance(b, TableBlock):
                 parts.append(html_table(b))
             elif isinstance(b, FigureBlock):
                 data = base64.b64encode(b.png).decode("ascii")
-                parts.append(f'<figure><img alt="{html.escape(b.caption)}" '
-                             f'src="data:image/png;base64,{data}">'
-                             f"<figcaption>{_inline(b.caption)}</figcaption></figure>")
+                parts.append(
+                    f'<figure><img alt="{html.escape(b.caption)}" '
+                    f'src="data:image/png;base64,{data}">'
+                    f"<figcaption>{_inline(b.caption)}</figcaption></figure>"
+                )
         parts.append("</section>")
-    parts.append("<footer>Every number on this page comes from the run folders listed above; "
-                 "the CSV files under <code>tables/</code> hold them.</footer>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{html.escape(report.title)}</title><link rel=\"icon\" href=\"data:,\">"
-            f"<style>{CSS}</style></head><body><main>"
-            + "\n".join(parts) + "</main></body></html>\n")
+    parts.append(
+        "<footer>Every number on this page comes from the run folders listed above; "
+        "the CSV files under <code>tables/</code> hold them.</footer>"
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<title>{html.escape(report.title)}</title><link rel="icon" href="data:,">'
+        f"<style>{CSS}</style></head><body><main>" + "\n".join(parts) + "</main></body></html>\n"
+    )
 
 
 def write_report(report: Report, out: Path) -> Path:
@@ -207,7 +232,8 @@ def write_report(report: Report, out: Path) -> Path:
         for b in s.blocks:
             if isinstance(b, TableBlock):
                 (b.data if b.data is not None else b.shown).to_csv(
-                    out / "tables" / f"{b.name}.csv", index=False)
+                    out / "tables" / f"{b.name}.csv", index=False
+                )
             elif isinstance(b, FigureBlock):
                 (out / "figures" / f"{b.name}.png").write_bytes(b.png)
     (out / "report.md").write_text(to_markdown(report), encoding="utf-8")

@@ -18,22 +18,44 @@ from collections.abc import Iterable
 
 # canonical colours of the registry's controllers (Okabe-Ito-like, readable for colour-blind eyes)
 KNOWN_COLORS: dict[str, str] = {
-    "dspark": "#D55E00",          # vermilion: the lab's scheduler stands out
-    "analytic": "#0072B2",        # blue
-    "hf-heuristic": "#009E73",    # green
+    "dspark": "#D55E00",  # vermilion: the lab's scheduler stands out
+    "analytic": "#0072B2",  # blue
+    "hf-heuristic": "#009E73",  # green
     "ema-hysteresis": "#CC79A7",  # pink
     "confidence-stop": "#E69F00",  # orange
-    "fixed": "#56B4E9",           # sky blue
-    "clairvoyant": "#000000",     # black: told each round's run lengths, not a contender
-    "rate-oracle": "#555555",     # dark grey: told each request's true rate, not a contender
+    "fixed": "#56B4E9",  # sky blue
+    "clairvoyant": "#000000",  # black: told each round's run lengths, not a contender
+    "rate-oracle": "#555555",  # dark grey: told each request's true rate, not a contender
 }
 #: Reference controllers (told what no engine knows); "oracle" names runs saved before them.
 REFERENCE_NAMES = ("clairvoyant", "rate-oracle", "oracle")
-BASELINE_NAMES = ("ar", "k=0", "k0", "autoregressive", "fixed-k0", "no-spec", "baseline",
-                  "target-only", "fixed:k=0", "fixed-k=0")
-BASELINE_COLOR = "#8C8C8C"        # grey: plain autoregressive decoding
-EXTRA_COLORS = ("#7B3294", "#1B7837", "#B2182B", "#2166AC", "#8C510A", "#01665E", "#C51B7D",
-                "#4D9221", "#762A83", "#E08214", "#35978F", "#5E3C99")
+BASELINE_NAMES = (
+    "ar",
+    "k=0",
+    "k0",
+    "autoregressive",
+    "fixed-k0",
+    "no-spec",
+    "baseline",
+    "target-only",
+    "fixed:k=0",
+    "fixed-k=0",
+)
+BASELINE_COLOR = "#8C8C8C"  # grey: plain autoregressive decoding
+EXTRA_COLORS = (
+    "#7B3294",
+    "#1B7837",
+    "#B2182B",
+    "#2166AC",
+    "#8C510A",
+    "#01665E",
+    "#C51B7D",
+    "#4D9221",
+    "#762A83",
+    "#E08214",
+    "#35978F",
+    "#5E3C99",
+)
 #: smallest CIE76 ΔE between two controllers' colours in one report (about the distance at
 #: which two thin lines are told apart at a glance; the Okabe-Ito base colours are >= 25 apart)
 MIN_COLOR_DISTANCE = 15.0
@@ -91,7 +113,7 @@ def is_variant(name: object) -> bool:
 
 def _rgb(hex_color: str) -> tuple[float, float, float]:
     h = hex_color.lstrip("#")
-    return tuple(int(h[i:i + 2], 16) / 255 for i in (0, 2, 4))  # type: ignore[return-value]
+    return tuple(int(h[i : i + 2], 16) / 255 for i in (0, 2, 4))  # type: ignore[return-value]
 
 
 def _hex(rgb: Iterable[float]) -> str:
@@ -100,8 +122,10 @@ def _hex(rgb: Iterable[float]) -> str:
 
 def to_lab(color: str) -> tuple[float, float, float]:
     """CIELAB (D65) of an sRGB hex colour."""
+
     def lin(c: float) -> float:
         return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
     r, g, b = (lin(c) for c in _rgb(color))
     x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047
     y = 0.2126 * r + 0.7152 * g + 0.0722 * b
@@ -109,6 +133,7 @@ def to_lab(color: str) -> tuple[float, float, float]:
 
     def f(t: float) -> float:
         return t ** (1 / 3) if t > (6 / 29) ** 3 else t / (3 * (6 / 29) ** 2) + 4 / 29
+
     fx, fy, fz = f(x), f(y), f(z)
     return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
 
@@ -141,9 +166,14 @@ def controller_colors(names: Iterable[str]) -> dict[str, str]:
     # 2. baselines: grey, further ones lighter or darker greys
     for n in unique:
         if n not in out and is_baseline(n):
-            out[n] = next((c for c in (BASELINE_COLOR, *(shade(BASELINE_COLOR, o)
-                                                         for o in _SHADES))
-                           if _far(c, list(out.values()))), BASELINE_COLOR)
+            out[n] = next(
+                (
+                    c
+                    for c in (BASELINE_COLOR, *(shade(BASELINE_COLOR, o) for o in _SHADES))
+                    if _far(c, list(out.values()))
+                ),
+                BASELINE_COLOR,
+            )
     # 3. variants: shades of their family's colour
     extra = list(EXTRA_COLORS)
     for n in unique:
@@ -152,12 +182,12 @@ def controller_colors(names: Iterable[str]) -> dict[str, str]:
         fam = family(n)
         cands = [shade(KNOWN_COLORS[fam], o) for o in _SHADES] if fam in KNOWN_COLORS else []
         if fam in KNOWN_COLORS and fam not in out:
-            cands.insert(0, KNOWN_COLORS[fam])   # the family's own colour when its base is absent
+            cands.insert(0, KNOWN_COLORS[fam])  # the family's own colour when its base is absent
         used = list(out.values())
         pick = next((c for c in cands if _far(c, used)), None)
         if pick is None:
             pick = next((c for c in extra if _far(c, used)), None)
-        if pick is None:   # more controllers than distinguishable colours: cycle
+        if pick is None:  # more controllers than distinguishable colours: cycle
             pick = EXTRA_COLORS[len(out) % len(EXTRA_COLORS)]
         if pick in extra:
             extra.remove(pick)

@@ -6,5 +6,12 @@
 from sim.api import Comparison, SimResult, compare, compare_runs, simulate
 from sim.config import SimConfig, load_scenario
 
-__all__ = ["Comparison", "SimConfig", "SimResult", "compare", "compare_runs", "load_scenario",
-           "simulate"]
+__all__ = [
+    "Comparison",
+    "SimConfig",
+    "SimResult",
+    "compare",
+    "compare_runs",
+    "load_scenario",
+    "simulate",
+]

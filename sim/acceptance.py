@@ -43,8 +43,11 @@ from sim.tables import read_table
 @dataclass(frozen=True)
 class AcceptanceConfig:
     # iid is the Leviathan model; the others add structure.
-    model: str = param("iid", choices=("iid", "decay", "markov", "beta", "mixture", "replay"),
-                       doc="acceptance model")
+    model: str = param(
+        "iid",
+        choices=("iid", "decay", "markov", "beta", "mixture", "replay"),
+        doc="acceptance model",
+    )
     # a 70B target with an 8B drafter of the same family accepts ~0.7-0.8 per token.
     rate: float = param(0.75, lo=0.0, hi=1.0, doc="per-token acceptance rate (iid, decay)")
     # a few percent lower acceptance per draft position.
@@ -62,10 +65,12 @@ class AcceptanceConfig:
     # moderate heterogeneity (std ~0.13 at mean 0.75).
     beta_concentration: float = param(10.0, lo=0.01, hi=1e6, doc="Beta a+b (beta)")
     # code-like (0.85) and chat-like (0.5) requests in one stream, half and half.
-    mixture_rates: tuple[float, ...] = param((0.85, 0.5), lo=0.0, hi=1.0,
-                                             doc="per-request rate of each class (mixture)")
-    mixture_weights: tuple[float, ...] = param((0.5, 0.5), lo=0.0, hi=1.0,
-                                               doc="share of requests in each class (mixture)")
+    mixture_rates: tuple[float, ...] = param(
+        (0.85, 0.5), lo=0.0, hi=1.0, doc="per-request rate of each class (mixture)"
+    )
+    mixture_weights: tuple[float, ...] = param(
+        (0.5, 0.5), lo=0.0, hi=1.0, doc="share of requests in each class (mixture)"
+    )
     # None unless model = 'replay'; relative to the scenario file.
     replay_path: str | None = param(None, doc="positions.csv (greedy position trace)")
     # replay normally reproduces the recorded request lengths.
@@ -99,6 +104,7 @@ def _empirical_rate(run_lengths: np.ndarray, cap: int) -> float:
 @functools.lru_cache(maxsize=4)
 def _read_positions(path: str, mtime: float) -> dict:
     import pandas as pd
+
     required = ("request_id", "position", "run_length")
     df = read_table(path, "position trace", required, numeric=required)
     df = df.astype(dict.fromkeys(required, np.int64))
@@ -115,10 +121,13 @@ def _read_positions(path: str, mtime: float) -> dict:
         if conf is not None:
             for p, c in zip(pos, conf.loc[g.index]):
                 try:
-                    confs[p] = () if (c is None or pd.isna(c)) else tuple(float(x) for x in str(c).split())
+                    confs[p] = (
+                        () if (c is None or pd.isna(c)) else tuple(float(x) for x in str(c).split())
+                    )
                 except ValueError:
-                    raise DSparkError(f"{path}: column 'confidences' has a garbled value "
-                                      f"{c!r}") from None
+                    raise DSparkError(
+                        f"{path}: column 'confidences' has a garbled value {c!r}"
+                    ) from None
         if send is not None:
             ends[pos] = send.loc[g.index].astype(str).str.lower().isin(("true", "1")).to_numpy()
         out[int(rid)] = (L, confs, ends)
@@ -138,8 +147,9 @@ def read_positions(path: str) -> dict:
 class AcceptanceModel:
     """Per-request acceptance state for ``n`` requests, drawn with ``rng``."""
 
-    def __init__(self, cfg: AcceptanceConfig, n: int, init_rng: np.random.Generator,
-                 rng: np.random.Generator) -> None:
+    def __init__(
+        self, cfg: AcceptanceConfig, n: int, init_rng: np.random.Generator, rng: np.random.Generator
+    ) -> None:
         self.cfg, self.rng = cfg, rng
         self.H = cfg.max_run_tokens
         kind = cfg.model
@@ -151,9 +161,11 @@ class AcceptanceModel:
         elif kind == "mixture":
             rates, w = np.asarray(cfg.mixture_rates), np.asarray(cfg.mixture_weights)
             if len(rates) != len(w) or not len(rates) or w.sum() <= 0:
-                raise DSparkError(f"acceptance.mixture_rates ({len(rates)}) and "
-                                  f"acceptance.mixture_weights ({len(w)}) need the same, "
-                                  f"non-zero length and a positive total weight")
+                raise DSparkError(
+                    f"acceptance.mixture_rates ({len(rates)}) and "
+                    f"acceptance.mixture_weights ({len(w)}) need the same, "
+                    f"non-zero length and a positive total weight"
+                )
             self.rate = rates[init_rng.choice(len(rates), size=n, p=w / w.sum())]
         elif kind == "markov":
             pe, ph = cfg.p_easy_to_hard, cfg.p_hard_to_easy
@@ -215,8 +227,7 @@ class AcceptanceModel:
         ids = np.asarray(ids, dtype=np.int64)
         if self.kind == "replay":
             if self._replay_rates is None:
-                self._replay_rates = np.array([_empirical_rate(r[0], self.H)
-                                               for r in self.records])
+                self._replay_rates = np.array([_empirical_rate(r[0], self.H) for r in self.records])
             return self._replay_rates[ids]
         return self.rate[ids]
 
@@ -285,14 +296,17 @@ class AcceptanceModel:
         lists on the simulator's hot path: a batch of a few dozen is cheaper without numpy)."""
         out: list[tuple[int, ...]] = [()] * len(ids)
         if self.kind == "replay":
-            for i, (r, p, e) in enumerate(zip(np.asarray(ids).tolist(), np.asarray(pos).tolist(),
-                                              np.asarray(emitted).tolist())):
-                ends = self.records[r][2][p:p + e]
+            for i, (r, p, e) in enumerate(
+                zip(
+                    np.asarray(ids).tolist(), np.asarray(pos).tolist(), np.asarray(emitted).tolist()
+                )
+            ):
+                ends = self.records[r][2][p : p + e]
                 if ends.any():
                     out[i] = tuple(np.flatnonzero(ends).tolist())
             return out
         ne = self.next_end
-        hl = []   # batch indices whose next sentence end falls inside this round
+        hl = []  # batch indices whose next sentence end falls inside this round
         for j, (i, e) in enumerate(zip(ids, emitted)):
             left = ne[i] - e
             if left < 0:
@@ -302,7 +316,7 @@ class AcceptanceModel:
         if not hl:
             return out
         rate = self.cfg.sentence_end_rate
-        cur = [ne[ids[j]] for j in hl]   # offset of that sentence end in the round
+        cur = [ne[ids[j]] for j in hl]  # offset of that sentence end in the round
         el = [emitted[j] for j in hl]
         offs = [[o] for o in cur]
         live = list(range(len(hl)))

@@ -13,8 +13,9 @@ from collections.abc import Callable
 import numpy as np
 
 
-def cap_draft_lengths(k: np.ndarray, max_draft: int | None,
-                      last_useful: np.ndarray | None) -> np.ndarray:
+def cap_draft_lengths(
+    k: np.ndarray, max_draft: int | None, last_useful: np.ndarray | None
+) -> np.ndarray:
     """``k`` cut to the engine cap ``max_draft`` (None: none) and, per sequence, to
     ``last_useful`` (its remaining tokens − 1, never below 0; None: no such cut)."""
     if max_draft is not None:
@@ -24,8 +25,9 @@ def cap_draft_lengths(k: np.ndarray, max_draft: int | None,
     return k
 
 
-def confidence_stop(confidences: np.ndarray, tau: np.ndarray,
-                    k: np.ndarray) -> tuple[np.ndarray, int]:
+def confidence_stop(
+    confidences: np.ndarray, tau: np.ndarray, k: np.ndarray
+) -> tuple[np.ndarray, int]:
     """Drafted tokens per sequence under the τ stop, and the drafter steps the batch ran.
 
     ``confidences``: (batch, max k) drafter confidences; ``tau``: per sequence (0 = no stop);
@@ -39,10 +41,15 @@ def confidence_stop(confidences: np.ndarray, tau: np.ndarray,
     return drafted, steps
 
 
-def resample_lossy(accepted: np.ndarray, drafted: np.ndarray, pass_probability: np.ndarray,
-                   ids: np.ndarray, positions: np.ndarray, rng: np.random.Generator,
-                   run_lengths: Callable[[np.ndarray, np.ndarray], np.ndarray],
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def resample_lossy(
+    accepted: np.ndarray,
+    drafted: np.ndarray,
+    pass_probability: np.ndarray,
+    ids: np.ndarray,
+    positions: np.ndarray,
+    rng: np.random.Generator,
+    run_lengths: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
     """Threshold mode: accepted tokens and lossy accepts per sequence after the β rule.
 
     A sequence that strict verification stopped short of its draft (``accepted < drafted``)

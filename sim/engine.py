@@ -38,9 +38,18 @@ class RunData:
     rejected: np.ndarray
 
 
-def run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
-        acc: AcceptanceModel, *, trace: bool = False, label: str = "", progress: Any = None,
-        make_planner: Callable[[], RoundPlanner | None] | None = None) -> RunData:
+def run(
+    scn,
+    cluster: Cluster,
+    reqs: Requests,
+    make_ctrl: Callable[[], Any],
+    acc: AcceptanceModel,
+    *,
+    trace: bool = False,
+    label: str = "",
+    progress: Any = None,
+    make_planner: Callable[[], RoundPlanner | None] | None = None,
+) -> RunData:
     """Simulate ``reqs`` on ``cluster`` with one ``make_ctrl()`` controller per request.
 
     ``make_planner``: called once per replica; a replica whose planner is not None decides
@@ -48,25 +57,51 @@ def run(scn, cluster: Cluster, reqs: Requests, make_ctrl: Callable[[], Any],
     sequence's controller. ``progress``: called with the number of finished requests.
     """
     with quiet_gc():
-        return _simulate(EngineParams.of(scn, cluster), cluster, reqs, make_ctrl, acc, trace,
-                         label, progress, make_planner)
+        return _simulate(
+            EngineParams.of(scn, cluster),
+            cluster,
+            reqs,
+            make_ctrl,
+            acc,
+            trace,
+            label,
+            progress,
+            make_planner,
+        )
 
 
-def _simulate(params: EngineParams, cluster: Cluster, reqs: Requests,
-              make_ctrl: Callable[[], Any], acc: AcceptanceModel, trace: bool, label: str,
-              progress: Any, make_planner: Callable[[], Any] | None) -> RunData:
+def _simulate(
+    params: EngineParams,
+    cluster: Cluster,
+    reqs: Requests,
+    make_ctrl: Callable[[], Any],
+    acc: AcceptanceModel,
+    trace: bool,
+    label: str,
+    progress: Any,
+    make_planner: Callable[[], Any] | None,
+) -> RunData:
     env = simpy.Environment()
     ledger = Ledger(reqs, params.kv_bytes_per_token, progress)
     tracer = RoundTrace(label, len(reqs)) if trace else None
     probe = make_ctrl()
     # controllers that never read Observation.confidences get () (no per-token tuples); the
     # confidences are still drawn (same random stream), and built whenever τ or a trace needs them
-    shared = Shared(env, params, cluster, acc, ledger, make_ctrl, tracer,
-                    needs_future=bool(getattr(probe, "needs_future", False)),
-                    confidences_to_controllers=bool(getattr(probe, "reads_confidences", True))
-                    or trace)
-    replicas = [Replica(i, shared, make_planner() if make_planner is not None else None)
-                for i in range(params.replicas)]
+    shared = Shared(
+        env,
+        params,
+        cluster,
+        acc,
+        ledger,
+        make_ctrl,
+        tracer,
+        needs_future=bool(getattr(probe, "needs_future", False)),
+        confidences_to_controllers=bool(getattr(probe, "reads_confidences", True)) or trace,
+    )
+    replicas = [
+        Replica(i, shared, make_planner() if make_planner is not None else None)
+        for i in range(params.replicas)
+    ]
     env.process(arrivals(env, reqs.arrival_s, replicas, params.routing, ledger.replica))
     for r in replicas:
         env.process(r.serve())
@@ -80,13 +115,27 @@ def _simulate(params: EngineParams, cluster: Cluster, reqs: Requests,
         end_s = float(params.horizon_s)
     else:
         end_s = float(max(ledger.last_finish_s, reqs.arrival_s[-1] if len(reqs) else 0.0))
-    return RunData(reqs, ledger.first_token_s, ledger.finish_s, ledger.emitted, ledger.replica,
-                   ledger.counters, end_s, tracer.round_columns() if tracer else None,
-                   tracer.controllers if tracer else None, ledger.rejected)
+    return RunData(
+        reqs,
+        ledger.first_token_s,
+        ledger.finish_s,
+        ledger.emitted,
+        ledger.replica,
+        ledger.counters,
+        end_s,
+        tracer.round_columns() if tracer else None,
+        tracer.controllers if tracer else None,
+        ledger.rejected,
+    )
 
 
-def arrivals(env: simpy.Environment, arrival_s: np.ndarray, replicas: list[Replica],
-             routing: str, replica_of: np.ndarray):
+def arrivals(
+    env: simpy.Environment,
+    arrival_s: np.ndarray,
+    replicas: list[Replica],
+    routing: str,
+    replica_of: np.ndarray,
+):
     """The arrival process: each request at its time to a replica (round-robin, or the one
     with the fewest outstanding requests, lowest index first)."""
     next_rr = 0

@@ -21,8 +21,9 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
 @dataclass(frozen=True)
 class ModelConfig:
     # a preset name, or "custom" with every dimension given.
-    preset: str = param("Llama-3.1-70B", choices=tuple(MODEL_PRESETS) + ("custom",),
-                        doc="model preset or 'custom'")
+    preset: str = param(
+        "Llama-3.1-70B", choices=tuple(MODEL_PRESETS) + ("custom",), doc="model preset or 'custom'"
+    )
     # None = from the preset.
     layers: int | None = param(None, lo=1, hi=1000, doc="transformer layers")
     # None = from the preset.
@@ -45,7 +46,7 @@ class ModelConfig:
             missing = [n for n, v in zip(names, over) if v is None]
             if missing:
                 raise ConfigError(f"{where}.preset = 'custom' needs {where}.{missing[0]}")
-            base: tuple[int, ...] = (0,) * len(over)     # every dimension is given
+            base: tuple[int, ...] = (0,) * len(over)  # every dimension is given
         else:
             base = MODEL_PRESETS[self.preset]
         dims = tuple(o if o is not None else b for o, b in zip(over, base))
@@ -54,8 +55,9 @@ class ModelConfig:
             raise ConfigError(f"{where}: d_model {d} is not divisible by heads {h}")
         if h % kv:
             raise ConfigError(f"{where}: heads {h} is not divisible by kv_heads {kv}")
-        return ModelDims(self.preset, layers, d, h, kv, ffn, vocab, DTYPE_BYTES[self.dtype],
-                         self.dtype)
+        return ModelDims(
+            self.preset, layers, d, h, kv, ffn, vocab, DTYPE_BYTES[self.dtype], self.dtype
+        )
 
 
 @dataclass(frozen=True)

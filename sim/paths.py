@@ -22,5 +22,7 @@ def resolve_path(p: str, base: Path, what: str) -> str:
     for c in cands:
         if c.exists():
             return str(c.resolve())
-    raise ConfigError(f"{what}: file not found: {cands[0]} (also looked for shared/data/"
-                      f"{Path(*tail)} in the folders above)")
+    raise ConfigError(
+        f"{what}: file not found: {cands[0]} (also looked for shared/data/"
+        f"{Path(*tail)} in the folders above)"
+    )

@@ -7,12 +7,18 @@ from pathlib import Path
 from control.errors import DSparkError
 
 
-def read_table(path: str | Path, what: str, columns: tuple[str, ...] = (),
-               numeric: tuple[str, ...] = (), minimum: float = 0):
+def read_table(
+    path: str | Path,
+    what: str,
+    columns: tuple[str, ...] = (),
+    numeric: tuple[str, ...] = (),
+    minimum: float = 0,
+):
     """``pd.read_csv(path)`` checked: every name in ``columns`` present, every name in
     ``numeric`` parsed as numbers ``>= minimum`` (converted in place). Any problem is a
     :class:`DSparkError` of one line: ``<path>: <what> lacks column 'x'`` and the like."""
     import pandas as pd
+
     try:
         df = pd.read_csv(path)
     except Exception as e:  # any parse failure is a bad file

@@ -9,8 +9,16 @@ import numpy as np
 
 from control.types import Decision, Observation, RoundRecord, records_to_columns
 
-CONTROLLER_TRACE_COLUMNS = ("controller", "request_id", "now_s", "k", "alpha", "beta", "a_hat",
-                            "block_end")
+CONTROLLER_TRACE_COLUMNS = (
+    "controller",
+    "request_id",
+    "now_s",
+    "k",
+    "alpha",
+    "beta",
+    "a_hat",
+    "block_end",
+)
 
 
 class RoundTrace:
@@ -22,13 +30,25 @@ class RoundTrace:
         self.controllers: dict[str, list] = {c: [] for c in CONTROLLER_TRACE_COLUMNS}
         self.rounds_done = np.zeros(num_requests, dtype=np.int64)
 
-    def record(self, request_id: int, decision: Decision, obs: Observation,
-               state: dict[str, Any]) -> None:
+    def record(
+        self, request_id: int, decision: Decision, obs: Observation, state: dict[str, Any]
+    ) -> None:
         """The round ``obs`` of ``request_id`` and its controller's ``state()`` after it."""
-        self.records.append(RoundRecord.from_round(request_id, int(self.rounds_done[request_id]),
-                                                   decision, obs, self.label))
-        values = (self.label, request_id, obs.now_s, state.get("k", decision.k),
-                  state.get("alpha"), state.get("beta"), state.get("a_hat"), decision.block_end)
+        self.records.append(
+            RoundRecord.from_round(
+                request_id, int(self.rounds_done[request_id]), decision, obs, self.label
+            )
+        )
+        values = (
+            self.label,
+            request_id,
+            obs.now_s,
+            state.get("k", decision.k),
+            state.get("alpha"),
+            state.get("beta"),
+            state.get("a_hat"),
+            decision.block_end,
+        )
         for col, v in zip(CONTROLLER_TRACE_COLUMNS, values):
             self.controllers[col].append(v)
 

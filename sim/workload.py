@@ -26,8 +26,9 @@ DEFAULT_TRACE = "../../shared/data/azure-llm-2023/AzureLLMInferenceTrace_conv.cs
 @dataclass(frozen=True)
 class LengthConfig:
     # heavy-tailed lengths like the Azure conversation trace.
-    dist: str = param("lognormal", choices=("lognormal", "empirical", "constant"),
-                      doc="length distribution")
+    dist: str = param(
+        "lognormal", choices=("lognormal", "empirical", "constant"), doc="length distribution"
+    )
     # Azure conversation trace: ~1150 prompt / ~210 output tokens on average.
     mean_tokens: float = param(256.0, lo=1.0, hi=1e7, doc="mean (lognormal) or value (constant)")
     # lognormal shape; ~0.8 fits the Azure conversation outputs.
@@ -45,15 +46,20 @@ class LengthConfig:
 
     def __post_init__(self) -> None:
         if self.min_tokens > self.max_tokens:
-            raise ConfigError(f"min_tokens = {self.min_tokens} is above max_tokens = "
-                              f"{self.max_tokens}; allowed min_tokens <= max_tokens")
+            raise ConfigError(
+                f"min_tokens = {self.min_tokens} is above max_tokens = "
+                f"{self.max_tokens}; allowed min_tokens <= max_tokens"
+            )
 
 
 @dataclass(frozen=True)
 class WorkloadConfig:
     # the Azure conversation trace is the standard arrival process.
-    arrival: str = param("poisson", choices=("poisson", "gamma", "sinusoid", "capacity", "trace"),
-                         doc="arrival process (capacity: every request at t = 0)")
+    arrival: str = param(
+        "poisson",
+        choices=("poisson", "gamma", "sinusoid", "capacity", "trace"),
+        doc="arrival process (capacity: every request at t = 0)",
+    )
     # a moderately loaded single replica.
     rate_rps: float = param(2.0, lo=1e-6, hi=1e6, doc="mean arrival rate, requests/s")
     # cv > 1 = burstier than Poisson.
@@ -75,7 +81,9 @@ class WorkloadConfig:
     # trace replay takes its lengths from the trace by default.
     trace_lengths: bool = param(True, doc="use ContextTokens/GeneratedTokens of the trace")
     # Azure conversation-like prompts.
-    prompt: LengthConfig = param(default_factory=lambda: LengthConfig(mean_tokens=1024.0, sigma=0.9))
+    prompt: LengthConfig = param(
+        default_factory=lambda: LengthConfig(mean_tokens=1024.0, sigma=0.9)
+    )
     # Azure conversation-like outputs.
     output: LengthConfig = param(default_factory=lambda: LengthConfig(mean_tokens=210.0, sigma=0.8))
 
@@ -94,6 +102,7 @@ class Requests:
 @functools.lru_cache(maxsize=8)
 def _read_trace(path: str, mtime: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     import pandas as pd
+
     df = read_table(path, "trace", AZURE_COLUMNS)
     if df.empty:
         raise DSparkError(f"{path}: trace has no requests (only a header); need at least one row")
@@ -101,32 +110,39 @@ def _read_trace(path: str, mtime: float) -> tuple[np.ndarray, np.ndarray, np.nda
     aware = text.str.contains(_TZ_SUFFIX, regex=True)
     if aware.any() and not aware.all():
         row = int(np.flatnonzero((aware != aware.iloc[0]).to_numpy())[0])
-        raise DSparkError(f"{path}: column 'TIMESTAMP' mixes timezone-aware and naive times "
-                          f"(row 2: {text.iloc[0]!r}, row {row + 2}: {text.iloc[row]!r}); "
-                          "give every time a UTC offset or none")
+        raise DSparkError(
+            f"{path}: column 'TIMESTAMP' mixes timezone-aware and naive times "
+            f"(row 2: {text.iloc[0]!r}, row {row + 2}: {text.iloc[row]!r}); "
+            "give every time a UTC offset or none"
+        )
     try:
-        ts = pd.to_datetime(df["TIMESTAMP"], errors="coerce", format="mixed",
-                            utc=bool(aware.all()))
+        ts = pd.to_datetime(df["TIMESTAMP"], errors="coerce", format="mixed", utc=bool(aware.all()))
     except (ValueError, TypeError, OverflowError) as e:
-        raise DSparkError(f"{path}: column 'TIMESTAMP' cannot be read as times: "
-                          f"{str(e).splitlines()[0]}") from None
+        raise DSparkError(
+            f"{path}: column 'TIMESTAMP' cannot be read as times: {str(e).splitlines()[0]}"
+        ) from None
     if ts.isna().any():
         row = int(np.flatnonzero(ts.isna().to_numpy())[0])
-        raise DSparkError(f"{path}: column 'TIMESTAMP' has a garbled value at row {row + 2}: "
-                          f"{df['TIMESTAMP'].iloc[row]!r}")
+        raise DSparkError(
+            f"{path}: column 'TIMESTAMP' has a garbled value at row {row + 2}: "
+            f"{df['TIMESTAMP'].iloc[row]!r}"
+        )
     out = []
     for c in AZURE_COLUMNS[1:]:
         v = pd.to_numeric(df[c], errors="coerce")
         bad = v.isna() | (v < 0) | (v != v.round())
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise DSparkError(f"{path}: column '{c}' has a garbled value at row {row + 2}: "
-                              f"{df[c].iloc[row]!r}")
+            raise DSparkError(
+                f"{path}: column '{c}' has a garbled value at row {row + 2}: {df[c].iloc[row]!r}"
+            )
         big = v > MAX_TRACE_TOKENS
         if big.any():
             row = int(np.flatnonzero(big.to_numpy())[0])
-            raise DSparkError(f"{path}: column '{c}' = {df[c].iloc[row]} at row {row + 2} is out "
-                              f"of range; allowed 0 to {MAX_TRACE_TOKENS} tokens")
+            raise DSparkError(
+                f"{path}: column '{c}' = {df[c].iloc[row]} at row {row + 2} is out "
+                f"of range; allowed 0 to {MAX_TRACE_TOKENS} tokens"
+            )
         out.append(v.to_numpy(dtype=np.int64))
     t = (ts - ts.min()).dt.total_seconds().to_numpy()
     order = np.argsort(t, kind="stable")
@@ -152,19 +168,23 @@ def draw_lengths(cfg: LengthConfig, n: int, rng: np.random.Generator, what: str)
     if cfg.dist == "constant":
         x = np.full(n, round(cfg.mean_tokens), dtype=np.int64)
     elif cfg.dist == "lognormal":
-        mu = np.log(cfg.mean_tokens) - cfg.sigma ** 2 / 2  # so the mean is mean_tokens
+        mu = np.log(cfg.mean_tokens) - cfg.sigma**2 / 2  # so the mean is mean_tokens
         x = np.rint(rng.lognormal(mu, cfg.sigma, n)).astype(np.int64)
     else:
-        vals = np.asarray(cfg.values, dtype=np.int64) if cfg.values else (
-            _read_column(cfg.path, cfg.column) if cfg.path else None)
+        vals = (
+            np.asarray(cfg.values, dtype=np.int64)
+            if cfg.values
+            else (_read_column(cfg.path, cfg.column) if cfg.path else None)
+        )
         if vals is None or len(vals) == 0:
             raise DSparkError(f"{what}: dist = 'empirical' needs values or path")
         x = vals[rng.integers(0, len(vals), n)]
     return np.clip(x, cfg.min_tokens, cfg.max_tokens)
 
 
-def generate(cfg: WorkloadConfig, streams: dict[str, np.random.Generator],
-             load_scale: float = 1.0) -> Requests:
+def generate(
+    cfg: WorkloadConfig, streams: dict[str, np.random.Generator], load_scale: float = 1.0
+) -> Requests:
     """Arrivals and lengths; ``load_scale`` multiplies the arrival rate (trace: compresses time)."""
     ra, rl = streams["arrivals"], streams["lengths"]
     if cfg.arrival == "trace":
@@ -194,14 +214,17 @@ def generate(cfg: WorkloadConfig, streams: dict[str, np.random.Generator],
         n = max(16, int(h * rate * 1.5 + 10 * np.sqrt(h * rate + 1)))
     if cfg.arrival == "capacity":
         arr = np.zeros(n)
-        return Requests(arr, draw_lengths(cfg.prompt, n, rl, "workload.prompt"),
-                        draw_lengths(cfg.output, n, rl, "workload.output"))
+        return Requests(
+            arr,
+            draw_lengths(cfg.prompt, n, rl, "workload.prompt"),
+            draw_lengths(cfg.output, n, rl, "workload.output"),
+        )
     if cfg.arrival == "sinusoid":
         gaps = _sinusoid_gaps(rate, cfg.swing_amplitude, cfg.swing_period_s, n, ra)
     elif cfg.arrival == "poisson":
         gaps = ra.exponential(1.0 / rate, n)
     else:
-        shape = 1.0 / cfg.gamma_cv ** 2
+        shape = 1.0 / cfg.gamma_cv**2
         gaps = ra.gamma(shape, 1.0 / (rate * shape), n)
     arr = np.cumsum(gaps) - gaps[0]  # first request at t = 0
     if cfg.horizon_s is not None:
@@ -212,8 +235,9 @@ def generate(cfg: WorkloadConfig, streams: dict[str, np.random.Generator],
     return Requests(arr, prompt, out)
 
 
-def _sinusoid_gaps(rate: float, amplitude: float, period_s: float, n: int,
-                   rng: np.random.Generator) -> np.ndarray:
+def _sinusoid_gaps(
+    rate: float, amplitude: float, period_s: float, n: int, rng: np.random.Generator
+) -> np.ndarray:
     """Gaps of ``n`` arrivals of a Poisson process with rate ``rate·(1 + A·sin(2πt/P))``, by
     thinning (Lewis & Shedler) a process of rate ``rate·(1 + A)``; starts at t = 0."""
     peak = rate * (1.0 + amplitude)
@@ -221,8 +245,9 @@ def _sinusoid_gaps(rate: float, amplitude: float, period_s: float, n: int,
     t = 0.0
     while len(times) < n:
         cand = t + np.cumsum(rng.exponential(1.0 / peak, 4 * n))
-        keep = rng.random(len(cand)) * peak <= rate * (1.0 + amplitude * np.sin(
-            2.0 * np.pi * cand / period_s))
+        keep = rng.random(len(cand)) * peak <= rate * (
+            1.0 + amplitude * np.sin(2.0 * np.pi * cand / period_s)
+        )
         times.extend(cand[keep].tolist())
         t = float(cand[-1])
     arr = np.asarray(times[:n])

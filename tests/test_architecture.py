@@ -10,8 +10,20 @@ ROOT = Path(__file__).resolve().parents[1]
 # package -> top-level modules it must never import. ``dspark`` (the CLI and the validation
 # harness) sits above every other package: none of them may import it.
 FORBIDDEN = {
-    "control": {"torch", "simpy", "optuna", "matplotlib", "pandas", "time", "datetime",
-                "sim", "real", "tuning", "reports", "dspark"},
+    "control": {
+        "torch",
+        "simpy",
+        "optuna",
+        "matplotlib",
+        "pandas",
+        "time",
+        "datetime",
+        "sim",
+        "real",
+        "tuning",
+        "reports",
+        "dspark",
+    },
     "sim": {"torch", "real", "optuna", "tuning", "reports", "dspark"},
     "real": {"sim", "simpy", "optuna", "tuning", "reports", "dspark"},
     "tuning": {"torch", "real", "reports", "dspark"},
@@ -51,8 +63,11 @@ def test_checker_sees_nested_imports(tmp_path):
 def test_control_imports_without_heavy_libraries():
     import subprocess
     import sys
-    code = ("import sys, control; control.make_controller('fixed');"
-            "bad=[m for m in ('torch','simpy','optuna','matplotlib','pandas') if m in sys.modules];"
-            "print(','.join(bad))")
+
+    code = (
+        "import sys, control; control.make_controller('fixed');"
+        "bad=[m for m in ('torch','simpy','optuna','matplotlib','pandas') if m in sys.modules];"
+        "print(','.join(bad))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

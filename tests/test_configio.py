@@ -34,16 +34,25 @@ def test_defaults_and_values():
     assert isinstance(cfg.inner.gain, float)
 
 
-@pytest.mark.parametrize("data, expected", [
-    ({"n": 10}, "x.toml: n = 10 is out of range; allowed [1, 9]"),
-    ({"nn": 1}, "x.toml: unknown key 'nn'; allowed keys: inner, n, path, sizes"),
-    ({"n": "three"}, "x.toml: n = 'three': expected an integer"),
-    ({"inner": {"gain": -1.0}}, "x.toml: inner.gain = -1.0 is out of range; allowed [0.0, 10.0]"),
-    ({"inner": {"kind": "c"}}, "x.toml: inner.kind = 'c' is not allowed; allowed one of 'a', 'b'"),
-    ({"inner": {"bogus": 1}}, "x.toml: unknown key 'inner.bogus'; allowed keys: gain, kind"),
-    ({"sizes": [4, 1000]}, "x.toml: sizes = (4, 1000) is out of range; allowed [1, 512]"),
-    ({"n": True}, "x.toml: n = True: expected an integer"),
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        ({"n": 10}, "x.toml: n = 10 is out of range; allowed [1, 9]"),
+        ({"nn": 1}, "x.toml: unknown key 'nn'; allowed keys: inner, n, path, sizes"),
+        ({"n": "three"}, "x.toml: n = 'three': expected an integer"),
+        (
+            {"inner": {"gain": -1.0}},
+            "x.toml: inner.gain = -1.0 is out of range; allowed [0.0, 10.0]",
+        ),
+        (
+            {"inner": {"kind": "c"}},
+            "x.toml: inner.kind = 'c' is not allowed; allowed one of 'a', 'b'",
+        ),
+        ({"inner": {"bogus": 1}}, "x.toml: unknown key 'inner.bogus'; allowed keys: gain, kind"),
+        ({"sizes": [4, 1000]}, "x.toml: sizes = (4, 1000) is out of range; allowed [1, 512]"),
+        ({"n": True}, "x.toml: n = True: expected an integer"),
+    ],
+)
 def test_errors_are_one_line_and_name_the_key(data, expected):
     with pytest.raises(ConfigError) as e:
         from_mapping(Outer, data, source="x.toml")

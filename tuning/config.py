@@ -48,8 +48,10 @@ class WorkloadSpec:
 
     def key(self) -> tuple:
         """Identity of the workload (what must differ between tuning and held-out)."""
-        return (str(Path(self.scenario).resolve()), tuple(sorted(
-            (k, repr(v)) for k, v in self.overrides.items())))
+        return (
+            str(Path(self.scenario).resolve()),
+            tuple(sorted((k, repr(v)) for k, v in self.overrides.items())),
+        )
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,9 @@ class TuneSection:
     # "" = tuned; the throughput-quality objective pins threshold.
     mode: str = param("", choices=("", "strict", "threshold"), doc="pin the verification mode")
     # the seed's claim: quality within 0.3 %.
-    max_lossy_fraction: float = param(0.003, lo=0.0, hi=1.0,
-                                      doc="constraint: lossy accepted fraction <= this")
+    max_lossy_fraction: float = param(
+        0.003, lo=0.0, hi=1.0, doc="constraint: lossy accepted fraction <= this"
+    )
     # "" = derived from controller and objective.
     study_name: str = param("", doc="study name in the storage")
     # the tuning workloads.
@@ -88,12 +91,14 @@ class EvaluateSection:
     # every baseline; the tuned controller and the references (clairvoyant, rate oracle) are always added.
     controllers: tuple[str, ...] = param(
         ("fixed", "hf-heuristic", "confidence-stop", "ema-hysteresis", "analytic"),
-        doc="baselines to judge against")
+        doc="baselines to judge against",
+    )
     # 0 = baselines with their defaults (fast); > 0 = each tuned with this many trials.
     baseline_trials: int = param(0, lo=0, hi=100_000, doc="trials to tune each baseline")
     # the best fixed k on the tuning workloads joins the comparison as fixed-best.
-    fixed_k: tuple[int, ...] = param((1, 2, 3, 4, 5, 6, 8, 10), lo=0, hi=64,
-                                     doc="fixed-k sweep on the tuning workloads")
+    fixed_k: tuple[int, ...] = param(
+        (1, 2, 3, 4, 5, 6, 8, 10), lo=0, hi=64, doc="fixed-k sweep on the tuning workloads"
+    )
     # the held-out workloads.
     workloads: tuple[WorkloadSpec, ...] = param((), doc="[[evaluate.workloads]] tables")
 
@@ -122,12 +127,14 @@ def _check(cfg: TuningConfig, source: str) -> TuningConfig:
     t, e = cfg.tune, cfg.evaluate
     names = controller_names()
     if t.controller not in names:
-        raise ConfigError(f"{source}: tune.controller = '{t.controller}' is unknown; allowed: "
-                          + ", ".join(names))
+        raise ConfigError(
+            f"{source}: tune.controller = '{t.controller}' is unknown; allowed: " + ", ".join(names)
+        )
     for c in e.controllers:
         if c not in names:
-            raise ConfigError(f"{source}: evaluate.controllers has unknown '{c}'; allowed: "
-                              + ", ".join(names))
+            raise ConfigError(
+                f"{source}: evaluate.controllers has unknown '{c}'; allowed: " + ", ".join(names)
+            )
     if not t.workloads:
         raise ConfigError(f"{source}: [[tune.workloads]] is empty; at least one is needed")
     if not t.sim_seeds:
@@ -137,8 +144,10 @@ def _check(cfg: TuningConfig, source: str) -> TuningConfig:
     if cfg.pinned() and "mode" not in _fields_of(t.controller):
         raise ConfigError(f"{source}: controller '{t.controller}' has no verification mode to pin")
     if t.sampler == "cmaes" and cfg.multi_objective:
-        raise ConfigError(f"{source}: tune.sampler = 'cmaes' is single-objective; objective "
-                          f"'{t.objective}' needs nsga2, tpe, gp or random")
+        raise ConfigError(
+            f"{source}: tune.sampler = 'cmaes' is single-objective; objective "
+            f"'{t.objective}' needs nsga2, tpe, gp or random"
+        )
     base = Path(cfg.base_dir)
     resolved = {}
     for section, wls in (("tune", t.workloads), ("evaluate", e.workloads)):
@@ -147,8 +156,9 @@ def _check(cfg: TuningConfig, source: str) -> TuningConfig:
         for i, w in enumerate(wls):
             where = f"{source}: {section}.workloads[{i}]"
             if not w.name or not _NAME.match(w.name):
-                raise ConfigError(f"{where}.name = {w.name!r}: needs a name of letters, digits, "
-                                  "'-', '_', '.'")
+                raise ConfigError(
+                    f"{where}.name = {w.name!r}: needs a name of letters, digits, '-', '_', '.'"
+                )
             if w.name in seen:
                 raise ConfigError(f"{where}.name = '{w.name}' is used twice")
             seen.add(w.name)
@@ -163,21 +173,28 @@ def _check(cfg: TuningConfig, source: str) -> TuningConfig:
     train = {w.key(): w.name for w in resolved["tune"]}
     for w in resolved["evaluate"]:
         if w.key() in train:
-            raise ConfigError(f"{source}: held-out workload '{w.name}' is the same as tuning "
-                              f"workload '{train[w.key()]}'; held-out workloads must differ")
-    return replace(cfg, tune=replace(t, workloads=resolved["tune"]),
-                   evaluate=replace(e, workloads=resolved["evaluate"]))
+            raise ConfigError(
+                f"{source}: held-out workload '{w.name}' is the same as tuning "
+                f"workload '{train[w.key()]}'; held-out workloads must differ"
+            )
+    return replace(
+        cfg,
+        tune=replace(t, workloads=resolved["tune"]),
+        evaluate=replace(e, workloads=resolved["evaluate"]),
+    )
 
 
 def _fields_of(controller: str) -> set[str]:
     import dataclasses
 
     from control import controller_config_class
+
     return {f.name for f in dataclasses.fields(controller_config_class(controller))}
 
 
-def tuning_config_from_mapping(data: dict, source: str = "<tuning config>",
-                               base_dir: str | Path = ".") -> TuningConfig:
+def tuning_config_from_mapping(
+    data: dict, source: str = "<tuning config>", base_dir: str | Path = "."
+) -> TuningConfig:
     data = dict(data)
     data["base_dir"] = str(Path(base_dir).resolve())
     cfg = from_mapping(TuningConfig, data, source=source)

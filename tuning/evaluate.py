@@ -37,7 +37,7 @@ class Entry:
     label: str
     controller: str
     config: Any
-    source: str          # tuned | seed | default | sweep | reference
+    source: str  # tuned | seed | default | sweep | reference
 
 
 SINGLE_OF = {"throughput-p99": "throughput", "throughput-quality": "throughput"}
@@ -62,20 +62,33 @@ def fixed_k_sweep(cfg: TuningConfig, simulate: Callable | None = None) -> tuple[
     return int(best["k"]), rows
 
 
-def tune_baseline(cfg: TuningConfig, controller: str, n_trials: int,
-                  simulate: Callable | None = None) -> tuple[Any, float]:
+def tune_baseline(
+    cfg: TuningConfig, controller: str, n_trials: int, simulate: Callable | None = None
+) -> tuple[Any, float]:
     """A small in-memory study of a baseline on the tuning workloads, same objective (its first
     metric) and quality constraint as the main study; (best feasible config, its value)."""
     from tuning.export import choose_best, objective_value
     from tuning.study import make_pruner, make_sampler, quiet
+
     quiet()
     single, metric = primary(cfg.tune.objective)
-    bcfg = dataclasses.replace(cfg, tune=dataclasses.replace(
-        cfg.tune, controller=controller, objective=single, mode="", sampler="tpe",
-        n_startup_trials=min(cfg.tune.n_startup_trials, max(1, n_trials // 3))))
+    bcfg = dataclasses.replace(
+        cfg,
+        tune=dataclasses.replace(
+            cfg.tune,
+            controller=controller,
+            objective=single,
+            mode="",
+            sampler="tpe",
+            n_startup_trials=min(cfg.tune.n_startup_trials, max(1, n_trials // 3)),
+        ),
+    )
     obj = Objective(bcfg, simulate=simulate)
-    study = optuna.create_study(direction=OBJECTIVE_METRICS[single][0][1],
-                                sampler=make_sampler(bcfg), pruner=make_pruner(bcfg))
+    study = optuna.create_study(
+        direction=OBJECTIVE_METRICS[single][0][1],
+        sampler=make_sampler(bcfg),
+        pruner=make_pruner(bcfg),
+    )
     for p in start_points(controller):
         study.enqueue_trial(p)
     study.optimize(obj, n_trials=n_trials, gc_after_trial=False)
@@ -83,8 +96,12 @@ def tune_baseline(cfg: TuningConfig, controller: str, n_trials: int,
     return params_to_config(controller, best.params), objective_value(best, metric)
 
 
-def entries(cfg: TuningConfig, best_config: Any, simulate: Callable | None = None,
-            log: Callable[[str], None] = lambda s: None) -> tuple[list[Entry], dict]:
+def entries(
+    cfg: TuningConfig,
+    best_config: Any,
+    simulate: Callable | None = None,
+    log: Callable[[str], None] = lambda s: None,
+) -> tuple[list[Entry], dict]:
     """Everything to evaluate, and a record of how the references were chosen."""
     c = cfg.tune.controller
     out = [Entry(f"{c}-tuned", c, best_config, "tuned")]
@@ -123,23 +140,36 @@ def _one(task: tuple) -> dict:
     if key not in _SCN:
         _SCN[key] = load_workload(spec)
     s = (simulate or default_simulate)(_SCN[key], entry.controller, entry.config, seed, False)
-    row = {**s, "controller": entry.label, "workload": spec.name, "seed": seed,
-           "controller_name": entry.controller, "config_source": entry.source}
+    row = {
+        **s,
+        "controller": entry.label,
+        "workload": spec.name,
+        "seed": seed,
+        "controller_name": entry.controller,
+        "config_source": entry.source,
+    }
     return row
 
 
-def evaluate(cfg: TuningConfig, entry_list: list[Entry], workers: int = 1,
-             simulate: Callable | None = None, progress: bool = False,
-             workloads: tuple[WorkloadSpec, ...] | None = None,
-             seeds: tuple[int, ...] | None = None) -> Any:
+def evaluate(
+    cfg: TuningConfig,
+    entry_list: list[Entry],
+    workers: int = 1,
+    simulate: Callable | None = None,
+    progress: bool = False,
+    workloads: tuple[WorkloadSpec, ...] | None = None,
+    seeds: tuple[int, ...] | None = None,
+) -> Any:
     """The evaluation matrix as a DataFrame: ``controller, workload, seed`` + summary keys."""
     import pandas as pd
+
     wls = workloads if workloads is not None else cfg.evaluate.workloads
     seeds = seeds if seeds is not None else cfg.evaluate.sim_seeds
     tasks = [(e, w, s, simulate) for w in wls for s in seeds for e in entry_list]
     bar = None
     if progress:
         from tqdm import tqdm
+
         bar = tqdm(total=len(tasks), desc="held-out", unit="run", dynamic_ncols=True)
     rows = []
     if workers > 1 and len(tasks) > 1:
@@ -156,19 +186,30 @@ def evaluate(cfg: TuningConfig, entry_list: list[Entry], workers: int = 1,
     if bar is not None:
         bar.close()
     df = pd.DataFrame(rows)
-    ref = df[df["controller"] == "fixed-k0"].set_index(["workload", "seed"])["mean_tpot_s"] \
-        if "mean_tpot_s" in df else None
+    ref = (
+        df[df["controller"] == "fixed-k0"].set_index(["workload", "seed"])["mean_tpot_s"]
+        if "mean_tpot_s" in df
+        else None
+    )
     if ref is not None and len(ref):
         base = df.set_index(["workload", "seed"]).index.map(ref.to_dict())
-        df["speedup"] = [b / t if t and t > 0 else float("nan")
-                         for b, t in zip(base, df["mean_tpot_s"])]
+        df["speedup"] = [
+            b / t if t and t > 0 else float("nan") for b, t in zip(base, df["mean_tpot_s"])
+        ]
     first = ["controller", "workload", "seed"]
     return df[first + [c for c in df.columns if c not in first]]
 
 
-def table(df: Any, metrics: tuple[str, ...] = ("throughput_tokens_per_s", "speedup",
-                                                "goodput_tokens_per_s", "tpot_p99_s",
-                                                "lossy_accept_fraction")) -> Any:
+def table(
+    df: Any,
+    metrics: tuple[str, ...] = (
+        "throughput_tokens_per_s",
+        "speedup",
+        "goodput_tokens_per_s",
+        "tpot_p99_s",
+        "lossy_accept_fraction",
+    ),
+) -> Any:
     """Mean over held-out workloads and seeds per controller (the final table)."""
     cols = [m for m in metrics if m in df.columns]
     order = list(dict.fromkeys(df["controller"]))

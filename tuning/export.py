@@ -33,10 +33,11 @@ def _feasible(t: optuna.trial.FrozenTrial) -> bool:
 def infeasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     """Finished trials that broke the quality constraint (single objective: ended PRUNED with
     user attribute ``infeasible``; multi-objective: COMPLETE with a positive constraint)."""
-    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
-                                                                TrialState.PRUNED))
-            if t.user_attrs.get("infeasible") or (t.state == TrialState.COMPLETE
-                                                  and not _feasible(t))]
+    return [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        if t.user_attrs.get("infeasible") or (t.state == TrialState.COMPLETE and not _feasible(t))
+    ]
 
 
 def objective_value(t: optuna.trial.FrozenTrial, metric: str) -> float:
@@ -45,8 +46,9 @@ def objective_value(t: optuna.trial.FrozenTrial, metric: str) -> float:
     return float(v) if v is not None else float(t.value)
 
 
-def choose_best(study: optuna.Study, cfg: TuningConfig,
-                slo_tpot_s: float | None = None) -> optuna.trial.FrozenTrial:
+def choose_best(
+    study: optuna.Study, cfg: TuningConfig, slo_tpot_s: float | None = None
+) -> optuna.trial.FrozenTrial:
     """The trial to export.
 
     Single objective: the best COMPLETE trial among the feasible ones (quality constraint);
@@ -61,7 +63,8 @@ def choose_best(study: optuna.Study, cfg: TuningConfig,
     if len(dirs) == 1:
         metric = metric_names(cfg.tune.objective)[0]
         pool = [t for t in done if _feasible(t)] or done + [
-            t for t in infeasible_trials(study) if t.state == TrialState.PRUNED]
+            t for t in infeasible_trials(study) if t.state == TrialState.PRUNED
+        ]
         if not pool:
             raise ConfigError(f"study '{study.study_name}' has no completed trial to export")
         sign = 1 if dirs[0] == "maximize" else -1
@@ -69,8 +72,11 @@ def choose_best(study: optuna.Study, cfg: TuningConfig,
     if not done:
         raise ConfigError(f"study '{study.study_name}' has no completed trial to export")
     front = study.best_trials
-    limit = cfg.tune.max_lossy_fraction if cfg.tune.objective == "throughput-quality" \
+    limit = (
+        cfg.tune.max_lossy_fraction
+        if cfg.tune.objective == "throughput-quality"
         else (slo_tpot_s if slo_tpot_s is not None else math.inf)
+    )
     ok = [t for t in front if t.values[1] <= limit]
     if ok:
         return max(ok, key=lambda t: (t.values[0], -t.number))
@@ -125,6 +131,7 @@ def importances(study: optuna.Study) -> tuple[Any, str]:
     """(DataFrame ``param, importance``, evaluator name). fANOVA when scikit-learn is
     installed, else PED-ANOVA (no extra dependency); first objective of multi-objective."""
     import pandas as pd
+
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     empty = pd.DataFrame(columns=["param", "importance"])
     if len(done) < 3:
@@ -135,7 +142,7 @@ def importances(study: optuna.Study) -> tuple[Any, str]:
         ev, name = optuna.importance.PedAnovaImportanceEvaluator(), "ped-anova"
     target = None if len(study.directions) == 1 else (lambda t: t.values[0])
     try:
-        with warnings.catch_warnings():   # "some regimes have < 2 trials" on short studies
+        with warnings.catch_warnings():  # "some regimes have < 2 trials" on short studies
             warnings.simplefilter("ignore", UserWarning)
             imp = optuna.importance.get_param_importances(study, evaluator=ev, target=target)
     except (ValueError, RuntimeError) as e:
@@ -145,17 +152,30 @@ def importances(study: optuna.Study) -> tuple[Any, str]:
 
 def pareto(study: optuna.Study, cfg: TuningConfig) -> Any:
     import pandas as pd
+
     names = metric_names(cfg.tune.objective)
     rows = []
     for t in study.best_trials:
-        rows.append({"number": t.number, **dict(zip(names, t.values)),
-                     **{f"params_{k}": v for k, v in t.params.items()}})
+        rows.append(
+            {
+                "number": t.number,
+                **dict(zip(names, t.values)),
+                **{f"params_{k}": v for k, v in t.params.items()},
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def write_run(out: str | Path, cfg: TuningConfig, study: optuna.Study, storage_url: str,
-              best: optuna.trial.FrozenTrial, config: Any, evaluation: Any = None,
-              extra: dict | None = None) -> dict:
+def write_run(
+    out: str | Path,
+    cfg: TuningConfig,
+    study: optuna.Study,
+    storage_url: str,
+    best: optuna.trial.FrozenTrial,
+    config: Any,
+    evaluation: Any = None,
+    extra: dict | None = None,
+) -> dict:
     """Write trials.csv, best_config.toml, importances.csv, pareto.csv (multi-objective),
     evaluation.csv (when given), config.toml and summary.json; returns the summary."""
     out = Path(out)
@@ -164,11 +184,15 @@ def write_run(out: str | Path, cfg: TuningConfig, study: optuna.Study, storage_u
     c = cfg.tune.controller
     names = metric_names(cfg.tune.objective)
     vals = best.values if len(best.values) > 1 else objective_value(best, names[0])
-    write_best_config(out / "best_config.toml", c, config,
-                      f"best {c} config of study '{study.study_name}' (trial {best.number}, "
-                      f"objective {cfg.tune.objective} = {vals})\n"
-                      "a scenario's [controller.<name>] table: paste it into a scenario for `dspark simulate`; "
-                      "the engine loads it with tuning.export.load_best_config / control.make_config")
+    write_best_config(
+        out / "best_config.toml",
+        c,
+        config,
+        f"best {c} config of study '{study.study_name}' (trial {best.number}, "
+        f"objective {cfg.tune.objective} = {vals})\n"
+        "a scenario's [controller.<name>] table: paste it into a scenario for `dspark simulate`; "
+        "the engine loads it with tuning.export.load_best_config / control.make_config",
+    )
     imp, evaluator = importances(study)
     imp.to_csv(out / "importances.csv", index=False)
     if len(study.directions) > 1:
@@ -177,12 +201,20 @@ def write_run(out: str | Path, cfg: TuningConfig, study: optuna.Study, storage_u
         evaluation.to_csv(out / "evaluation.csv", index=False)
     (out / "config.toml").write_text(to_toml(cfg))
     from tuning.storage import redact
+
     n_done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
     summary = {
-        "kind": "tune", "study_name": study.study_name, "storage": redact(storage_url),
-        "objective": cfg.tune.objective, "directions": directions(cfg.tune.objective),
-        "n_trials": n_done, "best_value": vals, "best_params": best.params,
-        "best_trial": best.number, "controller": c, "importance_evaluator": evaluator,
+        "kind": "tune",
+        "study_name": study.study_name,
+        "storage": redact(storage_url),
+        "objective": cfg.tune.objective,
+        "directions": directions(cfg.tune.objective),
+        "n_trials": n_done,
+        "best_value": vals,
+        "best_params": best.params,
+        "best_trial": best.number,
+        "controller": c,
+        "importance_evaluator": evaluator,
         "n_complete": len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))),
         "n_pruned": len(study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)))
         - sum(t.state == TrialState.PRUNED for t in infeasible_trials(study)),

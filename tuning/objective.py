@@ -39,12 +39,20 @@ OBJECTIVE_METRICS: dict[str, tuple[tuple[str, str], ...]] = {
     "goodput": (("goodput_tokens_per_s", "maximize"),),
     "p99_tpot": (("tpot_p99_s", "minimize"),),
     "throughput-p99": (("throughput_tokens_per_s", "maximize"), ("tpot_p99_s", "minimize")),
-    "throughput-quality": (("throughput_tokens_per_s", "maximize"),
-                           ("lossy_accept_fraction", "minimize")),
+    "throughput-quality": (
+        ("throughput_tokens_per_s", "maximize"),
+        ("lossy_accept_fraction", "minimize"),
+    ),
 }
 #: metrics averaged over instances and stored on every trial.
-KEPT_METRICS = ("throughput_tokens_per_s", "goodput_tokens_per_s", "tpot_p99_s",
-                "mean_accepted_length", "acceptance_rate", "lossy_accept_fraction")
+KEPT_METRICS = (
+    "throughput_tokens_per_s",
+    "goodput_tokens_per_s",
+    "tpot_p99_s",
+    "mean_accepted_length",
+    "acceptance_rate",
+    "lossy_accept_fraction",
+)
 
 
 def directions(objective: str) -> list[str]:
@@ -72,9 +80,16 @@ def slot_holder(trial: Any) -> int | None:
     if slot is None:
         return None
     from optuna.trial import TrialState
+
     live = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
-    first = min((t.number for t in trial.study.get_trials(deepcopy=False, states=live)
-                 if t.user_attrs.get("slot") == slot), default=trial.number)
+    first = min(
+        (
+            t.number
+            for t in trial.study.get_trials(deepcopy=False, states=live)
+            if t.user_attrs.get("slot") == slot
+        ),
+        default=trial.number,
+    )
     return first if first < trial.number else None
 
 
@@ -95,14 +110,19 @@ def constraint_of(trial: optuna.trial.FrozenTrial) -> tuple[float, ...]:
 
 def load_workload(spec: WorkloadSpec) -> Any:
     from sim import load_scenario
+
     scn = load_scenario(spec.scenario)
     return scn.with_overrides(dict(spec.overrides)) if spec.overrides else scn
 
 
 def default_simulate(scn: Any, controller: str, config: Any, seed: int, baseline: bool) -> dict:
     from sim import simulate
-    return dict(simulate(scn, controller, controller_config=config, seed=seed, trace=False,
-                         baseline=baseline).summary)
+
+    return dict(
+        simulate(
+            scn, controller, controller_config=config, seed=seed, trace=False, baseline=baseline
+        ).summary
+    )
 
 
 @dataclass
@@ -119,10 +139,16 @@ class Objective:
     of the storage machinery. ``require_slot``: refuse trials that are not queued slots.
     """
 
-    def __init__(self, cfg: TuningConfig, simulate: Callable[..., dict] | None = None,
-                 controller: str | None = None, objective: str | None = None,
-                 workloads: tuple[WorkloadSpec, ...] | None = None,
-                 seeds: tuple[int, ...] | None = None, require_slot: bool = False) -> None:
+    def __init__(
+        self,
+        cfg: TuningConfig,
+        simulate: Callable[..., dict] | None = None,
+        controller: str | None = None,
+        objective: str | None = None,
+        workloads: tuple[WorkloadSpec, ...] | None = None,
+        seeds: tuple[int, ...] | None = None,
+        require_slot: bool = False,
+    ) -> None:
         self.cfg = cfg
         self.controller = controller or cfg.tune.controller
         self.objective = objective or cfg.tune.objective
@@ -145,13 +171,13 @@ class Objective:
         rows: list[dict] = []
         per_workload: list[float] = []
         for step, (name, group) in enumerate(self._by_workload()):
-            mine = [self.simulate(i.scenario, self.controller, config, i.seed, False)
-                    for i in group]
+            mine = [
+                self.simulate(i.scenario, self.controller, config, i.seed, False) for i in group
+            ]
             rows += mine
             per_workload.append(sum(float(r[primary]) for r in mine) / len(mine))
             if single:
-                v = per_workload[-1] if self.report_each else \
-                    sum(per_workload) / len(per_workload)
+                v = per_workload[-1] if self.report_each else sum(per_workload) / len(per_workload)
                 trial.report(v, step)
                 if trial.should_prune():
                     self._keep(trial, rows)
@@ -159,8 +185,11 @@ class Objective:
         for m, _ in self.metrics:
             if m not in rows[0]:
                 raise KeyError(f"simulator summary has no metric '{m}'")
-        means = {m: sum(float(r[m]) for r in rows) / len(rows)
-                 for m in {*KEPT_METRICS, *(m for m, _ in self.metrics)} if m in rows[0]}
+        means = {
+            m: sum(float(r[m]) for r in rows) / len(rows)
+            for m in {*KEPT_METRICS, *(m for m, _ in self.metrics)}
+            if m in rows[0]
+        }
         if trial is not None:
             self._keep(trial, rows)
         return means
@@ -184,7 +213,7 @@ class Objective:
             trial.set_user_attr("constraint", [c])
             if not isinstance(trial, optuna.trial.FixedTrial):
                 if hasattr(trial, "set_constraint"):
-                    trial.set_constraint("lossy", c)   # Optuna >= 5: samplers read it here
+                    trial.set_constraint("lossy", c)  # Optuna >= 5: samplers read it here
                 # optuna-dashboard reads the list under "constraints" (Optuna < 5's key)
                 trial.storage.set_trial_system_attr(trial._trial_id, DASHBOARD_CONSTRAINTS, [c])
         trial.set_user_attr("instances", len(rows))
@@ -204,10 +233,12 @@ class Objective:
             if holder is not None:
                 trial.set_user_attr("stray", True)
                 trial.set_user_attr("duplicate_of", holder)
-                raise DuplicateSlot(f"trial {trial.number}: slot {trial.user_attrs['slot']} "
-                                    f"is filled by trial {holder}")
+                raise DuplicateSlot(
+                    f"trial {trial.number}: slot {trial.user_attrs['slot']} "
+                    f"is filled by trial {holder}"
+                )
         if not isinstance(trial, optuna.trial.FixedTrial) and "worker" not in trial.user_attrs:
-            trial.set_user_attr("worker", worker_tag())   # samplers of tuning.study tag already
+            trial.set_user_attr("worker", worker_tag())  # samplers of tuning.study tag already
         config = suggest_config(trial, self.controller, self.pinned)
         means = self.scores(config, trial)
         vals = tuple(means[m] for m, _ in self.metrics)
@@ -218,7 +249,9 @@ class Objective:
         if len(vals) == 1 and c > 0 and not isinstance(trial, optuna.trial.FixedTrial):
             # the full objective as the last intermediate value: the PRUNED trial's value
             trial.set_user_attr("infeasible", True)
-            trial.report(vals[0], len(self._by_workload()))   # after the per-workload steps
-            raise Infeasible(f"lossy accepted fraction {c + self.max_lossy:.4g} > "
-                             f"{self.max_lossy:g}: breaks the quality constraint")
+            trial.report(vals[0], len(self._by_workload()))  # after the per-workload steps
+            raise Infeasible(
+                f"lossy accepted fraction {c + self.max_lossy:.4g} > "
+                f"{self.max_lossy:g}: breaks the quality constraint"
+            )
         return vals[0] if len(vals) == 1 else vals

@@ -20,10 +20,16 @@ def _check_out(out: Path, url: str, resume: bool) -> None:
     if resume:
         return
     j = out / JOURNAL_NAME
-    if is_journal(url) and Path(url[len("journal:"):]) == j.resolve() and j.exists() \
-            and j.stat().st_size > 0:
-        raise ConfigError(f"{out} already holds a study ({JOURNAL_NAME}); pass --resume to "
-                          "continue it, or choose another --out")
+    if (
+        is_journal(url)
+        and Path(url[len("journal:") :]) == j.resolve()
+        and j.exists()
+        and j.stat().st_size > 0
+    ):
+        raise ConfigError(
+            f"{out} already holds a study ({JOURNAL_NAME}); pass --resume to "
+            "continue it, or choose another --out"
+        )
 
 
 def _check_heldout(cfg: TuningConfig) -> None:
@@ -41,8 +47,10 @@ def _check_heldout(cfg: TuningConfig) -> None:
         b = body(w)
         for name, t in train:
             if b == t:
-                raise ConfigError(f"held-out workload '{w.name}' simulates the same scenario as "
-                                  f"tuning workload '{name}'; held-out workloads must differ")
+                raise ConfigError(
+                    f"held-out workload '{w.name}' simulates the same scenario as "
+                    f"tuning workload '{name}'; held-out workloads must differ"
+                )
 
 
 def _preflight(cfg: TuningConfig, evaluate_heldout: bool) -> None:
@@ -50,6 +58,7 @@ def _preflight(cfg: TuningConfig, evaluate_heldout: bool) -> None:
     that fits in KV memory, ... is one line naming the workload and its scenario file)."""
     from control.errors import DSparkError
     from sim.api import preflight
+
     groups = [(cfg.tune.workloads, cfg.tune.sim_seeds)]
     if evaluate_heldout:
         groups.append((cfg.evaluate.workloads, cfg.evaluate.sim_seeds))
@@ -60,13 +69,24 @@ def _preflight(cfg: TuningConfig, evaluate_heldout: bool) -> None:
                     preflight(load_workload(w), seed=seed)
             except DSparkError as e:
                 msg = str(e)
-                raise ConfigError(msg if msg.startswith(w.scenario) else
-                                  f"{w.scenario}: workload '{w.name}': {msg}") from None
+                raise ConfigError(
+                    msg
+                    if msg.startswith(w.scenario)
+                    else f"{w.scenario}: workload '{w.name}': {msg}"
+                ) from None
 
 
-def tune(cfg: TuningConfig, out: str | Path, storage: str | None = None, workers: int = 1,
-         resume: bool = False, progress: bool = False, evaluate_heldout: bool = True,
-         simulate: Callable | None = None, log: Callable[[str], None] = lambda s: None) -> dict:
+def tune(
+    cfg: TuningConfig,
+    out: str | Path,
+    storage: str | None = None,
+    workers: int = 1,
+    resume: bool = False,
+    progress: bool = False,
+    evaluate_heldout: bool = True,
+    simulate: Callable | None = None,
+    log: Callable[[str], None] = lambda s: None,
+) -> dict:
     """Run the study, export the best config, evaluate on held-out workloads; returns the
     summary (also written to ``out/summary.json``)."""
     out = Path(out)
@@ -78,18 +98,25 @@ def tune(cfg: TuningConfig, out: str | Path, storage: str | None = None, workers
     _preflight(cfg, evaluate_heldout)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    log(f"study '{cfg.study_name()}': {cfg.tune.n_trials} trials, {workers} worker(s), "
-        f"sampler {sampler_name(cfg)}, objective {cfg.tune.objective}")
-    study = run_study(cfg, url, workers=workers, resume=resume, simulate=simulate,
-                      progress=progress)
+    log(
+        f"study '{cfg.study_name()}': {cfg.tune.n_trials} trials, {workers} worker(s), "
+        f"sampler {sampler_name(cfg)}, objective {cfg.tune.objective}"
+    )
+    study = run_study(
+        cfg, url, workers=workers, resume=resume, simulate=simulate, progress=progress
+    )
     tune_s = time.perf_counter() - t0
     slo = None
     if cfg.tune.objective == "throughput-p99":
         slo = min(load_workload(w).slo.tpot_s for w in cfg.tune.workloads)
     best = choose_best(study, cfg, slo)
     config = best_config(study, cfg, best)
-    extra: dict[str, Any] = {"tune_seconds": round(tune_s, 3), "workers": workers,
-                             "sampler": sampler_name(cfg), "pinned": cfg.pinned()}
+    extra: dict[str, Any] = {
+        "tune_seconds": round(tune_s, 3),
+        "workers": workers,
+        "sampler": sampler_name(cfg),
+        "pinned": cfg.pinned(),
+    }
     df = None
     if evaluate_heldout:
         t1 = time.perf_counter()

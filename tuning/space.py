@@ -24,7 +24,7 @@ from control import controller_config_class, make_config
 from control.configio import to_dict
 from control.errors import ConfigError
 
-ON = ":on"      # suffix of an on/off switch parameter
+ON = ":on"  # suffix of an on/off switch parameter
 
 #: The seed document's starting point (α = 0.8, β = 0.85 with threshold verification).
 SEED_POINT: dict[str, dict[str, Any]] = {
@@ -35,14 +35,15 @@ SEED_POINT: dict[str, dict[str, Any]] = {
 @dataclass(frozen=True)
 class Dim:
     """One tuned parameter."""
+
     name: str
-    kind: str                                  # "float" | "int" | "categorical"
+    kind: str  # "float" | "int" | "categorical"
     lo: float | None = None
     hi: float | None = None
     log: bool = False
     choices: tuple = ()
-    zero_switch: bool = False                  # also a "<name>:on" categorical; off -> 0
-    when: tuple[tuple[str, tuple], ...] = ()   # suggested only when these fields have these values
+    zero_switch: bool = False  # also a "<name>:on" categorical; off -> 0
+    when: tuple[tuple[str, tuple], ...] = ()  # suggested only when these fields have these values
     lo_from: tuple[str, float] | None = None
     hi_from: tuple[str, float] | None = None
     doc: str = ""
@@ -107,18 +108,27 @@ def _dim(name: str, f: dataclasses.Field, tp: Any, pre: str, dflt: dict[str, Any
     tune = m.get("tune")
     if not tune:
         return None
-    common = {"name": name, "doc": m.get("doc", ""),
-              "when": tuple(sorted((pre + k, tuple(v)) for k, v in (m.get("when") or {}).items()))}
+    common = {
+        "name": name,
+        "doc": m.get("doc", ""),
+        "when": tuple(sorted((pre + k, tuple(v)) for k, v in (m.get("when") or {}).items())),
+    }
     if m.get("choices_from"):
         return Dim(kind="categorical", choices=tuple(dflt[pre + m["choices_from"]]), **common)
     if m.get("choices") or tp is bool:
         return Dim(kind="categorical", choices=tuple(m.get("choices") or (False, True)), **common)
     lo, hi = tune
     lo_from, hi_from = m.get("lo_from"), m.get("hi_from")
-    return Dim(kind="int" if tp is int else "float", lo=lo, hi=hi, log=m.get("log", False),
-               zero_switch=m.get("switch", False),
-               lo_from=(pre + lo_from[0], lo_from[1]) if lo_from else None,
-               hi_from=(pre + hi_from[0], hi_from[1]) if hi_from else None, **common)
+    return Dim(
+        kind="int" if tp is int else "float",
+        lo=lo,
+        hi=hi,
+        log=m.get("log", False),
+        zero_switch=m.get("switch", False),
+        lo_from=(pre + lo_from[0], lo_from[1]) if lo_from else None,
+        hi_from=(pre + hi_from[0], hi_from[1]) if hi_from else None,
+        **common,
+    )
 
 
 def space(controller: str) -> list[Dim]:
@@ -198,14 +208,19 @@ def suggest_config(trial: Any, controller: str, fixed: dict[str, Any] | None = N
     ``fixed`` pins dotted fields (e.g. ``{"mode": "threshold"}``): they are not suggested,
     and fields conditional on them follow the pinned value.
     """
-    return make_config(controller, unflatten(suggest_params(trial, controller, fixed)),
-                       source=f"tuning space of '{controller}'")
+    return make_config(
+        controller,
+        unflatten(suggest_params(trial, controller, fixed)),
+        source=f"tuning space of '{controller}'",
+    )
 
 
-def params_to_config(controller: str, params: dict[str, Any],
-                     fixed: dict[str, Any] | None = None) -> Any:
+def params_to_config(
+    controller: str, params: dict[str, Any], fixed: dict[str, Any] | None = None
+) -> Any:
     """The config a trial with ``params`` ran (``params``: ``trial.params``)."""
     import optuna
+
     return suggest_config(optuna.trial.FixedTrial(dict(params)), controller, fixed)
 
 
@@ -240,14 +255,15 @@ class _Recorder:
         return self._num(name, lo, hi)
 
 
-def config_to_params(controller: str, config: Any = None,
-                     fixed: dict[str, Any] | None = None) -> dict[str, Any]:
+def config_to_params(
+    controller: str, config: Any = None, fixed: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Trial params that reproduce ``config`` (instance, mapping of overrides, or None for
     defaults): what :func:`optuna.Study.enqueue_trial` needs. A value outside the tuned
     range is a ``ValueError`` (the space must contain it)."""
     if config is None or isinstance(config, dict):
         values = {**defaults(controller), **flatten(unflatten(dict(config or {})))}
-        make_config(controller, unflatten(values))      # the point itself must be valid
+        make_config(controller, unflatten(values))  # the point itself must be valid
     else:
         values = flatten(to_dict(config))
     rec = _Recorder({**values, **(fixed or {})})
@@ -282,9 +298,19 @@ def start_points(controller: str, fixed: dict[str, Any] | None = None) -> list[d
 
 def describe_space(controller: str) -> list[dict[str, Any]]:
     """Rows describing the space (for docs and the CLI)."""
-    return [{"param": d.name, "kind": d.kind, "lo": d.lo, "hi": d.hi, "log": d.log,
-             "choices": d.choices or None, "zero_switch": d.zero_switch,
-             "when": dict(d.when) or None} for d in space(controller)]
+    return [
+        {
+            "param": d.name,
+            "kind": d.kind,
+            "lo": d.lo,
+            "hi": d.hi,
+            "log": d.log,
+            "choices": d.choices or None,
+            "zero_switch": d.zero_switch,
+            "when": dict(d.when) or None,
+        }
+        for d in space(controller)
+    ]
 
 
 __all__ = [

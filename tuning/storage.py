@@ -40,12 +40,12 @@ from control.errors import ConfigError
 
 JOURNAL_NAME = "study.journal"
 RDB_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql")
-HEARTBEAT_INTERVAL_S = 5      # seconds between heartbeats of a running RDB trial
-HEARTBEAT_GRACE_S = 20        # a trial silent this long is stale: failed and retried
-LOCK_GRACE_S = 10             # a journal lock held this long by a dead process is broken
-MAX_RETRY = 3                 # retries of one trial before it is left failed
-UNTAGGED_STALE_S = 120        # a RUNNING trial never tagged with its worker is dead after this
-RDB_OPEN_ATTEMPTS = 4         # opening a new database races its schema creation: retried
+HEARTBEAT_INTERVAL_S = 5  # seconds between heartbeats of a running RDB trial
+HEARTBEAT_GRACE_S = 20  # a trial silent this long is stale: failed and retried
+LOCK_GRACE_S = 10  # a journal lock held this long by a dead process is broken
+MAX_RETRY = 3  # retries of one trial before it is left failed
+UNTAGGED_STALE_S = 120  # a RUNNING trial never tagged with its worker is dead after this
+RDB_OPEN_ATTEMPTS = 4  # opening a new database races its schema creation: retried
 
 
 def resolve_url(url: str | None, run_dir: str | Path | None) -> str:
@@ -57,7 +57,7 @@ def resolve_url(url: str | None, run_dir: str | Path | None) -> str:
     if url in ("memory", ":memory:", "inmemory"):
         return "memory"
     if url.startswith("journal:"):
-        path = url[len("journal:"):]
+        path = url[len("journal:") :]
         path = path.removeprefix("//")
         if not path:
             raise ConfigError(f"storage '{url}': journal URL needs a file path")
@@ -65,13 +65,17 @@ def resolve_url(url: str | None, run_dir: str | Path | None) -> str:
     scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
     if "://" in url:
         if scheme not in RDB_SCHEMES:
-            raise ConfigError(f"storage '{url}': unknown scheme '{scheme}'; allowed: memory, "
-                              "journal:PATH, a .journal path, " + ", ".join(RDB_SCHEMES))
+            raise ConfigError(
+                f"storage '{url}': unknown scheme '{scheme}'; allowed: memory, "
+                "journal:PATH, a .journal path, " + ", ".join(RDB_SCHEMES)
+            )
         return url
     if url.endswith(".journal"):
         return "journal:" + str(Path(url).resolve())
-    raise ConfigError(f"storage '{url}' is not understood; allowed: memory, journal, "
-                      "journal:PATH, PATH.journal, sqlite:///PATH, postgresql://USER@HOST/DB")
+    raise ConfigError(
+        f"storage '{url}' is not understood; allowed: memory, journal, "
+        "journal:PATH, PATH.journal, sqlite:///PATH, postgresql://USER@HOST/DB"
+    )
 
 
 def is_journal(url: str) -> bool:
@@ -89,7 +93,8 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
         return optuna.storages.InMemoryStorage()
     if is_journal(url):
         from optuna.storages.journal import JournalFileOpenLock, JournalStorage
-        path = url[len("journal:"):]
+
+        path = url[len("journal:") :]
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         lock = JournalFileOpenLock(path, grace_period=LOCK_GRACE_S)
         repair_journal(path, lock)
@@ -100,20 +105,26 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 return optuna.storages.RDBStorage(
-                    url, heartbeat_interval=HEARTBEAT_INTERVAL_S, grace_period=HEARTBEAT_GRACE_S,
+                    url,
+                    heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                    grace_period=HEARTBEAT_GRACE_S,
                     heartbeat_stale_trial_callback=requeue_stale,
-                    engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite")
-                    else None)
+                    engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None,
+                )
         except ImportError as e:
-            raise ConfigError(f"storage '{_redact(url)}' needs a driver: {e} (pip install "
-                              "'dspark-lab[postgres]')") from None
+            raise ConfigError(
+                f"storage '{_redact(url)}' needs a driver: {e} (pip install 'dspark-lab[postgres]')"
+            ) from None
         except Exception as e:  # sqlalchemy errors vary: one line, no password
             # two processes creating the schema of a new database at once: one loses the race
             # (a unique violation) and finds the tables there on the next try
-            racing = any(w in str(e).lower() for w in ("already exists", "duplicate key",
-                                                        "unique constraint"))
+            racing = any(
+                w in str(e).lower()
+                for w in ("already exists", "duplicate key", "unique constraint")
+            )
             if racing and attempt + 1 < RDB_OPEN_ATTEMPTS:
                 import time
+
                 time.sleep(0.2 * (attempt + 1))
                 continue
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -125,6 +136,7 @@ def _with_driver(url: str) -> str:
     """``postgresql://`` with the installed driver: SQLAlchemy 2.1 defaults to psycopg 3, the
     ``postgres`` extra installs psycopg2-binary; ``postgres://`` is an alias."""
     import importlib.util
+
     scheme, _, rest = url.partition("://")
     if scheme in ("postgresql", "postgres"):
         if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2"):
@@ -148,6 +160,7 @@ def redact(url: str) -> str:
 
 
 # ---- journal: a file cut short by a crash ------------------------------------------------
+
 
 class StorageWarning(UserWarning):
     """A storage repaired on open (printed by ``dspark`` as one line)."""
@@ -183,7 +196,7 @@ def _cut_partial_tail(path: str) -> int:
         if fh.read(1) == b"\n":
             return 0
         keep, chunk = size, 1 << 16
-        while keep > 0:                          # find the last newline from the end
+        while keep > 0:  # find the last newline from the end
             start = max(0, keep - chunk)
             fh.seek(start)
             block = fh.read(keep - start)
@@ -206,14 +219,17 @@ def repair_journal(path: str, lock: object = None) -> list[str]:
         return []
     if lock is None:
         from optuna.storages.journal import JournalFileOpenLock
+
         lock = JournalFileOpenLock(path, grace_period=LOCK_GRACE_S)
     notices = []
     lock.acquire()
     try:
         cut = _cut_partial_tail(path)
         if cut:
-            notices.append(f"{path}: dropped a partial last line ({cut} bytes, a write cut short "
-                           "by a crash); every complete record is kept")
+            notices.append(
+                f"{path}: dropped a partial last line ({cut} bytes, a write cut short "
+                "by a crash); every complete record is kept"
+            )
         with open(path, "rb") as fh:
             lines = fh.read().split(b"\n")[:-1]
         fixed, changed = [], []
@@ -226,8 +242,10 @@ def repair_journal(path: str, lock: object = None) -> list[str]:
                 pass
             rec = _salvage(line)
             if rec is None:
-                raise ConfigError(f"{path}: line {i + 1} is not a journal record and cannot be "
-                                  "repaired; restore the file or start a new --out")
+                raise ConfigError(
+                    f"{path}: line {i + 1} is not a journal record and cannot be "
+                    "repaired; restore the file or start a new --out"
+                )
             fixed.append(rec)
             changed.append(i + 1)
         if changed:
@@ -237,8 +255,10 @@ def repair_journal(path: str, lock: object = None) -> list[str]:
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
-            notices.append(f"{path}: line(s) {', '.join(map(str, changed))} held a record "
-                           "appended to a partial line; the partial part was dropped")
+            notices.append(
+                f"{path}: line(s) {', '.join(map(str, changed))} held a record "
+                "appended to a partial line; the partial part was dropped"
+            )
     finally:
         lock.release()
     for n in notices:
@@ -258,8 +278,12 @@ def _journal_backend() -> type:
             try:
                 cut = _cut_partial_tail(self._file_path)
                 if cut:
-                    warnings.warn(f"{self._file_path}: dropped a partial last line ({cut} bytes, "
-                                  "a write cut short by a crash)", StorageWarning, stacklevel=2)
+                    warnings.warn(
+                        f"{self._file_path}: dropped a partial last line ({cut} bytes, "
+                        "a write cut short by a crash)",
+                        StorageWarning,
+                        stacklevel=2,
+                    )
                 with open(self._file_path, "ab") as fh:
                     fh.write(text.encode("utf-8"))
                     fh.flush()
@@ -271,6 +295,7 @@ def _journal_backend() -> type:
 
 
 # ---- trials of dead workers ----------------------------------------------------------------
+
 
 def worker_tag() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -297,10 +322,15 @@ def requeue(study: optuna.Study, t: optuna.trial.FrozenTrial) -> bool:
     retry_of = list(t.system_attrs.get("retry_history", [])) + [t.number]
     if len(retry_of) > MAX_RETRY:
         return False
-    study.add_trial(optuna.trial.create_trial(
-        state=TrialState.WAITING, params=t.params, distributions=t.distributions,
-        user_attrs={k: v for k, v in t.user_attrs.items() if k != "worker"},
-        system_attrs={"failed_trial": retry_of[0], "retry_history": retry_of}))
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=TrialState.WAITING,
+            params=t.params,
+            distributions=t.distributions,
+            user_attrs={k: v for k, v in t.user_attrs.items() if k != "worker"},
+            system_attrs={"failed_trial": retry_of[0], "retry_history": retry_of},
+        )
+    )
     return True
 
 
@@ -332,7 +362,7 @@ def recover_dead_trials(study: optuna.Study) -> list[int]:
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         tag = t.user_attrs.get("worker", "")
         h, _, pid = tag.rpartition(":")
-        if not tag:   # killed between the claim and the tag (ms): dead once it is old
+        if not tag:  # killed between the claim and the tag (ms): dead once it is old
             started = t.datetime_start or now
             if (now - started).total_seconds() < UNTAGGED_STALE_S:
                 continue
@@ -358,7 +388,7 @@ def alive_elsewhere(study: optuna.Study, heartbeat: bool) -> list[int]:
     out = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         h, _, pid = t.user_attrs.get("worker", "").rpartition(":")
-        if heartbeat and h and h != host:      # its heartbeat fails it if its worker died
+        if heartbeat and h and h != host:  # its heartbeat fails it if its worker died
             out.append(t.number)
         elif not h:
             if (now - (t.datetime_start or now)).total_seconds() < UNTAGGED_STALE_S:

@@ -58,7 +58,7 @@ from tuning.storage import (
 )
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
-WAIT_POLL_S = 0.5     # how often a worker with an empty queue looks at the running trials
+WAIT_POLL_S = 0.5  # how often a worker with an empty queue looks at the running trials
 
 
 class _SkipSlotNoise(logging.Filter):
@@ -71,7 +71,9 @@ class _SkipSlotNoise(logging.Filter):
             self.last = record.getMessage().split(" failed", 1)[0]
             return False
         msg = record.getMessage()
-        return not (getattr(self, "last", None) and msg.startswith(f"{self.last} failed with value"))
+        return not (
+            getattr(self, "last", None) and msg.startswith(f"{self.last} failed with value")
+        )
 
 
 _FILTER = _SkipSlotNoise()
@@ -120,8 +122,14 @@ def _sampler(cfg: TuningConfig, worker: int) -> optuna.samplers.BaseSampler:
     cf = constraint_of if constrained and not NATIVE_CONSTRAINTS else None
     n0 = cfg.tune.n_startup_trials
     if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n0, constraints_func=cf,
-                                          multivariate=True, group=True, constant_liar=True)
+        return optuna.samplers.TPESampler(
+            seed=seed,
+            n_startup_trials=n0,
+            constraints_func=cf,
+            multivariate=True,
+            group=True,
+            constant_liar=True,
+        )
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, constraints_func=cf)
     if name == "random":
@@ -132,9 +140,12 @@ def _sampler(cfg: TuningConfig, worker: int) -> optuna.samplers.BaseSampler:
         try:
             import cmaes  # noqa: F401
         except ImportError:
-            raise ConfigError("sampler 'cmaes' needs the 'cmaes' package (pip install cmaes)") \
-                from None
-        return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=n0, warn_independent_sampling=False)
+            raise ConfigError(
+                "sampler 'cmaes' needs the 'cmaes' package (pip install cmaes)"
+            ) from None
+        return optuna.samplers.CmaEsSampler(
+            seed=seed, n_startup_trials=n0, warn_independent_sampling=False
+        )
     raise ConfigError(f"unknown sampler '{name}'")  # pragma: no cover - checked by the config
 
 
@@ -143,18 +154,28 @@ def make_pruner(cfg: TuningConfig) -> optuna.pruners.BasePruner:
         return optuna.pruners.NopPruner()
     if cfg.tune.pruner == "wilcoxon":
         return optuna.pruners.WilcoxonPruner(p_threshold=0.1, n_startup_steps=1)
-    return optuna.pruners.MedianPruner(n_startup_trials=max(5, cfg.tune.n_startup_trials // 2),
-                                       n_warmup_steps=0)
+    return optuna.pruners.MedianPruner(
+        n_startup_trials=max(5, cfg.tune.n_startup_trials // 2), n_warmup_steps=0
+    )
 
 
 def _slots(study: optuna.Study) -> set[int]:
-    return {t.user_attrs["slot"] for t in study.get_trials(
-        deepcopy=False, states=(*DONE, TrialState.RUNNING, TrialState.WAITING))
-        if "slot" in t.user_attrs}
+    return {
+        t.user_attrs["slot"]
+        for t in study.get_trials(
+            deepcopy=False, states=(*DONE, TrialState.RUNNING, TrialState.WAITING)
+        )
+        if "slot" in t.user_attrs
+    }
 
 
-def prepare_study(cfg: TuningConfig, url: str, n_trials: int | None = None,
-                  resume: bool = False, storage: Any = None) -> optuna.Study:
+def prepare_study(
+    cfg: TuningConfig,
+    url: str,
+    n_trials: int | None = None,
+    resume: bool = False,
+    storage: Any = None,
+) -> optuna.Study:
     """Create the study (or load it when ``resume``) and queue the missing slots."""
     quiet()
     storage = storage or make_storage(url)
@@ -162,22 +183,31 @@ def prepare_study(cfg: TuningConfig, url: str, n_trials: int | None = None,
     n = n_trials or cfg.tune.n_trials
     exists = name in {s.study_name for s in optuna.get_all_study_summaries(storage)}
     if exists and not resume:
-        raise ConfigError(f"study '{name}' already exists in {redact(url)}; pass --resume to "
-                          "continue it, or use another --out/--storage")
+        raise ConfigError(
+            f"study '{name}' already exists in {redact(url)}; pass --resume to "
+            "continue it, or use another --out/--storage"
+        )
     if not exists and resume and url == "memory":
         raise ConfigError("--resume needs a persistent storage (journal or database)")
-    study = optuna.create_study(study_name=name, storage=storage, load_if_exists=True,
-                                directions=directions(cfg.tune.objective),
-                                sampler=make_sampler(cfg), pruner=make_pruner(cfg))
+    study = optuna.create_study(
+        study_name=name,
+        storage=storage,
+        load_if_exists=True,
+        directions=directions(cfg.tune.objective),
+        sampler=make_sampler(cfg),
+        pruner=make_pruner(cfg),
+    )
     if not study.metric_names:  # optuna-dashboard shows these instead of "Objective 0"
         study.set_metric_names(metric_names(cfg.tune.objective))
     if exists:
         want = directions(cfg.tune.objective)
         have = [d.name.lower() for d in study.directions]
         if have != want:
-            raise ConfigError(f"study '{name}' optimises {have}, but objective "
-                              f"'{cfg.tune.objective}' needs {want}")
-    recover(study)      # trials of dead workers: failed and re-queued before slots are counted
+            raise ConfigError(
+                f"study '{name}' optimises {have}, but objective "
+                f"'{cfg.tune.objective}' needs {want}"
+            )
+    recover(study)  # trials of dead workers: failed and re-queued before slots are counted
     have = _slots(study)
     starts = start_points(cfg.tune.controller, cfg.pinned()) if not exists else []
     for slot in range(n):
@@ -193,8 +223,7 @@ def drop_duplicates(study: optuna.Study) -> list[int]:
     """Fail, unrun, every WAITING trial whose slot an earlier live trial holds (the rule of
     :func:`tuning.objective.slot_holder`), so none is left queued once the study is done.
     A trial another worker claims first is left to it. Returns the numbers dropped."""
-    live = study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING,
-                                                    *DONE))
+    live = study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING, *DONE))
     first: dict = {}
     for t in live:
         slot = t.user_attrs.get("slot")
@@ -208,7 +237,7 @@ def drop_duplicates(study: optuna.Study) -> list[int]:
             continue
         try:
             if not st.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
-                continue        # claimed by a worker: it drops it itself
+                continue  # claimed by a worker: it drops it itself
             st.set_trial_user_attr(t._trial_id, "stray", True)
             st.set_trial_user_attr(t._trial_id, "duplicate_of", first[slot][0])
             st.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
@@ -224,6 +253,7 @@ def _waiting(study: optuna.Study) -> bool:
 
 def _heartbeat(study: optuna.Study) -> bool:
     from optuna.storages._heartbeat import is_heartbeat_enabled
+
     return is_heartbeat_enabled(study._storage)
 
 
@@ -232,20 +262,34 @@ def _stop_when_dry(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None
         study.stop()
 
 
-def run_worker(cfg: TuningConfig, url: str, worker: int = 0, n_trials: int | None = None,
-               simulate: Callable[..., dict] | None = None, storage: Any = None,
-               callbacks: list | None = None) -> int:
+def run_worker(
+    cfg: TuningConfig,
+    url: str,
+    worker: int = 0,
+    n_trials: int | None = None,
+    simulate: Callable[..., dict] | None = None,
+    storage: Any = None,
+    callbacks: list | None = None,
+) -> int:
     """Run queued slots of the study until none is left; returns trials this worker finished."""
     quiet()
     storage = storage or make_storage(url)
-    study = optuna.load_study(study_name=cfg.study_name(), storage=storage,
-                              sampler=make_sampler(cfg, worker), pruner=make_pruner(cfg))
+    study = optuna.load_study(
+        study_name=cfg.study_name(),
+        storage=storage,
+        sampler=make_sampler(cfg, worker),
+        pruner=make_pruner(cfg),
+    )
     n = n_trials or int(study.user_attrs.get("n_trials", cfg.tune.n_trials))
     objective = Objective(cfg, simulate=simulate, require_slot=True)
     done = 0
     # a worker that died while others run: its trial is re-queued after the next trial ends
-    cbs = [lambda st, tr: recover(st), optuna.study.MaxTrialsCallback(n, states=DONE),
-           *(callbacks or []), _stop_when_dry]
+    cbs = [
+        lambda st, tr: recover(st),
+        optuna.study.MaxTrialsCallback(n, states=DONE),
+        *(callbacks or []),
+        _stop_when_dry,
+    ]
     heartbeat = _heartbeat(study)
 
     def count(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
@@ -259,9 +303,10 @@ def run_worker(cfg: TuningConfig, url: str, worker: int = 0, n_trials: int | Non
             break
         if _waiting(study):
             try:
-                study.optimize(objective, callbacks=[count, *cbs], gc_after_trial=False,
-                               catch=(DuplicateSlot,))
-            except NoSlot:      # the queue ran dry under a race: look again
+                study.optimize(
+                    objective, callbacks=[count, *cbs], gc_after_trial=False, catch=(DuplicateSlot,)
+                )
+            except NoSlot:  # the queue ran dry under a race: look again
                 pass
             continue
         # nothing queued: wait while trials run that may finish, or fail and come back
@@ -275,21 +320,30 @@ def _die_with_parent(parent: int) -> None:
     """End this worker when the process that started it dies, even by SIGKILL."""
     try:
         import ctypes
+
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:   # PR_SET_PDEATHSIG
+        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
             raise OSError(ctypes.get_errno(), "prctl")
     except (OSError, AttributeError):
+
         def watch() -> None:
             while os.getppid() == parent:
                 time.sleep(1.0)
             os._exit(1)
+
         threading.Thread(target=watch, daemon=True, name="parent-watch").start()
-    if os.getppid() != parent:      # the parent died before the signal was armed
+    if os.getppid() != parent:  # the parent died before the signal was armed
         os._exit(1)
 
 
-def _worker_main(cfg: TuningConfig, url: str, worker: int, n_trials: int | None,
-                 simulate: Callable[..., dict] | None, parent: int | None = None) -> None:
+def _worker_main(
+    cfg: TuningConfig,
+    url: str,
+    worker: int,
+    n_trials: int | None,
+    simulate: Callable[..., dict] | None,
+    parent: int | None = None,
+) -> None:
     if parent is not None:
         _die_with_parent(parent)
     run_worker(cfg, url, worker, n_trials, simulate)
@@ -299,29 +353,43 @@ def count_done(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=DONE))
 
 
-def run_study(cfg: TuningConfig, url: str, workers: int = 1, n_trials: int | None = None,
-              resume: bool = False, simulate: Callable[..., dict] | None = None,
-              progress: bool = False) -> optuna.Study:
+def run_study(
+    cfg: TuningConfig,
+    url: str,
+    workers: int = 1,
+    n_trials: int | None = None,
+    resume: bool = False,
+    simulate: Callable[..., dict] | None = None,
+    progress: bool = False,
+) -> optuna.Study:
     """Prepare the study and run it with ``workers`` processes (1 = in this process)."""
     n = n_trials or cfg.tune.n_trials
     if workers > 1 and not shareable(url):
-        raise ConfigError(f"--workers {workers} needs a shared storage (journal or database), "
-                          "not 'memory'")
+        raise ConfigError(
+            f"--workers {workers} needs a shared storage (journal or database), not 'memory'"
+        )
     storage = make_storage(url)
     study = prepare_study(cfg, url, n, resume, storage=storage)
     bar = _bar(n, count_done(study), progress)
     procs: list = []
     try:
         if workers <= 1:
+
             def tick(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
                 if bar is not None and trial.state in DONE:
                     bar.update(1)
+
             run_worker(cfg, url, 0, n, simulate, storage=storage, callbacks=[tick])
         else:
             ctx = mp.get_context("fork")
-            procs = [ctx.Process(target=_worker_main, args=(cfg, url, i, n, simulate,
-                                                            os.getpid()),
-                                 name=f"tune-worker-{i}") for i in range(workers)]
+            procs = [
+                ctx.Process(
+                    target=_worker_main,
+                    args=(cfg, url, i, n, simulate, os.getpid()),
+                    name=f"tune-worker-{i}",
+                )
+                for i in range(workers)
+            ]
             for p in procs:
                 p.start()
             last = count_done(study)
@@ -336,7 +404,7 @@ def run_study(cfg: TuningConfig, url: str, workers: int = 1, n_trials: int | Non
             if bar is not None and count_done(study) > last:
                 bar.update(count_done(study) - last)
     finally:
-        for p in procs:           # an interrupted run leaves no worker behind
+        for p in procs:  # an interrupted run leaves no worker behind
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=10)
@@ -359,20 +427,25 @@ def _check_complete(study: optuna.Study, n: int, bad_exits: list) -> None:
     if bad_exits:
         why.append(f"worker(s) exited with codes {bad_exits}")
     if running:
-        why.append(f"{running} trial(s) still RUNNING (a worker elsewhere, or one whose "
-                   "heartbeat has not yet expired)")
+        why.append(
+            f"{running} trial(s) still RUNNING (a worker elsewhere, or one whose "
+            "heartbeat has not yet expired)"
+        )
     if waiting:
         why.append(f"{waiting} slot(s) still queued")
     failed = sum(t.state == TrialState.FAIL and not t.user_attrs.get("stray") for t in trials)
     if failed:
         why.append(f"{failed} trial(s) failed")
-    raise DSparkError(f"study '{study.study_name}' ended with {done} of {n} trials finished"
-                      + (f" ({'; '.join(why)})" if why else "")
-                      + "; rerun with --resume to continue it")
+    raise DSparkError(
+        f"study '{study.study_name}' ended with {done} of {n} trials finished"
+        + (f" ({'; '.join(why)})" if why else "")
+        + "; rerun with --resume to continue it"
+    )
 
 
 def _bar(total: int, initial: int, on: bool) -> Any:
     if not on:
         return None
     from tqdm import tqdm
+
     return tqdm(total=total, initial=initial, desc="trials", unit="trial", dynamic_ncols=True)

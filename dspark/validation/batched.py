@@ -53,8 +53,16 @@ from dspark.validation.mirror import sim_serving_metrics, write_serving_scenario
 
 #: the controller label of the calibration load's replay
 CALIBRATION_LABEL = "calibration"
-ERROR_COLUMNS = ("controller", "load", "rate_rps", "metric", "sim", "real", "real_spread",
-                 "error_pct")
+ERROR_COLUMNS = (
+    "controller",
+    "load",
+    "rate_rps",
+    "metric",
+    "sim",
+    "real",
+    "real_spread",
+    "error_pct",
+)
 TRIM = 0.2
 
 
@@ -64,8 +72,9 @@ def _tmean(x) -> float:
     return float(trim_mean(np.asarray(x, dtype=float), TRIM))
 
 
-def poisson_stream(rate_rps: float, duration_s: float, pool: list[list[int]], out_min: int,
-                   out_max: int, seed: int):
+def poisson_stream(
+    rate_rps: float, duration_s: float, pool: list[list[int]], out_min: int, out_max: int, seed: int
+):
     """(arrivals, pool index per request): Poisson at ``rate_rps`` on ``[0, duration_s)``, the
     first at t = 0; output lengths uniform in ``[out_min, out_max]``, prompts drawn from
     ``pool``. Deterministic given the arguments."""
@@ -81,12 +90,15 @@ def poisson_stream(rate_rps: float, duration_s: float, pool: list[list[int]], ou
     n = len(times)
     idx = rng.integers(0, len(pool), n)
     out = rng.integers(out_min, out_max + 1, n)
-    return ([Arrival(i, times[i], list(pool[int(idx[i])]), int(out[i])) for i in range(n)],
-            idx.tolist())
+    return (
+        [Arrival(i, times[i], list(pool[int(idx[i])]), int(out[i])) for i in range(n)],
+        idx.tolist(),
+    )
 
 
-def real_serving_metrics(requests, batches, accepted: int, rounds: int
-                         ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+def real_serving_metrics(
+    requests, batches, accepted: int, rounds: int
+) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """The batched part's metrics of one ``real.serve`` run (its ``requests`` and ``batches``
     tables, Σ accepted over its ``rounds`` sequence-rounds) and its per-request times. A
     request's admission is the end of the last prefill pass before its first token (the serving
@@ -95,18 +107,30 @@ def real_serving_metrics(requests, batches, accepted: int, rounds: int
     if not bool(req["finished"].all()):
         from control.errors import DSparkError
 
-        raise DSparkError(f"{int((~req['finished'].astype(bool)).sum())} requests of the replay "
-                          f"did not finish (rejected or cut off); the batched part needs all")
+        raise DSparkError(
+            f"{int((~req['finished'].astype(bool)).sum())} requests of the replay "
+            f"did not finish (rejected or cut off); the batched part needs all"
+        )
     pre = np.sort(batches.loc[batches["kind"] == "prefill", "end_s"].to_numpy(dtype=float))
     first = req["first_token_s"].to_numpy(dtype=float)
     j = np.searchsorted(pre, first, side="right") - 1
-    times = {"request_id": req["request_id"].to_numpy(),
-             "arrival_s": req["arrival_s"].to_numpy(dtype=float),
-             "admitted_s": pre[np.maximum(j, 0)], "first_token_s": first,
-             "finish_s": req["finish_s"].to_numpy(dtype=float),
-             "tokens": req["emitted_tokens"].to_numpy(dtype=float)}
-    m = M.serving(times["arrival_s"], times["admitted_s"], first, times["finish_s"],
-                  times["tokens"], accepted, rounds)
+    times = {
+        "request_id": req["request_id"].to_numpy(),
+        "arrival_s": req["arrival_s"].to_numpy(dtype=float),
+        "admitted_s": pre[np.maximum(j, 0)],
+        "first_token_s": first,
+        "finish_s": req["finish_s"].to_numpy(dtype=float),
+        "tokens": req["emitted_tokens"].to_numpy(dtype=float),
+    }
+    m = M.serving(
+        times["arrival_s"],
+        times["admitted_s"],
+        first,
+        times["finish_s"],
+        times["tokens"],
+        accepted,
+        rounds,
+    )
     return m, times
 
 
@@ -120,13 +144,15 @@ def overhead_residuals(batches) -> dict[int, list[float]]:
     for r in ev.itertuples(index=False):
         if r.kind == "round" and prev is not None:
             out.setdefault(int(r.batch_size), []).append(
-                float(r.end_s - prev - r.draft_s - r.verify_s))
+                float(r.end_s - prev - r.draft_s - r.verify_s)
+            )
         prev = float(r.end_s)
     return out
 
 
-def overhead_by_batch(resid: dict[int, list[float]], batches: list[int], min_rounds: int = 5
-                      ) -> dict[int, float]:
+def overhead_by_batch(
+    resid: dict[int, list[float]], batches: list[int], min_rounds: int = 5
+) -> dict[int, float]:
     """The residual per batch size of ``batches``: a line over the batch sizes seen in ``resid``
     (their trimmed means, weighted by the square root of their round counts); one size seen:
     its value; none: empty."""
@@ -186,8 +212,10 @@ def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
     vocab = engine.target.embed_tokens.num_embeddings
     ps = cfg.prompt_set(b.pool)
     out_max = ps.max_new_tokens
-    log(f"batched: {b.slots} slots, k_max {b.k_max}, pool '{b.pool}' ({ps.n_prompts} prompts, "
-        f"outputs {b.output_tokens_min}-{out_max})")
+    log(
+        f"batched: {b.slots} slots, k_max {b.k_max}, pool '{b.pool}' ({ps.n_prompts} prompts, "
+        f"outputs {b.output_tokens_min}-{out_max})"
+    )
     gp = GridProfiler(engine, b.profile)  # checks the grid against the engine first
 
     # 1. pool and its greedy position traces
@@ -197,10 +225,10 @@ def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
         recs, _ = record_positions_full(engine, p, out_max, request_id=j)
         traces.append(recs)
     flat = [r for recs in traces for r in recs]
-    pd.DataFrame(records_to_columns(flat, type(flat[0]))).to_csv(bdir / "pool_positions.csv",
-                                                                 index=False)
-    log(f"batched: pool traces, mean run length "
-        f"{np.mean([r.run_length for r in flat]):.2f}")
+    pd.DataFrame(records_to_columns(flat, type(flat[0]))).to_csv(
+        bdir / "pool_positions.csv", index=False
+    )
+    log(f"batched: pool traces, mean run length {np.mean([r.run_length for r in flat]):.2f}")
 
     # 2. the profile over batch, in slices between the real runs
     pdir = bdir / "profile"
@@ -208,8 +236,9 @@ def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
     gp.passes(b.profile.warmup, record=False)
     n_runs = 1 + b.repeats * len(b.loads) * len(b.controllers)
     n_slices = 1 + n_runs if b.interleave_profile else 1
-    per_slice = [len(x) for x in np.array_split(
-        np.arange(b.profile.repeats * len(gp.cells)), n_slices)]
+    per_slice = [
+        len(x) for x in np.array_split(np.arange(b.profile.repeats * len(gp.cells)), n_slices)
+    ]
     slices = iter(per_slice)
     gp.run_cells(next(slices))
 
@@ -222,32 +251,48 @@ def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
     x_cfg = make_config(x_name, b.calibration_controller_config, source="batched calibration")
 
     def probe_requests(n: int) -> list:
-        return [Request(i, pool[i % len(pool)], out_max, make_controller(x_name, x_cfg))
-                for i in range(n)]
+        return [
+            Request(i, pool[i % len(pool)], out_max, make_controller(x_name, x_cfg))
+            for i in range(n)
+        ]
 
-    engine.run_batch(probe_requests(min(b.slots, b.capacity_requests)),
-                     planner=make_planner(x_name, x_cfg))  # warm-up, untimed
+    engine.run_batch(
+        probe_requests(min(b.slots, b.capacity_requests)), planner=make_planner(x_name, x_cfg)
+    )  # warm-up, untimed
     t0 = time.perf_counter()
     engine.run_batch(probe_requests(b.capacity_requests), planner=make_planner(x_name, x_cfg))
     probe_s = time.perf_counter() - t0
     probe_tok_s = b.capacity_requests * out_max / probe_s
     probe_rps = probe_tok_s / ((b.output_tokens_min + out_max) / 2)
     capacity_rps = b.capacity_rps or probe_rps
-    log(f"batched: capacity probe {probe_tok_s:.1f} tokens/s at full batch -> "
-        f"{probe_rps:.3f} requests/s" + (f" (capacity_rps = {b.capacity_rps:g} used)"
-                                         if b.capacity_rps else ""))
+    log(
+        f"batched: capacity probe {probe_tok_s:.1f} tokens/s at full batch -> "
+        f"{probe_rps:.3f} requests/s"
+        + (f" (capacity_rps = {b.capacity_rps:g} used)" if b.capacity_rps else "")
+    )
 
     # 4. arrival streams and the real replays
     loads = {"calibration": b.calibration_load, **dict(zip(b.load_names, b.loads))}
     streams = {}
     for i, (name, x) in enumerate(loads.items()):
-        streams[name] = poisson_stream(x * capacity_rps, b.duration_s, pool,
-                                       b.output_tokens_min, out_max, b.seed + 1000 * i)
-    pd.DataFrame([{"load": ld, "rate_rps": loads[ld] * capacity_rps, "request_id": a.request_id,
-                   "arrival_s": a.arrival_s, "pool_index": j, "prompt_tokens": len(a.prompt),
-                   "output_tokens": a.output_tokens}
-                  for ld, (st, idx) in streams.items() for a, j in zip(st, idx)]).to_csv(
-        bdir / "streams.csv", index=False)
+        streams[name] = poisson_stream(
+            x * capacity_rps, b.duration_s, pool, b.output_tokens_min, out_max, b.seed + 1000 * i
+        )
+    pd.DataFrame(
+        [
+            {
+                "load": ld,
+                "rate_rps": loads[ld] * capacity_rps,
+                "request_id": a.request_id,
+                "arrival_s": a.arrival_s,
+                "pool_index": j,
+                "prompt_tokens": len(a.prompt),
+                "output_tokens": a.output_tokens,
+            }
+            for ld, (st, idx) in streams.items()
+            for a, j in zip(st, idx)
+        ]
+    ).to_csv(bdir / "streams.csv", index=False)
     ctrl_cfgs, ctrl_src = {}, {}
     for c in b.controllers:
         ctrl_cfgs[c], ctrl_src[c] = controller_config(cfg, c)
@@ -255,20 +300,24 @@ def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
 
     def replay(load: str, name: str, conf, label: str, rep: int) -> None:
         stream, _ = streams[load]
-        res = serve(engine, stream, lambda: make_controller(name, conf),
-                    make_planner(name, conf), label)
+        res = serve(
+            engine, stream, lambda: make_controller(name, conf), make_planner(name, conf), label
+        )
         for msg in res.rejected:
             log(msg)
         tag = {"load": load, "repeat": rep}
         all_req.append(res.requests.assign(**tag))
-        all_rounds.append(pd.DataFrame(records_to_columns(res.records)).assign(
-            controller=label, **tag))
+        all_rounds.append(
+            pd.DataFrame(records_to_columns(res.records)).assign(controller=label, **tag)
+        )
         all_batches.append(res.batches.assign(**tag))
         s = res.summary
-        log(f"batched real {label} @ {load} ({len(stream)} requests) rep {rep}: "
+        log(
+            f"batched real {label} @ {load} ({len(stream)} requests) rep {rep}: "
             f"{s['throughput_tokens_per_s']:.1f} tokens/s, TPOT p50 "
             f"{s['tpot_p50_s'] * 1e3:.1f} ms, TTFT p50 {s['ttft_p50_s'] * 1e3:.0f} ms, "
-            f"mean batch {s['mean_batch_size']:.2f}")
+            f"mean batch {s['mean_batch_size']:.2f}"
+        )
 
     replay("calibration", x_name, x_cfg, CALIBRATION_LABEL, 0)
     profile_slice()
@@ -287,12 +336,22 @@ def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
     lat, details = finish_table(engine, b.profile, rows, fit)
     lat.to_csv(pdir / "latency.csv", index=False)
     meta = {
-        "capacity_probe": {"tokens_per_s": probe_tok_s, "requests_per_s": probe_rps,
-                           "capacity_rps_used": capacity_rps,
-                           "requests": b.capacity_requests, "output_tokens": out_max,
-                           "seconds": probe_s},
-        "loads": {ld: {"x_capacity": loads[ld], "rate_rps": loads[ld] * capacity_rps,
-                       "requests": len(streams[ld][0])} for ld in loads},
+        "capacity_probe": {
+            "tokens_per_s": probe_tok_s,
+            "requests_per_s": probe_rps,
+            "capacity_rps_used": capacity_rps,
+            "requests": b.capacity_requests,
+            "output_tokens": out_max,
+            "seconds": probe_s,
+        },
+        "loads": {
+            ld: {
+                "x_capacity": loads[ld],
+                "rate_rps": loads[ld] * capacity_rps,
+                "requests": len(streams[ld][0]),
+            }
+            for ld in loads
+        },
         "calibration_controller": [x_name, to_dict(x_cfg)],
         "controllers": {c: [to_dict(ctrl_cfgs[c]), ctrl_src[c]] for c in b.controllers},
         "profile": {"passes": gp.done, "slices_cells": per_slice, **details},
@@ -319,26 +378,31 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
     pdir = bdir / "profile"
     meta = json.loads((bdir / "measure.json").read_text())
     streams = pd.read_csv(bdir / "streams.csv")
-    pos = records_from_rows(pd.read_csv(bdir / "pool_positions.csv", dtype={
-        "confidences": str}).to_dict("records"), PositionRecord)
+    pos = records_from_rows(
+        pd.read_csv(bdir / "pool_positions.csv", dtype={"confidences": str}).to_dict("records"),
+        PositionRecord,
+    )
     traces: dict[int, list] = {}
     for p in pos:
         traces.setdefault(int(p.request_id), []).append(p)
     rq_all = pd.read_csv(bdir / "requests.csv")
-    rd_all = pd.read_csv(bdir / "rounds.csv", usecols=["controller", "load", "repeat",
-                                                        "accepted"])
+    rd_all = pd.read_csv(bdir / "rounds.csv", usecols=["controller", "load", "repeat", "accepted"])
     bt_all = pd.read_csv(bdir / "batches.csv")
     lat = pd.read_csv(pdir / "latency.csv")
     x_name, x_table = meta["calibration_controller"]
     x_cfg = make_config(x_name, x_table, source="batched calibration")
-    ctrl_cfgs = {c: make_config(c, t, source=f"batched {c}")
-                 for c, (t, _) in meta["controllers"].items()}
+    ctrl_cfgs = {
+        c: make_config(c, t, source=f"batched {c}") for c, (t, _) in meta["controllers"].items()
+    }
 
     def real_runs(label: str, load: str) -> list[tuple[dict, object]]:
         runs = []
         key = ["controller", "load", "repeat"]
-        for rep in sorted(rq_all.loc[(rq_all["controller"] == label)
-                                     & (rq_all["load"] == load), "repeat"].unique()):
+        for rep in sorted(
+            rq_all.loc[
+                (rq_all["controller"] == label) & (rq_all["load"] == load), "repeat"
+            ].unique()
+        ):
             sel = dict(zip(key, (label, load, rep)))
 
             def pick(df, sel=sel):
@@ -358,9 +422,12 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
     batches = sorted({int(x) for x in lat["batch"].unique()})
     fit = meta["profile"]["drafter_fit"]
     key = "intercept_mean_s" if cfg.latency_statistic == "mean" else "intercept_s"
-    icpt = {bb: max(float(np.median([f[key] for f in fit.values()
-                                     if int(f.get("batch", 1)) == bb])), 0.0)
-            for bb in batches}
+    icpt = {
+        bb: max(
+            float(np.median([f[key] for f in fit.values() if int(f.get("batch", 1)) == bb])), 0.0
+        )
+        for bb in batches
+    }
     ov_rows = stat[stat["model"].astype(str) == "round-overhead"]
     profile_ov = {int(r.batch): float(r.seconds) for r in ov_rows.itertuples(index=False)}
     cal_runs = real_runs(CALIBRATION_LABEL, "calibration")
@@ -378,8 +445,11 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
     sim_lat = sim_table(stat, b.k_max, overhead)
     sim_lat_csv = pdir / f"latency_sim_{cfg.latency_statistic}.csv"
     sim_lat.to_csv(sim_lat_csv, index=False)
-    log("batched: round overhead per batch (ms): " + ", ".join(
-        f"B{bb} {overhead[bb] * 1e3:.2f}" for bb in batches) + f" [{ov_src}]")
+    log(
+        "batched: round overhead per batch (ms): "
+        + ", ".join(f"B{bb} {overhead[bb] * 1e3:.2f}" for bb in batches)
+        + f" [{ov_src}]"
+    )
 
     # 6. predictions: every load x controller (and the calibration load, as a check)
     def predict(load: str, name: str, conf) -> dict:
@@ -387,10 +457,17 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
         folder = bdir / "sim" / load / name
         n_out = st["output_tokens"].astype(int).tolist()
         scn = write_serving_scenario(
-            folder, f"{cfg.name}-batched-{load}", sim_lat_csv, b.k_max, b.slots,
-            st["arrival_s"].tolist(), st["prompt_tokens"].astype(int).tolist(), n_out,
+            folder,
+            f"{cfg.name}-batched-{load}",
+            sim_lat_csv,
+            b.k_max,
+            b.slots,
+            st["arrival_s"].tolist(),
+            st["prompt_tokens"].astype(int).tolist(),
+            n_out,
             [traces[int(j)][:n] for j, n in zip(st["pool_index"], n_out)],
-            {name: to_dict(conf)})
+            {name: to_dict(conf)},
+        )
         res = simulate(load_scenario(scn), name, conf, seed=0, trace=True, baseline=False)
         res.requests.to_csv(folder / "requests.csv", index=False)
         m, _ = sim_serving_metrics(res)
@@ -398,8 +475,7 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
 
     cal_real = next(m for m, _ in cal_runs)
     cal_sim = predict("calibration", x_name, x_cfg)
-    preds = {(c, ld): predict(ld, c, ctrl_cfgs[c])
-             for ld in b.load_names for c in b.controllers}
+    preds = {(c, ld): predict(ld, c, ctrl_cfgs[c]) for ld in b.load_names for c in b.controllers}
     real = {(c, ld): [m for m, _ in real_runs(c, ld)] for (c, ld) in preds}
     log(f"batched: predicted {len(preds)} controller x load pairs")
 
@@ -410,16 +486,26 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
         for m in M.SERVING_METRICS:
             vals = [r[m] for r in real[c, ld]]
             med = float(np.median(vals))
-            rows_out.append({"controller": c, "load": ld, "rate_rps": rates[ld], "metric": m,
-                             "sim": sim[m], "real": med, "real_spread": M.spread_pct(vals),
-                             "error_pct": M.error_pct(sim[m], med)})
+            rows_out.append(
+                {
+                    "controller": c,
+                    "load": ld,
+                    "rate_rps": rates[ld],
+                    "metric": m,
+                    "sim": sim[m],
+                    "real": med,
+                    "real_spread": M.spread_pct(vals),
+                    "error_pct": M.error_pct(sim[m], med),
+                }
+            )
     err = pd.DataFrame(rows_out, columns=list(ERROR_COLUMNS))
     err.to_csv(out / "errors_batched.csv", index=False)
     head = err[err["metric"].isin(tuple(M.SERVING_TARGETS))]
     max_err = float(head["error_pct"].abs().max())
     within_target = {
         m: bool((head[head["metric"] == m]["error_pct"].abs() <= t).all())
-        for m, t in M.SERVING_TARGETS.items()}
+        for m, t in M.SERVING_TARGETS.items()
+    }
     ranks = {}
     for ld in b.load_names:
         t = err[(err["load"] == ld) & (err["metric"] == M.RANK_METRIC)]
@@ -430,13 +516,13 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
             "real_order": t.sort_values("real")["controller"].tolist(),
             "real_values": dict(zip(t["controller"], t["real"])),
             "real_spread_pct": dict(zip(t["controller"], t["real_spread"])),
-            "throughput_sim_order": tp.sort_values("sim", ascending=False)["controller"]
-            .tolist(),
-            "throughput_real_order": tp.sort_values("real", ascending=False)["controller"]
-            .tolist()}
+            "throughput_sim_order": tp.sort_values("sim", ascending=False)["controller"].tolist(),
+            "throughput_real_order": tp.sort_values("real", ascending=False)["controller"].tolist(),
+        }
         ranks[ld]["agree"] = ranks[ld]["sim_order"] == ranks[ld]["real_order"]
     summary = {
-        "kind": "validate-batched", "name": cfg.name,
+        "kind": "validate-batched",
+        "name": cfg.name,
         "max_abs_error_pct": max_err,
         "max_abs_error_metrics": list(M.SERVING_TARGETS),
         "targets_pct": M.SERVING_TARGETS,
@@ -444,27 +530,32 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
         "rank_agreement": {ld: r["agree"] for ld, r in ranks.items()},
         "rank_orders": ranks,
         "headline_errors_within_real_spread": int(
-            (head["error_pct"].abs() <= head["real_spread"]).sum()),
+            (head["error_pct"].abs() <= head["real_spread"]).sum()
+        ),
         "headline_errors": len(head),
         "max_real_spread_pct": float(head["real_spread"].max()),
         "repeats": b.repeats,
         "capacity_probe": meta["capacity_probe"],
         "loads": meta["loads"],
         "calibration_check": {
-            "controller": x_name, "controller_config": x_table, "real": cal_real,
+            "controller": x_name,
+            "controller_config": x_table,
+            "real": cal_real,
             "sim": cal_sim,
-            "error_pct": {k: M.error_pct(cal_sim[k], cal_real[k]) for k in M.SERVING_METRICS}},
+            "error_pct": {k: M.error_pct(cal_sim[k], cal_real[k]) for k in M.SERVING_METRICS},
+        },
         "round_overhead_s_by_batch": {str(k): v for k, v in overhead.items()},
         "round_overhead_source": ov_src,
         "round_overhead_profile_s_by_batch": {str(k): v for k, v in profile_ov.items()},
         "round_overhead_calibration_residual": {
-            str(k): {"rounds": len(v), "trimmed_mean_s": _tmean(v)} for k, v in
-            sorted(resid.items())},
+            str(k): {"rounds": len(v), "trimmed_mean_s": _tmean(v)}
+            for k, v in sorted(resid.items())
+        },
         "propose_intercept_s_by_batch": {str(k): v for k, v in icpt.items()},
         "controllers_heldout": {c: src for c, (_, src) in meta["controllers"].items()},
         "engine": meta["engine"],
         "prefill_convention": "simulator prompt = P - 1 tokens, output = N + 1; engine first "
-                              "token = end of the simulated first round (module docstring)",
+        "token = end of the simulated first round (module docstring)",
         "runtime_s": meta["measure_s"] + time.perf_counter() - t_start,
     }
     (bdir / "summary.json").write_text(json.dumps(json_safe(summary), indent=1))
@@ -474,11 +565,15 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
 
 def format_table(err) -> str:
     """The batched error table as aligned text (controller x load x metric)."""
-    head = (f"{'controller':<14} {'load':<16} {'rate/s':>7} {'metric':<24} {'sim':>11} "
-            f"{'real':>11} {'spread%':>8} {'error%':>8}")
+    head = (
+        f"{'controller':<14} {'load':<16} {'rate/s':>7} {'metric':<24} {'sim':>11} "
+        f"{'real':>11} {'spread%':>8} {'error%':>8}"
+    )
     lines = [head]
     for r in err.itertuples(index=False):
-        lines.append(f"{r.controller:<14} {r.load:<16} {r.rate_rps:>7.3f} {r.metric:<24} "
-                     f"{r.sim:>11.5g} {r.real:>11.5g} {r.real_spread:>8.2f} "
-                     f"{r.error_pct:>+8.2f}")
+        lines.append(
+            f"{r.controller:<14} {r.load:<16} {r.rate_rps:>7.3f} {r.metric:<24} "
+            f"{r.sim:>11.5g} {r.real:>11.5g} {r.real_spread:>8.2f} "
+            f"{r.error_pct:>+8.2f}"
+        )
     return "\n".join(lines)

@@ -14,8 +14,13 @@ import numpy as np
 
 from control.metrics import acceptance_rate, mean_accepted_length, round_totals
 
-METRICS = ("throughput_tokens_per_s", "mean_accepted_length", "acceptance_rate", "tpot_p50_s",
-           "tpot_p99_s")
+METRICS = (
+    "throughput_tokens_per_s",
+    "mean_accepted_length",
+    "acceptance_rate",
+    "tpot_p50_s",
+    "tpot_p99_s",
+)
 #: the metrics whose largest |error| is the headline number.
 HEADLINE = ("throughput_tokens_per_s", "mean_accepted_length")
 
@@ -37,9 +42,13 @@ def compute(accepted, drafted, tokens, request_s, decode_s) -> dict[str, float]:
 
 def real_metrics(records, requests) -> dict[str, float]:
     """From ``RoundRecord``s and ``real.tracing.RequestRun``s."""
-    return compute([r.accepted for r in records], [r.drafted for r in records],
-                   [q.output_tokens for q in requests], [q.seconds for q in requests],
-                   [q.decode_s for q in requests])
+    return compute(
+        [r.accepted for r in records],
+        [r.drafted for r in records],
+        [q.output_tokens for q in requests],
+        [q.seconds for q in requests],
+        [q.decode_s for q in requests],
+    )
 
 
 def error_pct(sim: float, real: float) -> float:
@@ -55,8 +64,14 @@ def spread_pct(values) -> float:
 
 # ---------------------------------------------------------------- the batched part (serving)
 #: the batched part's compared metrics (one value per controller x load)
-SERVING_METRICS = ("throughput_tokens_per_s", "tpot_p50_s", "ttft_p50_s", "queue_mean_s",
-                   "e2e_p50_s", "mean_accepted_length")
+SERVING_METRICS = (
+    "throughput_tokens_per_s",
+    "tpot_p50_s",
+    "ttft_p50_s",
+    "queue_mean_s",
+    "e2e_p50_s",
+    "mean_accepted_length",
+)
 #: the metrics of ``validate_batched_max_abs_error_pct``, with the issue's target |error| in %
 SERVING_TARGETS = {"throughput_tokens_per_s": 10.0, "tpot_p50_s": 10.0, "ttft_p50_s": 20.0}
 #: controllers are ranked per load by this metric (lower is better): under open-loop arrivals
@@ -64,8 +79,9 @@ SERVING_TARGETS = {"throughput_tokens_per_s": 10.0, "tpot_p50_s": 10.0, "ttft_p5
 RANK_METRIC = "tpot_p50_s"
 
 
-def serving(arrival_s, admitted_s, first_token_s, finish_s, tokens, accepted: int,
-            rounds: int) -> dict[str, float]:
+def serving(
+    arrival_s, admitted_s, first_token_s, finish_s, tokens, accepted: int, rounds: int
+) -> dict[str, float]:
     """The batched part's metrics of one run (every request finished), per request arrays:
     arrival, admission (end of its prefill pass), first token (end of its first round), finish,
     and output tokens; ``accepted`` drafted tokens over ``rounds`` sequence-rounds.

@@ -38,14 +38,24 @@ def write_positions_sim(path: Path, positions: list[list[PositionRecord]]) -> No
     for rid, recs in enumerate(positions):
         rows.append(PositionRecord(request_id=rid, position=0, run_length=0))
         for r in recs:
-            rows.append(PositionRecord(request_id=rid, position=r.position + 1,
-                                       run_length=r.run_length, confidences=r.confidences,
-                                       sentence_end=r.sentence_end))
+            rows.append(
+                PositionRecord(
+                    request_id=rid,
+                    position=r.position + 1,
+                    run_length=r.run_length,
+                    confidences=r.confidences,
+                    sentence_end=r.sentence_end,
+                )
+            )
     pd.DataFrame(records_to_columns(rows, PositionRecord)).to_csv(path, index=False)
 
 
-def write_requests_trace(path: Path, prompt_tokens: list[int], new_tokens: list[int],
-                         arrival_s: list[float] | None = None) -> None:
+def write_requests_trace(
+    path: Path,
+    prompt_tokens: list[int],
+    new_tokens: list[int],
+    arrival_s: list[float] | None = None,
+) -> None:
     """The mirrored requests as an Azure-format trace (all at t = 0 unless ``arrival_s``; the
     first arrival must be at 0: the simulator counts time from the trace's first request)."""
     import pandas as pd
@@ -54,11 +64,17 @@ def write_requests_trace(path: Path, prompt_tokens: list[int], new_tokens: list[
         stamps = [TIMESTAMP] * len(prompt_tokens)
     else:
         base = pd.Timestamp(TIMESTAMP)
-        stamps = [(base + pd.Timedelta(microseconds=round(t * 1e6))).strftime(
-            "%Y-%m-%d %H:%M:%S.%f") for t in arrival_s]
-    pd.DataFrame({"TIMESTAMP": stamps,
-                  "ContextTokens": [p - 1 for p in prompt_tokens],
-                  "GeneratedTokens": [n + 1 for n in new_tokens]}).to_csv(path, index=False)
+        stamps = [
+            (base + pd.Timedelta(microseconds=round(t * 1e6))).strftime("%Y-%m-%d %H:%M:%S.%f")
+            for t in arrival_s
+        ]
+    pd.DataFrame(
+        {
+            "TIMESTAMP": stamps,
+            "ContextTokens": [p - 1 for p in prompt_tokens],
+            "GeneratedTokens": [n + 1 for n in new_tokens],
+        }
+    ).to_csv(path, index=False)
 
 
 def fit_acceptance(records) -> dict:
@@ -76,19 +92,22 @@ def fit_acceptance(records) -> dict:
         r_ += int(r.accepted < r.drafted)
         c = np.clip(np.asarray(r.confidences, dtype=float), 1e-6, 1 - 1e-6)
         z = np.log(c / (1 - c))
-        acc.extend(z[:r.accepted].tolist())
-        rej.extend(z[r.accepted:].tolist())
+        acc.extend(z[: r.accepted].tolist())
+        rej.extend(z[r.accepted :].tolist())
         ends += len(r.sentence_ends)
         emitted += r.emitted
     rate = s / (s + r_) if s + r_ else 0.0
     za, zr = np.asarray(acc), np.asarray(rej)
     resid = np.concatenate([za - za.mean() if len(za) else za, zr - zr.mean() if len(zr) else zr])
     clip = lambda v: float(np.clip(v, -20.0, 20.0))  # noqa: E731
-    return {"model": "iid", "rate": float(rate),
-            "conf_accept_logit": clip(za.mean()) if len(za) else 2.0,
-            "conf_reject_logit": clip(zr.mean()) if len(zr) else -0.5,
-            "conf_logit_sd": float(min(resid.std(), 20.0)) if len(resid) else 1.0,
-            "sentence_end_rate": float(ends / emitted) if emitted else 0.0}
+    return {
+        "model": "iid",
+        "rate": float(rate),
+        "conf_accept_logit": clip(za.mean()) if len(za) else 2.0,
+        "conf_reject_logit": clip(zr.mean()) if len(zr) else -0.5,
+        "conf_logit_sd": float(min(resid.std(), 20.0)) if len(resid) else 1.0,
+        "sentence_end_rate": float(ends / emitted) if emitted else 0.0,
+    }
 
 
 def engine_deployment() -> dict:
@@ -105,10 +124,18 @@ def engine_deployment() -> dict:
     return {k: v for k, v in want.items() if k in have}
 
 
-def write_scenario(folder: Path, name: str, latency_csv: Path, round_overhead_s: float,
-                   k_max: int, prompt_tokens: list[int], new_tokens: list[int],
-                   positions: list[list[PositionRecord]] | None, fitted: dict | None,
-                   controllers: dict) -> Path:
+def write_scenario(
+    folder: Path,
+    name: str,
+    latency_csv: Path,
+    round_overhead_s: float,
+    k_max: int,
+    prompt_tokens: list[int],
+    new_tokens: list[int],
+    positions: list[list[PositionRecord]] | None,
+    fitted: dict | None,
+    controllers: dict,
+) -> Path:
     """Write the mirror scenario (and its data files) into ``folder``; return its path."""
     folder.mkdir(parents=True, exist_ok=True)
     write_requests_trace(folder / "requests_trace.csv", prompt_tokens, new_tokens)
@@ -120,14 +147,23 @@ def write_scenario(folder: Path, name: str, latency_csv: Path, round_overhead_s:
         acc.update(fitted or {})
     data = {
         "name": name,
-        "deployment": {"replicas": 1, "tp": 1, "max_batch": 1, "max_draft_tokens": k_max,
-                       "draft_within_length": True, **engine_deployment()},
-        "workload": {"arrival": "trace", "trace_path": "requests_trace.csv",
-                     "trace_lengths": True},
+        "deployment": {
+            "replicas": 1,
+            "tp": 1,
+            "max_batch": 1,
+            "max_draft_tokens": k_max,
+            "draft_within_length": True,
+            **engine_deployment(),
+        },
+        "workload": {"arrival": "trace", "trace_path": "requests_trace.csv", "trace_lengths": True},
         "acceptance": acc,
-        "latency": {"backend": "table", "table_path": str(Path(latency_csv).resolve()),
-                    "target_name": "target", "drafter_name": "drafter",
-                    "round_overhead_s": float(round_overhead_s)},
+        "latency": {
+            "backend": "table",
+            "table_path": str(Path(latency_csv).resolve()),
+            "target_name": "target",
+            "drafter_name": "drafter",
+            "round_overhead_s": float(round_overhead_s),
+        },
         "sim": {"controllers": list(controllers)},
         "controller": controllers,
     }
@@ -136,10 +172,18 @@ def write_scenario(folder: Path, name: str, latency_csv: Path, round_overhead_s:
     return path
 
 
-def write_serving_scenario(folder: Path, name: str, latency_csv: Path, k_max: int, slots: int,
-                           arrival_s: list[float], prompt_tokens: list[int],
-                           new_tokens: list[int], positions: list[list[PositionRecord]],
-                           controllers: dict) -> Path:
+def write_serving_scenario(
+    folder: Path,
+    name: str,
+    latency_csv: Path,
+    k_max: int,
+    slots: int,
+    arrival_s: list[float],
+    prompt_tokens: list[int],
+    new_tokens: list[int],
+    positions: list[list[PositionRecord]],
+    controllers: dict,
+) -> Path:
     """The mirror of a ``real.serve`` replay: one replica of ``max_batch = slots``, the replay's
     own arrivals and lengths (a trace), acceptance replayed from each request's greedy position
     trace, the table backend with the per-batch round overhead already in its target verify
@@ -151,16 +195,33 @@ def write_serving_scenario(folder: Path, name: str, latency_csv: Path, k_max: in
     write_positions_sim(folder / "positions_sim.csv", positions)
     data = {
         "name": name,
-        "deployment": {"replicas": 1, "tp": 1, "max_batch": int(slots),
-                       "max_draft_tokens": int(k_max), "draft_within_length": True,
-                       **engine_deployment()},
-        "workload": {"arrival": "trace", "trace_path": "requests_trace.csv",
-                     "trace_lengths": True, "num_requests": len(arrival_s)},
-        "acceptance": {"max_run_tokens": k_max + 1, "model": "replay",
-                       "replay_path": "positions_sim.csv", "replay_lengths": True},
-        "latency": {"backend": "table", "table_path": str(Path(latency_csv).resolve()),
-                    "target_name": "target", "drafter_name": "drafter",
-                    "round_overhead_s": 0.0},
+        "deployment": {
+            "replicas": 1,
+            "tp": 1,
+            "max_batch": int(slots),
+            "max_draft_tokens": int(k_max),
+            "draft_within_length": True,
+            **engine_deployment(),
+        },
+        "workload": {
+            "arrival": "trace",
+            "trace_path": "requests_trace.csv",
+            "trace_lengths": True,
+            "num_requests": len(arrival_s),
+        },
+        "acceptance": {
+            "max_run_tokens": k_max + 1,
+            "model": "replay",
+            "replay_path": "positions_sim.csv",
+            "replay_lengths": True,
+        },
+        "latency": {
+            "backend": "table",
+            "table_path": str(Path(latency_csv).resolve()),
+            "target_name": "target",
+            "drafter_name": "drafter",
+            "round_overhead_s": 0.0,
+        },
         "sim": {"controllers": list(controllers)},
         "controller": controllers,
     }
@@ -181,14 +242,23 @@ def sim_serving_metrics(res) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     first_round = rd.groupby("request_id")["now_s"].min()
     ids = req["request_id"].to_numpy()
     first = first_round.reindex(ids).to_numpy(dtype=float)
-    times = {"request_id": ids,
-             "arrival_s": req["arrival_s"].to_numpy(dtype=float),
-             "admitted_s": req["first_token_s"].to_numpy(dtype=float),
-             "first_token_s": first,
-             "finish_s": req["finish_s"].to_numpy(dtype=float),
-             "tokens": req["output_tokens"].to_numpy(dtype=float) - 1}
-    m = serving(times["arrival_s"], times["admitted_s"], first, times["finish_s"],
-                times["tokens"], int(rd["accepted"].sum()), len(rd))
+    times = {
+        "request_id": ids,
+        "arrival_s": req["arrival_s"].to_numpy(dtype=float),
+        "admitted_s": req["first_token_s"].to_numpy(dtype=float),
+        "first_token_s": first,
+        "finish_s": req["finish_s"].to_numpy(dtype=float),
+        "tokens": req["output_tokens"].to_numpy(dtype=float) - 1,
+    }
+    m = serving(
+        times["arrival_s"],
+        times["admitted_s"],
+        first,
+        times["finish_s"],
+        times["tokens"],
+        int(rd["accepted"].sum()),
+        len(rd),
+    )
     return m, times
 
 
@@ -200,8 +270,9 @@ def sim_metrics(res) -> dict[str, float]:
     tokens = req["output_tokens"].to_numpy(dtype=float) - 1  # minus the mapped prompt token
     decode = finish - req["first_token_s"].to_numpy(dtype=float)
     rd = res.rounds
-    return compute(rd["accepted"].to_numpy(), rd["drafted"].to_numpy(), tokens, finish - start,
-                   decode)
+    return compute(
+        rd["accepted"].to_numpy(), rd["drafted"].to_numpy(), tokens, finish - start, decode
+    )
 
 
 def predict(scenario_path: Path, controller: str, config, seeds=(0,)) -> tuple[dict, object]:

@@ -57,6 +57,7 @@ def _log_fn(quiet: bool) -> Callable[[str], None]:
     def log(msg: str) -> None:
         if not quiet:
             print(f"[validate {time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
     return log
 
 
@@ -74,9 +75,18 @@ def _write_positions(path: Path, positions: list[list[PositionRecord]]) -> None:
 
 
 def _requests_rows(reqs, **extra) -> list[dict]:
-    return [{**extra, "request_id": q.request_id, "prompt_tokens": q.prompt_tokens,
-             "output_tokens": q.output_tokens, "seconds": q.seconds, "decode_s": q.decode_s,
-             "rounds": q.rounds} for q in reqs]
+    return [
+        {
+            **extra,
+            "request_id": q.request_id,
+            "prompt_tokens": q.prompt_tokens,
+            "output_tokens": q.output_tokens,
+            "seconds": q.seconds,
+            "decode_s": q.decode_s,
+            "rounds": q.rounds,
+        }
+        for q in reqs
+    ]
 
 
 def _split_rounds(records) -> dict[int, list]:
@@ -89,8 +99,10 @@ def _split_rounds(records) -> dict[int, list]:
 def _replay_exact(sim_rounds, records) -> float:
     """Fraction of requests whose (k, drafted, accepted) sequence the simulator reproduced."""
     real = _split_rounds(records)
-    sim = {rid: list(zip(g["k"], g["drafted"], g["accepted"]))
-           for rid, g in sim_rounds.groupby("request_id", sort=True)}
+    sim = {
+        rid: list(zip(g["k"], g["drafted"], g["accepted"]))
+        for rid, g in sim_rounds.groupby("request_id", sort=True)
+    }
     ok = 0
     for rid, recs in real.items():
         ok += sim.get(rid) == [(r.k, r.drafted, r.accepted) for r in recs]
@@ -117,17 +129,25 @@ def _breakdown(sim_res, records, reqs, propose_intercept_s: float = 0.0) -> dict
     real_total = float(sum(q.seconds for q in reqs))
     real_decode = float(sum(q.decode_s for q in reqs))
     out = {
-        "real_total_s": real_total, "sim_total_s": sim_total,
-        "real_draft_s": real_draft, "sim_draft_s": sim_draft,
-        "real_verify_s": real_verify, "sim_verify_s": sim_verify,
+        "real_total_s": real_total,
+        "sim_total_s": sim_total,
+        "real_draft_s": real_draft,
+        "sim_draft_s": sim_draft,
+        "real_verify_s": real_verify,
+        "sim_verify_s": sim_verify,
         "real_round_overhead_s": real_decode - real_draft - real_verify,
         "sim_round_overhead_s": sim_total - sim_pre - sim_draft - sim_verify,  # minus moved
-        "real_prefill_s": real_total - real_decode, "sim_prefill_s": sim_pre,
-        "real_rounds": len(records), "sim_rounds": len(rd),
+        "real_prefill_s": real_total - real_decode,
+        "sim_prefill_s": sim_pre,
+        "real_rounds": len(records),
+        "sim_rounds": len(rd),
     }
     for part in ("draft", "verify", "round_overhead", "prefill"):
-        out[f"{part}_error_pct_of_total"] = (out[f"sim_{part}_s"] - out[f"real_{part}_s"]) \
-            / real_total * 100.0 if real_total else float("nan")
+        out[f"{part}_error_pct_of_total"] = (
+            (out[f"sim_{part}_s"] - out[f"real_{part}_s"]) / real_total * 100.0
+            if real_total
+            else float("nan")
+        )
     return out
 
 
@@ -140,8 +160,11 @@ def run_validate(cfg: ValidateConfig, out: Path, quiet: bool = False) -> dict:
     log = _log_fn(quiet)
     torch.set_num_threads(cfg.threads)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.toml").write_text(to_toml(dataclasses.replace(
-        cfg, workloads={w: to_dict(v) for w, v in cfg.workloads.items()})))
+    (out / "config.toml").write_text(
+        to_toml(
+            dataclasses.replace(cfg, workloads={w: to_dict(v) for w, v in cfg.workloads.items()})
+        )
+    )
     if "batch1" in cfg.parts:
         summary = _run_batch1(cfg, out, log)
     else:
@@ -163,9 +186,11 @@ class _Batch1:
         self.cfg, self.out, self.log = cfg, out, log
         self.engine = build_engine(cfg)
         self.kmax = cfg.engine.k_max
-        log(f"engine: {cfg.models.source} models, target {cfg.engine.target_dtype}, drafter "
+        log(
+            f"engine: {cfg.models.source} models, target {cfg.engine.target_dtype}, drafter "
             f"{cfg.engine.drafter} {cfg.engine.drafter_dtype}, {cfg.engine.device}, "
-            f"k_max {self.kmax}")
+            f"k_max {self.kmax}"
+        )
 
     def start_profile(self) -> None:
         """1. the latency profile's warm-up and first slice (the other slices run between the
@@ -180,12 +205,14 @@ class _Batch1:
         n_pairs = len(cfg.heldout.workloads) * len(cfg.heldout.controllers)
         n_slices = 1 + cfg.repeats * n_pairs if cfg.interleave_profile else 1
         # the timed cells, spread evenly: one slice now, one after every real run of a pair
-        self.per_slice = [len(x) for x in np.array_split(
-            np.arange(cfg.profile.repeats * len(gp.cells)), n_slices)]
+        self.per_slice = [
+            len(x) for x in np.array_split(np.arange(cfg.profile.repeats * len(gp.cells)), n_slices)
+        ]
         self.slices = iter(self.per_slice)
         gp.run_cells(next(self.slices))
-        self.log(f"profile: {len(gp.cells)} cells x {cfg.profile.repeats} repeats in "
-                 f"{n_slices} slices")
+        self.log(
+            f"profile: {len(gp.cells)} cells x {cfg.profile.repeats} repeats in {n_slices} slices"
+        )
 
     def record_positions(self) -> None:
         """2. prompts and greedy position traces, once per workload."""
@@ -206,8 +233,10 @@ class _Batch1:
             d.mkdir(parents=True, exist_ok=True)
             _write_positions(d / "positions.csv", self.positions[w])
             runs = [r.run_length for recs in self.positions[w] for r in recs]
-            self.log(f"positions {w}: {len(self.prompts[w])} prompts, mean run length "
-                     f"{np.mean(runs):.2f}")
+            self.log(
+                f"positions {w}: {len(self.prompts[w])} prompts, mean run length "
+                f"{np.mean(runs):.2f}"
+            )
 
     def calibrate(self) -> None:
         """3. the calibration trace: controller X on workload A, and the model fitted on it."""
@@ -220,23 +249,31 @@ class _Batch1:
         self.x_cfg = make_config(cal.controller, cal.controller_config, source="calibration")
         x_label = f"{cal.controller}(calibration)"
         self.cal_recs, self.cal_reqs = run_requests(
-            self.engine, self.prompts[A], self.cfg.prompt_set(A).max_new_tokens,
-            lambda: make_controller(cal.controller, self.x_cfg), x_label)
+            self.engine,
+            self.prompts[A],
+            self.cfg.prompt_set(A).max_new_tokens,
+            lambda: make_controller(cal.controller, self.x_cfg),
+            x_label,
+        )
         d = self.out / "traces" / A
         _write_rounds(d / "rounds.csv", self.cal_recs)
         pd.DataFrame(_requests_rows(self.cal_reqs, controller=x_label)).to_csv(
-            d / "requests.csv", index=False)
+            d / "requests.csv", index=False
+        )
         self.fitted = fit_acceptance(self.cal_recs)
         self.cal_real = M.real_metrics(self.cal_recs, self.cal_reqs)
-        self.log(f"calibration {x_label} on {A}: â {self.cal_real['acceptance_rate']:.3f}, "
-                 f"throughput {self.cal_real['throughput_tokens_per_s']:.1f} tokens/s")
+        self.log(
+            f"calibration {x_label} on {A}: â {self.cal_real['acceptance_rate']:.3f}, "
+            f"throughput {self.cal_real['throughput_tokens_per_s']:.1f} tokens/s"
+        )
 
     def measure(self) -> None:
         """4. the real runs of the held-out set, repeated and interleaved (with profile
         slices between them)."""
         cfg = self.cfg
-        self.real: dict = {(c, w): [] for w in cfg.heldout.workloads
-                           for c in cfg.heldout.controllers}
+        self.real: dict = {
+            (c, w): [] for w in cfg.heldout.workloads for c in cfg.heldout.controllers
+        }
         self.real_recs: dict = {}
         self.greedy_eq: dict = {}
         self.ctrl_cfgs, self.ctrl_src = {}, {}
@@ -262,8 +299,9 @@ class _Batch1:
         from real.tracing import run_requests
 
         n_new = self.cfg.prompt_set(w).max_new_tokens
-        recs, reqs = run_requests(self.engine, self.prompts[w], n_new,
-                                  lambda: make_controller(c, self.ctrl_cfgs[c]), c)
+        recs, reqs = run_requests(
+            self.engine, self.prompts[w], n_new, lambda: make_controller(c, self.ctrl_cfgs[c]), c
+        )
         self.real[c, w].append(M.real_metrics(recs, reqs))
         self.real_recs.setdefault((c, w), []).append((recs, reqs))
         if rep == 0:
@@ -271,8 +309,10 @@ class _Batch1:
             self.greedy_eq[c, w] = same / len(reqs)
         if self.cfg.interleave_profile:
             self.gp.run_cells(next(self.slices))
-        return (pd.DataFrame(records_to_columns(recs)).assign(workload=w, repeat=rep),
-                pd.DataFrame(_requests_rows(reqs, controller=c, workload=w, repeat=rep)))
+        return (
+            pd.DataFrame(records_to_columns(recs)).assign(workload=w, repeat=rep),
+            pd.DataFrame(_requests_rows(reqs, controller=c, workload=w, repeat=rep)),
+        )
 
     def latency_table(self) -> None:
         """5a. the latency table (+ round overhead measured now) the simulator reads."""
@@ -288,32 +328,56 @@ class _Batch1:
         self.overhead_s = round_overhead_s(sim_lat)
         ro = details["round_overhead"]
         self.icpt = ro["intercept_mean_s"] if cfg.latency_statistic == "mean" else ro["intercept_s"]
-        (self.prof_dir / "summary.json").write_text(json.dumps(json_safe(
-            {"kind": "profile", "passes": gp.done, "slices_cells": self.per_slice, **details}),
-            indent=1))
-        self.log(f"profile: {len(lat)} rows from {gp.done} passes, round overhead "
-                 f"{self.overhead_s * 1e3:.3f} ms ({cfg.latency_statistic})")
+        (self.prof_dir / "summary.json").write_text(
+            json.dumps(
+                json_safe(
+                    {
+                        "kind": "profile",
+                        "passes": gp.done,
+                        "slices_cells": self.per_slice,
+                        **details,
+                    }
+                ),
+                indent=1,
+            )
+        )
+        self.log(
+            f"profile: {len(lat)} rows from {gp.done} passes, round overhead "
+            f"{self.overhead_s * 1e3:.3f} ms ({cfg.latency_statistic})"
+        )
 
     def scenario(self, w: str, folder: Path, fitted: dict | None, ctrls: dict) -> Path:
         """The mirror scenario of workload ``w`` (after :meth:`latency_table`): acceptance
         replayed from its position traces, or ``fitted``."""
         n = len(self.prompts[w])
-        return write_scenario(folder, f"{self.cfg.name}-{w}", self.sim_lat_csv, self.overhead_s,
-                              self.kmax, [len(p) for p in self.prompts[w]],
-                              [self.cfg.prompt_set(w).max_new_tokens] * n,
-                              None if fitted else self.positions[w], fitted, ctrls)
+        return write_scenario(
+            folder,
+            f"{self.cfg.name}-{w}",
+            self.sim_lat_csv,
+            self.overhead_s,
+            self.kmax,
+            [len(p) for p in self.prompts[w]],
+            [self.cfg.prompt_set(w).max_new_tokens] * n,
+            None if fitted else self.positions[w],
+            fitted,
+            ctrls,
+        )
 
     def calibration_check(self) -> dict:
         """5b. the mirror replayed on the calibration trace itself."""
         cal = self.cfg.calibration
         A = cal.workload
-        scn_a = self.scenario(A, self.out / "sim" / A / "replay", None,
-                              {cal.controller: to_dict(self.x_cfg)})
+        scn_a = self.scenario(
+            A, self.out / "sim" / A / "replay", None, {cal.controller: to_dict(self.x_cfg)}
+        )
         cal_sim, cal_res = predict(scn_a, cal.controller, self.x_cfg)
         return {
-            "controller": cal.controller, "controller_config": to_dict(self.x_cfg), "workload": A,
+            "controller": cal.controller,
+            "controller_config": to_dict(self.x_cfg),
+            "workload": A,
             "replay_exact_requests": _replay_exact(cal_res.rounds, self.cal_recs),
-            "real": self.cal_real, "sim": cal_sim,
+            "real": self.cal_real,
+            "sim": cal_sim,
             "error_pct": {k: M.error_pct(cal_sim[k], self.cal_real[k]) for k in M.METRICS},
             "latency_breakdown": _breakdown(cal_res, self.cal_recs, self.cal_reqs, self.icpt),
         }
@@ -325,15 +389,21 @@ class _Batch1:
         self.preds, self.fitted_preds, self.sim_runs = {}, {}, {}
         for w in cfg.heldout.workloads:
             scn = self.scenario(w, self.out / "sim" / w / "replay", None, ctrl_tables)
-            scn_f = (self.scenario(w, self.out / "sim" / w / "fitted", self.fitted, ctrl_tables)
-                     if w in cfg.heldout.fitted_workloads else None)
+            scn_f = (
+                self.scenario(w, self.out / "sim" / w / "fitted", self.fitted, ctrl_tables)
+                if w in cfg.heldout.fitted_workloads
+                else None
+            )
             for c in cfg.heldout.controllers:
                 self.preds[c, w], self.sim_runs[c, w] = predict(scn, c, self.ctrl_cfgs[c])
                 if scn_f is not None:
-                    self.fitted_preds[c, w], _ = predict(scn_f, c, self.ctrl_cfgs[c],
-                                                         seeds=(0, 1, 2))
-        self.log(f"predicted {len(self.preds)} controller x workload pairs "
-                 f"(+{len(self.fitted_preds)} fitted)")
+                    self.fitted_preds[c, w], _ = predict(
+                        scn_f, c, self.ctrl_cfgs[c], seeds=(0, 1, 2)
+                    )
+        self.log(
+            f"predicted {len(self.preds)} controller x workload pairs "
+            f"(+{len(self.fitted_preds)} fitted)"
+        )
 
     def diagnostics(self) -> dict:
         """Per pair: replay exactness, equality with greedy, and the latency breakdown."""
@@ -342,11 +412,14 @@ class _Batch1:
             pairs = self.real_recs[c, w]
             parts = [_breakdown(res, recs, reqs, self.icpt) for recs, reqs in pairs]
             diag[f"{c}|{w}"] = {
-                "replay_exact_requests": float(np.mean([_replay_exact(res.rounds, recs)
-                                                        for recs, _ in pairs])),
+                "replay_exact_requests": float(
+                    np.mean([_replay_exact(res.rounds, recs) for recs, _ in pairs])
+                ),
                 "real_tokens_equal_greedy_reference": self.greedy_eq[c, w],
-                "latency_breakdown_mean_over_repeats": {k: float(np.mean([p[k] for p in parts]))
-                                                        for k in parts[0]}}
+                "latency_breakdown_mean_over_repeats": {
+                    k: float(np.mean([p[k] for p in parts])) for k in parts[0]
+                },
+            }
         return diag
 
     def calibrated_on(self) -> dict:
@@ -354,20 +427,21 @@ class _Batch1:
         cfg, cal = self.cfg, self.cfg.calibration
         return {
             "latency": "a separate profiling pass over the engine's own verify/draft code paths "
-                       "(profile/latency.csv, medians of interleaved repeats); round overhead "
-                       "from fixed-k generations of random prompts in that pass",
+            "(profile/latency.csv, medians of interleaved repeats); round overhead "
+            "from fixed-k generations of random prompts in that pass",
             "acceptance_replay": "greedy position traces recorded once per workload (the "
-                                 "held-out prompts' own, controller-independent: the target's "
-                                 "greedy continuation and the drafter's proposals from each "
-                                 "position do not depend on any controller)",
+            "held-out prompts' own, controller-independent: the target's "
+            "greedy continuation and the drafter's proposals from each "
+            "position do not depend on any controller)",
             "acceptance_fitted": f"i.i.d. rate and confidence model fitted on the rounds of "
-                                 f"controller X = {cal.controller} on workload A = "
-                                 f"{cal.workload} only; used for "
-                                 f"{list(cfg.heldout.fitted_workloads)} "
-                                 f"(errors_fitted.csv), never on their traces",
+            f"controller X = {cal.controller} on workload A = "
+            f"{cal.workload} only; used for "
+            f"{list(cfg.heldout.fitted_workloads)} "
+            f"(errors_fitted.csv), never on their traces",
             "controllers_heldout": {c: self.ctrl_src[c] for c in cfg.heldout.controllers},
-            "controllers_seen_in_calibration": [cal.controller + " " + json.dumps(
-                to_dict(self.x_cfg))],
+            "controllers_seen_in_calibration": [
+                cal.controller + " " + json.dumps(to_dict(self.x_cfg))
+            ],
         }
 
 
@@ -381,9 +455,17 @@ def _error_table(pred: dict, real: dict):
         for m in M.METRICS:
             vals = [r[m] for r in real[c, w]]
             med = float(np.median(vals))
-            rows.append({"controller": c, "workload": w, "metric": m, "sim": sim[m],
-                         "real": med, "real_spread": M.spread_pct(vals),
-                         "error_pct": M.error_pct(sim[m], med)})
+            rows.append(
+                {
+                    "controller": c,
+                    "workload": w,
+                    "metric": m,
+                    "sim": sim[m],
+                    "real": med,
+                    "real_spread": M.spread_pct(vals),
+                    "error_pct": M.error_pct(sim[m], med),
+                }
+            )
     return pd.DataFrame(rows, columns=list(ERROR_COLUMNS))
 
 
@@ -392,8 +474,10 @@ def _rank_orders(err, workloads) -> dict:
     ranks = {}
     for w in workloads:
         tp = err[(err["workload"] == w) & (err["metric"] == "throughput_tokens_per_s")]
-        ranks[w] = {"sim_order": tp.sort_values("sim", ascending=False)["controller"].tolist(),
-                    "real_order": tp.sort_values("real", ascending=False)["controller"].tolist()}
+        ranks[w] = {
+            "sim_order": tp.sort_values("sim", ascending=False)["controller"].tolist(),
+            "real_order": tp.sort_values("real", ascending=False)["controller"].tolist(),
+        }
         ranks[w]["agree"] = ranks[w]["sim_order"] == ranks[w]["real_order"]
     return ranks
 
@@ -417,20 +501,26 @@ def _run_batch1(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> d
     ranks = _rank_orders(err, cfg.heldout.workloads)
     within = head.assign(ok=head["error_pct"].abs() <= 5.0).groupby("controller")["ok"]
     summary = {
-        "kind": "validate", "name": cfg.name,
+        "kind": "validate",
+        "name": cfg.name,
         "max_abs_error_pct": float(head["error_pct"].abs().max()),
         "max_abs_error_metrics": list(M.HEADLINE),
         "rank_agreement": {w: r["agree"] for w, r in ranks.items()},
         "rank_orders": ranks,
         "controllers_within_5pct_on_all_workloads": sorted(
-            c for c, ok in within.all().items() if ok),
-        "max_abs_error_pct_fitted": (float(err_f[err_f["metric"].isin(M.HEADLINE)]["error_pct"]
-                                           .abs().max()) if err_f is not None else None),
+            c for c, ok in within.all().items() if ok
+        ),
+        "max_abs_error_pct_fitted": (
+            float(err_f[err_f["metric"].isin(M.HEADLINE)]["error_pct"].abs().max())
+            if err_f is not None
+            else None
+        ),
         "repeats": cfg.repeats,
         "max_real_spread_pct": float(head["real_spread"].max()),
         # an error no larger than the real runs' own spread cannot be told from noise
         "headline_errors_within_real_spread": int(
-            (head["error_pct"].abs() <= head["real_spread"]).sum()),
+            (head["error_pct"].abs() <= head["real_spread"]).sum()
+        ),
         "headline_errors": len(head),
         "calibrated_on": b.calibrated_on(),
         "fitted_acceptance": b.fitted,
@@ -448,9 +538,15 @@ def _run_batch1(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> d
 
 def format_table(err) -> str:
     """The error table as aligned text (one line per controller x workload x metric)."""
-    lines = [(f"{'controller':<14} {'workload':<10} {'metric':<24} {'sim':>11} {'real':>11} "
-             f"{'spread%':>8} {'error%':>8}")]
+    lines = [
+        (
+            f"{'controller':<14} {'workload':<10} {'metric':<24} {'sim':>11} {'real':>11} "
+            f"{'spread%':>8} {'error%':>8}"
+        )
+    ]
     for r in err.itertuples(index=False):
-        lines.append(f"{r.controller:<14} {r.workload:<10} {r.metric:<24} {r.sim:>11.5g} "
-                     f"{r.real:>11.5g} {r.real_spread:>8.2f} {r.error_pct:>+8.2f}")
+        lines.append(
+            f"{r.controller:<14} {r.workload:<10} {r.metric:<24} {r.sim:>11.5g} "
+            f"{r.real:>11.5g} {r.real_spread:>8.2f} {r.error_pct:>+8.2f}"
+        )
     return "\n".join(lines)

@@ -5,12 +5,29 @@ from __future__ import annotations
 from control.types import Observation
 
 
-def obs(drafted: int, accepted: int, *, now_s: float = 0.0, draft_s: float = 0.0,
-        verify_s: float = 0.0, emitted: int = -1, ends: tuple[int, ...] = (),
-        lossy: int = 0, conf: tuple[float, ...] = ()) -> Observation:
-    return Observation(now_s=now_s, drafted=drafted, accepted=accepted, confidences=conf,
-                       draft_s=draft_s, verify_s=verify_s, lossy_accepts=lossy,
-                       emitted=emitted, sentence_ends=ends)
+def obs(
+    drafted: int,
+    accepted: int,
+    *,
+    now_s: float = 0.0,
+    draft_s: float = 0.0,
+    verify_s: float = 0.0,
+    emitted: int = -1,
+    ends: tuple[int, ...] = (),
+    lossy: int = 0,
+    conf: tuple[float, ...] = (),
+) -> Observation:
+    return Observation(
+        now_s=now_s,
+        drafted=drafted,
+        accepted=accepted,
+        confidences=conf,
+        draft_s=draft_s,
+        verify_s=verify_s,
+        lossy_accepts=lossy,
+        emitted=emitted,
+        sentence_ends=ends,
+    )
 
 
 def run(ctrl, observations) -> list:

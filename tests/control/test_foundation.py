@@ -51,22 +51,25 @@ class Every:
             raise ConfigError("f may not be 3")
 
 
-@pytest.mark.parametrize("data, needle", [
-    ({"f": 6.0}, "f = 6.0 is out of range; allowed <= 5.0"),
-    ({"f": "x"}, "f = 'x': expected a number"),
-    ({"f": float("nan")}, "f = nan: expected a number"),
-    ({"f": True}, "expected a number"),
-    ({"i": "x"}, "i = 'x': expected an integer"),
-    ({"lit": "c"}, "lit = 'c': allowed one of 'a', 'b'"),
-    ({"items": 3}, "items = 3: expected a list"),
-    ({"table": 3}, "table = 3: expected a table"),
-    ({"sub": 3}, "sub: expected a table [sub]"),
-    ({"flag": 1}, "flag = 1: expected true or false"),
-    ({"name": 1}, "name = 1: expected a string"),
-    ({"f": 4.0}, "Every: f may not be 4"),
-    ({"f": 3.0}, "f may not be 3"),
-    ({"sub": {"x": -1}}, "sub.x = -1 is out of range; allowed >= 0"),
-])
+@pytest.mark.parametrize(
+    "data, needle",
+    [
+        ({"f": 6.0}, "f = 6.0 is out of range; allowed <= 5.0"),
+        ({"f": "x"}, "f = 'x': expected a number"),
+        ({"f": float("nan")}, "f = nan: expected a number"),
+        ({"f": True}, "expected a number"),
+        ({"i": "x"}, "i = 'x': expected an integer"),
+        ({"lit": "c"}, "lit = 'c': allowed one of 'a', 'b'"),
+        ({"items": 3}, "items = 3: expected a list"),
+        ({"table": 3}, "table = 3: expected a table"),
+        ({"sub": 3}, "sub: expected a table [sub]"),
+        ({"flag": 1}, "flag = 1: expected true or false"),
+        ({"name": 1}, "name = 1: expected a string"),
+        ({"f": 4.0}, "Every: f may not be 4"),
+        ({"f": 3.0}, "f may not be 3"),
+        ({"sub": {"x": -1}}, "sub.x = -1 is out of range; allowed >= 0"),
+    ],
+)
 def test_configio_errors(data, needle):
     with pytest.raises(ConfigError, match=r"^x\.toml: ") as e:
         from_mapping(Every, data, source="x.toml")
@@ -74,8 +77,19 @@ def test_configio_errors(data, needle):
 
 
 def test_configio_values_and_text(tmp_path):
-    cfg = from_mapping(Every, {"i": 3.0, "items": [1, 2], "table": {"a": 1}, "sub": Sub(2),
-                               "anything": [1], "flag": True, "subs": [{"x": 4}], "plain": 2})
+    cfg = from_mapping(
+        Every,
+        {
+            "i": 3.0,
+            "items": [1, 2],
+            "table": {"a": 1},
+            "sub": Sub(2),
+            "anything": [1],
+            "flag": True,
+            "subs": [{"x": 4}],
+            "plain": 2,
+        },
+    )
     assert cfg.i == 3 and cfg.items == (1, 2) and cfg.sub == Sub(2) and cfg.subs == (Sub(4),)
     assert to_dict(cfg)["subs"] == [{"x": 4}] and "i" in to_dict(cfg)
     assert "i" not in to_dict(Every())
@@ -83,8 +97,11 @@ def test_configio_values_and_text(tmp_path):
     p = write_toml(Sub(7), tmp_path / "d" / "s.toml")
     assert load(Sub, p) == Sub(7) and read_toml(p) == {"x": 7}
     rows = {r[0]: r for r in describe(Every)}
-    assert rows["items"][1] == [] and rows["f"][2] == "<= 5.0" and rows["sub"][2] == \
-        "any value of its type"
+    assert (
+        rows["items"][1] == []
+        and rows["f"][2] == "<= 5.0"
+        and rows["sub"][2] == "any value of its type"
+    )
     (tmp_path / "bin.toml").write_bytes(b"\xff\xfe")
     with pytest.raises(ConfigError, match=r"cannot read|malformed"):
         read_toml(tmp_path / "bin.toml")
@@ -92,9 +109,16 @@ def test_configio_values_and_text(tmp_path):
 
 
 def test_registry_paths():
-    assert set(controller_names()) == {"fixed", "hf-heuristic", "confidence-stop",
-                                        "ema-hysteresis", "analytic", "dspark", "clairvoyant",
-                                        "rate-oracle"}
+    assert set(controller_names()) == {
+        "fixed",
+        "hf-heuristic",
+        "confidence-stop",
+        "ema-hysteresis",
+        "analytic",
+        "dspark",
+        "clairvoyant",
+        "rate-oracle",
+    }
     cfg = make_config("dspark")
     assert make_config("dspark", cfg) is cfg
     assert make_controller("dspark", cfg).config is cfg
@@ -113,8 +137,9 @@ def test_types_checks_and_round_trip():
         Observation(now_s=0.0, drafted=2, accepted=3)
     with pytest.raises(ValueError):
         Observation(now_s=0.0, drafted=2, accepted=1, confidences=(0.5,))
-    o = Observation(now_s=1.0, drafted=3, accepted=1, confidences=(0.9, 0.2, 0.1),
-                    sentence_ends=(1,))
+    o = Observation(
+        now_s=1.0, drafted=3, accepted=1, confidences=(0.9, 0.2, 0.1), sentence_ends=(1,)
+    )
     assert o.emitted == 2 and o.rejected
     rec = RoundRecord.from_round(4, 2, Decision(k=3, block_end=True), o, controller="dspark")
     cols = records_to_columns([rec])
@@ -131,5 +156,10 @@ def test_types_checks_and_round_trip():
     with pytest.raises(KeyError):
         records_from_rows([{"request_id": 1}])
     pos = PositionRecord(1, 2, 3, (0.5,), True)
-    assert records_from_rows([{c: v[0] for c, v in records_to_columns(
-        [pos], PositionRecord).items()}], PositionRecord)[0] == pos
+    assert (
+        records_from_rows(
+            [{c: v[0] for c, v in records_to_columns([pos], PositionRecord).items()}],
+            PositionRecord,
+        )[0]
+        == pos
+    )

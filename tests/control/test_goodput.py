@@ -19,17 +19,27 @@ from control.registry import make_planner
 
 
 def stats(n_tokens, ctx, verify_s, draft_steps=0, drafting=0, draft_s=0.0, batch=1, over=0.0):
-    return RoundStats(0.0, draft_s + verify_s + over, batch, drafting, draft_steps, n_tokens, ctx,
-                      draft_s, verify_s)
+    return RoundStats(
+        0.0,
+        draft_s + verify_s + over,
+        batch,
+        drafting,
+        draft_steps,
+        n_tokens,
+        ctx,
+        draft_s,
+        verify_s,
+    )
 
 
 # --- cost model --------------------------------------------------------------------------------
 
+
 def test_cost_model_recovers_a_known_linear_cost():
     rng = np.random.default_rng(0)
     cm = RoundCostModel(forget=1.0)
-    a, b, c = 0.004, 2.5e-5, 3e-4         # intercept, per verified token, per 1000 context tokens
-    s0, s1, s2 = 1e-3, 2e-5, 1e-4         # draft step: intercept, per drafting sequence, context
+    a, b, c = 0.004, 2.5e-5, 3e-4  # intercept, per verified token, per 1000 context tokens
+    s0, s1, s2 = 1e-3, 2e-5, 1e-4  # draft step: intercept, per drafting sequence, context
     for _ in range(300):
         n = int(np.exp(rng.uniform(0.0, np.log(4000))))  # every hinge segment gets rounds
         ctx = float(rng.integers(0, 200_000))
@@ -78,10 +88,14 @@ def test_seed_rows_and_bad_path():
 
 # --- the goodput choice ------------------------------------------------------------------------
 
+
 def linear_costs(c0, c1, s0, s1, over=0.0):
-    return CostFunctions(verify_s=lambda n: c0 + c1 * np.asarray(n, float),
-                         verify_slope=lambda n: np.full(np.shape(np.atleast_1d(n)), c1),
-                         step_s=lambda d: s0 + s1 * np.asarray(d, float), overhead_s=over)
+    return CostFunctions(
+        verify_s=lambda n: c0 + c1 * np.asarray(n, float),
+        verify_slope=lambda n: np.full(np.shape(np.atleast_1d(n)), c1),
+        step_s=lambda d: s0 + s1 * np.asarray(d, float),
+        overhead_s=over,
+    )
 
 
 def goodput_of(k, a, costs):
@@ -91,9 +105,14 @@ def goodput_of(k, a, costs):
 
 
 @settings(max_examples=150, deadline=None)
-@given(a=st.lists(st.floats(0.0, 0.99), min_size=1, max_size=3),
-       c0=st.floats(1e-3, 0.05), c1=st.floats(0.0, 5e-3), s0=st.floats(0.0, 5e-3),
-       s1=st.floats(0.0, 1e-3), K=st.integers(1, 5))
+@given(
+    a=st.lists(st.floats(0.0, 0.99), min_size=1, max_size=3),
+    c0=st.floats(1e-3, 0.05),
+    c1=st.floats(0.0, 5e-3),
+    s0=st.floats(0.0, 5e-3),
+    s1=st.floats(0.0, 1e-3),
+    K=st.integers(1, 5),
+)
 def test_goodput_choice_equals_brute_force(a, c0, c1, s0, s1, K):
     costs = linear_costs(c0, c1, s0, s1)
     plan = plan_round_lengths(np.array(a), np.full(len(a), K), costs, K, iterations=20)
@@ -103,13 +122,19 @@ def test_goodput_choice_equals_brute_force(a, c0, c1, s0, s1, K):
 
 
 def test_leviathan_expectation():
-    assert expected_tokens(0.8, 4) == pytest.approx((1 - 0.8 ** 5) / 0.2)
+    assert expected_tokens(0.8, 4) == pytest.approx((1 - 0.8**5) / 0.2)
     assert expected_tokens(1.0, 4) == 5.0 and expected_tokens(0.0, 7) == 1.0
 
 
 @settings(max_examples=80, deadline=None)
-@given(a=st.floats(0.3, 0.95), spread=st.floats(0.0, 0.3), c0=st.floats(5e-3, 0.05),
-       knee=st.integers(16, 512), slope=st.floats(1e-5, 1e-3), seed=st.integers(0, 1000))
+@given(
+    a=st.floats(0.3, 0.95),
+    spread=st.floats(0.0, 0.3),
+    c0=st.floats(5e-3, 0.05),
+    knee=st.integers(16, 512),
+    slope=st.floats(1e-5, 1e-3),
+    seed=st.integers(0, 1000),
+)
 def test_cap_never_grows_with_batch_size(a, spread, c0, knee, slope, seed):
     """Verification cost grows with the batch (a roofline turn): the chosen cap never rises."""
     rng = np.random.default_rng(seed)
@@ -118,9 +143,11 @@ def test_cap_never_grows_with_batch_size(a, spread, c0, knee, slope, seed):
     def verify(n):
         return c0 + slope * np.maximum(np.asarray(n, float) - knee, 0.0)
 
-    costs = CostFunctions(verify_s=verify,
-                          verify_slope=lambda n: np.where(np.asarray(n) > knee, slope, 0.0),
-                          step_s=lambda d: 0.1 * c0 + 0.0 * np.asarray(d, float))
+    costs = CostFunctions(
+        verify_s=verify,
+        verify_slope=lambda n: np.where(np.asarray(n) > knee, slope, 0.0),
+        step_s=lambda d: 0.1 * c0 + 0.0 * np.asarray(d, float),
+    )
     caps = []
     for B in (1, 2, 4, 8, 16, 32, 64, 128, 256):
         r = np.full(B, a)  # all else fixed: the same rate for every sequence
@@ -141,6 +168,7 @@ def test_low_rate_sequences_stop_below_the_cap():
 
 # --- the dspark planner and the references ------------------------------------------------------
 
+
 def drive(planner, members, rounds, rate_rng, cost, a_true):
     """Rounds of a batch with a synthetic linear cost; returns the caps chosen."""
     caps, t = [], 0.0
@@ -154,10 +182,34 @@ def drive(planner, members, rounds, rate_rng, cost, a_true):
             n = 0
             while n < k and rate_rng.random() < a_true:
                 n += 1
-            m.observe_values(t + d_s + v_s, k, n, (), d_s, v_s, 1000, 0, n + 1, (), len(members),
-                             n_tokens, 1000 * len(members))
-        planner.observe_round(RoundStats(t, t + d_s + v_s, len(members), sum(k > 0 for k in ks),
-                                         steps, n_tokens, 1000 * len(members), d_s, v_s))
+            m.observe_values(
+                t + d_s + v_s,
+                k,
+                n,
+                (),
+                d_s,
+                v_s,
+                1000,
+                0,
+                n + 1,
+                (),
+                len(members),
+                n_tokens,
+                1000 * len(members),
+            )
+        planner.observe_round(
+            RoundStats(
+                t,
+                t + d_s + v_s,
+                len(members),
+                sum(k > 0 for k in ks),
+                steps,
+                n_tokens,
+                1000 * len(members),
+                d_s,
+                v_s,
+            )
+        )
         t += d_s + v_s
         caps.append(steps)
     return caps
@@ -170,8 +222,9 @@ def test_dspark_planner_follows_load(batch, c1, expect):
     planner = make_planner("dspark", cfg)
     assert isinstance(planner, DSparkPlanner)
     members = [make_controller("dspark", cfg) for _ in range(batch)]
-    caps = drive(planner, members, 200, np.random.default_rng(0),
-                 {"step": 1e-3, "c0": 0.02, "c1": c1}, 0.85)
+    caps = drive(
+        planner, members, 200, np.random.default_rng(0), {"step": 1e-3, "c0": 0.02, "c1": c1}, 0.85
+    )
     late = caps[-50:]
     assert expect[0] <= min(late) and max(late) <= expect[1], late
 
@@ -196,8 +249,9 @@ def test_clairvoyant_drafts_exactly_the_run_when_drafting_is_cheap():
         assert all(k <= max(f, 0) for k, f in zip(ks, futures))  # never drafts a refused token
         n = sum(k + 1 for k in ks)
         v = 0.02 + 1e-5 * n
-        planner.observe_round(RoundStats(t, t + v, 3, sum(k > 0 for k in ks), max(ks), n, 3000,
-                                         max(ks) * 1e-5, v))
+        planner.observe_round(
+            RoundStats(t, t + v, 3, sum(k > 0 for k in ks), max(ks), n, 3000, max(ks) * 1e-5, v)
+        )
         t += v
         if r > 10:
             assert ks == futures  # verification nearly free per token: every run is taken
@@ -207,21 +261,25 @@ def test_rate_oracle_plans_with_the_true_rates():
     planner = make_planner("rate-oracle")
     assert planner.needs_rates
     members = [make_controller("rate-oracle") for _ in range(2)]
-    drive(planner, members, 30, np.random.default_rng(0), {"step": 1e-3, "c0": 0.02, "c1": 1e-4},
-          0.5)
+    drive(
+        planner, members, 30, np.random.default_rng(0), {"step": 1e-3, "c0": 0.02, "c1": 1e-4}, 0.5
+    )
     planner.set_rates([0.99, 0.01])
     ks = [d.k for d in planner.plan(0.0, members, BatchContext(2, 2000))]
     assert ks[0] > ks[1] == 0
 
 
 @settings(max_examples=100, deadline=None)
-@given(rates=st.lists(st.lists(st.floats(0.0, 1.0), min_size=4, max_size=4), min_size=1,
-                      max_size=3),
-       c0=st.floats(1e-3, 0.05), c1=st.floats(0.0, 5e-3), s0=st.floats(0.0, 5e-3))
+@given(
+    rates=st.lists(st.lists(st.floats(0.0, 1.0), min_size=4, max_size=4), min_size=1, max_size=3),
+    c0=st.floats(1e-3, 0.05),
+    c1=st.floats(0.0, 5e-3),
+    s0=st.floats(0.0, 5e-3),
+)
 def test_goodput_choice_with_per_position_rates_equals_brute_force(rates, c0, c1, s0):
     """Rates that change with the draft position (row j-1 = position j): exact too."""
     K = 4
-    a = np.array(rates).T                                   # (K, B)
+    a = np.array(rates).T  # (K, B)
     prefix = np.vstack([np.ones((1, a.shape[1])), np.cumprod(a, axis=0)])
     costs = linear_costs(c0, c1, s0, 0.0)
 
@@ -254,15 +312,22 @@ def test_solo_goodput_keeps_learned_costs_across_reset():
 def test_alpha_trim_has_a_feedback_path():
     """Goodput α loop: a sequence missing its TPOT SLO lowers α below 1 at block ends, and a
     lower α makes the plan stop that sequence's drafts earlier (shorter rounds, lower TPOT)."""
-    cfg = {"alpha_ki": 0.2, "slo_tpot_s": 0.005, "block_tokens": 16, "snap_tokens": 0,
-           "warmup_rounds": 0, "min_update_rounds": 1, "window_rounds": 4}
+    cfg = {
+        "alpha_ki": 0.2,
+        "slo_tpot_s": 0.005,
+        "block_tokens": 16,
+        "snap_tokens": 0,
+        "warmup_rounds": 0,
+        "min_update_rounds": 1,
+        "window_rounds": 4,
+    }
     slow = make_controller("dspark", cfg)
     ok = make_controller("dspark", cfg)
     t = 0.0
     for _ in range(40):
         t += 0.03
-        slow.observe_values(t, 3, 3, (), 0.01, 0.02, 100, 0, 4, ())    # 30 ms / 4 tokens
-        ok.observe_values(t, 3, 3, (), 0.001, 0.002, 100, 0, 4, ())    # 3 ms / 4 tokens
+        slow.observe_values(t, 3, 3, (), 0.01, 0.02, 100, 0, 4, ())  # 30 ms / 4 tokens
+        ok.observe_values(t, 3, 3, (), 0.001, 0.002, 100, 0, 4, ())  # 3 ms / 4 tokens
     assert slow.alpha < 1.0 and ok.alpha == 1.0
     costs = linear_costs(0.01, 2e-3, 1e-4, 0.0)  # verified tokens cost: a batch under load
     a = np.array([0.8, 0.8])

@@ -34,15 +34,30 @@ def test_empty_is_nan():
 
 
 def test_record_metrics_uses_accepted_not_emitted():
-    recs = [RoundRecord(request_id=0, round=i, now_s=0.0, k=4, drafted=4, accepted=n,
-                        emitted=n + 1, draft_s=0.0, verify_s=0.0, context_tokens=0)
-            for i, n in enumerate((4, 2))]
+    recs = [
+        RoundRecord(
+            request_id=0,
+            round=i,
+            now_s=0.0,
+            k=4,
+            drafted=4,
+            accepted=n,
+            emitted=n + 1,
+            draft_s=0.0,
+            verify_s=0.0,
+            context_tokens=0,
+        )
+        for i, n in enumerate((4, 2))
+    ]
     assert record_metrics(recs)["mean_accepted_length"] == 1 + 6 / 2
 
 
 def test_json_safe():
-    v = {"a": float("nan"), "b": [np.float64(1.5), np.int64(2), (np.bool_(True), float("inf"))],
-         3: {"c": None, "d": "x"}}
+    v = {
+        "a": float("nan"),
+        "b": [np.float64(1.5), np.int64(2), (np.bool_(True), float("inf"))],
+        3: {"c": None, "d": "x"},
+    }
     out = json_safe(v)
     assert out == {"a": None, "b": [1.5, 2, [True, None]], "3": {"c": None, "d": "x"}}
     assert type(out["b"][1]) is int and type(out["b"][2][0]) is bool

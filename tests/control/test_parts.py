@@ -31,8 +31,9 @@ def test_window_evicts_and_resums():
     assert w.a_hat() is None and w.tpot_s() is None and w.wall_tpot_s() is None
     assert w.lossy_fraction() == 0.0
     for i, (n, d) in enumerate([(1, 2), (2, 2), (0, 2), (2, 2), (1, 3)]):
-        w.push(n, 1 if n < d else 0, d, n + 1, 0.001 * d, 0.01 + 0.001 * d, n // 2,
-               now_s=0.1 * (i + 1))
+        w.push(
+            n, 1 if n < d else 0, d, n + 1, 0.001 * d, 0.01 + 0.001 * d, n // 2, now_s=0.1 * (i + 1)
+        )
     # last three rounds: (0,2), (2,2), (1,3)
     assert (w.count, w.sum_n, w.sum_rej, w.sum_drafted, w.sum_emitted) == (3, 3, 2, 7, 6)
     assert w.a_hat() == 3 / 5 and w.lossy_fraction() == 1 / 3
@@ -47,14 +48,14 @@ def test_window_evicts_and_resums():
 def test_wall_tpot_before_wrap():
     w = RoundWindow(10)
     w.push(1, 0, 1, 2, 0.0, 0.0, 0, now_s=1.0)
-    assert w.wall_tpot_s() is None           # one round: no span
+    assert w.wall_tpot_s() is None  # one round: no span
     w.push(1, 0, 1, 2, 0.0, 0.0, 0, now_s=1.5)
     assert w.wall_tpot_s() == 0.25
     w.push(0, 0, 0, 0, 0.0, 0.0, 0, now_s=1.5)
     w2 = RoundWindow(2)
     w2.push(0, 0, 0, 0, 0.0, 0.0, 0, now_s=1.0)
     w2.push(0, 0, 0, 0, 0.0, 0.0, 0, now_s=2.0)
-    assert w2.wall_tpot_s() is None          # no tokens
+    assert w2.wall_tpot_s() is None  # no tokens
 
 
 class _EagerRing:
@@ -84,16 +85,27 @@ def test_window_sums_match_an_eager_ring_bit_for_bit():
 
     from control.types import Observation
     from control.window import row_of
+
     rnd = random.Random(7)
     for size in (1, 3, 8, 32):
-        for read_p in (1.0, 0.3, 0.03, 0.004):   # read every round ... rarely (trimmed history)
+        for read_p in (1.0, 0.3, 0.03, 0.004):  # read every round ... rarely (trimmed history)
             w, ref, now = RoundWindow(size), _EagerRing(size), 0.0
             for _ in range(700):
                 d = rnd.randint(0, 9)
                 n = rnd.randint(0, d)
                 now += rnd.random() * 0.02
-                o = Observation(now, d, n, (), rnd.random() * 1e-3, rnd.random() * 1e-2, 0,
-                                rnd.randint(0, n), -1, ())
+                o = Observation(
+                    now,
+                    d,
+                    n,
+                    (),
+                    rnd.random() * 1e-3,
+                    rnd.random() * 1e-2,
+                    0,
+                    rnd.randint(0, n),
+                    -1,
+                    (),
+                )
                 row = row_of(o)
                 ref.push(row)
                 if rnd.random() < 0.5:
@@ -101,12 +113,18 @@ def test_window_sums_match_an_eager_ring_bit_for_bit():
                 else:
                     w.push(*row)
                 if rnd.random() < read_p:
-                    assert [w.sum_n, w.sum_rej, w.sum_drafted, w.sum_emitted, w.sum_draft_s,
-                            w.sum_round_s, w.sum_lossy] == ref.s
+                    assert [
+                        w.sum_n,
+                        w.sum_rej,
+                        w.sum_drafted,
+                        w.sum_emitted,
+                        w.sum_draft_s,
+                        w.sum_round_s,
+                        w.sum_lossy,
+                    ] == ref.s
                     assert w.count == ref.count
             assert w.tpot_s() == ref.s[5] / ref.s[3]
-            assert w.a_hat() == (ref.s[0] / (ref.s[0] + ref.s[1])
-                                 if ref.s[0] + ref.s[1] else None)
+            assert w.a_hat() == (ref.s[0] / (ref.s[0] + ref.s[1]) if ref.s[0] + ref.s[1] else None)
 
 
 def test_pid_integral_only_is_the_seed_rule():
@@ -120,12 +138,12 @@ def test_pid_integral_only_is_the_seed_rule():
         p.step(10.0)
     assert p.integrator == 1.5 and p.output == 1.5
     p.step(-1.0)
-    assert p.integrator == pytest.approx(1.45)   # unwinds at once: no stored excess
+    assert p.integrator == pytest.approx(1.45)  # unwinds at once: no stored excess
 
 
 def test_pid_proportional_and_filtered_derivative():
     p = PID(kp=1.0, ki=0.0, kd=2.0, d_filter=0.5, lo=-10, hi=10, initial=0.0)
-    assert p.step(1.0) == 1.0                    # first step: no derivative
+    assert p.step(1.0) == 1.0  # first step: no derivative
     # d_raw = -1, d = 0 + 0.5*(-1 - 0) = -0.5 ; out = 0 + 0 + 2*(-0.5) = -1
     assert p.step(0.0) == -1.0
     # d_raw = 0, d = -0.5 + 0.5*(0 + 0.5) = -0.25 ; out = 0 + 2*-0.25
@@ -143,12 +161,12 @@ def test_guard_zscore_detects_and_recovers():
     for _ in range(3):
         assert not g.check(0.8, 0.0, False)
     assert g.mu == 0.8 and g.var == 0.0
-    assert g.check(0.6, 0.0, False) and g.active   # (0.8-0.6)/0.05 = 4 > 3
+    assert g.check(0.6, 0.0, False) and g.active  # (0.8-0.6)/0.05 = 4 > 3
     assert g.last_reason == "a_hat_zscore"
     assert not g.check(0.8, 0.0, False) and g.active
     assert not g.check(0.8, 0.0, False) and not g.active
     assert g.check(None, 0.5, True) and g.last_reason == "lossy_accepts"
-    assert not g.check(None, 0.5, False)           # lossy limit only in threshold mode
+    assert not g.check(None, 0.5, False)  # lossy limit only in threshold mode
 
 
 def test_guard_cusum_accumulates():
@@ -163,22 +181,25 @@ def test_guard_cusum_accumulates():
         AnomalyGuard("bogus", 3.0, 0.05, 0.05, 0.3, 0.2, 1, 0.2, 1)
 
 
-@pytest.mark.parametrize("B, snap, span, rounds, boundaries", [
-    # no sentence ends: every B tokens, leftover carried into the next block
-    (16, 4, 0, [(10, ()), (10, ()), (12, ())], [16, 32]),
-    # a sentence end at token 13 of the block (>= B - snap = 12) closes it there
-    (16, 4, 0, [(10, ()), (6, (2,)), (13, ())], [13, 29]),
-    # a sentence end too early (token 5 < 12) is ignored
-    (16, 4, 0, [(10, (4,)), (6, ())], [16]),
-    # the first sentence end in the window wins
-    (16, 4, 0, [(10, ()), (6, (4, 2))], [13]),
-    # attention-span limit shorter than B
-    (64, 0, 20, [(30, ()), (30, ())], [20, 40, 60]),
-    # one long round closes two blocks
-    (16, 0, 0, [(40, ())], [16, 32]),
-    # snap window 0: sentence ends matter only exactly at B
-    (16, 0, 0, [(16, (15,)), (16, (14,))], [16, 32]),
-])
+@pytest.mark.parametrize(
+    "B, snap, span, rounds, boundaries",
+    [
+        # no sentence ends: every B tokens, leftover carried into the next block
+        (16, 4, 0, [(10, ()), (10, ()), (12, ())], [16, 32]),
+        # a sentence end at token 13 of the block (>= B - snap = 12) closes it there
+        (16, 4, 0, [(10, ()), (6, (2,)), (13, ())], [13, 29]),
+        # a sentence end too early (token 5 < 12) is ignored
+        (16, 4, 0, [(10, (4,)), (6, ())], [16]),
+        # the first sentence end in the window wins
+        (16, 4, 0, [(10, ()), (6, (4, 2))], [13]),
+        # attention-span limit shorter than B
+        (64, 0, 20, [(30, ()), (30, ())], [20, 40, 60]),
+        # one long round closes two blocks
+        (16, 0, 0, [(40, ())], [16, 32]),
+        # snap window 0: sentence ends matter only exactly at B
+        (16, 0, 0, [(16, (15,)), (16, (14,))], [16, 32]),
+    ],
+)
 def test_block_planner_boundaries(B, snap, span, rounds, boundaries):
     p = BlockPlanner(B, snap, span)
     got = []
@@ -188,7 +209,7 @@ def test_block_planner_boundaries(B, snap, span, rounds, boundaries):
         assert closed == p.blocks_closed - before
         if closed == 1:
             got.append(p.last_boundary)
-        elif closed > 1:          # several boundaries in one round: all every B after the first
+        elif closed > 1:  # several boundaries in one round: all every B after the first
             last = p.last_boundary
             got.extend(last - p.block_tokens * j for j in reversed(range(closed)))
     assert got == boundaries

@@ -14,6 +14,7 @@ TRACE = Path(__file__).parents[2] / "examples" / "trace_small.csv"
 
 def test_example_trace_is_reproducible(tmp_path):
     import importlib.util
+
     spec = importlib.util.spec_from_file_location("make_trace", TRACE.with_name("make_trace.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -31,8 +32,18 @@ def test_replay_prints_table(capsys, tmp_path):
     cfg.write_text("[controller.dspark]\nblock_tokens = 32\nwarmup_rounds = 4\n")
     assert main(["replay", str(TRACE), "--config", str(cfg), "--every", "10"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["request", "round", "k_obs", "n_obs", "k", "mode", "beta",
-                              "alpha", "a_hat", "block_end"]
+    assert out[0].split() == [
+        "request",
+        "round",
+        "k_obs",
+        "n_obs",
+        "k",
+        "mode",
+        "beta",
+        "alpha",
+        "a_hat",
+        "block_end",
+    ]
     assert out[-1].startswith("90 rounds replayed through dspark;")
     ends = int(out[-1].split(";")[1].split()[0])
     assert ends >= 5 and sum(1 for line in out if line.endswith("yes")) == ends
@@ -65,21 +76,29 @@ def test_cli_errors_are_one_line(capsys, tmp_path):
     one_line_error(capsys, ["replay", str(TRACE), "--config", str(bad_toml)], "malformed TOML")
     unknown = tmp_path / "u.toml"
     unknown.write_text("[controller.dspark]\nalpha_gain = 1.0\n")
-    one_line_error(capsys, ["replay", str(TRACE), "--config", str(unknown)],
-                   "unknown key 'controller.dspark.alpha_gain'")
+    one_line_error(
+        capsys,
+        ["replay", str(TRACE), "--config", str(unknown)],
+        "unknown key 'controller.dspark.alpha_gain'",
+    )
     rng = tmp_path / "r.toml"
     rng.write_text("[controller.dspark]\nbeta_ki = 99.0\n")
-    one_line_error(capsys, ["replay", str(TRACE), "--config", str(rng)],
-                   "controller.dspark.beta_ki = 99.0 is out of range; allowed [0.0, 10.0]")
+    one_line_error(
+        capsys,
+        ["replay", str(TRACE), "--config", str(rng)],
+        "controller.dspark.beta_ki = 99.0 is out of range; allowed [0.0, 10.0]",
+    )
     not_table = tmp_path / "n.toml"
     not_table.write_text("[controller]\ndspark = 3\n")
     one_line_error(capsys, ["replay", str(TRACE), "--config", str(not_table)], "must be a table")
     one_line_error(capsys, ["replay", str(tmp_path / "none.csv")], "file not found")
-    one_line_error(capsys, ["replay", str(TRACE), "--controller", "nope"],
-                   "unknown controller 'nope'")
+    one_line_error(
+        capsys, ["replay", str(TRACE), "--controller", "nope"], "unknown controller 'nope'"
+    )
     one_line_error(capsys, ["replay", str(TRACE), "--every", "0"], "--every must be >= 1")
-    one_line_error(capsys, ["replay", str(TRACE), "--config", str(tmp_path / "x.toml")],
-                   "file not found")
+    one_line_error(
+        capsys, ["replay", str(TRACE), "--config", str(tmp_path / "x.toml")], "file not found"
+    )
 
 
 def test_cli_trace_errors(capsys, tmp_path):
@@ -93,7 +112,7 @@ def test_cli_trace_errors(capsys, tmp_path):
     lines = TRACE.read_text().splitlines()
     header = lines[0].split(",")
     row = lines[1].split(",")
-    row[header.index("accepted")] = "9"      # accepted > drafted
+    row[header.index("accepted")] = "9"  # accepted > drafted
     badrow = tmp_path / "b.csv"
     badrow.write_text(lines[0] + "\n" + ",".join(row) + "\n")
     one_line_error(capsys, ["replay", str(badrow)], "trace row 1")
@@ -106,13 +125,25 @@ def test_cli_trace_errors(capsys, tmp_path):
     one_line_error(capsys, ["replay", str(empty)], "cannot read trace")
 
 
-@pytest.mark.parametrize("name", ["fixed", "hf-heuristic", "confidence-stop", "ema-hysteresis",
-                                  "analytic", "dspark", "clairvoyant", "rate-oracle"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "fixed",
+        "hf-heuristic",
+        "confidence-stop",
+        "ema-hysteresis",
+        "analytic",
+        "dspark",
+        "clairvoyant",
+        "rate-oracle",
+    ],
+)
 def test_configio_round_trip(name):
     import tomllib
 
     from control.configio import from_mapping, to_toml
     from control.registry import controller_config_class
+
     cls = controller_config_class(name)
     cfg = cls()
     assert from_mapping(cls, tomllib.loads(to_toml(cfg))) == cfg

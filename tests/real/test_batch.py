@@ -27,8 +27,15 @@ KS = (0, 1, 2, 3, 5, 8, 4)
 
 
 def _requests(n, new=(30, 18, 41, 25, 12, 36, 22), ks=KS, plen=(12, 7, 15, 9, 3, 11, 14)):
-    return [Request(i, prompt(100 + i, plen[i % len(plen)]), new[i % len(new)],
-                    make_controller("fixed", {"k": ks[i % len(ks)]})) for i in range(n)]
+    return [
+        Request(
+            i,
+            prompt(100 + i, plen[i % len(plen)]),
+            new[i % len(new)],
+            make_controller("fixed", {"k": ks[i % len(ks)]}),
+        )
+        for i in range(n)
+    ]
 
 
 @pytest.mark.parametrize("drafter", ["tf", "conv", "ngram", "ngram+conv", "ngram+tf"])
@@ -38,8 +45,12 @@ def test_batched_greedy_equals_target_greedy_per_sequence(drafter):
     refs = [eng.greedy_reference(r.prompt, r.max_new_tokens) for r in reqs]
     eng.round_log = []
     rounds = []
-    seqs = eng.run_batch(reqs, on_round=lambda ev: rounds.append(
-        [(s.req.request_id, s.records[-1].k, s.records[-1].drafted) for s, _ in ev]))
+    seqs = eng.run_batch(
+        reqs,
+        on_round=lambda ev: rounds.append(
+            [(s.req.request_id, s.records[-1].k, s.records[-1].drafted) for s, _ in ev]
+        ),
+    )
     for s, ref in zip(seqs, refs):
         assert s.tokens == ref, (drafter, s.req.request_id)
         assert sum(r.emitted for r in s.records) == len(ref)
@@ -49,8 +60,10 @@ def test_batched_greedy_equals_target_greedy_per_sequence(drafter):
     # several rows with different k in one round, at most 3 rows, rows joined mid-run
     assert any(len({k for _, k, _ in r}) > 1 for r in rounds)
     assert max(len(r) for r in rounds) == 3
-    first_round = {rid: next(i for i, r in enumerate(rounds) if any(x[0] == rid for x in r))
-                   for rid in range(7)}
+    first_round = {
+        rid: next(i for i, r in enumerate(rounds) if any(x[0] == rid for x in r))
+        for rid in range(7)
+    }
     assert max(first_round.values()) > 0
     # the batch context the controllers were told
     for s in seqs:
@@ -82,8 +95,11 @@ def test_rows_in_a_round_share_one_verify_pass():
 @pytest.mark.parametrize("mode", ["threshold", "sampling"])
 def test_batch_invariance(mode):
     """A sequence's rounds and tokens are the same alone and among different batch-mates."""
-    cfg = BCFG if mode == "threshold" else dataclasses.replace(BCFG, temperature=1.0, top_k=20,
-                                                               seed=3)
+    cfg = (
+        BCFG
+        if mode == "threshold"
+        else dataclasses.replace(BCFG, temperature=1.0, top_k=20, seed=3)
+    )
 
     def ctrl(i):
         if mode == "threshold":
@@ -101,8 +117,9 @@ def test_batch_invariance(mode):
             if i in got:
                 a, b = alone[i], got[i]
                 assert a.tokens == b.tokens, (mode, mates, i)
-                assert [(r.k, r.drafted, r.accepted, r.lossy_accepts) for r in a.records] == \
-                    [(r.k, r.drafted, r.accepted, r.lossy_accepts) for r in b.records]
+                assert [(r.k, r.drafted, r.accepted, r.lossy_accepts) for r in a.records] == [
+                    (r.k, r.drafted, r.accepted, r.lossy_accepts) for r in b.records
+                ]
     if mode == "threshold":
         assert sum(r.lossy_accepts for s in alone.values() for r in s.records) > 0
 
@@ -113,15 +130,15 @@ def test_batched_sampling_keeps_target_distribution_per_row():
     eng = make_engine("tf", cfg=cfg)
     prompts = [prompt(50), prompt(51, 9)]
     with torch.inference_mode():
-        target = [probs(eng.target(torch.tensor([p]))[0, -1:], cfg.sampling)[0]
-                  for p in prompts]
+        target = [probs(eng.target(torch.tensor([p]))[0, -1:], cfg.sampling)[0] for p in prompts]
     counts = [torch.zeros_like(t) for t in target]
     n_batches, rid = 150, 0
     for _ in range(n_batches):
         reqs = []
         for b in range(4):
-            reqs.append(Request(rid, prompts[b % 2], 2 + b % 3,
-                                make_controller("fixed", {"k": 1 + b % 3})))
+            reqs.append(
+                Request(rid, prompts[b % 2], 2 + b % 3, make_controller("fixed", {"k": 1 + b % 3}))
+            )
             rid += 1
         for s in eng.run_batch(reqs):
             counts[s.req.request_id % 2][s.tokens[0]] += 1
@@ -151,7 +168,7 @@ def _poison(eng):
                     kc[s, :, end:] = float("nan")
                     vc[s, :, end:] = float("nan")
                 for buf in state.get("buf", []):
-                    buf[s, end + buf.shape[1] - state["length"]:] = float("nan")
+                    buf[s, end + buf.shape[1] - state["length"] :] = float("nan")
             return out
 
         m.step_packed = step
@@ -166,8 +183,9 @@ def test_padding_poison_changes_nothing(drafter):
     b = dirty.run_batch(_requests(6))
     for x, y in zip(a, b):
         assert x.tokens == y.tokens
-        assert [(r.drafted, r.accepted) for r in x.records] == \
-            [(r.drafted, r.accepted) for r in y.records]
+        assert [(r.drafted, r.accepted) for r in x.records] == [
+            (r.drafted, r.accepted) for r in y.records
+        ]
     assert any(r.accepted < r.drafted for s in b for r in s.records)
 
 

@@ -10,19 +10,27 @@ def test_side_by_side_drafters_are_exact_and_accounted(monkeypatch, tmp_path):
     eng = make_engine("tf")
     prompts = [prompt(20 + i) for i in range(2)]
     monkeypatch.setattr(bench, "held_out_prompts", lambda tok, w, n, length: prompts)
-    bc = BenchConfig(prompts=2, new_tokens=24, repeats=2, hf=False, k_values="2 4",
-                     controllers="dspark")
+    bc = BenchConfig(
+        prompts=2, new_tokens=24, repeats=2, hf=False, k_values="2 4", controllers="dspark"
+    )
     drafters = {"tf": eng.drafter, "ngram": NgramDrafter(vocab_size=V)}
     s = run_bench(eng, bc, tmp_path, progress=False, drafters=drafters)
     rows = {r["controller"]: r for r in s["rows"]}
-    assert set(rows) == {"target-only", "tf/fixed-k2", "tf/fixed-k4", "tf/dspark",
-                         "ngram/fixed-k2", "ngram/fixed-k4", "ngram/dspark"}
+    assert set(rows) == {
+        "target-only",
+        "tf/fixed-k2",
+        "tf/fixed-k4",
+        "tf/dspark",
+        "ngram/fixed-k2",
+        "ngram/fixed-k4",
+        "ngram/dspark",
+    }
     # float64: every method emits exactly target-only greedy's tokens
     assert all(r["greedy_match_rate"] == 1.0 for r in rows.values())
-    assert s["drafter"] == ("drafter-ngram" if s["best"].startswith("ngram/") else
-                            eng.drafter.name)
+    assert s["drafter"] == ("drafter-ngram" if s["best"].startswith("ngram/") else eng.drafter.name)
     assert eng.drafter is drafters["tf"]  # the engine gets its own drafter back
     import pandas as pd
+
     rounds = pd.read_csv(tmp_path / "rounds.csv")
     per = rounds.groupby("controller")["emitted"].sum()
     assert (per == 2 * 24).all() and len(per) == 6  # the last repeat's rounds, every method
@@ -31,6 +39,7 @@ def test_side_by_side_drafters_are_exact_and_accounted(monkeypatch, tmp_path):
 
 def test_copyable_fraction_counts_repeats_after_a_matching_ngram():
     from real.bench import copyable_fraction
+
     # prompt 1 2 3 4 5; output 1 2 3 4 5 9: 1 2 3 4 was seen, followed by 5 -> the 5 is
     # copyable; "9" follows 2 3 4 5 which was seen followed by 1 -> not copyable. The first
     # output tokens' 4-grams (4 5 1 2 ...) are new.

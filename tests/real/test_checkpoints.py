@@ -24,13 +24,16 @@ def ckdir(tmp_path, monkeypatch):
     from real import corpus, store
 
     monkeypatch.setattr(corpus, "corpus_hash", lambda root=None: "test")
-    tcfg = TransformerConfig(vocab_size=300, d_model=16, n_layers=1, n_heads=2, d_ff=32,
-                             max_seq_len=64)
+    tcfg = TransformerConfig(
+        vocab_size=300, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=64
+    )
     ccfg = ConvConfig(vocab_size=300, d_model=8, n_blocks=1, kernel=3, d_hidden=8)
     torch.manual_seed(0)
-    specs = {"target": ("transformer", tcfg, build_model("transformer", tcfg)),
-             "drafter_conv": ("conv", ccfg, build_model("conv", ccfg)),
-             "drafter_tf": ("transformer", tcfg, build_model("transformer", tcfg))}
+    specs = {
+        "target": ("transformer", tcfg, build_model("transformer", tcfg)),
+        "drafter_conv": ("conv", ccfg, build_model("conv", ccfg)),
+        "drafter_tf": ("transformer", tcfg, build_model("transformer", tcfg)),
+    }
     res = {n: {"step": 1, "seconds": 0.0, "losses": [1.0], "eval": {}} for n in specs}
     store.export_checkpoints(tmp_path, _Tok(), specs, res, TrainConfig(), "test")
     return tmp_path, specs
@@ -46,8 +49,10 @@ def test_roundtrip_loads_exported_weights(ckdir):
     d, specs = ckdir
     b = load_bundle(d)
     for name, (_, _, model) in specs.items():
-        want = {k: v.to(torch.bfloat16 if name == "target" else torch.float16).float()
-                for k, v in model.state_dict().items()}
+        want = {
+            k: v.to(torch.bfloat16 if name == "target" else torch.float16).float()
+            for k, v in model.state_dict().items()
+        }
         got = b.models[name].state_dict()
         assert all(torch.equal(got[k], want[k]) for k in want)
     m = json.loads((d / "manifest.json").read_text())
@@ -115,8 +120,9 @@ def test_cli_reports_corrupt_checkpoint_in_one_line(ckdir, capsys):
     d, _ = ckdir
     p = d / "target.safetensors"
     p.write_bytes(p.read_bytes()[:-10])
-    rc = main(["real", "generate", "--prompt", "def f", "--checkpoints", str(d),
-               "--max-new-tokens", "2"])
+    rc = main(
+        ["real", "generate", "--prompt", "def f", "--checkpoints", str(d), "--max-new-tokens", "2"]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith("dspark: error: checkpoint")
 

@@ -21,10 +21,12 @@ def test_stdlib_files_exclude_tests():
 
 
 def test_prose_extracts_docstrings_and_comments():
-    src = ('"""Module docstring that is long enough to keep."""\n'
-           "# a comment that explains the next line in some detail, long enough\n"
-           "x = 1\n"
-           "def f():\n    '''Function docstring, also long enough.'''\n    return 2\n")
+    src = (
+        '"""Module docstring that is long enough to keep."""\n'
+        "# a comment that explains the next line in some detail, long enough\n"
+        "x = 1\n"
+        "def f():\n    '''Function docstring, also long enough.'''\n    return 2\n"
+    )
     prose = corpus.prose_of(src)
     assert "Module docstring" in prose and "Function docstring" in prose
     assert "a comment that explains" in prose and "x = 1" not in prose
@@ -62,9 +64,16 @@ def test_mixed_prompt_set_alternates_code_and_prose():
     from real.store import CHECKPOINT_DIR
     from real.tokenizer import load_tokenizer
     from real.tracing import PromptSetConfig, make_prompts
+
     tok = load_tokenizer(CHECKPOINT_DIR / "tokenizer.json")
-    cfg = PromptSetConfig(workload="mixed", split="test", n_prompts=5, prompt_tokens_min=16,
-                          prompt_tokens_max=32, seed=3)
+    cfg = PromptSetConfig(
+        workload="mixed",
+        split="test",
+        n_prompts=5,
+        prompt_tokens_min=16,
+        prompt_tokens_max=32,
+        seed=3,
+    )
     mixed = make_prompts(cfg, tok)
     code = make_prompts(dataclasses.replace(cfg, workload="code", n_prompts=3), tok)
     prose = make_prompts(dataclasses.replace(cfg, workload="prose", n_prompts=2), tok)

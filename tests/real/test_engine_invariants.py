@@ -33,7 +33,7 @@ def _poison_after_each_step(model):
             vc[:, :, end:] = float("nan")
         for buf in state.get("buf", []):
             k1 = buf.shape[1] - state["length"]  # [slot, position-major with K-1 lead rows]
-            buf[:, end + k1:] = float("nan")
+            buf[:, end + k1 :] = float("nan")
         return out
 
     model.step = step
@@ -88,7 +88,7 @@ def test_lossy_accept_count_matches_definition():
     # prefix emitted so far (teacher-forced on the threshold output itself)
     ids = torch.tensor([p + g.tokens])
     with torch.inference_mode():
-        am = eng.target(ids[:, :-1])[0, len(p) - 1:].argmax(-1).tolist()
+        am = eng.target(ids[:, :-1])[0, len(p) - 1 :].argmax(-1).tolist()
     pos, lossy = 0, 0
     for r in g.records:
         lossy += sum(g.tokens[pos + i] != am[pos + i] for i in range(r.accepted))

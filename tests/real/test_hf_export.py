@@ -11,8 +11,11 @@ from real.models import Transformer, TransformerConfig
 
 def test_llama_export_has_zero_logit_difference_in_float32():
     torch.manual_seed(0)
-    m = Transformer(TransformerConfig(vocab_size=512, d_model=64, n_layers=2, n_heads=4,
-                                      d_ff=128, max_seq_len=128)).eval()
+    m = Transformer(
+        TransformerConfig(
+            vocab_size=512, d_model=64, n_layers=2, n_heads=4, d_ff=128, max_seq_len=128
+        )
+    ).eval()
     ids = torch.randint(0, 512, (1, 40))
     assert max_logit_difference(m, to_llama(m), ids) <= 1e-5
 
@@ -20,8 +23,11 @@ def test_llama_export_has_zero_logit_difference_in_float32():
 def _strong_bf16_target() -> Transformer:
     """Random weights strong enough for peaked logits (few near-ties), in bfloat16."""
     torch.manual_seed(0)
-    m = Transformer(TransformerConfig(vocab_size=256, d_model=64, n_layers=2, n_heads=4,
-                                      d_ff=128, max_seq_len=300))
+    m = Transformer(
+        TransformerConfig(
+            vocab_size=256, d_model=64, n_layers=2, n_heads=4, d_ff=128, max_seq_len=300
+        )
+    )
     with torch.no_grad():
         for name, p in m.named_parameters():
             if p.dim() == 2:
@@ -58,8 +64,9 @@ def test_hf_bf16_greedy_equals_engine_bf16_greedy():
     from real.engine import Engine, EngineConfig
 
     m = _strong_bf16_target()
-    cfg = EngineConfig(max_len=200, k_max=8, target_dtype="bfloat16", drafter_dtype="float32",
-                       stop_at_eot=False)
+    cfg = EngineConfig(
+        max_len=200, k_max=8, target_dtype="bfloat16", drafter_dtype="float32", stop_at_eot=False
+    )
     d = ModelDrafter(copy.deepcopy(m).float(), cfg.max_len + cfg.k_max + 1, torch.float32, "cpu")
     eng = Engine(m, d, cfg)
     hf = to_llama(m, eot_id=0)

@@ -12,18 +12,23 @@ def _incremental(model, ids, chunks):
     st = model.new_state(ids.shape[1] + 4, torch.float64, "cpu")
     out, pos = [], 0
     for n in chunks:
-        out.append(model.step(ids[:, pos:pos + n], pos, st))
+        out.append(model.step(ids[:, pos : pos + n], pos, st))
         pos += n
     return torch.cat(out)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: tiny_target(),
-    lambda: ConvDrafter(ConvConfig(vocab_size=V, d_model=16, n_blocks=3, kernel=4,
-                                   d_hidden=32)).double(),
-    lambda: ConvDrafter(ConvConfig(vocab_size=V, d_model=16, n_blocks=3, kernel=4, d_hidden=32,
-                                   dilation_base=2)).double(),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: tiny_target(),
+        lambda: ConvDrafter(
+            ConvConfig(vocab_size=V, d_model=16, n_blocks=3, kernel=4, d_hidden=32)
+        ).double(),
+        lambda: ConvDrafter(
+            ConvConfig(vocab_size=V, d_model=16, n_blocks=3, kernel=4, d_hidden=32, dilation_base=2)
+        ).double(),
+    ],
+)
 def test_step_equals_forward(make):
     torch.manual_seed(0)
     m = make().eval()
@@ -31,16 +36,22 @@ def test_step_equals_forward(make):
     with torch.no_grad():
         full = m(ids)[0]
         for chunks in ([1] * 40, [7, 1, 1, 5, 2, 1, 10, 13], [40]):
-            torch.testing.assert_close(_incremental(m, ids, chunks), full, rtol=1e-10,
-                                       atol=1e-10)
+            torch.testing.assert_close(_incremental(m, ids, chunks), full, rtol=1e-10, atol=1e-10)
 
 
 def test_dilation_widens_the_receptive_field():
     """A token 20 positions back reaches the dilated model's output but not the plain one's."""
     torch.manual_seed(0)
     for base, reaches in ((1, False), (2, True)):
-        m = ConvDrafter(ConvConfig(vocab_size=V, d_model=16, n_blocks=3, kernel=4, d_hidden=32,
-                                   dilation_base=base)).double().eval()
+        m = (
+            ConvDrafter(
+                ConvConfig(
+                    vocab_size=V, d_model=16, n_blocks=3, kernel=4, d_hidden=32, dilation_base=base
+                )
+            )
+            .double()
+            .eval()
+        )
         ids = torch.randint(0, V, (1, 30))
         other = ids.clone()
         other[0, 9] = (other[0, 9] + 1) % V

@@ -9,9 +9,16 @@ from real.profile import ProfileConfig, profile, round_overhead_s
 from sim.latency import Table
 from tests.real.conftest import CFG, make_engine
 
-PCFG = ProfileConfig(contexts=(8, 30), prefill_tokens=(12,), warmup=0, repeats=2,
-                     overhead_prompts=1, overhead_tokens=10, batches=(1, 2, 4),
-                     draft_lengths=(0, 1, 3))
+PCFG = ProfileConfig(
+    contexts=(8, 30),
+    prefill_tokens=(12,),
+    warmup=0,
+    repeats=2,
+    overhead_prompts=1,
+    overhead_tokens=10,
+    batches=(1, 2, 4),
+    draft_lengths=(0, 1, 3),
+)
 
 
 def test_batched_profile_is_a_full_grid_the_simulator_reads(tmp_path):

@@ -11,8 +11,16 @@ from control.errors import DSparkError
 from real.serve import REQUEST_COLUMNS, ServeConfig, arrivals, serve
 from tests.real.conftest import CFG, V, make_engine
 
-SCFG = ServeConfig(rate_rps=400.0, duration_s=0.06, workload="random", prompt_tokens_min=3,
-                   prompt_tokens_max=14, output_tokens_min=2, max_new_tokens=24, seed=5)
+SCFG = ServeConfig(
+    rate_rps=400.0,
+    duration_s=0.06,
+    workload="random",
+    prompt_tokens_min=3,
+    prompt_tokens_max=14,
+    output_tokens_min=2,
+    max_new_tokens=24,
+    seed=5,
+)
 
 
 def _check_conservation(res, stream):
@@ -51,8 +59,10 @@ def test_poisson_serving_conserves_requests_and_tokens():
 
 def test_too_long_request_is_rejected_with_one_line():
     eng = make_engine("tf", cfg=dataclasses.replace(CFG, slots=2, max_len=30))
-    stream = arrivals(dataclasses.replace(SCFG, prompt_tokens_max=20, max_new_tokens=20,
-                                          output_tokens_min=12), vocab_size=V)
+    stream = arrivals(
+        dataclasses.replace(SCFG, prompt_tokens_max=20, max_new_tokens=20, output_tokens_min=12),
+        vocab_size=V,
+    )
     res = serve(eng, stream, lambda: make_controller("fixed", {"k": 2}))
     too_long = [a for a in stream if len(a.prompt) + a.output_tokens > 30]
     assert too_long and len(res.rejected) == len(too_long)
@@ -67,10 +77,12 @@ def test_too_long_request_is_rejected_with_one_line():
 
 def test_drain_limit_reports_unfinished_requests():
     eng = make_engine("tf", cfg=dataclasses.replace(CFG, slots=2))
-    stream = arrivals(dataclasses.replace(SCFG, output_tokens_min=60, max_new_tokens=80),
-                      vocab_size=V)
-    res = serve(eng, stream, lambda: make_controller("fixed", {"k": 1}),
-                duration_s=0.0, drain_s=0.02)
+    stream = arrivals(
+        dataclasses.replace(SCFG, output_tokens_min=60, max_new_tokens=80), vocab_size=V
+    )
+    res = serve(
+        eng, stream, lambda: make_controller("fixed", {"k": 1}), duration_s=0.0, drain_s=0.02
+    )
     assert res.summary["requests_unfinished"] > 0
     _check_conservation(res, stream)
     assert eng.free_slots == 2 and not eng.running
@@ -78,13 +90,14 @@ def test_drain_limit_reports_unfinished_requests():
 
 def test_trace_replay_is_time_scaled_and_capped(tmp_path):
     p = tmp_path / "trace.csv"
-    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                 "2023-11-16 18:15:46.0000000,374,44\n"
-                 "2023-11-16 18:15:47.0000000,2,500\n"
-                 "2023-11-16 18:15:48.5000000,1000,1\n"
-                 "2023-11-16 18:15:56.0000000,90,7\n")
-    cfg = dataclasses.replace(SCFG, rate_rps=None, trace=str(p), time_scale=0.01,
-                              duration_s=0.05)
+    p.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.0000000,374,44\n"
+        "2023-11-16 18:15:47.0000000,2,500\n"
+        "2023-11-16 18:15:48.5000000,1000,1\n"
+        "2023-11-16 18:15:56.0000000,90,7\n"
+    )
+    cfg = dataclasses.replace(SCFG, rate_rps=None, trace=str(p), time_scale=0.01, duration_s=0.05)
     got = arrivals(cfg, vocab_size=V)
     assert [a.arrival_s for a in got] == pytest.approx([0.0, 0.01, 0.025])
     assert [len(a.prompt) for a in got] == [14, 3, 14]
@@ -103,10 +116,32 @@ def test_cli_serve_writes_the_run_folder(tmp_path, capsys):
 
     from dspark.cli import main
 
-    rc = main(["real", "serve", "--tiny", "--rate", "60", "--duration", "0.15", "--slots", "3",
-               "--controller", "fixed:k=2", "--controller", "hf-heuristic",
-               "--prompt-tokens-min", "4", "--prompt-tokens-max", "16", "--max-new-tokens", "10", "--quiet",
-               "--out", str(tmp_path)])
+    rc = main(
+        [
+            "real",
+            "serve",
+            "--tiny",
+            "--rate",
+            "60",
+            "--duration",
+            "0.15",
+            "--slots",
+            "3",
+            "--controller",
+            "fixed:k=2",
+            "--controller",
+            "hf-heuristic",
+            "--prompt-tokens-min",
+            "4",
+            "--prompt-tokens-max",
+            "16",
+            "--max-new-tokens",
+            "10",
+            "--quiet",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert rc == 0
     req = pd.read_csv(tmp_path / "requests.csv")
     assert list(req.columns) == list(REQUEST_COLUMNS)

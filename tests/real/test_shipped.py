@@ -14,8 +14,9 @@ from control import make_controller
 from real import checkpoint as ck
 from real.store import CHECKPOINT_DIR
 
-pytestmark = pytest.mark.skipif(not (CHECKPOINT_DIR / "manifest.json").is_file(),
-                                reason="no shipped checkpoints")
+pytestmark = pytest.mark.skipif(
+    not (CHECKPOINT_DIR / "manifest.json").is_file(), reason="no shipped checkpoints"
+)
 # bf16 keeps 8 bits of mantissa: logits of magnitude ~10 carry rounding errors of a few 0.01
 # per layer; a top-two gap below this is a near-tie that either rounding may break.
 NEAR_TIE = {"bfloat16": 0.5, "float32": 1e-3}
@@ -42,9 +43,13 @@ def setup():
     from real.store import load_bundle
 
     torch.set_num_threads(1)
-    engines = {dt: build_engine(EngineConfig(target_dtype=dt, stop_at_eot=False, max_len=256),
-                                bundle=load_bundle(names=("target", "drafter_conv")))
-               for dt in ("bfloat16", "float32")}
+    engines = {
+        dt: build_engine(
+            EngineConfig(target_dtype=dt, stop_at_eot=False, max_len=256),
+            bundle=load_bundle(names=("target", "drafter_conv")),
+        )
+        for dt in ("bfloat16", "float32")
+    }
     prompts = held_out_prompts(engines["float32"].tokenizer, "code", 3, 64)
     reference = load_bundle(names=("target",)).models["target"]  # float32, for top-two gaps
     return engines, prompts, reference
@@ -78,8 +83,18 @@ def test_shipped_greedy_equality_up_to_near_ties(setup, dtype):
 def test_cli_generate_stream_matches_whole(capsys):
     from dspark.cli import main
 
-    args = ["real", "generate", "--prompt", "def parse(self, text):\n", "--max-new-tokens",
-            "12", "--threads", "1", "--controller", "fixed"]
+    args = [
+        "real",
+        "generate",
+        "--prompt",
+        "def parse(self, text):\n",
+        "--max-new-tokens",
+        "12",
+        "--threads",
+        "1",
+        "--controller",
+        "fixed",
+    ]
     assert main(args) == 0
     whole = capsys.readouterr().out
     assert main(args + ["--stream"]) == 0

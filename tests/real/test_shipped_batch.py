@@ -9,8 +9,9 @@ from control.registry import make_config, make_controller, make_planner
 from real.store import CHECKPOINT_DIR
 from tests.real.test_shipped import NEAR_TIE, _gap
 
-pytestmark = pytest.mark.skipif(not (CHECKPOINT_DIR / "manifest.json").is_file(),
-                                reason="no shipped checkpoints")
+pytestmark = pytest.mark.skipif(
+    not (CHECKPOINT_DIR / "manifest.json").is_file(), reason="no shipped checkpoints"
+)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
@@ -21,8 +22,10 @@ def test_shipped_batched_greedy_equality_up_to_near_ties(dtype):
     from real.store import load_bundle
 
     torch.set_num_threads(1)
-    eng = build_engine(EngineConfig(target_dtype=dtype, stop_at_eot=False, max_len=160, slots=4),
-                       bundle=load_bundle(names=("target", "drafter_conv")))
+    eng = build_engine(
+        EngineConfig(target_dtype=dtype, stop_at_eot=False, max_len=160, slots=4),
+        bundle=load_bundle(names=("target", "drafter_conv")),
+    )
     prompts = held_out_prompts(eng.tokenizer, "code", 4, 48)
     reference = load_bundle(names=("target",)).models["target"]
     refs = [eng.greedy_reference(p, 32) for p in prompts]

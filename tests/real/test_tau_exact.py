@@ -57,8 +57,14 @@ BINS = 5
 CHI2_CRIT = float(scipy.stats.chi2.ppf(0.999, BINS - 1))  # 18.47
 N_TOKENS, N_PROMPTS = 1200, 3
 ROOT = Path(__file__).resolve().parents[2]
-CFG = EngineConfig(max_len=N_TOKENS // N_PROMPTS + 16, k_max=8, target_dtype="float64",
-                   drafter_dtype="float64", stop_at_eot=False, temperature=TEMP)
+CFG = EngineConfig(
+    max_len=N_TOKENS // N_PROMPTS + 16,
+    k_max=8,
+    target_dtype="float64",
+    drafter_dtype="float64",
+    stop_at_eot=False,
+    temperature=TEMP,
+)
 LENGTH = CFG.max_len + CFG.k_max + 1
 
 
@@ -67,8 +73,9 @@ def _noisy(model, scale: float = 0.05, seed: int = 1):
     m = copy.deepcopy(model)
     with torch.no_grad():
         for p in m.parameters():
-            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * scale
-                   * p.std().clamp_min(1e-3))
+            p.add_(
+                torch.randn(p.shape, generator=g, dtype=p.dtype) * scale * p.std().clamp_min(1e-3)
+            )
     return m
 
 
@@ -84,13 +91,22 @@ def _pair(kind: str):
     """(target, drafter model): the drafter is its target with 5 % weight noise."""
     if kind == "conv":
         torch.manual_seed(3)
-        tgt = _strong(ConvDrafter(ConvConfig(vocab_size=V, d_model=16, n_blocks=2, kernel=4,
-                                             d_hidden=32)), 0.5, 2.0)
+        tgt = _strong(
+            ConvDrafter(ConvConfig(vocab_size=V, d_model=16, n_blocks=2, kernel=4, d_hidden=32)),
+            0.5,
+            2.0,
+        )
     else:
         torch.manual_seed(0)
-        tgt = _strong(Transformer(TransformerConfig(vocab_size=V, d_model=16, n_layers=1,
-                                                    n_heads=2, d_ff=32, max_seq_len=LENGTH + 1)),
-                      0.5, 3.0)
+        tgt = _strong(
+            Transformer(
+                TransformerConfig(
+                    vocab_size=V, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=LENGTH + 1
+                )
+            ),
+            0.5,
+            3.0,
+        )
     return tgt, _noisy(tgt)
 
 

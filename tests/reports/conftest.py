@@ -18,5 +18,6 @@ def run_root(tmp_path_factory):
 @pytest.fixture(scope="session")
 def built_report(run_root, tmp_path_factory):
     from reports import make_report
+
     out = tmp_path_factory.mktemp("report")
     return make_report([run_root], out)

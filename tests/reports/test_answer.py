@@ -27,10 +27,26 @@ from reports.style import (
 )
 from tests.reports.fixtures import sim_row
 
-DEMO_NAMES = ["fixed:k=0", "fixed:k=2", "fixed:k=4", "hf-heuristic", "confidence-stop",
-              "ema-hysteresis", "analytic", "dspark", "dspark@best_config", "dspark:policy=seed",
-              "clairvoyant", "rate-oracle", "rate-oracle:a_prior=0.5", "ar", "dspark-tuned",
-              "fixed#2", "mine", "yours"]
+DEMO_NAMES = [
+    "fixed:k=0",
+    "fixed:k=2",
+    "fixed:k=4",
+    "hf-heuristic",
+    "confidence-stop",
+    "ema-hysteresis",
+    "analytic",
+    "dspark",
+    "dspark@best_config",
+    "dspark:policy=seed",
+    "clairvoyant",
+    "rate-oracle",
+    "rate-oracle:a_prior=0.5",
+    "ar",
+    "dspark-tuned",
+    "fixed#2",
+    "mine",
+    "yours",
+]
 
 
 def test_spec_forms_map_to_their_family():
@@ -54,14 +70,15 @@ def test_no_two_controllers_share_a_colour():
     import colorsys
 
     def hue(x):
-        return colorsys.rgb_to_hls(*(int(x[i:i + 2], 16) / 255 for i in (1, 3, 5)))[0]
+        return colorsys.rgb_to_hls(*(int(x[i : i + 2], 16) / 255 for i in (1, 3, 5)))[0]
+
     for v in ("dspark@best_config", "dspark:policy=seed"):
         assert abs(hue(c[v]) - hue(KNOWN_COLORS["dspark"])) < 0.03, v
     for v in ("fixed:k=2", "fixed:k=4"):
         assert abs(hue(c[v]) - hue(KNOWN_COLORS["fixed"])) < 0.03, v
     # baselines are grey
     for b in ("fixed:k=0", "ar"):
-        r, g, bl = (int(c[b][i:i + 2], 16) for i in (1, 3, 5))
+        r, g, bl = (int(c[b][i : i + 2], 16) for i in (1, 3, 5))
         assert r == g == bl, b
     assert BASELINE_COLOR in (c["ar"], c["fixed:k=0"])
 
@@ -80,15 +97,17 @@ def test_report_figures_keep_controllers_apart(built_report, run_root):
     """Every figure built from the fixture runs: labelled series at least the threshold apart."""
     from reports.build import Builder
     from reports.loader import load_runs
+
     b = Builder(load_runs([run_root]))
     sim = next(r for r in b.runs if r.name == "sim")
-    figs = [plots.plot_throughput_vs_load(sim.tables["results"], b.colors),
-            plots.plot_latency_cdfs(sim.tables["requests"], b.colors),
-            plots.plot_controller_traces(sim.tables["trace"], b.colors),
-            plots.plot_acceptance_by_position(sim.tables["rounds"], b.colors)]
+    figs = [
+        plots.plot_throughput_vs_load(sim.tables["results"], b.colors),
+        plots.plot_latency_cdfs(sim.tables["requests"], b.colors),
+        plots.plot_controller_traces(sim.tables["trace"], b.colors),
+        plots.plot_acceptance_by_position(sim.tables["rounds"], b.colors),
+    ]
     for fig in figs:
-        cols = {k: v for k, v in _series_colors(fig).items()
-                if k in b.colors}
+        cols = {k: v for k, v in _series_colors(fig).items() if k in b.colors}
         assert len(cols) >= 2
         for (n1, c1), (n2, c2) in itertools.combinations(cols.items(), 2):
             assert color_distance(c1, c2) >= MIN_COLOR_DISTANCE, (n1, n2, c1, c2)
@@ -96,6 +115,7 @@ def test_report_figures_keep_controllers_apart(built_report, run_root):
 
 def _overlaps(fig) -> list[tuple[str, str]]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     FigureCanvasAgg(fig).draw()
     r = fig.canvas.get_renderer()
     texts = [t for t in ([fig._suptitle] if fig._suptitle else []) if t.get_text()]
@@ -107,16 +127,19 @@ def _overlaps(fig) -> list[tuple[str, str]]:
 
 def test_no_overlapping_titles(run_root):
     from reports.loader import load_runs
+
     runs = {r.name: r for r in load_runs([run_root])}
     sim = runs["sim"]
     # long names, as the CLI writes them, in the two-panel plots
     req = pd.concat([sim.tables["requests"].assign(load_scale=x) for x in (0.5, 1.0)])
-    figs = [plots.plot_latency_cdfs(req.assign(
-                controller=req["controller"].replace({"dspark": "dspark@best_config"}))),
-            plots.plot_acceptance_by_position(sim.tables["rounds"]),
-            plots.plot_scaling(runs["scaling"].tables["results"]),
-            plots.plot_tuning_history(runs["tune-mo"].tables["trials"],
-                                      ["maximize", "minimize"])]
+    figs = [
+        plots.plot_latency_cdfs(
+            req.assign(controller=req["controller"].replace({"dspark": "dspark@best_config"}))
+        ),
+        plots.plot_acceptance_by_position(sim.tables["rounds"]),
+        plots.plot_scaling(runs["scaling"].tables["results"]),
+        plots.plot_tuning_history(runs["tune-mo"].tables["trials"], ["maximize", "minimize"]),
+    ]
     for fig in figs:
         assert not _overlaps(fig), _overlaps(fig)
 
@@ -126,11 +149,16 @@ def _point(speedups: dict, tputs: dict, seeds=(0, 1), kept=False) -> pd.DataFram
     for c, tp in tputs.items():
         for s in seeds:
             r = sim_row("dspark" if c not in ("ar", "clairvoyant") else c, s, 1.0)
-            r.update(controller=c, throughput_tokens_per_s=tp * (1 + 0.01 * s),
-                     speedup=speedups[c], mean_tpot_s=0.04 / speedups[c])
+            r.update(
+                controller=c,
+                throughput_tokens_per_s=tp * (1 + 0.01 * s),
+                speedup=speedups[c],
+                mean_tpot_s=0.04 / speedups[c],
+            )
             if kept:
-                r.update(requests_unfinished=0, offered_rps=2.0, requests_finished=100,
-                         sim_time_s=52.0)
+                r.update(
+                    requests_unfinished=0, offered_rps=2.0, requests_finished=100, sim_time_s=52.0
+                )
             else:
                 r.update(requests_unfinished=5, sim_time_s=90.0)
             rows.append(r)
@@ -138,12 +166,19 @@ def _point(speedups: dict, tputs: dict, seeds=(0, 1), kept=False) -> pd.DataFram
 
 
 def test_headline_names_its_metric_and_quotes_it():
-    sp = {"fixed:k=0": 0.93, "fixed:k=2": 1.5, "dspark": 1.8, "analytic": 1.2,
-          "clairvoyant": 2.0}
-    rows = _point(sp, {"fixed:k=0": 1000, "fixed:k=2": 1200, "dspark": 1300, "analytic": 1100,
-                       "clairvoyant": 1400})
+    sp = {"fixed:k=0": 0.93, "fixed:k=2": 1.5, "dspark": 1.8, "analytic": 1.2, "clairvoyant": 2.0}
+    rows = _point(
+        sp,
+        {
+            "fixed:k=0": 1000,
+            "fixed:k=2": 1200,
+            "dspark": 1300,
+            "analytic": 1100,
+            "clairvoyant": 1400,
+        },
+    )
     a = answer(rows)
-    assert a.metric == "throughput" and a.winner == "dspark"   # never the reference
+    assert a.metric == "throughput" and a.winner == "dspark"  # never the reference
     text = answer_sentence(a)
     # ranked by throughput and quoting throughput (tokens/s), not the TPOT speedup
     assert "by throughput (output tokens/s" in text
@@ -157,8 +192,9 @@ def test_headline_names_its_metric_and_quotes_it():
 
 def test_capped_throughput_ranks_by_tpot_and_says_why():
     sp = {"fixed:k=0": 0.93, "fixed:k=2": 1.5, "dspark": 1.8, "clairvoyant": 2.0}
-    rows = _point(sp, {"fixed:k=0": 1000, "fixed:k=2": 1005, "dspark": 1004,
-                       "clairvoyant": 1006}, kept=True)
+    rows = _point(
+        sp, {"fixed:k=0": 1000, "fixed:k=2": 1005, "dspark": 1004, "clairvoyant": 1006}, kept=True
+    )
     assert kept_up(rows)
     a = answer(rows)
     assert a.metric == "tpot" and a.winner == "dspark"
@@ -175,18 +211,23 @@ def test_capped_throughput_ranks_by_tpot_and_says_why():
 def test_comparison_names_both_ratios_and_explains_k0(built_report):
     md = (built_report.parent / "report.md").read_text()
     assert md.index(f"## {ANSWER_TITLE}") < md.index("## Controller comparison")
-    ans = md[md.index(f"## {ANSWER_TITLE}"):md.index("## Controller comparison")]
+    ans = md[md.index(f"## {ANSWER_TITLE}") : md.index("## Controller comparison")]
     lines = [ln for ln in ans.splitlines() if ln.startswith("**8xA100")]
-    assert len(lines) == 3      # one per load
-    for ln in lines:            # each names the metric it ranks by and quotes that metric
-        assert re.search(r"by throughput \(output tokens/s, higher is better\): \*\*dspark\*\* "
-                         r"[\d,]+ tok/s", ln) or re.search(
+    assert len(lines) == 3  # one per load
+    for ln in lines:  # each names the metric it ranks by and quotes that metric
+        assert re.search(
+            r"by throughput \(output tokens/s, higher is better\): \*\*dspark\*\* "
+            r"[\d,]+ tok/s",
+            ln,
+        ) or re.search(
             r"ranked by mean TPOT \(ms per output token, lower is better\): \*\*dspark\*\* "
-            r"[\d.]+ ms", ln), ln
+            r"[\d.]+ ms",
+            ln,
+        ), ln
     assert "Held-out evaluation" in ans and "**dspark" in ans
     comp = pd.read_csv(built_report.parent / "tables" / "comparison_sim.csv")
     assert {"throughput_ratio", "speedup", "role", "throughput_spread_pct"} <= set(comp.columns)
-    head = md[md.index("## Controller comparison"):]
+    head = md[md.index("## Controller comparison") :]
     assert "throughput ÷ k = 0 with drafter (×)" in head
     assert "TPOT speedup vs k = 0 without drafter (×)" in head
     assert "speedup vs k=0" not in head
@@ -195,9 +236,14 @@ def test_comparison_names_both_ratios_and_explains_k0(built_report):
 def test_comparison_explains_the_visible_k0_row():
     from reports.build import Builder
     from reports.loader import Run
+
     res = _point({"fixed:k=0": 0.93, "dspark": 1.8}, {"fixed:k=0": 1000, "dspark": 1300})
-    run = Run(path=__import__("pathlib").Path("x"), kind="simulate",
-              summary={"scenario": "s"}, tables={"results": res})
+    run = Run(
+        path=__import__("pathlib").Path("x"),
+        kind="simulate",
+        summary={"scenario": "s"},
+        tables={"results": res},
+    )
     sec = Builder([run]).comparison()
     text = " ".join(b for b in sec.blocks if isinstance(b, str))
     assert "`fixed:k=0` is k = 0 with the drafter resident" in text

@@ -24,14 +24,20 @@ def one_line_error(paths, match: str) -> str:
 def test_discovers_run_folders_and_dispatches_on_kind(run_root):
     runs = load_runs([run_root])
     assert {r.name: r.kind for r in runs} == {
-        "sim": "simulate", "scaling": "simulate", "tune": "tune", "tune-mo": "tune",
-        "real": "real", "validate": "validate"}
+        "sim": "simulate",
+        "scaling": "simulate",
+        "tune": "tune",
+        "tune-mo": "tune",
+        "real": "real",
+        "validate": "validate",
+    }
     sim = next(r for r in runs if r.name == "sim")
     assert set(sim.tables) == {"results", "requests", "rounds", "trace"}
     assert sim.config["hardware"]["preset"] == sim.summary["hardware"] == "A100-SXM-80GB"
     # a run folder given directly, twice, and via its summary.json, is read once
     assert discover([run_root / "sim", run_root / "sim", run_root / "sim" / "summary.json"]) == [
-        run_root / "sim"]
+        run_root / "sim"
+    ]
 
 
 def test_missing_summary_json(tmp_path):
@@ -84,6 +90,7 @@ def test_bad_real_rows(tmp_path):
 def test_trials_from_optuna_journal(tmp_path):
     import optuna
     from optuna.storages.journal import JournalFileBackend, JournalStorage
+
     run = write_tune_run(tmp_path / "t")
     (run / "trials.csv").unlink()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -115,7 +122,12 @@ def test_cli_writes_report_and_prints_path_last(run_root, tmp_path, capsys):
     assert rc == 0 and lines[-1] == f"report: {(out / 'index.html').resolve()}"
     md = (out / "report.md").read_text()
     # sections without data are listed as skipped, with the reason
-    for name in ("Real engine", "Tuning history", "Pareto front", "Simulator vs real engine",
-                 "Scaling with cluster size"):
+    for name in (
+        "Real engine",
+        "Tuning history",
+        "Pareto front",
+        "Simulator vs real engine",
+        "Scaling with cluster size",
+    ):
         assert f"| {name} |" in md
     assert "dspark validate" in md

@@ -32,7 +32,9 @@ def check_figure(fig: Figure, min_axes: int = 1) -> None:
         assert ax.get_xlabel().strip() or ax.get_shared_x_axes().get_siblings(ax) != [ax]
         assert ax.get_ylabel().strip(), f"axis without y label in {fig}"
         title = title or ax.get_title()
-        drawn = ax.get_lines() + ax.patches + [c for c in ax.collections if isinstance(c, Collection)]
+        drawn = (
+            ax.get_lines() + ax.patches + [c for c in ax.collections if isinstance(c, Collection)]
+        )
         assert drawn, "axes with nothing drawn"
     assert title.strip(), "figure without a title"
     # units in the axis labels (a parenthesised unit or a probability/fraction/count axis)
@@ -75,7 +77,9 @@ def test_latency_cdfs_use_finished_requests(runs):
     req = runs["sim"].tables["requests"]
     fig = plots.plot_latency_cdfs(req)
     check_figure(fig, 2)
-    tpot = {ln.get_label(): ln for ln in fig.axes[0].get_lines() if not ln.get_label().startswith("_")}
+    tpot = {
+        ln.get_label(): ln for ln in fig.axes[0].get_lines() if not ln.get_label().startswith("_")
+    }
     x, y = tpot["ar"].get_data()
     fin = req[(req.controller == "ar") & req.finished]
     assert len(x) == len(fin) == 39
@@ -101,8 +105,8 @@ def test_acceptance_by_position_is_exact(runs):
     # pattern (drafted, accepted): (4,4) (4,2) (4,0) (2,2) (4,3), repeated 4 times
     # position 1: drafted in 5 rounds/rep, accepted when n >= 1: 4 of 5
     assert d.loc[1, "p_accepted"] == pytest.approx(4 / 5)
-    assert d.loc[2, "p_accepted"] == pytest.approx(4 / 5)      # n >= 2: (4,4),(4,2),(2,2),(4,3)
-    assert d.loc[3, "p_accepted"] == pytest.approx(2 / 4)      # drafted >= 3 in 4 rounds; n>=3: 2
+    assert d.loc[2, "p_accepted"] == pytest.approx(4 / 5)  # n >= 2: (4,4),(4,2),(2,2),(4,3)
+    assert d.loc[3, "p_accepted"] == pytest.approx(2 / 4)  # drafted >= 3 in 4 rounds; n>=3: 2
     assert d.loc[4, "p_accepted"] == pytest.approx(1 / 4)
     assert d.loc[3, "p_accepted_given_prefix"] == pytest.approx(2 / 3)  # reached (n>=2): 3 rounds
     assert d.loc[1, "drafted"] == 20
@@ -120,8 +124,7 @@ def test_acceptance_by_position_is_exact(runs):
     assert np.allclose(y, [0.8, 0.8])
     hollow = [ln for ln in lines if ln.get_markerfacecolor() == "none" and len(ln.get_xdata())]
     assert any(np.allclose(ln.get_ydata(), [0.5, 0.25]) for ln in hollow)
-    assert any("fewer than 20 rounds" in t.get_text()
-               for t in fig.axes[0].get_legend().get_texts())
+    assert any("fewer than 20 rounds" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
 
 
 def test_scaling(runs):
@@ -159,8 +162,12 @@ def test_importances(runs):
 
 def test_pareto(runs):
     r = runs["tune-mo"]
-    fig = plots.plot_pareto(r.tables["pareto"], r.tables["trials"], ["maximize", "minimize"],
-                            ["throughput_tokens_per_s", "tpot_p99_s"])
+    fig = plots.plot_pareto(
+        r.tables["pareto"],
+        r.tables["trials"],
+        ["maximize", "minimize"],
+        ["throughput_tokens_per_s", "tpot_p99_s"],
+    )
     check_figure(fig)
     front = next(ln for ln in fig.axes[0].get_lines() if ln.get_label() == "Pareto front")
     assert len(front.get_xdata()) == len(r.tables["pareto"])
@@ -189,13 +196,15 @@ def test_comparison_table_means(runs):
     t = comparison_table(ref).set_index("controller")
     want = res[(res.controller == "dspark") & (res.load_scale == 1.0)]
     assert t.loc["dspark", "throughput_tokens_per_s"] == pytest.approx(
-        want.throughput_tokens_per_s.mean())
+        want.throughput_tokens_per_s.mean()
+    )
     # contenders first (best throughput first), then no speculation, then the references
     assert t.index[0] == "dspark" and t.loc["dspark", "seeds"] == 2
     assert list(t["role"].iloc[-2:]) == ["no speculation", "reference"]
     assert t.loc["ar", "throughput_ratio"] == pytest.approx(1.0)
     assert t.loc["dspark", "throughput_ratio"] == pytest.approx(
-        t.loc["dspark", "throughput_tokens_per_s"] / t.loc["ar", "throughput_tokens_per_s"])
+        t.loc["dspark", "throughput_tokens_per_s"] / t.loc["ar", "throughput_tokens_per_s"]
+    )
 
 
 def test_ecdf():

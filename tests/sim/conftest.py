@@ -18,16 +18,28 @@ def scenario(data: dict, base: Path | None = None) -> SimConfig:
     return _finish(from_mapping(SimConfig, d, source="<test>"))
 
 
-def constant_scenario(a: float = 0.8, c: float = 0.05, out_tokens: int = 1000, n: int = 1,
-                      **extra) -> SimConfig:
+def constant_scenario(
+    a: float = 0.8, c: float = 0.05, out_tokens: int = 1000, n: int = 1, **extra
+) -> SimConfig:
     data = {
         "deployment": {"max_batch": 1},
-        "latency": {"backend": "constant", "constant_target_s": 0.01,
-                    "constant_drafter_s": 0.01 * c, "constant_prefill_s": 0.0},
-        "workload": {"arrival": "poisson", "rate_rps": 1000.0, "num_requests": n,
-                     "prompt": {"dist": "constant", "mean_tokens": 16.0},
-                     "output": {"dist": "constant", "mean_tokens": float(out_tokens),
-                                "max_tokens": 10_000_000}},
+        "latency": {
+            "backend": "constant",
+            "constant_target_s": 0.01,
+            "constant_drafter_s": 0.01 * c,
+            "constant_prefill_s": 0.0,
+        },
+        "workload": {
+            "arrival": "poisson",
+            "rate_rps": 1000.0,
+            "num_requests": n,
+            "prompt": {"dist": "constant", "mean_tokens": 16.0},
+            "output": {
+                "dist": "constant",
+                "mean_tokens": float(out_tokens),
+                "max_tokens": 10_000_000,
+            },
+        },
         "acceptance": {"model": "iid", "rate": a},
     }
     for k, v in extra.items():
@@ -38,6 +50,7 @@ def constant_scenario(a: float = 0.8, c: float = 0.05, out_tokens: int = 1000, n
 @pytest.fixture
 def tiny():
     from sim import load_scenario
+
     return load_scenario(CONFIGS / "tiny.toml")
 
 

@@ -13,8 +13,9 @@ def streams(seed=0):
 
 
 def test_capacity_mode_puts_every_request_at_zero():
-    cfg = WorkloadConfig(arrival="capacity", num_requests=50,
-                         output=LengthConfig(dist="constant", mean_tokens=7.0))
+    cfg = WorkloadConfig(
+        arrival="capacity", num_requests=50, output=LengthConfig(dist="constant", mean_tokens=7.0)
+    )
     r = generate(cfg, streams())
     assert len(r) == 50 and not r.arrival_s.any() and (r.output_tokens == 7).all()
 
@@ -42,6 +43,7 @@ def test_sinusoid_is_seeded_and_load_scale_applies():
 def test_mixture_acceptance_classes_and_run_lengths():
     from control.errors import DSparkError
     from sim.acceptance import AcceptanceConfig, AcceptanceModel
+
     cfg = AcceptanceConfig(model="mixture", mixture_rates=(0.9, 0.4), mixture_weights=(0.25, 0.75))
     n = 40_000
     m = AcceptanceModel(cfg, n, np.random.default_rng(1), np.random.default_rng(2))
@@ -49,8 +51,8 @@ def test_mixture_acceptance_classes_and_run_lengths():
     assert (m.rate == 0.9).mean() == pytest.approx(0.25, abs=0.01)
     ids = np.arange(n)
     L = m.run_lengths(ids, np.zeros(n, dtype=np.int64))
-    for j in (1, 3):   # P(L >= j) = Σ_c w_c a_c^j
-        assert (L >= j).mean() == pytest.approx(0.25 * 0.9 ** j + 0.75 * 0.4 ** j, abs=0.01)
+    for j in (1, 3):  # P(L >= j) = Σ_c w_c a_c^j
+        assert (L >= j).mean() == pytest.approx(0.25 * 0.9**j + 0.75 * 0.4**j, abs=0.01)
     assert np.array_equal(m.true_rates(ids[:5], ids[:5]), m.rate[:5])
     bad = AcceptanceConfig(model="mixture", mixture_rates=(0.9,), mixture_weights=(0.5, 0.5))
     with pytest.raises(DSparkError, match="mixture_rates"):

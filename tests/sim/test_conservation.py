@@ -8,8 +8,10 @@ from sim import simulate
 
 
 @pytest.mark.parametrize("model", ["iid", "decay", "markov", "beta"])
-@pytest.mark.parametrize("ctrl", [("fixed", {"k": 5}), ("fixed", {"k": 3, "mode": "threshold",
-                                                                   "beta": 0.7}), ("dspark", None)])
+@pytest.mark.parametrize(
+    "ctrl",
+    [("fixed", {"k": 5}), ("fixed", {"k": 3, "mode": "threshold", "beta": 0.7}), ("dspark", None)],
+)
 def test_tokens_conserved(tiny, model, ctrl):
     scn = tiny.with_overrides({"acceptance.model": model})
     res = simulate(scn, ctrl[0], ctrl[1], seed=2, trace=True, baseline=False)
@@ -47,10 +49,12 @@ def test_horizon_reports_unfinished(tiny):
 
 def test_threshold_mode_raises_acceptance(tiny):
     strict = simulate(tiny, "fixed", {"k": 6}, seed=1, baseline=False).summary
-    lossy = simulate(tiny, "fixed", {"k": 6, "mode": "threshold", "beta": 0.7}, seed=1,
-                     baseline=False).summary
-    strictish = simulate(tiny, "fixed", {"k": 6, "mode": "threshold", "beta": 0.99}, seed=1,
-                         baseline=False).summary
+    lossy = simulate(
+        tiny, "fixed", {"k": 6, "mode": "threshold", "beta": 0.7}, seed=1, baseline=False
+    ).summary
+    strictish = simulate(
+        tiny, "fixed", {"k": 6, "mode": "threshold", "beta": 0.99}, seed=1, baseline=False
+    ).summary
     assert lossy["mean_accepted_length"] > strict["mean_accepted_length"] + 0.3
     assert strictish["lossy_accept_fraction"] == 0
     assert strictish["mean_accepted_length"] == strict["mean_accepted_length"]
@@ -58,20 +62,23 @@ def test_threshold_mode_raises_acceptance(tiny):
 
 def test_kv_memory_limit_caps_the_batch(tiny):
     from sim.cluster import Cluster
+
     base = simulate(tiny, "fixed", seed=0, baseline=False)
     req = base.requests
     c = Cluster(tiny)
     weights = c.hw.mem_bytes * 0.9 - c.kv_budget_bytes  # per GPU (tp = 1)
     need = ((req["prompt_tokens"] + req["output_tokens"]) * c.kv_bytes_per_token).max()
     # KV room for 1.5 of the largest requests: they run nearly one at a time
-    small = tiny.with_overrides({"hardware.mem_gb": (weights + 1.5 * need) / 1e9,
-                                 "deployment.kv_memory_fraction": 1.0})
+    small = tiny.with_overrides(
+        {"hardware.mem_gb": (weights + 1.5 * need) / 1e9, "deployment.kv_memory_fraction": 1.0}
+    )
     res = simulate(small, "fixed", seed=0, baseline=False)
     assert res.requests["finished"].all()
     assert res.summary["ttft_p99_s"] > 3 * base.summary["ttft_p99_s"]
     # a request larger than the whole KV budget is reported unfinished, never deadlocks
-    smaller = tiny.with_overrides({"hardware.mem_gb": (weights + 0.5 * need) / 1e9,
-                                   "deployment.kv_memory_fraction": 1.0})
+    smaller = tiny.with_overrides(
+        {"hardware.mem_gb": (weights + 0.5 * need) / 1e9, "deployment.kv_memory_fraction": 1.0}
+    )
     res = simulate(smaller, "fixed", seed=0, baseline=False)
     too_big = (req["prompt_tokens"] + req["output_tokens"]) * c.kv_bytes_per_token > 0.5 * need
     assert (res.requests["finished"] == ~too_big).all() and too_big.any()

@@ -56,13 +56,15 @@ class _ObserveOnly:
         self.inner.observe(obs)
 
 
-@pytest.mark.parametrize("cfg", [{}, {"mode": "threshold", "beta0": 0.75},
-                                 {"tau": 0.5, "mode": "threshold"}])
+@pytest.mark.parametrize(
+    "cfg", [{}, {"mode": "threshold", "beta0": 0.75}, {"tau": 0.5, "mode": "threshold"}]
+)
 def test_fast_observe_path_changes_nothing(tiny, monkeypatch, cfg):
     """observe_values with () confidences (and the confidences drawn but not built) gives the
     same run, to the bit, as observe(Observation) with every confidence handed over.
     Per-sequence decisions throughout: the wrapper hides the members' planner interface."""
     import sim.api
+
     monkeypatch.setattr(sim.api, "make_planner", lambda name, config: None)
     fast = simulate(tiny, "dspark", cfg, seed=2, baseline=False)
     real_make = sim.api.make_controller

@@ -10,8 +10,10 @@ from sim import load_scenario, simulate
 from sim.latency import Table
 from sim.workload import read_trace
 
-GOOD = ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
-        "2023-11-16 18:15:50.9951690,396,109\n")
+GOOD = (
+    "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+    "2023-11-16 18:15:50.9951690,396,109\n"
+)
 
 
 def one_line(e):
@@ -20,12 +22,18 @@ def one_line(e):
     return msg
 
 
-@pytest.mark.parametrize("text,needle", [
-    (GOOD.replace("GeneratedTokens", "Generated"), "lacks column 'GeneratedTokens'"),
-    (GOOD.replace(",374,", ",abc,"), "column 'ContextTokens' has a garbled value at row 2"),
-    (GOOD.replace("2023-11-16 18:15:50.9951690", "yesterday"), "column 'TIMESTAMP' has a garbled"),
-    (GOOD.replace(",109", ",-3"), "column 'GeneratedTokens' has a garbled value at row 3"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        (GOOD.replace("GeneratedTokens", "Generated"), "lacks column 'GeneratedTokens'"),
+        (GOOD.replace(",374,", ",abc,"), "column 'ContextTokens' has a garbled value at row 2"),
+        (
+            GOOD.replace("2023-11-16 18:15:50.9951690", "yesterday"),
+            "column 'TIMESTAMP' has a garbled",
+        ),
+        (GOOD.replace(",109", ",-3"), "column 'GeneratedTokens' has a garbled value at row 3"),
+    ],
+)
 def test_trace_errors(tmp_path, text, needle):
     f = tmp_path / "t.csv"
     f.write_text(text)
@@ -38,8 +46,17 @@ def test_trace_errors(tmp_path, text, needle):
 def test_trace_scaling_and_limit(tmp_path):
     f = tmp_path / "t.csv"
     f.write_text(GOOD + "2023-11-16 18:15:56.6805900,10,5\n")
-    scn = scenario({"workload": {"arrival": "trace", "trace_path": "t.csv", "time_scale": 0.5,
-                                 "max_requests": 2}}, base=tmp_path)
+    scn = scenario(
+        {
+            "workload": {
+                "arrival": "trace",
+                "trace_path": "t.csv",
+                "time_scale": 0.5,
+                "max_requests": 2,
+            }
+        },
+        base=tmp_path,
+    )
     res = simulate(scn, "fixed", baseline=False)
     r = res.requests
     assert list(r["arrival_s"]) == pytest.approx([0.0, 4.314579 * 0.5])
@@ -71,8 +88,9 @@ def test_latency_table(tmp_path):
             for c in (0, 1000):
                 rows.append(("target", b, n, c, 0.01 + 0.001 * b + 0.0005 * n + 1e-6 * c))
     f = tmp_path / "latency.csv"
-    pd.DataFrame(rows, columns=["model", "batch", "new_tokens", "context_tokens", "seconds"]).to_csv(
-        f, index=False)
+    pd.DataFrame(
+        rows, columns=["model", "batch", "new_tokens", "context_tokens", "seconds"]
+    ).to_csv(f, index=False)
     t = Table(f, "target")
     assert t.seconds(2, 2 * 4, 2 * 500) == pytest.approx(0.01 + 0.002 + 0.002 + 5e-4)
     assert t.seconds(64, 64, 0) == pytest.approx(0.01 + 0.004 + 0.0005)  # clamped to the grid
@@ -93,8 +111,9 @@ def make_positions(path, n_req=6, length=60, seed=0):
             L = int(rng.geometric(0.3) - 1)
             conf = rng.uniform(0.05, 1.0, min(L + 1, 16))
             rows.append((r, p, L, " ".join(repr(float(x)) for x in conf), bool(rng.random() < 0.1)))
-    df = pd.DataFrame(rows, columns=["request_id", "position", "run_length", "confidences",
-                                     "sentence_end"])
+    df = pd.DataFrame(
+        rows, columns=["request_id", "position", "run_length", "confidences", "sentence_end"]
+    )
     df.to_csv(path, index=False)
     return df
 
@@ -102,9 +121,13 @@ def make_positions(path, n_req=6, length=60, seed=0):
 @pytest.mark.parametrize("k", [1, 3, 6])
 def test_greedy_position_replay_is_exact(tmp_path, k):
     rec = make_positions(tmp_path / "positions.csv")
-    scn = load_scenario(CONFIGS / "tiny.toml").with_overrides({
-        "acceptance.model": "replay", "acceptance.replay_path": str(tmp_path / "positions.csv"),
-        "workload.num_requests": 6})
+    scn = load_scenario(CONFIGS / "tiny.toml").with_overrides(
+        {
+            "acceptance.model": "replay",
+            "acceptance.replay_path": str(tmp_path / "positions.csv"),
+            "workload.num_requests": 6,
+        }
+    )
     res = simulate(scn, "fixed", {"k": k}, trace=True, baseline=False)
     rd = res.rounds.merge(res.requests[["request_id", "prompt_tokens"]], on="request_id")
     rd["position"] = rd["context_tokens"] - rd["prompt_tokens"]
@@ -114,27 +137,38 @@ def test_greedy_position_replay_is_exact(tmp_path, k):
     assert (res.requests["output_tokens"] == 60).all() and res.requests["finished"].all()
     # recorded confidences are handed to the controller
     first = rd.iloc[0]
-    conf = rec.set_index(["request_id", "position"]).loc[(first.request_id, first.position),
-                                                         "confidences"].split()
+    conf = (
+        rec.set_index(["request_id", "position"])
+        .loc[(first.request_id, first.position), "confidences"]
+        .split()
+    )
     got = str(first["confidences"]).split()
     m = min(len(conf), k)
     assert [float(x) for x in got[:m]] == [float(x) for x in conf[:m]]
     # sentence ends are the recorded ones
     ends = rec.set_index(["request_id", "position"])["sentence_end"]
     for row in rd.itertuples():
-        want_ends = [o for o in range(row.emitted) if ends.get((row.request_id, row.position + o),
-                                                                False)]
-        got_ends = [int(x) for x in str(row.sentence_ends).split()] if isinstance(
-            row.sentence_ends, str) and row.sentence_ends else []
+        want_ends = [
+            o for o in range(row.emitted) if ends.get((row.request_id, row.position + o), False)
+        ]
+        got_ends = (
+            [int(x) for x in str(row.sentence_ends).split()]
+            if isinstance(row.sentence_ends, str) and row.sentence_ends
+            else []
+        )
         assert got_ends == want_ends
 
 
 def test_confidence_stop_cut_in_replay(tmp_path):
     """n = min(k_eff, L) with k_eff cut at the first recorded confidence below τ."""
     rec = make_positions(tmp_path / "positions.csv", seed=3)
-    scn = load_scenario(CONFIGS / "tiny.toml").with_overrides({
-        "acceptance.model": "replay", "acceptance.replay_path": str(tmp_path / "positions.csv"),
-        "workload.num_requests": 6})
+    scn = load_scenario(CONFIGS / "tiny.toml").with_overrides(
+        {
+            "acceptance.model": "replay",
+            "acceptance.replay_path": str(tmp_path / "positions.csv"),
+            "workload.num_requests": 6,
+        }
+    )
     res = simulate(scn, "confidence-stop", trace=True, baseline=False)
     rd = res.rounds.merge(res.requests[["request_id", "prompt_tokens"]], on="request_id")
     recs = rec.set_index(["request_id", "position"])

@@ -13,8 +13,9 @@ ROUNDS = 20_000
 @pytest.fixture(scope="module")
 def baseline_tpot():
     # the k = 0 run: one target forward per token, whatever the acceptance rate
-    return simulate(constant_scenario(out_tokens=3000), "fixed", {"k": 0},
-                    baseline=False).summary["mean_tpot_s"]
+    return simulate(constant_scenario(out_tokens=3000), "fixed", {"k": 0}, baseline=False).summary[
+        "mean_tpot_s"
+    ]
 
 
 @pytest.mark.parametrize("a", [0.6, 0.8, 0.9])

@@ -24,11 +24,16 @@ def test_poisson_and_gamma_arrivals():
 
 
 def test_lognormal_mean_and_empirical_values():
-    x = draw_lengths(LengthConfig(mean_tokens=200, sigma=0.8, max_tokens=10**6), 100000,
-                     np.random.default_rng(0), "w")
+    x = draw_lengths(
+        LengthConfig(mean_tokens=200, sigma=0.8, max_tokens=10**6),
+        100000,
+        np.random.default_rng(0),
+        "w",
+    )
     assert x.mean() == pytest.approx(200, rel=0.02)
-    e = draw_lengths(LengthConfig(dist="empirical", values=(3, 7)), 1000, np.random.default_rng(0),
-                     "w")
+    e = draw_lengths(
+        LengthConfig(dist="empirical", values=(3, 7)), 1000, np.random.default_rng(0), "w"
+    )
     assert set(e) == {3, 7}
 
 
@@ -41,19 +46,19 @@ def run_lengths(cfg, n=20000, pos=0):
 def test_iid_and_decay_run_lengths():
     _, L = run_lengths(AcceptanceConfig(model="iid", rate=0.8))
     for j in (1, 3, 6):
-        assert (L >= j).mean() == pytest.approx(0.8 ** j, abs=0.01)
+        assert (L >= j).mean() == pytest.approx(0.8**j, abs=0.01)
     _, L = run_lengths(AcceptanceConfig(model="decay", rate=0.9, decay=0.9))
     for j in (1, 2, 4):
-        assert (L >= j).mean() == pytest.approx(np.prod([0.9 * 0.9 ** i for i in range(j)]),
-                                                abs=0.01)
+        assert (L >= j).mean() == pytest.approx(np.prod([0.9 * 0.9**i for i in range(j)]), abs=0.01)
 
 
 def test_beta_rates_and_markov_stationary():
     m, _ = run_lengths(AcceptanceConfig(model="beta", beta_mean=0.7, beta_concentration=20.0))
     assert m.rate.mean() == pytest.approx(0.7, abs=0.01)
     assert m.rate.std() == pytest.approx(np.sqrt(0.7 * 0.3 / 21), rel=0.05)
-    cfg = AcceptanceConfig(model="markov", easy_rate=0.9, hard_rate=0.3, p_easy_to_hard=0.02,
-                           p_hard_to_easy=0.06)
+    cfg = AcceptanceConfig(
+        model="markov", easy_rate=0.9, hard_rate=0.3, p_easy_to_hard=0.02, p_hard_to_easy=0.06
+    )
     m, _ = run_lengths(cfg)
     ids = np.arange(20000)
     for _ in range(20):
@@ -74,16 +79,19 @@ def test_confidence_predicts_acceptance_and_sentence_rate():
 
 def test_routing_policies(tiny):
     from sim import simulate
+
     scn = tiny.with_overrides({"deployment.replicas": 3, "workload.num_requests": 30})
     rr = simulate(scn, "fixed", baseline=False).requests
     assert list(rr["replica"]) == [i % 3 for i in range(30)]
-    lo = simulate(scn.with_overrides({"deployment.routing": "least-outstanding"}), "fixed",
-                  baseline=False).requests
+    lo = simulate(
+        scn.with_overrides({"deployment.routing": "least-outstanding"}), "fixed", baseline=False
+    ).requests
     assert set(lo["replica"]) == {0, 1, 2} and lo["finished"].all()
 
 
 def test_separate_drafter_gpus(tiny):
     from sim import simulate
+
     sep = tiny.with_overrides({"deployment.drafter_placement": "separate"})
     s = simulate(sep, "fixed", baseline=False).summary
     assert s["num_gpus"] == 2
@@ -92,27 +100,52 @@ def test_separate_drafter_gpus(tiny):
 
 def test_cli_json_and_run_folder(tmp_path, capsys):
     from dspark.cli import main
-    rc = main(["simulate", str(CONFIGS / "tiny.toml"), "--controller", "fixed", "--json",
-               "--out", str(tmp_path / "run"), "--trace", "--quiet"])
+
+    rc = main(
+        [
+            "simulate",
+            str(CONFIGS / "tiny.toml"),
+            "--controller",
+            "fixed",
+            "--json",
+            "--out",
+            str(tmp_path / "run"),
+            "--trace",
+            "--quiet",
+        ]
+    )
     assert rc == 0
     row = json.loads(capsys.readouterr().out)
-    for key in ("throughput_tokens_per_s", "mean_accepted_length", "acceptance_rate", "speedup",
-                "tpot_p99_s"):
+    for key in (
+        "throughput_tokens_per_s",
+        "mean_accepted_length",
+        "acceptance_rate",
+        "speedup",
+        "tpot_p99_s",
+    ):
         assert isinstance(row[key], float)
     run = tmp_path / "run"
-    for f in ("results.csv", "summary.json", "requests.csv", "config.toml", "rounds.csv",
-              "controller_trace.csv"):
+    for f in (
+        "results.csv",
+        "summary.json",
+        "requests.csv",
+        "config.toml",
+        "rounds.csv",
+        "controller_trace.csv",
+    ):
         assert (run / f).is_file()
     summ = json.loads((run / "summary.json").read_text())
     assert summ["kind"] == "simulate" and summ["rows"][0]["controller"] == "fixed"
     # the resolved config loads back
     from sim import load_scenario
+
     back = load_scenario(run / "config.toml")
     assert back.controller["fixed"]["k"] == 4
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
     from dspark.cli import main
+
     bad = tmp_path / "bad.toml"
     bad.write_text("[deployment]\ntp = 3\n")
     assert main(["simulate", str(bad), "--no-out"]) == 2

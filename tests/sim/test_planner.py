@@ -69,9 +69,13 @@ def _same(a, b):
         pd.testing.assert_frame_equal(a.controller_trace, b.controller_trace)
 
 
-CASES = [("dspark", {}), ("dspark", {"mode": "threshold", "beta0": 0.75}),
-         ("confidence-stop", {"tau": 0.5}), ("fixed", {"k": 5}),
-         ("fixed", {"k": 6, "mode": "threshold", "beta": 0.72})]
+CASES = [
+    ("dspark", {}),
+    ("dspark", {"mode": "threshold", "beta0": 0.75}),
+    ("confidence-stop", {"tau": 0.5}),
+    ("fixed", {"k": 5}),
+    ("fixed", {"k": 6, "mode": "threshold", "beta": 0.72}),
+]
 
 
 @pytest.mark.parametrize(("controller", "cfg"), CASES)
@@ -87,8 +91,9 @@ def test_pass_through_planner_is_bit_identical(tiny, monkeypatch, controller, cf
 def test_reference_hooks_draw_nothing(tiny, monkeypatch):
     """Futures and true rates handed to a planner leave the run unchanged, to the bit."""
     plain, _ = _run(tiny, monkeypatch, lambda: None, trace=True)
-    told, (p,) = _run(tiny, monkeypatch, lambda: Recording(needs_future=True, needs_rates=True),
-                      trace=True)
+    told, (p,) = _run(
+        tiny, monkeypatch, lambda: Recording(needs_future=True, needs_rates=True), trace=True
+    )
     _same(plain, told)
     assert len(p.futures) == len(p.rates) == len(p.stats)
     assert [len(f) for f in p.futures] == [s.batch_size for s in p.stats]
@@ -122,9 +127,10 @@ def test_engine_cap_is_told_and_applied(tiny, monkeypatch):
     assert {c.max_draft for c in q.contexts} == {None}
 
 
-@pytest.mark.parametrize(("controller", "cfg"), [("dspark", {}),
-                                                 ("confidence-stop", {"tau": 0.5}),
-                                                 ("dspark", {"mode": "threshold"})])
+@pytest.mark.parametrize(
+    ("controller", "cfg"),
+    [("dspark", {}), ("confidence-stop", {"tau": 0.5}), ("dspark", {"mode": "threshold"})],
+)
 def test_round_stats_match_the_trace(tiny, monkeypatch, controller, cfg):
     res, (p,) = _run(tiny, monkeypatch, Recording, controller, cfg, trace=True)
     rounds = res.rounds
@@ -152,6 +158,7 @@ def test_round_stats_match_the_trace(tiny, monkeypatch, controller, cfg):
 def test_every_observation_gets_the_batch_context(tiny, monkeypatch):
     """The fast path (observe_values) tells the same batch context as the traced rounds."""
     from control.fixed import FixedController
+
     seen = []
 
     class Told(FixedController):
@@ -167,16 +174,18 @@ def test_every_observation_gets_the_batch_context(tiny, monkeypatch):
     r = traced.rounds
     told = seen  # the traced run calls observe(Observation), not observe_values
     assert len(told) == len(r)
-    assert sorted(told) == sorted(zip(r["batch_size"], r["batch_tokens"],
-                                      r["batch_context_tokens"]))
+    assert sorted(told) == sorted(
+        zip(r["batch_size"], r["batch_tokens"], r["batch_context_tokens"])
+    )
     assert max(b for b, _, _ in told) > 1
 
 
 # -- true rates -------------------------------------------------------------------------------
 def _model(n=50, seed=11, **cfg):
     a, b = np.random.SeedSequence(seed).spawn(2)
-    return AcceptanceModel(AcceptanceConfig(**cfg), n, np.random.default_rng(a),
-                           np.random.default_rng(b))
+    return AcceptanceModel(
+        AcceptanceConfig(**cfg), n, np.random.default_rng(a), np.random.default_rng(b)
+    )
 
 
 def _stream(m, ids, with_rates):
@@ -193,8 +202,15 @@ def _stream(m, ids, with_rates):
     return np.concatenate(out)
 
 
-@pytest.mark.parametrize("cfg", [{"model": "iid", "rate": 0.6}, {"model": "beta"},
-                                 {"model": "markov"}, {"model": "decay", "rate": 0.8}])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        {"model": "iid", "rate": 0.6},
+        {"model": "beta"},
+        {"model": "markov"},
+        {"model": "decay", "rate": 0.8},
+    ],
+)
 def test_true_rates_draw_nothing(cfg):
     ids = np.arange(0, 50, 3)
     assert np.array_equal(_stream(_model(**cfg), ids, False), _stream(_model(**cfg), ids, True))
@@ -229,7 +245,8 @@ def test_true_rates_of_a_mixture():
 def test_true_rates_of_a_replayed_trace(tmp_path):
     rows = [(0, 0, 2), (0, 1, 0), (0, 2, 3), (1, 0, 64), (1, 1, 1), (2, 0, 0)]
     pd.DataFrame(rows, columns=["request_id", "position", "run_length"]).to_csv(
-        tmp_path / "positions.csv", index=False)
+        tmp_path / "positions.csv", index=False
+    )
     m = _model(n=4, model="replay", replay_path=str(tmp_path / "positions.csv"))
     rates = m.true_rates(np.array([0, 1, 2, 3]), np.zeros(4, dtype=np.int64))
     # request 0: 5 accepted, 3 rejections; 1: 65 accepted, 1 rejection (64 hit the cap);

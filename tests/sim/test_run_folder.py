@@ -12,12 +12,16 @@ from sim import compare_runs
 
 def test_tables_and_provenance(tiny, tmp_path):
     c = compare_runs(tiny, ["fixed", ("fixed", {"k": 0})], seed=2, out_dir=tmp_path / "run")
-    pd.testing.assert_frame_equal(c.requests, pd.read_csv(tmp_path / "run" / "requests.csv"),
-                                  check_exact=False, rtol=1e-15)
+    pd.testing.assert_frame_equal(
+        c.requests, pd.read_csv(tmp_path / "run" / "requests.csv"), check_exact=False, rtol=1e-15
+    )
     assert list(c.results["controller"]) == ["fixed#1", "fixed#2"] and c.names == ["fixed"] * 2
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert (s["hardware"], s["target"], s["drafter"]) == ("H100-SXM", "Llama-3.1-8B",
-                                                          "Llama-3.2-1B")
+    assert (s["hardware"], s["target"], s["drafter"]) == (
+        "H100-SXM",
+        "Llama-3.1-8B",
+        "Llama-3.2-1B",
+    )
     assert (s["tensor_parallel"], s["num_gpus"], s["replicas"]) == (1, 1, 1)
     assert s["target_params"] > 7e9 and s["drafter_params"] < 2e9
     run = load_runs([tmp_path / "run"])[0]

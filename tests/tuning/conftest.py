@@ -20,4 +20,5 @@ def _quiet_optuna():
 @pytest.fixture
 def tiny_cfg():
     from tuning.config import load_tuning_config
+
     return load_tuning_config(TINY)

@@ -43,28 +43,58 @@ def test_tiny_config_loads_with_resolved_paths(tiny_cfg):
     assert q.multi_objective and q.pinned() == {"mode": "threshold"}
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda s: s.replace('controller = "dspark"', 'controller = "dspark"\nbogus = 1'),
-     "unknown key 'tune.bogus'"),
-    (lambda s: s.replace('controller = "dspark"', 'controller = "nope"'),
-     "tune.controller = 'nope' is unknown"),
-    (lambda s: s.replace('controller = "dspark"', 'controller = "dspark"\nobjective = "speed"'),
-     "tune.objective = 'speed' is not allowed"),
-    (lambda s: s.replace('controller = "dspark"', 'controller = "dspark"\nn_trials = 0'),
-     "tune.n_trials = 0 is out of range"),
-    (lambda s: s.replace(f'scenario = "{ROOT}/configs/tiny.toml"\noverrides',
-                         'scenario = "missing.toml"\noverrides'), "file not found"),
-    (lambda s: s.replace('name = "b"\nscenario = "' + f'{ROOT}/configs/tiny.toml"',
-                         'name = "b"\nscenario = "' + f'{ROOT}/configs/tiny.toml"\n'
-                         'overrides = { "workload.rate_rps" = 40.0 }'),
-     "held-out workload 'b' is the same as tuning workload 'a'"),
-    (lambda s: s.replace('controller = "dspark"',
-                         'controller = "dspark"\nobjective = "throughput-p99"\nsampler = "cmaes"'),
-     "'cmaes' is single-objective"),
-    (lambda s: s.replace('controller = "dspark"', 'controller = "analytic"\nmode = "strict"'),
-     "no verification mode to pin"),
-    (lambda s: s.replace('name = "a"', 'name = "a b"'), "needs a name"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda s: s.replace('controller = "dspark"', 'controller = "dspark"\nbogus = 1'),
+            "unknown key 'tune.bogus'",
+        ),
+        (
+            lambda s: s.replace('controller = "dspark"', 'controller = "nope"'),
+            "tune.controller = 'nope' is unknown",
+        ),
+        (
+            lambda s: s.replace(
+                'controller = "dspark"', 'controller = "dspark"\nobjective = "speed"'
+            ),
+            "tune.objective = 'speed' is not allowed",
+        ),
+        (
+            lambda s: s.replace('controller = "dspark"', 'controller = "dspark"\nn_trials = 0'),
+            "tune.n_trials = 0 is out of range",
+        ),
+        (
+            lambda s: s.replace(
+                f'scenario = "{ROOT}/configs/tiny.toml"\noverrides',
+                'scenario = "missing.toml"\noverrides',
+            ),
+            "file not found",
+        ),
+        (
+            lambda s: s.replace(
+                'name = "b"\nscenario = "' + f'{ROOT}/configs/tiny.toml"',
+                'name = "b"\nscenario = "' + f'{ROOT}/configs/tiny.toml"\n'
+                'overrides = { "workload.rate_rps" = 40.0 }',
+            ),
+            "held-out workload 'b' is the same as tuning workload 'a'",
+        ),
+        (
+            lambda s: s.replace(
+                'controller = "dspark"',
+                'controller = "dspark"\nobjective = "throughput-p99"\nsampler = "cmaes"',
+            ),
+            "'cmaes' is single-objective",
+        ),
+        (
+            lambda s: s.replace(
+                'controller = "dspark"', 'controller = "analytic"\nmode = "strict"'
+            ),
+            "no verification mode to pin",
+        ),
+        (lambda s: s.replace('name = "a"', 'name = "a b"'), "needs a name"),
+    ],
+)
 def test_bad_tuning_config_is_one_line_error(tmp_path, edit, message):
     p = _write(tmp_path, edit(BASE))
     with pytest.raises(ConfigError) as e:
@@ -75,18 +105,41 @@ def test_bad_tuning_config_is_one_line_error(tmp_path, edit, message):
 
 def test_cli_bad_config_prints_one_line_and_exits_2(tmp_path):
     p = _write(tmp_path, BASE.replace('controller = "dspark"', 'controller = "dspark"\nx = 1'))
-    r = subprocess.run([sys.executable, "-m", "dspark", "tune", str(p), "--out",
-                        str(tmp_path / "o")], check=False, capture_output=True, text=True, cwd=ROOT,
-                       timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "dspark", "tune", str(p), "--out", str(tmp_path / "o")],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dspark: error: ") and "tune.x" in lines[0]
 
 
 def test_cli_refuses_memory_storage_with_workers(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "dspark", "tune", str(TINY), "--storage", "memory",
-                        "--workers", "2", "--out", str(tmp_path / "o"), "--quiet"],
-                       check=False, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dspark",
+            "tune",
+            str(TINY),
+            "--storage",
+            "memory",
+            "--workers",
+            "2",
+            "--out",
+            str(tmp_path / "o"),
+            "--quiet",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert r.returncode == 2 and "needs a shared storage" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
@@ -102,8 +155,11 @@ def test_storage_urls(tmp_path):
     assert resolve_url("postgresql://u:pw@h:5/db", None) == "postgresql://u:pw@h:5/db"
     assert resolve_url("postgresql+psycopg2://u@h/db", None).startswith("postgresql+psycopg2")
     assert redact("postgresql://u:secret@h:5/db") == "postgresql://u@h:5/db"
-    for bad, msg in [("ftp://x/y", "unknown scheme 'ftp'"), ("whatever", "not understood"),
-                     ("journal:", "needs a file path")]:
+    for bad, msg in [
+        ("ftp://x/y", "unknown scheme 'ftp'"),
+        ("whatever", "not understood"),
+        ("journal:", "needs a file path"),
+    ]:
         with pytest.raises(ConfigError, match=msg):
             resolve_url(bad, tmp_path)
     with pytest.raises(ConfigError, match="needs a run folder"):
@@ -122,13 +178,37 @@ def test_unreachable_database_is_one_line_error():
 
 def test_cli_tune_prints_the_final_table(tmp_path):
     out = tmp_path / "o"
-    r = subprocess.run([sys.executable, "-m", "dspark", "tune", str(TINY), "--trials", "3",
-                        "--storage", "memory", "--out", str(out), "--quiet"],
-                       check=False, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dspark",
+            "tune",
+            str(TINY),
+            "--trials",
+            "3",
+            "--storage",
+            "memory",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "3 trials" in r.stdout and "held-out evaluation" in r.stdout
     rows = [ln.split()[0] for ln in r.stdout.splitlines() if ln.strip()]
-    for label in ("dspark-tuned", "dspark-seed", "dspark-default", "fixed-best", "clairvoyant",
-                  "rate-oracle"):
+    for label in (
+        "dspark-tuned",
+        "dspark-seed",
+        "dspark-default",
+        "fixed-best",
+        "clairvoyant",
+        "rate-oracle",
+    ):
         assert label in rows
     assert (out / "evaluation.csv").exists() and not (out / "study.journal").exists()

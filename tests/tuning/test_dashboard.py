@@ -22,9 +22,14 @@ def fake_simulate(scn, controller, config, seed, baseline) -> dict:
     throughput grows with alpha_max, so a strict trial wins the feasible ones."""
     threshold = getattr(config, "mode", "strict") == "threshold"
     tput = 1000.0 + 100.0 * float(getattr(config, "alpha_max", 1.0)) + (500.0 if threshold else 0)
-    return {"throughput_tokens_per_s": tput, "goodput_tokens_per_s": tput, "tpot_p99_s": 0.05,
-            "mean_accepted_length": 2.0, "acceptance_rate": 0.7,
-            "lossy_accept_fraction": 0.02 if threshold else 0.0}
+    return {
+        "throughput_tokens_per_s": tput,
+        "goodput_tokens_per_s": tput,
+        "tpot_p99_s": 0.05,
+        "mean_accepted_length": 2.0,
+        "acceptance_rate": 0.7,
+        "lossy_accept_fraction": 0.02 if threshold else 0.0,
+    }
 
 
 def api(app, path: str) -> dict:
@@ -33,9 +38,17 @@ def api(app, path: str) -> dict:
 
     def start(s, headers, exc_info=None):
         status["s"] = s
-    env = {"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": "", "SERVER_NAME": "x",
-           "SERVER_PORT": "80", "wsgi.input": io.BytesIO(b""), "wsgi.url_scheme": "http",
-           "wsgi.errors": io.StringIO()}
+
+    env = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": path,
+        "QUERY_STRING": "",
+        "SERVER_NAME": "x",
+        "SERVER_PORT": "80",
+        "wsgi.input": io.BytesIO(b""),
+        "wsgi.url_scheme": "http",
+        "wsgi.errors": io.StringIO(),
+    }
     body = b"".join(app(env, start))
     assert status["s"].startswith("200"), (status, body[:300], env["wsgi.errors"].getvalue())
     return json.loads(body)
@@ -44,8 +57,13 @@ def api(app, path: str) -> dict:
 @pytest.fixture
 def tuned(tiny_cfg, tmp_path) -> Path:
     from tuning.run import tune
-    cfg = dataclasses.replace(tiny_cfg, tune=dataclasses.replace(
-        tiny_cfg.tune, n_trials=8, max_lossy_fraction=LOSSY_LIMIT, mode=""))
+
+    cfg = dataclasses.replace(
+        tiny_cfg,
+        tune=dataclasses.replace(
+            tiny_cfg.tune, n_trials=8, max_lossy_fraction=LOSSY_LIMIT, mode=""
+        ),
+    )
     out = tmp_path / "tune"
     tune(cfg, out, storage=None, workers=1, evaluate_heldout=False, simulate=fake_simulate)
     return out
@@ -75,8 +93,9 @@ def test_dashboard_best_trial_is_best_config(tuned):
     bad = [t for t in study.trials if t.user_attrs.get("infeasible")]
     assert bad
     for t in bad:
-        assert by_number[t.number]["constraints"] and \
-            all(c > 0 for c in by_number[t.number]["constraints"])
+        assert by_number[t.number]["constraints"] and all(
+            c > 0 for c in by_number[t.number]["constraints"]
+        )
         assert t.user_attrs["throughput_tokens_per_s"] > best["values"][0]
     assert best["constraints"] and all(c <= 0 for c in best["constraints"])
     # Optuna's own best trial agrees too
@@ -89,6 +108,7 @@ def test_report_history_never_passes_through_an_infeasible_trial(tuned):
     from reports import plots
     from reports.analysis import feasible_mask
     from reports.loader import load_runs
+
     (run,) = load_runs([tuned])
     trials = run.tables["trials"]
     ok = feasible_mask(trials)

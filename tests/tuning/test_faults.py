@@ -37,8 +37,14 @@ def fake_simulate(scn, controller, config, seed, baseline) -> dict:
     """A stand-in for the simulator: instant, deterministic in the config."""
     x = sum(float(v) for v in vars(config).values() if isinstance(v, (int, float)))
     v = 100.0 + (x * 7919.0 + seed) % 50.0
-    return {"throughput_tokens_per_s": v, "goodput_tokens_per_s": v, "tpot_p99_s": 1.0 / v,
-            "mean_accepted_length": 2.0, "acceptance_rate": 0.7, "lossy_accept_fraction": 0.0}
+    return {
+        "throughput_tokens_per_s": v,
+        "goodput_tokens_per_s": v,
+        "tpot_p99_s": 1.0 / v,
+        "mean_accepted_length": 2.0,
+        "acceptance_rate": 0.7,
+        "lossy_accept_fraction": 0.0,
+    }
 
 
 def _dead_pid() -> int:
@@ -50,8 +56,9 @@ def _dead_pid() -> int:
 def _claim_as_dead_worker(study: optuna.Study, host: str | None = None) -> optuna.trial.FrozenTrial:
     """Claim the next WAITING slot as a worker that then died (host:pid of a gone process)."""
     import warnings
+
     raw = optuna.load_study(study_name=study.study_name, storage=study._storage)
-    with warnings.catch_warnings():   # "heartbeat is supposed to be used with optimize"
+    with warnings.catch_warnings():  # "heartbeat is supposed to be used with optimize"
         warnings.simplefilter("ignore")
         trial = raw.ask()
     tag = f"{host or socket.gethostname()}:{_dead_pid()}"
@@ -79,13 +86,14 @@ def _assert_exact(study: optuna.Study, n: int, before: dict | None = None) -> li
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     if before:
         after = {t.number: t for t in trials}
-        for k, t in before.items():          # every finished trial kept, unchanged
+        for k, t in before.items():  # every finished trial kept, unchanged
             assert after[k].state == t.state and after[k].values == t.values
             assert after[k].params == t.params
     return done
 
 
 # ---- a dead worker's trial with no WAITING slot left: recovered on resume ------------------
+
 
 def _resume_recovers_last_slot(url: str) -> None:
     n = 6
@@ -108,15 +116,16 @@ def test_postgres_resume_recovers_a_dead_workers_last_slot(pg_url):  # noqa: F81
 
 
 def test_postgres_worker_waits_for_a_remote_trial_and_reruns_it_once_its_heartbeat_stops(
-        pg_url, monkeypatch):  # noqa: F811
+    pg_url, monkeypatch
+):  # noqa: F811
     monkeypatch.setattr(storage_mod, "HEARTBEAT_INTERVAL_S", 1)
     monkeypatch.setattr(storage_mod, "HEARTBEAT_GRACE_S", 2)
     n = 5
     cfg, study, dead = _finished_but_one(pg_url, n, host="another-machine")
-    study._storage.record_heartbeat(dead._trial_id)   # alive a moment ago, on another host
+    study._storage.record_heartbeat(dead._trial_id)  # alive a moment ago, on another host
     t0 = time.monotonic()
     study = run_study(cfg, pg_url, n_trials=n, resume=True, simulate=fake_simulate)
-    assert time.monotonic() - t0 >= 1.5                 # it waited for the heartbeat to expire
+    assert time.monotonic() - t0 >= 1.5  # it waited for the heartbeat to expire
     _assert_exact(study, n)
     assert study._storage.get_trial(dead._trial_id).state == TrialState.FAIL
 
@@ -125,17 +134,24 @@ def test_journal_resume_short_of_n_is_an_error_not_exit_0(tmp_path):
     # a journal has no heartbeat: a trial RUNNING on another host cannot be judged dead here
     url = resolve_url(None, tmp_path / "run")
     cfg, _, _ = _finished_but_one(url, 4, host="another-machine")
-    with pytest.raises(DSparkError, match=r"ended with 3 of 4 trials finished \(1 trial\(s\) "
-                                          r"still RUNNING"):
+    with pytest.raises(
+        DSparkError,
+        match=r"ended with 3 of 4 trials finished \(1 trial\(s\) "
+        r"still RUNNING",
+    ):
         run_study(cfg, url, n_trials=4, resume=True, simulate=fake_simulate)
 
 
 # ---- a slot queued twice runs once -------------------------------------------------------
 
+
 @pytest.mark.parametrize("where", ["journal", "postgres"])
 def test_a_slot_queued_twice_runs_once(tmp_path, where, request):
-    url = request.getfixturevalue("pg_url") if where == "postgres" else \
-        resolve_url(None, tmp_path / "run")
+    url = (
+        request.getfixturevalue("pg_url")
+        if where == "postgres"
+        else resolve_url(None, tmp_path / "run")
+    )
     n = 6
     cfg = load_tuning_config(TINY, n_trials=n)
     study = prepare_study(cfg, url, n)
@@ -153,6 +169,7 @@ def test_a_slot_queued_twice_runs_once(tmp_path, where, request):
 
 # ---- a journal cut short by a crash ------------------------------------------------------
 
+
 def _journal_with_trials(tmp_path: Path, n: int) -> tuple:
     url = resolve_url(None, tmp_path / "run")
     cfg = load_tuning_config(TINY, n_trials=n)
@@ -164,7 +181,7 @@ def _journal_with_trials(tmp_path: Path, n: int) -> tuple:
 
 def test_a_partial_last_line_is_dropped_on_resume_and_no_trial_is_lost(tmp_path):
     cfg, url, path, before = _journal_with_trials(tmp_path, 3)
-    with path.open("ab") as fh:            # a write cut short: no newline at the end
+    with path.open("ab") as fh:  # a write cut short: no newline at the end
         fh.write(b'{"op_code":5,"worker_id":"dead-1","trial_id":3,"sta')
     with pytest.warns(storage_mod.StorageWarning, match="dropped a partial last line"):
         study = run_study(cfg, url, n_trials=5, resume=True, simulate=fake_simulate)
@@ -190,29 +207,47 @@ def test_a_journal_line_that_is_no_record_is_refused_in_one_line(tmp_path):
     path.write_bytes(b"".join(x + b"\n" for x in lines))
     with pytest.raises(ConfigError) as e:
         repair_journal(str(path))
-    assert str(e.value) == (f"{path}: line 3 is not a journal record and cannot be repaired; "
-                            "restore the file or start a new --out")
+    assert str(e.value) == (
+        f"{path}: line 3 is not a journal record and cannot be repaired; "
+        "restore the file or start a new --out"
+    )
 
 
 def test_resume_after_a_torn_write_via_the_cli_prints_one_warning_line(tmp_path):
     cfg = _config(tmp_path, 3)
     out = tmp_path / "run"
-    r = subprocess.run(_cli(str(cfg), "--out", str(out)), cwd=ROOT, capture_output=True,
-                       text=True, timeout=120, check=False)
+    r = subprocess.run(
+        _cli(str(cfg), "--out", str(out)),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     torn = b'{"op_code":4,"worker_id":"x","study_id":0,"datetime_st'
     with (out / "study.journal").open("ab") as fh:
         fh.write(torn)
-    r = subprocess.run(_cli(str(cfg), "--out", str(out), "--resume", "--trials", "4"), cwd=ROOT,
-                       capture_output=True, text=True, timeout=120, check=False)
+    r = subprocess.run(
+        _cli(str(cfg), "--out", str(out), "--resume", "--trials", "4"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stderr.splitlines() == [(
-        f"dspark: warning: {(out / 'study.journal').resolve()}: dropped a partial last line "
-        f"({len(torn)} bytes, a write cut short by a crash); every complete record is kept")]
+    assert r.stderr.splitlines() == [
+        (
+            f"dspark: warning: {(out / 'study.journal').resolve()}: dropped a partial last line "
+            f"({len(torn)} bytes, a write cut short by a crash); every complete record is kept"
+        )
+    ]
     assert "4 trials" in r.stdout
 
 
 # ---- processes killed: the main one (workers die with it), near the end of the queue --------
+
 
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "dspark", "tune", *args, "--quiet", "--no-eval"]
@@ -223,8 +258,11 @@ def _load(url: str, name: str = "dspark-throughput") -> optuna.Study:
 
 
 def _pids_of(trials) -> set[int]:
-    return {int(t.user_attrs["worker"].rpartition(":")[2]) for t in trials
-            if t.user_attrs.get("worker", "").startswith(socket.gethostname() + ":")}
+    return {
+        int(t.user_attrs["worker"].rpartition(":")[2])
+        for t in trials
+        if t.user_attrs.get("worker", "").startswith(socket.gethostname() + ":")
+    }
 
 
 def _alive(pid: int) -> bool:
@@ -242,11 +280,12 @@ def _kill_near_the_end(cmd: list[str], url: str, n: int, victim: str) -> dict:
             time.sleep(0.05)
             try:
                 trials = _load(url).get_trials()
-            except (KeyError, ValueError):    # not created yet
+            except (KeyError, ValueError):  # not created yet
                 continue
             done = [t for t in trials if t.state in DONE]
-            running = [t for t in trials if t.state == TrialState.RUNNING
-                       and t.user_attrs.get("worker")]
+            running = [
+                t for t in trials if t.state == TrialState.RUNNING and t.user_attrs.get("worker")
+            ]
             if len(done) >= n - 2 and running:
                 pid = proc.pid if victim == "main" else _pids_of(running).pop()
                 os.kill(pid, signal.SIGKILL)
@@ -256,29 +295,38 @@ def _kill_near_the_end(cmd: list[str], url: str, n: int, victim: str) -> dict:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert snapshot is not None, f"no kill: exit {proc.returncode} " + \
-        proc.stderr.read().decode()[-2000:]
+    assert snapshot is not None, (
+        f"no kill: exit {proc.returncode} " + proc.stderr.read().decode()[-2000:]
+    )
     return {"rc": rc, "finished": snapshot, "stderr": proc.stderr.read().decode()}
 
 
 @pytest.mark.parametrize("where", ["journal", "postgres"])
 def test_killing_the_main_process_near_the_end_kills_its_workers_and_resume_completes(
-        tmp_path, where, request):
+    tmp_path, where, request
+):
     n = 8
     cfg = _config(tmp_path, n)
     out = tmp_path / "run"
     url = request.getfixturevalue("pg_url") if where == "postgres" else resolve_url(None, out)
     store = [] if where == "journal" else ["--storage", url]
-    res = _kill_near_the_end(_cli(str(cfg), "--out", str(out), "--workers", "2", *store),
-                             url, n, victim="main")
+    res = _kill_near_the_end(
+        _cli(str(cfg), "--out", str(out), "--workers", "2", *store), url, n, victim="main"
+    )
     assert res["rc"] == -signal.SIGKILL
     workers = _pids_of(_load(url).get_trials())
     deadline = time.time() + 10
     while time.time() < deadline and any(_alive(p) for p in workers):
         time.sleep(0.1)
     assert workers and not any(_alive(p) for p in workers), "workers outlived their parent"
-    r = subprocess.run(_cli(str(cfg), "--out", str(out), "--resume", *store), cwd=ROOT,
-                       capture_output=True, text=True, timeout=120, check=False)
+    r = subprocess.run(
+        _cli(str(cfg), "--out", str(out), "--resume", *store),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     _assert_exact(_load(url), n, res["finished"])
 
@@ -286,8 +334,12 @@ def test_killing_the_main_process_near_the_end_kills_its_workers_and_resume_comp
 def test_postgres_worker_killed_near_the_end_is_rerun_by_the_survivor(tmp_path, pg_url):  # noqa: F811
     n = 8
     cfg = _config(tmp_path, n)
-    res = _kill_near_the_end(_cli(str(cfg), "--out", str(tmp_path / "run"), "--workers", "2",
-                                  "--storage", pg_url), pg_url, n, victim="worker")
+    res = _kill_near_the_end(
+        _cli(str(cfg), "--out", str(tmp_path / "run"), "--workers", "2", "--storage", pg_url),
+        pg_url,
+        n,
+        victim="worker",
+    )
     assert res["rc"] == 0, res["stderr"][-2000:]
     _assert_exact(_load(pg_url), n, res["finished"])
 
@@ -305,8 +357,12 @@ run_study(load_tuning_config(sys.argv[1], n_trials=4), sys.argv[2], workers=2, s
 def test_workers_die_with_their_parent(tmp_path):
     # both workers sit in a 120 s trial; the main process is killed: they must go at once
     url = resolve_url(None, tmp_path / "run")
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_MAIN, str(TINY), url], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_MAIN, str(TINY), url],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     workers: set[int] = set()
     try:
         deadline = time.time() + 60
@@ -338,6 +394,7 @@ def test_workers_die_with_their_parent(tmp_path):
 
 # ---- two commands on one study at once --------------------------------------------------
 
+
 @pytest.mark.parametrize("where", ["journal", "postgres"])
 def test_two_concurrent_resumes_run_exactly_n_distinct_slots(tmp_path, where, request):
     n = 10
@@ -345,9 +402,16 @@ def test_two_concurrent_resumes_run_exactly_n_distinct_slots(tmp_path, where, re
     out = tmp_path / "run"
     url = request.getfixturevalue("pg_url") if where == "postgres" else resolve_url(None, out)
     store = [] if where == "journal" else ["--storage", url]
-    procs = [subprocess.Popen(_cli(str(cfg), "--out", str(out), "--resume", *store), cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            _cli(str(cfg), "--out", str(out), "--resume", *store),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=180)
         assert p.returncode == 0, err[-2000:]
@@ -356,21 +420,27 @@ def test_two_concurrent_resumes_run_exactly_n_distinct_slots(tmp_path, where, re
 
 # ---- a soak: six kills in one study, the last two in its final slots ----------------------
 
+
 @pytest.mark.slow
 @pytest.mark.parametrize("where", ["journal", "postgres"])
-def test_six_kills_lose_no_finished_trial_and_resume_ends_with_exactly_n(tmp_path, where,
-                                                                         request):
+def test_six_kills_lose_no_finished_trial_and_resume_ends_with_exactly_n(tmp_path, where, request):
     n = 14
     cfg = _config(tmp_path, n)
     out = tmp_path / "run"
     url = request.getfixturevalue("pg_url") if where == "postgres" else resolve_url(None, out)
-    cmd = _cli(str(cfg), "--out", str(out), "--resume", "--workers", "2",
-               *([] if where == "journal" else ["--storage", url]))
+    cmd = _cli(
+        str(cfg),
+        "--out",
+        str(out),
+        "--resume",
+        "--workers",
+        "2",
+        *([] if where == "journal" else ["--storage", url]),
+    )
     finished: dict = {}
     kills = 0
     for worker_at, main_at in ((2, 4), (7, 9), (n - 3, n - 2)):
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         pending = [("worker", worker_at), ("main", main_at)]
         deadline = time.time() + 120
         try:
@@ -381,8 +451,11 @@ def test_six_kills_lose_no_finished_trial_and_resume_ends_with_exactly_n(tmp_pat
                 except (KeyError, ValueError):
                     continue
                 done = [t for t in trials if t.state in DONE]
-                mine = [t for t in trials if t.state == TrialState.RUNNING
-                        and t.user_attrs.get("worker")]
+                mine = [
+                    t
+                    for t in trials
+                    if t.state == TrialState.RUNNING and t.user_attrs.get("worker")
+                ]
                 pids = _pids_of(mine) - {proc.pid}
                 victim, at = pending[0]
                 if len(done) >= at and (pids if victim == "worker" else mine):

@@ -42,6 +42,7 @@ def _as_user(cmd: list[str]) -> tuple[list[str], str | None]:
     if os.geteuid() != 0:
         return cmd, None
     import pwd
+
     for user in ("postgres", "nobody"):
         try:
             pwd.getpwnam(user)
@@ -57,8 +58,10 @@ def _as_user(cmd: list[str]) -> tuple[list[str], str | None]:
 def pg_url():
     bindir = _bin()
     if bindir is None:
-        pytest.skip("PostgreSQL binaries (initdb, pg_ctl) not found under /usr/lib/postgresql "
-                    "or on PATH; .ci/run installs them")
+        pytest.skip(
+            "PostgreSQL binaries (initdb, pg_ctl) not found under /usr/lib/postgresql "
+            "or on PATH; .ci/run installs them"
+        )
     # a folder of its own (pytest's tmp folders are private to root, the server is not root)
     root = Path(tempfile.mkdtemp(prefix="dspark-pg-"))
     data, sock = root / "data", root / "sock"
@@ -66,28 +69,54 @@ def pg_url():
     _, user = _as_user(["true"])
     if user:
         import pwd
+
         pw = pwd.getpwnam(user)
         for p in (root, sock):
             os.chown(p, pw.pw_uid, pw.pw_gid)
     port = _free_port()
     env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
-    cmd, _ = _as_user([str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
-                       "--auth=trust", "-E", "UTF8", "--no-sync"])
+    cmd, _ = _as_user(
+        [
+            str(bindir / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        ]
+    )
     r = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off"
-    cmd, _ = _as_user([str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-l",
-                       str(root / "log.txt"), "-w", "-t", "60", "start"])
+    cmd, _ = _as_user(
+        [
+            str(bindir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-o",
+            opts,
+            "-l",
+            str(root / "log.txt"),
+            "-w",
+            "-t",
+            "60",
+            "start",
+        ]
+    )
     r = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:] + (root / "log.txt").read_text()[-2000:]
     try:
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:
-        cmd, _ = _as_user([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w",
-                           "stop"])
+        cmd, _ = _as_user(
+            [str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]
+        )
         subprocess.run(cmd, check=False, capture_output=True, env=env, timeout=60)
         deadline = time.time() + 10
-        while time.time() < deadline:     # the port is free again: the server is gone
+        while time.time() < deadline:  # the port is free again: the server is gone
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) != 0:
                     break

@@ -104,8 +104,14 @@ def test_gain_switch_off_means_exactly_zero_and_magnitude_is_not_asked():
 def test_conditional_fields_follow_the_anomaly_detector():
     p = _strict_params()
     p["anomaly_detector"] = "off"
-    for k in ("anomaly_z", "anomaly_sigma_floor", "baseline_ema", "baseline_min_blocks",
-              "anomaly_action", "recovery_blocks"):
+    for k in (
+        "anomaly_z",
+        "anomaly_sigma_floor",
+        "baseline_ema",
+        "baseline_min_blocks",
+        "anomaly_action",
+        "recovery_blocks",
+    ):
         p.pop(k)
     assert suggest_config(optuna.trial.FixedTrial(p), "dspark").anomaly_detector == "off"
     p["anomaly_detector"] = "cusum"
@@ -115,8 +121,11 @@ def test_conditional_fields_follow_the_anomaly_detector():
 
 def test_dependent_bounds_keep_configs_valid():
     pin = {"policy": "seed"}
-    p = config_to_params("dspark", {"mode": "strict", "k_min": 6, "k_max": 6, "block_tokens": 16,
-                                    "snap_tokens": 15}, pin)
+    p = config_to_params(
+        "dspark",
+        {"mode": "strict", "k_min": 6, "k_max": 6, "block_tokens": 16, "snap_tokens": 15},
+        pin,
+    )
     cfg = suggest_config(optuna.trial.FixedTrial(p), "dspark", pin)
     assert (cfg.k_min, cfg.k_max, cfg.snap_tokens) == (6, 6, 15)
     # a sampler can never draw k_max below k_min or snap_tokens >= block_tokens
@@ -130,10 +139,13 @@ def test_dependent_bounds_keep_configs_valid():
 
 
 def test_pinned_mode_is_not_suggested():
-    params = suggest_params(optuna.trial.FixedTrial(
-        dict(config_to_params("dspark", {"mode": "threshold"},
-                                           {"mode": "threshold"}).items())),
-        "dspark", {"mode": "threshold"})
+    params = suggest_params(
+        optuna.trial.FixedTrial(
+            dict(config_to_params("dspark", {"mode": "threshold"}, {"mode": "threshold"}).items())
+        ),
+        "dspark",
+        {"mode": "threshold"},
+    )
     assert params["mode"] == "threshold"
     p = config_to_params("dspark", None, {"mode": "threshold"})
     assert "mode" not in p and "beta0" in p
@@ -147,7 +159,11 @@ def test_start_points_round_trip(controller):
         seeded = start_points(controller, pin)
         seed_cfg = params_to_config(controller, seeded[0], pin)
         assert (seed_cfg.policy, seed_cfg.mode, seed_cfg.alpha0, seed_cfg.beta0) == (
-            "seed", "threshold", 0.8, 0.85)
+            "seed",
+            "threshold",
+            0.8,
+            0.85,
+        )
         assert params_to_config(controller, seeded[1], pin) == make_config(controller, pin)
         assert len(seeded) == 2
         # a study of the default (goodput) policy does not enqueue the seed policy's point

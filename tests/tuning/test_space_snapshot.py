@@ -22,16 +22,22 @@ SNAPSHOT = Path(__file__).with_name("space_snapshot.json")
 
 def _as_json(controller: str) -> list[dict]:
     """The dimensions as JSON, without their docs (wording is not part of the space)."""
-    dims = [{k: v for k, v in dataclasses.asdict(d).items() if k != "doc"}
-            for d in space(controller)]
+    dims = [
+        {k: v for k, v in dataclasses.asdict(d).items() if k != "doc"} for d in space(controller)
+    ]
     return json.loads(json.dumps(dims))
 
 
 def _dumps(snap: dict[str, list[dict]]) -> str:
     """One line per dimension."""
-    return "{\n" + ",\n".join(
-        f" {json.dumps(c)}: [\n" + ",\n".join("  " + json.dumps(d) for d in dims) + "\n ]"
-        for c, dims in snap.items()) + "\n}\n"
+    return (
+        "{\n"
+        + ",\n".join(
+            f" {json.dumps(c)}: [\n" + ",\n".join("  " + json.dumps(d) for d in dims) + "\n ]"
+            for c, dims in snap.items()
+        )
+        + "\n}\n"
+    )
 
 
 def test_snapshot_covers_every_controller():

@@ -36,9 +36,17 @@ def test_five_trial_memory_study(tiny_cfg):
     assert study.best_value >= study.trials[0].value
     # the stored value is exactly what an independent simulation of the best params gives
     best = params_to_config("dspark", study.best_params)
-    runs = [simulate(load_scenario(w.scenario).with_overrides(w.overrides), "dspark",
-                     controller_config=best, seed=s, baseline=False).summary
-            for w in tiny_cfg.tune.workloads for s in tiny_cfg.tune.sim_seeds]
+    runs = [
+        simulate(
+            load_scenario(w.scenario).with_overrides(w.overrides),
+            "dspark",
+            controller_config=best,
+            seed=s,
+            baseline=False,
+        ).summary
+        for w in tiny_cfg.tune.workloads
+        for s in tiny_cfg.tune.sim_seeds
+    ]
     mean = sum(r["throughput_tokens_per_s"] for r in runs) / len(runs)
     assert study.best_value == pytest.approx(mean, rel=1e-12)
     # per-workload intermediate reports (running means) for the pruner
@@ -49,7 +57,8 @@ def test_five_trial_memory_study(tiny_cfg):
     # the seed point runs threshold mode: its lossy fraction is measured and constrained
     t0 = study.trials[0]
     assert t0.user_attrs["constraint"][0] == pytest.approx(
-        t0.user_attrs["lossy_accept_fraction"] - tiny_cfg.tune.max_lossy_fraction)
+        t0.user_attrs["lossy_accept_fraction"] - tiny_cfg.tune.max_lossy_fraction
+    )
 
 
 def test_fixed_trial_scores_like_the_simulator(tiny_cfg):
@@ -63,8 +72,15 @@ def test_tune_writes_the_run_folder(tiny_cfg, tmp_path):
     out = tmp_path / "run"
     returned = tune(tiny_cfg, out, storage=None, workers=1)
     files = {p.name for p in out.iterdir()}
-    assert {"study.journal", "trials.csv", "best_config.toml", "evaluation.csv",
-            "importances.csv", "summary.json", "config.toml"} <= files
+    assert {
+        "study.journal",
+        "trials.csv",
+        "best_config.toml",
+        "evaluation.csv",
+        "importances.csv",
+        "summary.json",
+        "config.toml",
+    } <= files
     summary = json.loads((out / "summary.json").read_text())
     assert summary["kind"] == "tune" and summary["n_trials"] == 5
     assert returned["best_params"] == summary["best_params"]
@@ -74,8 +90,13 @@ def test_tune_writes_the_run_folder(tiny_cfg, tmp_path):
     trials = pd.read_csv(out / "trials.csv")
     assert len(trials) == 5
     feasible = [c for c in trials.columns if "constraint" in c]
-    ok = trials[feasible].apply(lambda col: col.astype(str).str.strip("[]()").astype(float)
-                                <= 0).all(axis=1) if feasible else True
+    ok = (
+        trials[feasible]
+        .apply(lambda col: col.astype(str).str.strip("[]()").astype(float) <= 0)
+        .all(axis=1)
+        if feasible
+        else True
+    )
     assert trials.loc[ok, "value"].max() == pytest.approx(summary["best_value"])
     # best_config.toml loads as the config of the best trial, and a scenario uses it as is
     name, cfg = load_best_config(out / "best_config.toml")
@@ -85,14 +106,28 @@ def test_tune_writes_the_run_folder(tiny_cfg, tmp_path):
     w = tiny_cfg.tune.workloads[0]
     scn = load_scenario(w.scenario).with_overrides({**w.overrides, "controller.dspark": table})
     via_scenario = simulate(scn, "dspark", seed=0, baseline=False).summary
-    direct = simulate(load_scenario(w.scenario).with_overrides(w.overrides), "dspark",
-                      controller_config=cfg, seed=0, baseline=False).summary
+    direct = simulate(
+        load_scenario(w.scenario).with_overrides(w.overrides),
+        "dspark",
+        controller_config=cfg,
+        seed=0,
+        baseline=False,
+    ).summary
     assert via_scenario["throughput_tokens_per_s"] == direct["throughput_tokens_per_s"]
     # evaluation matrix: every entry x held-out workload x held-out seed, nothing else
     ev = pd.read_csv(out / "evaluation.csv")
     assert list(ev.columns[:3]) == ["controller", "workload", "seed"]
-    labels = ["dspark-tuned", "dspark-seed", "dspark-default", "fixed", "analytic",
-              "fixed-best", "clairvoyant", "rate-oracle", "fixed-k0"]
+    labels = [
+        "dspark-tuned",
+        "dspark-seed",
+        "dspark-default",
+        "fixed",
+        "analytic",
+        "fixed-best",
+        "clairvoyant",
+        "rate-oracle",
+        "fixed-k0",
+    ]
     assert list(ev["controller"]) == labels
     assert set(ev["workload"]) == {"tiny-light-iid"} and set(ev["seed"]) == {100}
     assert ev.set_index("controller").loc["fixed-k0", "speedup"] == 1.0
@@ -101,8 +136,13 @@ def test_tune_writes_the_run_folder(tiny_cfg, tmp_path):
     assert sweep[k] == max(sweep.values())
     # the tuned row is an independent simulation of the exported config on the held-out workload
     h = tiny_cfg.evaluate.workloads[0]
-    again = simulate(load_scenario(h.scenario).with_overrides(h.overrides), "dspark",
-                     controller_config=cfg, seed=100, baseline=False).summary
+    again = simulate(
+        load_scenario(h.scenario).with_overrides(h.overrides),
+        "dspark",
+        controller_config=cfg,
+        seed=100,
+        baseline=False,
+    ).summary
     row = ev.set_index("controller").loc["dspark-tuned"]
     assert row["throughput_tokens_per_s"] == pytest.approx(again["throughput_tokens_per_s"])
     imp = pd.read_csv(out / "importances.csv")
@@ -110,8 +150,10 @@ def test_tune_writes_the_run_folder(tiny_cfg, tmp_path):
 
 
 def test_multi_objective_quality_study_pins_threshold(tiny_cfg, tmp_path):
-    cfg = dataclasses.replace(tiny_cfg, tune=dataclasses.replace(
-        tiny_cfg.tune, objective="throughput-quality", n_trials=4))
+    cfg = dataclasses.replace(
+        tiny_cfg,
+        tune=dataclasses.replace(tiny_cfg.tune, objective="throughput-quality", n_trials=4),
+    )
     s = tune(cfg, tmp_path / "q", storage="memory", evaluate_heldout=False)
     assert s["directions"] == ["maximize", "minimize"] and s["sampler"] == "nsga2"
     pareto = pd.read_csv(tmp_path / "q" / "pareto.csv")
@@ -123,6 +165,7 @@ def test_multi_objective_quality_study_pins_threshold(tiny_cfg, tmp_path):
 
 def test_baseline_tuning_respects_the_quality_constraint(tiny_cfg):
     from tuning.evaluate import tune_baseline
+
     config, value = tune_baseline(tiny_cfg, "fixed", 6)
     obj = Objective(tiny_cfg, controller="fixed")
     # the returned value is the config's own score, no worse than the default k = 4
@@ -132,12 +175,17 @@ def test_baseline_tuning_respects_the_quality_constraint(tiny_cfg):
     assert lossy <= tiny_cfg.tune.max_lossy_fraction
 
 
-@pytest.mark.parametrize("objective, pruner", [("p99_tpot", "wilcoxon"), ("goodput", "median"),
-                                               ("throughput-p99", "median")])
+@pytest.mark.parametrize(
+    "objective, pruner",
+    [("p99_tpot", "wilcoxon"), ("goodput", "median"), ("throughput-p99", "median")],
+)
 def test_objectives_directions_and_best(tiny_cfg, tmp_path, objective, pruner):
     from tuning.export import choose_best
-    cfg = dataclasses.replace(tiny_cfg, tune=dataclasses.replace(
-        tiny_cfg.tune, objective=objective, pruner=pruner, n_trials=4))
+
+    cfg = dataclasses.replace(
+        tiny_cfg,
+        tune=dataclasses.replace(tiny_cfg.tune, objective=objective, pruner=pruner, n_trials=4),
+    )
     study = run_study(cfg, "memory")
     complete = study.get_trials(states=(TrialState.COMPLETE,))
     best = choose_best(study, cfg, slo_tpot_s=1.0)
@@ -152,5 +200,4 @@ def test_objectives_directions_and_best(tiny_cfg, tmp_path, objective, pruner):
         assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
         front = {t.number for t in study.best_trials}
         assert best.number in front and best.values[1] <= 1.0
-        assert best.values[0] == max(t.values[0] for t in study.best_trials
-                                     if t.values[1] <= 1.0)
+        assert best.values[0] == max(t.values[0] for t in study.best_trials if t.values[1] <= 1.0)

@@ -62,8 +62,12 @@ def test_sigkilled_worker_loses_no_finished_trial_and_resume_completes(tmp_path)
     n = 12
     cfg = _config(tmp_path, n)
     out = tmp_path / "run"
-    proc = subprocess.Popen(_cli(str(cfg), "--out", str(out)), cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        _cli(str(cfg), "--out", str(out)),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.time() + 60
     snapshot = None
     try:
@@ -73,7 +77,7 @@ def test_sigkilled_worker_loses_no_finished_trial_and_resume_completes(tmp_path)
                 continue
             try:
                 trials = _study(out).get_trials()
-            except KeyError:      # the study is not created yet
+            except KeyError:  # the study is not created yet
                 continue
             done = [t for t in trials if t.state in DONE]
             running = [t for t in trials if t.state == TrialState.RUNNING]
@@ -93,21 +97,33 @@ def test_sigkilled_worker_loses_no_finished_trial_and_resume_completes(tmp_path)
     print(f"killed running trials: {[t.number for t in killed]}")
 
     # without --resume the run folder is refused; with it the study is continued
-    r = subprocess.run(_cli(str(cfg), "--out", str(out)), cwd=ROOT, check=False, capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        _cli(str(cfg), "--out", str(out)),
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "pass --resume" in r.stderr
-    r = subprocess.run(_cli(str(cfg), "--out", str(out), "--resume"), cwd=ROOT,
-                       check=False, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        _cli(str(cfg), "--out", str(out), "--resume"),
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
 
     after = {t.number: t for t in _study(out).get_trials()}
-    for k, t in finished.items():       # every finished trial kept, unchanged
+    for k, t in finished.items():  # every finished trial kept, unchanged
         assert after[k].state == t.state and after[k].values == t.values
         assert after[k].params == t.params
     done = [t for t in after.values() if t.state in DONE]
     assert len(done) == n
     assert sorted(t.user_attrs["slot"] for t in done) == list(range(n))
-    for t in killed:                    # the killed trial failed and its slot was run again
+    for t in killed:  # the killed trial failed and its slot was run again
         assert after[t.number].state == TrialState.FAIL
         retry = [d for d in done if d.system_attrs.get("failed_trial") == t.number]
         assert len(retry) == 1 and retry[0].params.items() >= dict(t.params.items()).items()
@@ -124,7 +140,7 @@ def test_two_workers_on_one_journal_run_the_requested_distinct_trials(tmp_path):
     assert len(done) == 10
     assert len({t.number for t in done}) == 10
     assert sorted(t.user_attrs["slot"] for t in done) == list(range(10))
-    assert len({t.user_attrs["worker"] for t in done}) == 2      # both workers ran trials
+    assert len({t.user_attrs["worker"] for t in done}) == 2  # both workers ran trials
     assert all(t.user_attrs.get("stray") for t in trials if t not in done)
     # parameters are distinct: two workers never ran the same suggestion twice
     drawn = [tuple(sorted(t.params.items())) for t in done]
@@ -134,39 +150,54 @@ def test_two_workers_on_one_journal_run_the_requested_distinct_trials(tmp_path):
 @pytest.mark.parametrize("sampler", ["random", "cmaes", "gp"])
 def test_other_samplers_run(tmp_path, sampler):
     import dataclasses
-    cfg = load_tuning_config(ROOT / "configs" / "tune_tiny.toml", sampler=sampler, n_trials=4,
-                             n_startup_trials=2)
-    if sampler == "gp":   # the GP sampler refits per trial: keep the space small
+
+    cfg = load_tuning_config(
+        ROOT / "configs" / "tune_tiny.toml", sampler=sampler, n_trials=4, n_startup_trials=2
+    )
+    if sampler == "gp":  # the GP sampler refits per trial: keep the space small
         cfg = dataclasses.replace(cfg, tune=dataclasses.replace(cfg.tune, controller="fixed"))
     study = run_study(cfg, "memory")
     assert len(study.get_trials(states=DONE)) == 4
 
 
-WORKER = ("import sys; from tuning.config import load_tuning_config; "
-          "from tuning.study import run_worker; "
-          "run_worker(load_tuning_config(sys.argv[1]), sys.argv[2], int(sys.argv[3]))")
+WORKER = (
+    "import sys; from tuning.config import load_tuning_config; "
+    "from tuning.study import run_worker; "
+    "run_worker(load_tuning_config(sys.argv[1]), sys.argv[2], int(sys.argv[3]))"
+)
 
 
 def test_surviving_worker_requeues_the_trial_of_a_killed_one(tmp_path):
     from tuning.study import prepare_study
+
     n = 10
     path = _config(tmp_path, n)
     cfg = load_tuning_config(path)
     out = tmp_path / "run"
     url = resolve_url(None, out)
     prepare_study(cfg, url)
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(path), url, str(i)], cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(path), url, str(i)],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i in range(2)
+    ]
     victim, survivor = procs
     killed_trial = None
     deadline = time.time() + 60
     try:
         while time.time() < deadline and killed_trial is None:
             time.sleep(0.05)
-            now = _study(out).get_trials()     # one read, then kill at once
-            running = [t for t in now if t.state == TrialState.RUNNING
-                       and t.user_attrs.get("worker", "").endswith(f":{victim.pid}")]
+            now = _study(out).get_trials()  # one read, then kill at once
+            running = [
+                t
+                for t in now
+                if t.state == TrialState.RUNNING
+                and t.user_attrs.get("worker", "").endswith(f":{victim.pid}")
+            ]
             if running and sum(t.state in DONE for t in now) >= 2:
                 victim.kill()
                 victim.wait()
@@ -184,8 +215,11 @@ def test_surviving_worker_requeues_the_trial_of_a_killed_one(tmp_path):
     assert not [t for t in trials.values() if t.state == TrialState.RUNNING]
     # the trial the victim was running (unless it finished in the instant before the kill)
     # failed, and the survivor re-ran its slot with the same parameters
-    lost = [t for t in trials.values() if t.state == TrialState.FAIL
-            and t.user_attrs.get("worker", "").endswith(f":{victim.pid}")]
+    lost = [
+        t
+        for t in trials.values()
+        if t.state == TrialState.FAIL and t.user_attrs.get("worker", "").endswith(f":{victim.pid}")
+    ]
     assert len(lost) <= 1
     for t in lost:
         retry = [d for d in done if d.system_attrs.get("failed_trial") == t.number]

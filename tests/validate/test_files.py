@@ -43,15 +43,24 @@ def test_profile_table_round_trips_and_feeds_the_sim(engine, tmp_path):
 
 def test_latency_table_missing_column_is_one_line(tmp_path):
     p = tmp_path / "latency.csv"
-    pd.DataFrame({"model": ["target"], "batch": [1], "new_tokens": [1],
-                  "seconds": [0.1]}).to_csv(p, index=False)
+    pd.DataFrame({"model": ["target"], "batch": [1], "new_tokens": [1], "seconds": [0.1]}).to_csv(
+        p, index=False
+    )
     with pytest.raises(DSparkError, match="lacks column 'context_tokens'"):
         read_latency(p)
 
 
 def test_round_and_position_traces_round_trip(engine, tmp_path):
-    ps = make_prompts(PromptSetConfig(workload="random", n_prompts=2, prompt_tokens_min=6,
-                                      prompt_tokens_max=10, max_new_tokens=20), vocab_size=64)
+    ps = make_prompts(
+        PromptSetConfig(
+            workload="random",
+            n_prompts=2,
+            prompt_tokens_min=6,
+            prompt_tokens_max=10,
+            max_new_tokens=20,
+        ),
+        vocab_size=64,
+    )
     recs, reqs = run_requests(engine, ps, 20, lambda: make_controller("hf-heuristic"), "hf")
     assert [q.output_tokens for q in reqs] == [20, 20]
     assert sum(r.emitted for r in recs) == 40 and all(r.controller == "hf" for r in recs)

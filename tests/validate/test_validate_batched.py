@@ -12,8 +12,13 @@ import pytest
 from control.errors import ConfigError
 from control.types import PositionRecord, records_from_rows
 from dspark.cli import main
-from dspark.validation.batched import (ERROR_COLUMNS, overhead_by_batch, overhead_residuals,
-                                       poisson_stream, sim_table)
+from dspark.validation.batched import (
+    ERROR_COLUMNS,
+    overhead_by_batch,
+    overhead_residuals,
+    poisson_stream,
+    sim_table,
+)
 from dspark.validation.config import load_validate
 from dspark.validation.metrics import SERVING_METRICS, SERVING_TARGETS, serving
 from real.tracing import replay_accepted
@@ -39,8 +44,9 @@ def test_error_table_columns_and_finite(run):
     assert set(err.controller) == {"fixed", "hf-heuristic", "dspark"}
     assert set(err.load) == set(LOADS)
     assert len(err) == 3 * 3 * len(SERVING_METRICS)
-    assert np.isfinite(err[["rate_rps", "sim", "real", "real_spread", "error_pct"]]
-                       .to_numpy(dtype=float)).all()
+    assert np.isfinite(
+        err[["rate_rps", "sim", "real", "real_spread", "error_pct"]].to_numpy(dtype=float)
+    ).all()
     # loads in increasing order of arrival rate
     rates = err.groupby("load")["rate_rps"].first()
     assert rates["light"] < rates["near-saturation"] < rates["overloaded"]
@@ -70,9 +76,12 @@ def test_one_value_against_an_independent_computation(run):
     b = cfg.batched
     k = cfg.controller["fixed"]["k"]
     streams = pd.read_csv(out / "batched" / "streams.csv")
-    pos = records_from_rows(pd.read_csv(out / "batched" / "pool_positions.csv",
-                                        dtype={"confidences": str}).to_dict("records"),
-                            PositionRecord)
+    pos = records_from_rows(
+        pd.read_csv(out / "batched" / "pool_positions.csv", dtype={"confidences": str}).to_dict(
+            "records"
+        ),
+        PositionRecord,
+    )
     by_prompt: dict = {}
     for p in pos:
         by_prompt.setdefault(p.request_id, []).append(p)
@@ -84,8 +93,9 @@ def test_one_value_against_an_independent_computation(run):
         pred = replay_accepted(by_prompt[int(r.pool_index)][:n], [k] * n, [0.0] * n, b.k_max, n)
         acc += sum(x for _, x in pred)
         rounds += len(pred)
-    row = err[(err.controller == "fixed") & (err.load == "light")
-              & (err.metric == "mean_accepted_length")].iloc[0]
+    row = err[
+        (err.controller == "fixed") & (err.load == "light") & (err.metric == "mean_accepted_length")
+    ].iloc[0]
     assert row.sim == pytest.approx(1 + acc / rounds, rel=1e-12)
     # real: throughput of each repeat from requests.csv, the table holds their median; the
     # replayed arrivals are the stream's
@@ -94,10 +104,15 @@ def test_one_value_against_an_independent_computation(run):
     for _, g in rq.groupby("repeat"):
         g = g.sort_values("request_id")
         assert np.allclose(g.arrival_s.to_numpy(), st.sort_values("request_id").arrival_s)
-    per_rep = [g.emitted_tokens.sum() / (g.finish_s.max() - g.arrival_s.min())
-               for _, g in rq.groupby("repeat")]
-    row = err[(err.controller == "fixed") & (err.load == "light")
-              & (err.metric == "throughput_tokens_per_s")].iloc[0]
+    per_rep = [
+        g.emitted_tokens.sum() / (g.finish_s.max() - g.arrival_s.min())
+        for _, g in rq.groupby("repeat")
+    ]
+    row = err[
+        (err.controller == "fixed")
+        & (err.load == "light")
+        & (err.metric == "throughput_tokens_per_s")
+    ].iloc[0]
     assert row.real == pytest.approx(float(np.median(per_rep)), rel=1e-9)
     spread = (max(per_rep) - min(per_rep)) / np.median(per_rep) * 100
     assert row.real_spread == pytest.approx(spread, rel=1e-9, abs=1e-12)
@@ -116,18 +131,33 @@ def test_serving_metrics_by_hand():
 
 
 def test_overhead_residuals_and_sim_table():
-    bt = pd.DataFrame([
-        {"kind": "prefill", "end_s": 1.0, "batch_size": 2, "draft_s": np.nan, "verify_s": np.nan},
-        {"kind": "round", "end_s": 1.1, "batch_size": 2, "draft_s": 0.02, "verify_s": 0.07},
-        {"kind": "round", "end_s": 1.2, "batch_size": 2, "draft_s": 0.03, "verify_s": 0.06},
-        {"kind": "round", "end_s": 1.25, "batch_size": 1, "draft_s": 0.01, "verify_s": 0.03}])
+    bt = pd.DataFrame(
+        [
+            {
+                "kind": "prefill",
+                "end_s": 1.0,
+                "batch_size": 2,
+                "draft_s": np.nan,
+                "verify_s": np.nan,
+            },
+            {"kind": "round", "end_s": 1.1, "batch_size": 2, "draft_s": 0.02, "verify_s": 0.07},
+            {"kind": "round", "end_s": 1.2, "batch_size": 2, "draft_s": 0.03, "verify_s": 0.06},
+            {"kind": "round", "end_s": 1.25, "batch_size": 1, "draft_s": 0.01, "verify_s": 0.03},
+        ]
+    )
     res = overhead_residuals(bt)
     assert res[2] == pytest.approx([0.01, 0.01]) and res[1] == pytest.approx([0.01])
     ov = overhead_by_batch({1: [0.01] * 5, 3: [0.03] * 5}, [1, 2, 4])
     assert ov == pytest.approx({1: 0.01, 2: 0.02, 4: 0.04})
-    lat = pd.DataFrame({"model": ["target", "target", "target", "drafter"], "batch": [2, 2, 4, 2],
-                        "new_tokens": [3, 40, 3, 1], "context_tokens": [0, 0, 0, 0],
-                        "seconds": [1.0, 2.0, 3.0, 0.5]})
+    lat = pd.DataFrame(
+        {
+            "model": ["target", "target", "target", "drafter"],
+            "batch": [2, 2, 4, 2],
+            "new_tokens": [3, 40, 3, 1],
+            "context_tokens": [0, 0, 0, 0],
+            "seconds": [1.0, 2.0, 3.0, 0.5],
+        }
+    )
     t = sim_table(lat, 4, {2: 0.1, 4: 0.2})
     assert t.seconds.tolist() == pytest.approx([1.1, 2.0, 3.2, 0.5])
 
@@ -142,13 +172,16 @@ def test_poisson_stream_deterministic():
     assert 20 < len(a) < 90
 
 
-@pytest.mark.parametrize("key,value,msg", [
-    ("batched.calibration_load", 0.9, "also a held-out load"),
-    ("batched.load_names", ["a", "b"], "2 names for 3 loads"),
-    ("batched.pool", "nope", "has no [workloads.nope] table"),
-    ("batched.controllers", ["nope"], "batched.controllers has 'nope'"),
-    ("parts", ["batch2"], "parts = ['batch2']"),
-])
+@pytest.mark.parametrize(
+    "key,value,msg",
+    [
+        ("batched.calibration_load", 0.9, "also a held-out load"),
+        ("batched.load_names", ["a", "b"], "2 names for 3 loads"),
+        ("batched.pool", "nope", "has no [workloads.nope] table"),
+        ("batched.controllers", ["nope"], "batched.controllers has 'nope'"),
+        ("parts", ["batch2"], "parts = ['batch2']"),
+    ],
+)
 def test_bad_batched_config(key, value, msg):
     with pytest.raises(ConfigError, match=msg.replace("[", r"\[").replace("]", r"\]")):
         load_validate(None, {"parts": ["batched"], key: value})
@@ -158,14 +191,16 @@ def test_reanalyze_and_exit_status_above_tolerance(run, capsys):
     _, out, stdout = run
     before = pd.read_csv(out / "errors_batched.csv")
     # the prediction again from the saved measurements (no engine): the same table
-    assert main(["validate", "--reanalyze", "--out", str(out), "--quiet",
-                 "--max-error", "1e9"]) == 0
+    assert (
+        main(["validate", "--reanalyze", "--out", str(out), "--quiet", "--max-error", "1e9"]) == 0
+    )
     after = pd.read_csv(out / "errors_batched.csv")
     pd.testing.assert_frame_equal(before, after)
     assert capsys.readouterr().out.strip().splitlines()[-1] == stdout.strip().splitlines()[-1]
     # above the tolerance: the full report, then exit status 1 and one line on stderr
-    assert main(["validate", "--reanalyze", "--out", str(out), "--quiet",
-                 "--max-error", "1e-9"]) == 1
+    assert (
+        main(["validate", "--reanalyze", "--out", str(out), "--quiet", "--max-error", "1e-9"]) == 1
+    )
     cap = capsys.readouterr()
     assert cap.out.strip().splitlines()[-1].startswith("validate_batched_max_abs_error_pct=")
     assert "is above the tolerance 1e-09%" in cap.err

@@ -30,8 +30,15 @@ def test_error_table_columns_and_finite(run):
     rc, out, stdout = run
     assert rc == 0
     err = pd.read_csv(out / "errors.csv")
-    assert list(err.columns) == ["controller", "workload", "metric", "sim", "real",
-                                 "real_spread", "error_pct"]
+    assert list(err.columns) == [
+        "controller",
+        "workload",
+        "metric",
+        "sim",
+        "real",
+        "real_spread",
+        "error_pct",
+    ]
     assert set(err.metric) == set(METRICS)
     assert set(err.controller) == {"fixed", "hf-heuristic", "dspark"}
     assert set(err.workload) == {"random-b", "random-c"}
@@ -40,8 +47,9 @@ def test_error_table_columns_and_finite(run):
     # acceptance is replayed exactly from the greedy position traces (float64 tiny models) for
     # controllers whose decisions do not read time; the goodput dspark plans from the costs it
     # measures (real) or is modelled to see (sim), so its rounds follow the latency model too
-    acc = err[err.metric.isin(["mean_accepted_length", "acceptance_rate"])
-              & (err.controller != "dspark")]
+    acc = err[
+        err.metric.isin(["mean_accepted_length", "acceptance_rate"]) & (err.controller != "dspark")
+    ]
     assert np.abs(acc.error_pct).max() < 1e-9
     s = json.loads((out / "summary.json").read_text())
     assert s["kind"] == "validate" and set(s["rank_agreement"]) == {"random-b", "random-c"}
@@ -49,8 +57,11 @@ def test_error_table_columns_and_finite(run):
     assert s["max_abs_error_pct"] == pytest.approx(np.abs(head.error_pct).max())
     last = stdout.strip().splitlines()[-1]
     assert last == f"validate_max_abs_error_pct={s['max_abs_error_pct']:.3f}"
-    assert all(v["replay_exact_requests"] == 1.0 for k, v in s["diagnostics"].items()
-               if not k.startswith("dspark"))
+    assert all(
+        v["replay_exact_requests"] == 1.0
+        for k, v in s["diagnostics"].items()
+        if not k.startswith("dspark")
+    )
     assert (out / "errors_fitted.csv").is_file() and (out / "profile" / "latency.csv").is_file()
 
 
@@ -60,9 +71,12 @@ def test_one_value_against_an_independent_computation(run):
     cfg = load_validate(out / "config.toml")
     k = cfg.controller["fixed"]["k"]
     # sim: walk the recorded position trace with fixed k (no simulator involved)
-    pos = records_from_rows(pd.read_csv(out / "traces" / "random-b" / "positions.csv",
-                                        dtype={"confidences": str}).to_dict("records"),
-                            PositionRecord)
+    pos = records_from_rows(
+        pd.read_csv(
+            out / "traces" / "random-b" / "positions.csv", dtype={"confidences": str}
+        ).to_dict("records"),
+        PositionRecord,
+    )
     n_new = cfg.workloads["random-b"].max_new_tokens
     acc, rounds = 0, 0
     for rid in sorted({p.request_id for p in pos}):
@@ -70,16 +84,23 @@ def test_one_value_against_an_independent_computation(run):
         pred = replay_accepted(recs, [k] * n_new, [0.0] * n_new, cfg.engine.k_max, n_new)
         acc += sum(n for _, n in pred)
         rounds += len(pred)
-    row = err[(err.controller == "fixed") & (err.workload == "random-b")
-              & (err.metric == "mean_accepted_length")].iloc[0]
+    row = err[
+        (err.controller == "fixed")
+        & (err.workload == "random-b")
+        & (err.metric == "mean_accepted_length")
+    ].iloc[0]
     assert row.sim == pytest.approx(1 + acc / rounds, rel=1e-12)
     # real: throughput of each repeat from requests.csv, the table holds their median
     rq = pd.read_csv(out / "requests.csv")
     rq = rq[(rq.controller == "fixed") & (rq.workload == "random-b")]
-    per_rep = rq.groupby("repeat").apply(lambda g: g.output_tokens.sum() / g.seconds.sum(),
-                                         include_groups=False)
-    tp = err[(err.controller == "fixed") & (err.workload == "random-b")
-             & (err.metric == "throughput_tokens_per_s")].iloc[0]
+    per_rep = rq.groupby("repeat").apply(
+        lambda g: g.output_tokens.sum() / g.seconds.sum(), include_groups=False
+    )
+    tp = err[
+        (err.controller == "fixed")
+        & (err.workload == "random-b")
+        & (err.metric == "throughput_tokens_per_s")
+    ].iloc[0]
     assert tp.real == pytest.approx(float(np.median(per_rep)))
     assert tp.real_spread == pytest.approx((per_rep.max() - per_rep.min()) / per_rep.median() * 100)
     assert tp.error_pct == pytest.approx((tp.sim - tp.real) / tp.real * 100)
@@ -90,11 +111,15 @@ def test_bad_configs_are_one_line_errors(tmp_path):
     p.write_text('[models]\nsource = "tiny"\nbogus = 1\n')
     with pytest.raises(ConfigError, match="bogus"):
         load_validate(p)
-    p.write_text('[heldout]\nworkloads = ["nope"]\nfitted_workloads = []\n'
-                 '[workloads.code-val]\nworkload = "code"\n')
+    p.write_text(
+        '[heldout]\nworkloads = ["nope"]\nfitted_workloads = []\n'
+        '[workloads.code-val]\nworkload = "code"\n'
+    )
     with pytest.raises(ConfigError, match="workload 'nope'"):
         load_validate(p)
-    p.write_text('[calibration]\nworkload = "a"\n[heldout]\nworkloads = ["a"]\n'
-                 'fitted_workloads = []\n[workloads.a]\nworkload = "random"\n')
+    p.write_text(
+        '[calibration]\nworkload = "a"\n[heldout]\nworkloads = ["a"]\n'
+        'fitted_workloads = []\n[workloads.a]\nworkload = "random"\n'
+    )
     with pytest.raises(ConfigError, match="also held out"):
         load_validate(p)
