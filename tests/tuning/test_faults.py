@@ -116,8 +116,9 @@ def test_postgres_resume_recovers_a_dead_workers_last_slot(pg_url):  # noqa: F81
 
 
 def test_postgres_worker_waits_for_a_remote_trial_and_reruns_it_once_its_heartbeat_stops(
-    pg_url, monkeypatch
-):  # noqa: F811
+    pg_url,  # noqa: F811
+    monkeypatch,
+):
     monkeypatch.setattr(storage_mod, "HEARTBEAT_INTERVAL_S", 1)
     monkeypatch.setattr(storage_mod, "HEARTBEAT_GRACE_S", 2)
     n = 5
