@@ -20,9 +20,15 @@ from sim.acceptance import AcceptanceModel
 from sim.cluster import Cluster
 from sim.config import SimConfig
 from sim.metrics import SUMMARY_KEYS, requests_table, summarize
+from sim.params import EngineParams
 from sim.workload import Requests, generate
 
+#: the run behind ``speedup``: k = 0 without the drafter (plain serving: no drafter memory, no
+#: drafter prefill).
 BASELINE = "fixed-k0"
+#: the run behind ``speedup_resident``: k = 0 with the drafter resident (its memory and its
+#: prefill paid, never drafting): the cost of hosting the drafter is in both.
+BASELINE_RESIDENT = "fixed-k0-resident"
 
 
 class SimWarning(UserWarning):
@@ -63,21 +69,21 @@ def check_requests(scn: SimConfig, reqs: Requests, cluster: Cluster, warn: bool 
     if warm > 0 and last < warm:
         raise ConfigError(f"sim.warmup_s = {warm!r} leaves no request to measure (the last of "
                           f"{n} arrives at {last:.4g} s); allowed below the last arrival")
-    per_token = float(cluster.kv_bytes_per_token)
-    if per_token <= 0:
+    params = EngineParams.of(scn, cluster)
+    if params.kv_bytes_per_token <= 0:
         return 0
-    cap = int(cluster.kv_budget_bytes // per_token)
-    need = reqs.prompt_tokens.astype(np.float64) + reqs.output_tokens.astype(np.float64)
-    too_big = int(np.count_nonzero(need * per_token > cluster.kv_budget_bytes))
+    cap = params.kv_capacity_tokens
+    need = reqs.prompt_tokens.astype(np.int64) + reqs.output_tokens.astype(np.int64)
+    too_big = int(np.count_nonzero(params.never_fits(need)))
     if too_big == n:
         raise DSparkError(f"no request fits in KV memory: the smallest needs "
-                          f"{int(need.min())} tokens, a replica holds {max(cap, 0)} (raise "
+                          f"{int(need.min())} tokens, a replica holds {max(int(cap), 0)} (raise "
                           "deployment.tp or deployment.kv_memory_fraction, or shorten "
                           "workload lengths)")
     if too_big and warn:
         import warnings
         warnings.warn(f"scenario '{scn.name}': {too_big} of {n} requests can never fit in KV "
-                      f"memory (over the {cap} tokens a replica holds): rejected, counted in "
+                      f"memory (over the {int(cap)} tokens a replica holds): rejected, counted in "
                       "requests_rejected and requests_unfinished", SimWarning, stacklevel=2)
     return too_big
 
@@ -126,7 +132,7 @@ def _run(scn: SimConfig, name: str, cfg_obj: Any, seed: int, load_scale: float, 
     if lens is not None:
         reqs = Requests(reqs.arrival_s, reqs.prompt_tokens, lens)
     cluster = Cluster(scn, use_drafter=use_drafter)
-    check_requests(scn, reqs, cluster, warn=label != BASELINE)
+    check_requests(scn, reqs, cluster, warn=label not in (BASELINE, BASELINE_RESIDENT))
     probe = make_controller(name, cfg_obj)  # checks the config once
 
     def factory(_n=name, _c=cfg_obj):
@@ -159,11 +165,14 @@ def resolve_controller_config(scn: SimConfig, name: str, controller_config: Any 
 
 def simulate(scn: SimConfig, controller: str = "dspark", controller_config: Any = None,
              seed: int = 0, trace: bool = False, baseline: bool = True, load_scale: float = 1.0,
-             label: str | None = None, progress: Any = None, _baseline_cache: dict | None = None
-             ) -> SimResult:
+             label: str | None = None, progress: Any = None, _baseline_cache: dict | None = None,
+             resident_baseline: bool = False) -> SimResult:
     """Run ``controller`` on scenario ``scn``. ``controller_config``: None (the scenario's
-    ``[controller.<name>]`` table, else defaults), a dict, or the config dataclass. With
-    ``baseline`` a fixed k = 0 run on the same seed and arrivals gives ``speedup``."""
+    ``[controller.<name>]`` table, else defaults), a dict, or the config dataclass.
+
+    With ``baseline`` a fixed k = 0 run without the drafter on the same seed and arrivals gives
+    ``speedup`` (over plain serving); with ``resident_baseline`` too, a fixed k = 0 run with the
+    drafter resident gives ``speedup_resident`` (NaN otherwise; ``compare`` runs both)."""
     if not isinstance(scn, SimConfig):
         raise ConfigError(f"simulate needs a SimConfig, got {type(scn).__name__}")
     seed, load_scale = check_seed(seed), check_load_scale(load_scale)
@@ -174,17 +183,19 @@ def simulate(scn: SimConfig, controller: str = "dspark", controller_config: Any 
         raise ConfigError(f"sim.horizon_s = {scn.sim.horizon_s!r} ends the run before any output "
                           f"token after sim.warmup_s = {scn.sim.warmup_s!r} (controller "
                           f"'{label}'): nothing to measure; allowed a longer horizon")
-    if baseline:
-        key = (seed, load_scale)
-        if _baseline_cache is not None and key in _baseline_cache:
-            base_tpot = _baseline_cache[key]
+    runs = ([(BASELINE, False, "speedup")] if baseline else []) + (
+        [(BASELINE_RESIDENT, True, "speedup_resident")] if baseline and resident_baseline else [])
+    for base_label, use_drafter, key in runs:
+        cache_key = (seed, load_scale, use_drafter)
+        if _baseline_cache is not None and cache_key in _baseline_cache:
+            base_tpot = _baseline_cache[cache_key]
         else:
             bs, _, _ = _run(scn, "fixed", make_config("fixed", {"k": 0}), seed, load_scale,
-                            False, BASELINE, False)
+                            False, base_label, use_drafter)
             base_tpot = bs["mean_tpot_s"]
             if _baseline_cache is not None:
-                _baseline_cache[key] = base_tpot
-        s["speedup"] = base_tpot / s["mean_tpot_s"] if s["mean_tpot_s"] > 0 else float("nan")
+                _baseline_cache[cache_key] = base_tpot
+        s[key] = base_tpot / s["mean_tpot_s"] if s["mean_tpot_s"] > 0 else float("nan")
     import pandas as pd
     req = requests_table(rd, label)
     rounds = pd.DataFrame(rd.rounds) if trace else None
@@ -245,7 +256,8 @@ def compare_runs(scn: SimConfig, controllers: Iterable = ("fixed", "dspark"), se
     for ls in load_scales:
         for name, cfg, label in items:
             res = simulate(scn, name, cfg, seed=seed, trace=trace, baseline=baseline,
-                           load_scale=float(ls), label=label, _baseline_cache=cache)
+                           load_scale=float(ls), label=label, _baseline_cache=cache,
+                           resident_baseline=True)
             rows.append(res.summary)
             r = res.requests.copy()
             r.insert(1, "load_scale", float(ls))

@@ -57,18 +57,12 @@ class Cluster:
         self.roof_d = Roofline(dr, hw, dtp)
         if lat.backend == "roofline":
             self.lat_t, self.lat_d = self.roof_t, self.roof_d
-            self.prefill_t = lambda b, t: self.roof_t.seconds(b, t, 0.0)
-            self.prefill_d = lambda b, t: self.roof_d.seconds(b, t, 0.0)
         elif lat.backend == "table":
             self.lat_t = Table(lat.table_path, lat.target_name)
             self.lat_d = Table(lat.table_path, lat.drafter_name)
-            self.prefill_t = lambda b, t: self.lat_t.seconds(b, t, 0.0)
-            self.prefill_d = lambda b, t: self.lat_d.seconds(b, t, 0.0)
         else:
             self.lat_t = Constant(lat.constant_target_s, lat.constant_prefill_s)
             self.lat_d = Constant(lat.constant_drafter_s, 0.0)
-            self.prefill_t = lambda b, t: lat.constant_prefill_s
-            self.prefill_d = lambda b, t: 0.0
 
     def provenance(self) -> dict:
         """What a run folder's ``summary.json`` records about the deployment (reports read it):

@@ -41,6 +41,24 @@ class DeploymentConfig:
     # off: a server does not know where a request will end; on mirrors an engine that stops at
     # max_new_tokens and never drafts past it (k <= remaining - 1).
     draft_within_length: bool = param(False, doc="cut k to the request's remaining tokens - 1")
+    # vLLM / Sarathi-Serve: prompt chunks share each forward with the decode/verify rows under
+    # a token budget; 'prefill-first' is the older policy (one pass prefills every admitted
+    # prompt whole while the running decodes wait).
+    scheduler: str = param("chunked", choices=("chunked", "prefill-first"),
+                           doc="how prefills are scheduled")
+    # vLLM V1's default budget on GPUs under 70 GiB (and Sarathi-Serve's usual 2k chunk): a
+    # 70B TP8 mixed pass of ~2k tokens stalls the decodes ~50 ms, not a whole long prompt.
+    max_num_batched_tokens: int = param(2048, lo=1, hi=1 << 24,
+                                        doc="token budget of one forward (chunked scheduler)")
+    # 0 = up to the budget; vLLM's long_prefill_token_threshold.
+    prefill_chunk_tokens: int = param(0, lo=0, hi=1 << 24,
+                                      doc="largest prompt chunk of one request per forward")
+    # vLLM's PagedAttention: blocks as tokens are produced, preemption by recompute;
+    # 'reserve' holds prompt + full output from admission (knows the output length).
+    kv_allocation: str = param("paged", choices=("paged", "reserve"),
+                               doc="how KV memory is allocated")
+    # vLLM's default block size.
+    kv_block_tokens: int = param(16, lo=1, hi=1 << 20, doc="tokens per KV block (paged)")
 
 
 @dataclass(frozen=True)

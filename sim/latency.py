@@ -2,7 +2,7 @@
 
 Every backend answers ``seconds(batch, new_tokens, context_sum)`` for one forward pass of
 ``batch`` sequences that together bring ``new_tokens`` new tokens over ``context_sum`` cached
-tokens. The roofline model also gives the bytes each GPU reads (used for the bandwidth
+tokens, and ``pass_seconds`` for a pass that also carries prompt chunks (chunked prefill). The roofline model also gives the bytes each GPU reads (used for the bandwidth
 utilisation metric whatever the backend).
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 
 from control.configio import param
 from control.errors import DSparkError
-from sim.hardware import Hardware
+from sim.hardware import WEIGHT_READ_GROWTH_TOKENS, Hardware
 from sim.models import ModelDims
 from sim.tables import read_table
 
@@ -43,10 +43,24 @@ class LatencyConfig:
                                     doc="fixed engine time per round outside draft and verify, s")
 
 
+def causal_pairs(chunk: int, prefix: int) -> int:
+    """Query-key pairs of a prompt chunk of ``chunk`` tokens after ``prefix`` cached ones under
+    a causal mask: token j of the chunk attends to ``prefix + j + 1`` keys."""
+    return chunk * prefix + chunk * (chunk + 1) // 2
+
+
 class Roofline:
-    """Per layer ``max(flops / (peak·eff), bytes / (bw·eff))`` on each of ``tp`` GPUs, plus two
-    all-reduces per layer when ``tp > 1`` (latency + ring traffic over NVLink), plus the lm_head
-    and a fixed launch overhead."""
+    """One forward on each of ``tp`` GPUs, per layer: the linear part
+    ``max(flops / (peak·eff), weight bytes · growth / (bw·eff))`` (weight reads grow with the
+    forward's tokens, ``weight_read_growth`` at 64 and more), attention
+    ``max(QK/AV flops / (peak·eff), KV bytes read / (bw·eff), attention_floor_s)``, two
+    all-reduces when ``tp > 1`` (latency + ring traffic over NVLink at ``nvlink_efficiency``)
+    and ``layer_overhead_s``; plus the lm_head over the tokens that need logits and a fixed
+    launch overhead.
+
+    :meth:`seconds` prices a decode/verify pass (each sequence's new tokens attend to its
+    context); :meth:`pass_seconds` a pass that also carries prompt chunks (each chunk attends
+    causally to its prefix, whose KV it reads)."""
 
     def __init__(self, model: ModelDims, hw: Hardware, tp: int) -> None:
         self.m, self.hw, self.tp = model, hw, tp
@@ -60,33 +74,88 @@ class Roofline:
         self.layer_flops = 2 * model.layer_params / tp
         self.head_flops = 2 * model.head_params / tp
         self.msg_bytes = model.d_model * b * 2 * (tp - 1) / tp  # ring all-reduce, per token
+        self.growth = hw.weight_read_growth / (WEIGHT_READ_GROWTH_TOKENS - 1)
+        self.attn_floor = hw.attention_floor_s
+        # per layer: the fixed part (2 all-reduce latencies + overhead) and the per-token traffic
+        self.layer_fixed = hw.layer_overhead_s + (2 * hw.allreduce_latency_s if tp > 1 else 0.0)
+        self.comm_per_token = (2 * self.msg_bytes / (hw.nvlink_bytes_s * hw.nvlink_efficiency)
+                               if tp > 1 else 0.0)
+
+    def weight_read_factor(self, tokens: float) -> float:
+        """Weight-read time of a forward of ``tokens`` relative to one token."""
+        return 1.0 + self.growth * min(max(tokens - 1.0, 0.0), WEIGHT_READ_GROWTH_TOKENS - 1.0)
+
+    def layer_nonattention_seconds(self, tokens: float) -> float:
+        """One layer without attention: linear part, all-reduces, overhead."""
+        lin = max(self.layer_flops * tokens / self.flops_s,
+                  self.layer_w_bytes * self.weight_read_factor(tokens) / self.bytes_s)
+        return lin + self.layer_fixed + tokens * self.comm_per_token
+
+    def nonattention_seconds(self, tokens: float) -> float:
+        """Every layer of a forward of ``tokens`` without attention, lm_head and launch cost:
+        what Vidur's profiled non-attention step times hold (``benchmarks/calibrate_vidur.py``)."""
+        return self.m.layers * self.layer_nonattention_seconds(tokens)
+
+    def layer_attention_seconds(self, pairs: float, kv_tokens: float) -> float:
+        """One layer's attention over ``pairs`` query-key pairs reading ``kv_tokens`` cached
+        tokens' K and V (0 when there is no attention at all)."""
+        if pairs <= 0 and kv_tokens <= 0:
+            return 0.0
+        return max(self.attn_flops * pairs / self.flops_s,
+                   kv_tokens * self.kv_layer_bytes / self.bytes_s, self.attn_floor)
+
+    def head_seconds(self, logit_tokens: float) -> float:
+        return max(self.head_flops * logit_tokens / self.flops_s, self.head_w_bytes / self.bytes_s)
+
+    def forward_seconds(self, tokens: float, pairs: float, kv_tokens: float,
+                        logit_tokens: float) -> float:
+        """A forward of ``tokens`` new tokens with ``pairs`` attention pairs over ``kv_tokens``
+        cached tokens, logits for ``logit_tokens`` of them."""
+        return (self.m.layers * (self.layer_nonattention_seconds(tokens)
+                                 + self.layer_attention_seconds(pairs, kv_tokens))
+                + self.head_seconds(logit_tokens) + self.hw.launch_overhead_s)
 
     def bytes_per_gpu(self, batch: int, new_tokens: int, context_sum: float) -> float:
         m = self.m
         return m.layers * (self.layer_w_bytes + context_sum * self.kv_layer_bytes) + self.head_w_bytes
 
     def seconds(self, batch: int, new_tokens: int, context_sum: float) -> float:
-        m, hw = self.m, self.hw
-        per_seq_new = new_tokens / max(batch, 1)
-        flops = self.layer_flops * new_tokens + self.attn_flops * context_sum * per_seq_new
-        byts = self.layer_w_bytes + context_sum * self.kv_layer_bytes
-        layer = max(flops / self.flops_s, byts / self.bytes_s)
-        if self.tp > 1:
-            layer += 2 * (hw.allreduce_latency_s + new_tokens * self.msg_bytes / hw.nvlink_bytes_s)
-        head = max(self.head_flops * new_tokens / self.flops_s, self.head_w_bytes / self.bytes_s)
-        return m.layers * layer + head + hw.launch_overhead_s
+        """A decode/verify pass: ``batch`` sequences bring ``new_tokens`` (all get logits) over
+        ``context_sum`` cached tokens; each new token attends to its sequence's context."""
+        pairs = context_sum * new_tokens / max(batch, 1)
+        return self.forward_seconds(new_tokens, pairs, context_sum, new_tokens)
+
+    def pass_seconds(self, batch: int, new_tokens: int, context_sum: float,
+                     chunks: int, chunk_tokens: int, chunk_pairs: float,
+                     chunk_prefix: float) -> float:
+        """A mixed pass: the decode/verify rows of :meth:`seconds` (``batch`` may be 0) and
+        ``chunks`` prompt chunks of ``chunk_tokens`` in all, with ``chunk_pairs`` causal pairs
+        (:func:`causal_pairs`) over ``chunk_prefix`` cached prefix tokens; one logit row per
+        chunk."""
+        pairs = context_sum * new_tokens / max(batch, 1) if batch else 0.0
+        return self.forward_seconds(new_tokens + chunk_tokens, pairs + chunk_pairs,
+                                    context_sum + chunk_prefix, new_tokens + chunks)
 
     def ridge_tokens(self) -> float:
-        """New tokens at which a batch-1 forward turns compute-bound (weights only)."""
+        """New tokens at which a batch-1 forward turns compute-bound (weights only, before the
+        weight-read growth)."""
         return self.flops_s * self.m.dtype_bytes / (2 * self.bytes_s)
 
 
 class Constant:
+    """A decode/verify pass costs ``forward_s``, a pass that carries prompt chunks adds
+    ``prefill_s`` (a pure prefill pass costs ``prefill_s``)."""
+
     def __init__(self, forward_s: float, prefill_s: float) -> None:
         self.forward_s, self.prefill_s = forward_s, prefill_s
 
     def seconds(self, batch: int, new_tokens: int, context_sum: float) -> float:
         return self.forward_s
+
+    def pass_seconds(self, batch: int, new_tokens: int, context_sum: float,
+                     chunks: int, chunk_tokens: int, chunk_pairs: float,
+                     chunk_prefix: float) -> float:
+        return (self.forward_s if batch else 0.0) + (self.prefill_s if chunks else 0.0)
 
 
 TABLE_COLUMNS = ("model", "batch", "new_tokens", "context_tokens", "seconds")
@@ -147,3 +216,14 @@ class Table:
     def seconds(self, batch: int, new_tokens: int, context_sum: float) -> float:
         b = max(batch, 1)
         return self.lookup(b, new_tokens / b, context_sum / b)
+
+    def pass_seconds(self, batch: int, new_tokens: int, context_sum: float,
+                     chunks: int, chunk_tokens: int, chunk_pairs: float,
+                     chunk_prefix: float) -> float:
+        """The measured grid has no mixed passes: the decode rows' pass plus one prefill pass
+        of the chunks (``chunks`` sequences of ``chunk_tokens`` over their mean prefix); an
+        upper bound, the weights are read twice."""
+        out = self.seconds(batch, new_tokens, context_sum) if batch else 0.0
+        if chunks:
+            out += self.seconds(chunks, chunk_tokens, chunk_prefix)
+        return out

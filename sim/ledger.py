@@ -23,12 +23,16 @@ class Counters:
     gpu_busy_s: float = 0.0  # GPU-seconds
     bytes_moved: float = 0.0  # over all GPUs
     measured_tokens: int = 0  # tokens emitted after warm-up
+    preemptions: int = 0  # requests preempted (KV freed, to be recomputed)
+    recomputed_tokens: int = 0  # KV tokens discarded by preemptions (computed again later)
+    prefill_computed: int = 0  # prompt (and recompute) tokens processed by prefill passes
 
 
 class Ledger:
     """Per-request outcomes shared by all replicas of a run, the run's :class:`Counters`, and
     the per-request constants the loop indexes one by one (as Python lists: ``kv_need`` bytes
-    reserved on admission, ``prompt``, ``output`` tokens). ``emitted`` is authoritative only for
+    reserved on admission under full reservation, ``prompt``, ``output`` and ``total`` =
+    prompt + output tokens). ``emitted`` is authoritative only for
     requests outside a live batch view (a view holds the running ones' positions)."""
 
     def __init__(self, reqs: Requests, kv_bytes_per_token: float,
@@ -44,6 +48,7 @@ class Ledger:
         self.kv_need = ((reqs.prompt_tokens + reqs.output_tokens) * kv_bytes_per_token).tolist()
         self.prompt = reqs.prompt_tokens.tolist()
         self.output = reqs.output_tokens.tolist()
+        self.total = (reqs.prompt_tokens + reqs.output_tokens).tolist()
         self.finished = 0
         self.last_finish_s = 0.0
         self.progress = progress

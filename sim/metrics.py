@@ -3,10 +3,13 @@
 Definitions: acceptance_rate â = Σn / (Σn + rounds that ended in a rejection); vpr = accepted /
 drafted; du = accepted drafted tokens that reached the output / drafted; mean_accepted_length =
 1 + Σn / rounds; throughput = output tokens emitted after warm-up / (end − warm-up); goodput
-counts only requests meeting both SLOs; speedup = token-weighted mean TPOT of the k = 0 run with
-the same seed and arrivals / this run's (filled in by ``sim.api``); gpu_busy_fraction = busy
-GPU-seconds / (GPUs × end); bandwidth_utilization = bytes read (roofline byte model) /
-(GPUs × end × datasheet bandwidth); lossy_accept_fraction = lossy accepts / output tokens.
+counts only requests meeting both SLOs; speedup = token-weighted mean TPOT of the k = 0 run
+without the drafter (plain serving) with the same seed and arrivals / this run's, and
+speedup_resident the same over the k = 0 run with the drafter resident (filled in by
+``sim.api``); preemptions / recomputed_tokens: paged-KV preemptions and the prefill work they
+sent back; gpu_busy_fraction = busy GPU-seconds / (GPUs × end); bandwidth_utilization = bytes
+read (roofline byte model) / (GPUs × end × datasheet bandwidth); lossy_accept_fraction = lossy
+accepts / output tokens.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ NAN = float("nan")
 
 SUMMARY_KEYS = (
     "controller", "seed", "load_scale", "offered_rps", "throughput_tokens_per_s",
-    "goodput_tokens_per_s", "speedup", "mean_accepted_length", "acceptance_rate", "vpr", "du",
+    "goodput_tokens_per_s", "speedup", "speedup_resident", "mean_accepted_length",
+    "acceptance_rate", "vpr", "du",
     "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s",
     "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "gpu_busy_fraction",
     "bandwidth_utilization", "lossy_accept_fraction", "requests_finished", "requests_unfinished",
-    "requests_rejected", "output_tokens", "sim_time_s", "num_gpus", "mean_tpot_s")
+    "requests_rejected", "preemptions", "recomputed_tokens", "output_tokens", "sim_time_s",
+    "num_gpus", "mean_tpot_s")
 
 
 def _pct(x: np.ndarray, q: float) -> float:
@@ -63,7 +68,7 @@ def summarize(run: RunData, scn, cluster, *, controller: str, seed: int, load_sc
         "offered_rps": float(offered_rps),
         "throughput_tokens_per_s": c.measured_tokens / window,
         "goodput_tokens_per_s": float(r.output_tokens[ok].sum()) / window,
-        "speedup": NAN,
+        "speedup": NAN, "speedup_resident": NAN,
         **speculation_metrics(rounds=c.rounds, accepted=c.accepted,
                               rejected_rounds=c.rejected_rounds, drafted=c.drafted,
                               accepted_emitted=c.accepted_emitted),
@@ -76,6 +81,7 @@ def summarize(run: RunData, scn, cluster, *, controller: str, seed: int, load_sc
         "requests_finished": int(m["finished"].sum()),
         "requests_unfinished": int((~m["finished"]).sum()),
         "requests_rejected": int(np.count_nonzero(run.rejected)),
+        "preemptions": int(c.preemptions), "recomputed_tokens": int(c.recomputed_tokens),
         "output_tokens": int(c.round_tokens + c.prefill_tokens),
         "sim_time_s": float(run.end_s), "num_gpus": int(cluster.num_gpus),
         "mean_tpot_s": mean_tpot,

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from sim.cluster import Cluster
 
 #: ``deployment.max_draft_tokens`` at or above this value means "no engine cap on k".
 NO_DRAFT_CAP = 1024
+#: KV blocks of a replica whose KV costs nothing per token (no memory limit).
+UNLIMITED_BLOCKS = 1 << 62
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,8 +18,15 @@ class EngineParams:
     """The serving loop's parameters (``EngineParams.of(scenario, cluster)``).
 
     ``max_draft_tokens``: the engine's cap on any k (``NO_DRAFT_CAP`` or more: none).
-    ``draft_within_length``: k is cut to the request's remaining tokens − 1. KV: a request
-    reserves ``kv_bytes_per_token`` × (prompt + output) bytes of ``kv_budget_bytes`` on admission.
+    ``draft_within_length``: k is cut to the request's remaining tokens − 1.
+
+    Scheduling: ``scheduler`` 'chunked' (prompt chunks share each forward with the decode rows
+    under ``max_num_batched_tokens``, at most ``prefill_chunk_tokens`` per request and forward,
+    0 = no such cap) or 'prefill-first' (one pass prefills every admitted prompt whole).
+
+    KV: ``kv_allocation`` 'reserve' (a request reserves ``kv_bytes_per_token`` × (prompt +
+    output) bytes of ``kv_budget_bytes`` on admission) or 'paged' (``kv_blocks`` blocks of
+    ``kv_block_tokens`` tokens, allocated as tokens are computed; preemption by recompute).
     """
 
     replicas: int
@@ -30,6 +40,11 @@ class EngineParams:
     draft_within_length: bool
     kv_bytes_per_token: float
     kv_budget_bytes: float
+    scheduler: str = "chunked"
+    max_num_batched_tokens: int = 2048
+    prefill_chunk_tokens: int = 0
+    kv_allocation: str = "paged"
+    kv_block_tokens: int = 16
 
     @classmethod
     def of(cls, scn, cluster: Cluster) -> EngineParams:
@@ -41,7 +56,11 @@ class EngineParams:
                    max_draft_tokens=dep.max_draft_tokens,
                    draft_within_length=dep.draft_within_length,
                    kv_bytes_per_token=cluster.kv_bytes_per_token,
-                   kv_budget_bytes=cluster.kv_budget_bytes)
+                   kv_budget_bytes=cluster.kv_budget_bytes,
+                   scheduler=dep.scheduler,
+                   max_num_batched_tokens=dep.max_num_batched_tokens,
+                   prefill_chunk_tokens=dep.prefill_chunk_tokens,
+                   kv_allocation=dep.kv_allocation, kv_block_tokens=dep.kv_block_tokens)
 
     @property
     def max_draft(self) -> int | None:
@@ -52,3 +71,30 @@ class EngineParams:
     def caps_draft(self) -> bool:
         """Whether the engine cuts the controllers' k at all."""
         return self.max_draft is not None or self.draft_within_length
+
+    @property
+    def kv_blocks(self) -> int:
+        """KV blocks of one replica (paged)."""
+        per_block = self.kv_bytes_per_token * self.kv_block_tokens
+        if per_block <= 0:
+            return UNLIMITED_BLOCKS
+        return max(int(math.floor(self.kv_budget_bytes / per_block)), 0)
+
+    @property
+    def kv_capacity_tokens(self) -> float:
+        """The most tokens (prompt + output) one request may hold in a replica's KV memory:
+        a longer request can never be served (rejected)."""
+        if self.kv_bytes_per_token <= 0:
+            return math.inf
+        if self.kv_allocation == "paged":
+            return float(self.kv_blocks * self.kv_block_tokens)
+        return self.kv_budget_bytes / self.kv_bytes_per_token
+
+    def never_fits(self, total_tokens):
+        """Whether requests of ``total_tokens`` (prompt + output; a number or a numpy array)
+        can never be held in one replica's KV memory (the engine rejects them)."""
+        if self.kv_bytes_per_token <= 0:
+            return total_tokens < 0
+        if self.kv_allocation == "paged":
+            return total_tokens > self.kv_blocks * self.kv_block_tokens
+        return total_tokens * self.kv_bytes_per_token > self.kv_budget_bytes

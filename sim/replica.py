@@ -1,23 +1,45 @@
 """``Replica``: one model replica serving its own batch, as a SimPy process.
 
-A replica owns its resources: the FIFO queue of waiting requests, the running set, the KV
-memory in use and a batch view of the running set. Its process (:meth:`Replica.serve`) admits
-waiting requests under ``max_batch`` and the KV budget (a request reserves KV for prompt +
-output tokens on admission), runs one prefill pass for the newly admitted (it emits their first
-token), then rounds. A round (:meth:`Replica.run_round`) is, in order: decide (each sequence's
-controller, or the replica's round planner, gives a Decision; the engine caps k), draw
-acceptance (whole-batch numpy draws), time the round (the draft phase lasts the batch's
-largest draft-step count × one drafter step; one target pass verifies Σ(k_i + 1) tokens), one
-SimPy timeout, then observe (each controller gets its Observation with the modelled times and
-the batch context; the planner gets the round's RoundStats) and advance (positions move; a
-request ends when it has emitted its output length, the last round's emission capped).
+A replica owns its resources: the FIFO queue of waiting requests, the requests being
+prefilled, the running set, its KV memory and a batch view of the running set. Its process
+(:meth:`Replica.serve`) runs one of two schedulers (``deployment.scheduler``):
+
+- ``chunked`` (vLLM / Sarathi-Serve): every forward is a *step* that carries the running
+  batch's round (its decode/verify rows) and prompt chunks under a token budget
+  (``max_num_batched_tokens``; the rows' Σ(k_i + 1) first, then partial prefills in admission
+  order, then newly admitted requests); the step that completes a prompt emits its first token.
+- ``prefill-first``: admitted requests are prefilled whole in one pass while the running batch
+  waits, then rounds.
+
+A prefill chunk of ``n`` tokens after ``p`` computed ones attends causally to its prefix
+(:func:`sim.latency.causal_pairs`) and reads the prefix's KV.
+
+KV memory (``deployment.kv_allocation``): ``reserve`` holds prompt + output tokens from
+admission; ``paged`` allocates blocks of ``kv_block_tokens`` as tokens are computed (a prompt
+chunk's tokens; a row's context + k + 1, the +1 the token it feeds next round). When a row
+cannot hold its context, the newest requests are preempted (partial prefills first, then the
+newest running rows, the row itself when it is the newest): their KV is freed, they rejoin the
+front of the queue and are prefilled again over prompt + emitted tokens (recompute; the pass
+that completes emits one token, as a first prefill does). A row whose drafts do not fit has its
+k cut (no preemption for drafts). Counted: ``preemptions``, ``recomputed_tokens`` (prefill work
+a preemption sends back: the lost KV and the token the row was about to feed).
+
+A round (:meth:`Replica.begin_round`, then one SimPy timeout, then :meth:`Replica.settle`) is,
+in order: decide (each sequence's controller, or the replica's round planner, gives a Decision;
+the engine caps k, and under paged KV the free memory does), draw acceptance (whole-batch numpy
+draws), time the round (the draft phase lasts the batch's largest draft-step count × one
+drafter step, its first step also carries the step's prompt chunks; one target pass verifies
+Σ(k_i + 1) tokens with the chunks), then observe (each controller gets its Observation with the
+modelled times and the batch context; the planner gets the round's RoundStats) and advance
+(positions move; a request ends when it has emitted its output length, the last round's
+emission capped).
 
 Speed: the batch view keeps the controllers' bound ``decide``/``observe_values``, positions,
-context lengths and remaining tokens between rounds and is rebuilt only when the running set
-changes; per-sequence work besides the controller calls is a few list comprehensions, and
-random draws are whole-batch numpy calls in a fixed order (so results are bit-identical to the
-one-array-per-round formulation): run lengths, confidences, lossy resampling, sentence ends,
-then the acceptance model's own advance.
+context lengths, remaining tokens and KV capacity between rounds and is rebuilt only when the
+running set changes; per-sequence work besides the controller calls is a few list
+comprehensions, and random draws are whole-batch numpy calls in a fixed order (so results are
+bit-identical to the one-array-per-round formulation): run lengths, confidences, lossy
+resampling, sentence ends, then the acceptance model's own advance.
 """
 
 from __future__ import annotations
@@ -36,6 +58,7 @@ from control.types import Observation
 from sim.acceptance import AcceptanceModel, lossy_probability
 from sim.cluster import Cluster
 from sim.drafting import cap_draft_lengths, confidence_stop, resample_lossy
+from sim.latency import causal_pairs
 from sim.ledger import Ledger
 from sim.params import EngineParams
 from sim.trace import RoundTrace
@@ -73,13 +96,16 @@ class BatchView:
     """The running set as the round loop reads it, kept between rounds until the set changes:
     request ids (list and numpy), controllers and their bound ``decide`` and observe methods,
     positions (numpy; authoritative while the view lives, written back to the ledger by
-    :meth:`Replica.flush`), context lengths and remaining tokens (lists)."""
+    :meth:`Replica.flush`), context lengths and remaining tokens (lists); under paged KV the
+    KV tokens each row holds (``cap``, authoritative while the view lives) and its prompt +
+    output (``total``)."""
 
-    __slots__ = ("context", "controllers", "decide", "ids", "observe", "positions", "remaining",
-                 "request_ids")
+    __slots__ = ("cap", "context", "controllers", "decide", "ids", "observe", "positions",
+                 "remaining", "request_ids", "total")
 
     def __init__(self, request_ids: list[int], controllers: list, emitted: np.ndarray,
-                 prompt: list[int], output: list[int]) -> None:
+                 prompt: list[int], output: list[int], kv_cap: dict[int, int] | None = None,
+                 total: list[int] | None = None) -> None:
         self.request_ids = request_ids
         self.ids = ids = np.array(request_ids, dtype=np.int64)
         self.controllers = controllers
@@ -89,6 +115,11 @@ class BatchView:
         pos = self.positions.tolist()
         self.context = [prompt[i] + p for i, p in zip(request_ids, pos)]
         self.remaining = [output[i] - p for i, p in zip(request_ids, pos)]
+        if kv_cap is not None and total is not None:
+            self.cap = [kv_cap[i] for i in request_ids]
+            self.total = [total[i] for i in request_ids]
+        else:
+            self.cap = self.total = None
 
 
 class Round:
@@ -103,14 +134,15 @@ class Round:
 
 
 class Replica:
-    """One replica: its waiting queue, running set, KV use, batch view and round planner."""
+    """One replica: its waiting queue, prefills, running set, KV memory, batch view and round
+    planner."""
 
     def __init__(self, index: int, shared: Shared, planner: Any = None) -> None:
         self.index = index
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self.controllers: dict[int, Any] = {}
-        self.kv_used = 0.0
+        self.kv_used = 0.0  # bytes reserved (kv_allocation = 'reserve')
         self.outstanding = 0
         self.wake: simpy.Event | None = None
         self.batch: BatchView | None = None
@@ -127,6 +159,23 @@ class Replica:
         self.warmup_s = shared.params.warmup_s
         self.round_overhead_s = shared.params.round_overhead_s
         self.progress = shared.ledger.progress
+        p = shared.params
+        # scheduling: prompts being prefilled (admission order), each one's prefill length
+        # (prompt + tokens emitted before a preemption) and tokens of it computed
+        self.chunked = p.scheduler == "chunked"
+        self.token_budget = p.max_num_batched_tokens
+        self.chunk_cap = p.prefill_chunk_tokens or p.max_num_batched_tokens
+        self.prefilling: list[int] = []
+        self.target: dict[int, int] = {}
+        self.computed: dict[int, int] = {}
+        # paged KV: free blocks, KV tokens each request holds (a multiple of the block size)
+        self.paged = p.kv_allocation == "paged"
+        self.block = p.kv_block_tokens
+        self.free_blocks = p.kv_blocks
+        self.max_tokens = p.kv_blocks * p.kv_block_tokens
+        self.kv_cap: dict[int, int] = {}
+        self.rows_short = False  # some running row may hold less KV than its context
+        self.preempted_now = False  # a preemption in this step (no admissions then)
 
     # -- arrivals and the process -------------------------------------------------------------
     def enqueue(self, i: int) -> None:
@@ -137,109 +186,359 @@ class Replica:
             self.wake.succeed()
 
     def serve(self):
-        """The replica's SimPy process: admit and prefill, else a round, else sleep."""
+        """The replica's SimPy process: a step (chunked) or a prefill pass / a round
+        (prefill-first), else sleep."""
         env = self.env
         while True:
-            admitted = self.admit() if self.waiting else None
-            if admitted:
-                yield env.timeout(self.prefill_seconds(admitted))
-                self.start(admitted, env.now)
-            elif self.running:
-                yield from self.run_round()
+            if self.chunked:
+                if self.running or self.prefilling or self.waiting:
+                    ran = yield from self.step()
+                    if ran:
+                        continue
+                    if self.running or self.prefilling or self.waiting:
+                        raise RuntimeError(f"replica {self.index}: no step possible with "
+                                           f"{len(self.waiting)} waiting requests")
             else:
-                self.wake = env.event()
-                yield self.wake
-                self.wake = None
+                admitted = self.admit() if self.waiting else None
+                if admitted:
+                    yield env.timeout(self.prefill_seconds(
+                        [(i, self.target[i], 0) for i in admitted]))
+                    self.prefilled(admitted, env.now)
+                    continue
+                if self.running:
+                    batch, rnd = self.begin_round()
+                    yield env.timeout(self.time_round(batch, rnd))
+                    self.settle(batch, rnd, env.now)
+                    continue
+            self.wake = env.event()
+            yield self.wake
+            self.wake = None
+
+    def step(self):
+        """One forward of the chunked scheduler: the running batch's round (if any) and the
+        prompt chunks that fit the rest of the token budget. Returns whether it ran."""
+        self.preempted_now = False
+        batch = rnd = None
+        budget = self.token_budget
+        if self.running:
+            batch, rnd = self.begin_round()
+            budget -= sum(rnd.k) + rnd.size
+        chunks = (self.schedule_chunks(budget)
+                  if budget > 0 and (self.prefilling or self.waiting) else [])
+        if rnd is None:
+            if not chunks:
+                return False
+            yield self.env.timeout(self.prefill_seconds(chunks))
+        else:
+            yield self.env.timeout(self.time_round(batch, rnd, chunks))
+            self.settle(batch, rnd, self.env.now)
+        if chunks:
+            self.chunks_done(chunks, self.env.now)
+        return True
 
     # -- admission and prefill ----------------------------------------------------------------
+    def never_fits(self, i: int) -> bool:
+        """Whether request ``i`` (prompt + output) can never be held in this replica's KV."""
+        if self.paged:
+            return self.ledger.total[i] > self.max_tokens
+        return self.ledger.kv_need[i] > self.params.kv_budget_bytes
+
+    def reject(self, i: int) -> None:
+        """Request ``i`` (at the head of the queue) can never fit: reported unfinished."""
+        self.waiting.popleft()
+        self.ledger.rejected[i] = True
+        self.outstanding -= 1
+
+    def prefill_length(self, i: int) -> int:
+        """Tokens a (re)prefill of request ``i`` computes: its prompt and the tokens it emitted
+        before a preemption."""
+        return self.ledger.prompt[i] + int(self.ledger.emitted[i])
+
     def admit(self) -> list[int]:
-        """Waiting requests admitted in FIFO order while the batch has room and their KV fits;
-        one that can never fit is rejected (reported unfinished)."""
+        """Prefill-first: waiting requests admitted whole in FIFO order while the batch has room
+        and their KV fits (reserve: prompt + output; paged: the prefill's blocks); one that can
+        never fit is rejected (reported unfinished)."""
         waiting, kv_need, budget = self.waiting, self.ledger.kv_need, self.params.kv_budget_bytes
         room = self.params.max_batch - len(self.running)
         admitted: list[int] = []
         while waiting and len(admitted) < room:
             i = waiting[0]
-            need = kv_need[i]
-            if need > budget:
-                waiting.popleft()
-                self.ledger.rejected[i] = True
-                self.outstanding -= 1
+            if self.never_fits(i):
+                self.reject(i)
                 continue
-            if self.kv_used + need > budget:
-                break
+            t = self.prefill_length(i)
+            if self.paged:
+                blocks = -(-t // self.block)
+                if blocks > self.free_blocks:
+                    break
+                self.free_blocks -= blocks
+                self.kv_cap[i] = blocks * self.block
+            else:
+                need = kv_need[i]
+                if self.kv_used + need > budget:
+                    break
+                self.kv_used += need
             waiting.popleft()
-            self.kv_used += need
+            self.target[i] = t
             admitted.append(i)
         return admitted
 
-    def prefill_seconds(self, admitted: list[int]) -> float:
-        """Duration of the prefill pass of ``admitted`` (target, and drafter when deployed)."""
+    def schedule_chunks(self, budget: int) -> list[tuple[int, int, int]]:
+        """Chunked: the step's prompt chunks ``(request, tokens, prefix)`` within ``budget``
+        tokens: partial prefills in admission order, then (unless this step preempted) newly
+        admitted requests while the batch has room and their first chunk's KV fits."""
+        chunks: list[tuple[int, int, int]] = []
+        cap, prefilling = self.chunk_cap, self.prefilling
+        for i in list(prefilling):
+            if budget <= 0:
+                break
+            if i not in prefilling:  # preempted by an older prefill's growth
+                continue
+            c = self.computed[i]
+            n = min(self.target[i] - c, budget, cap)
+            if self.paged:
+                n = min(n, self.allocate(i, c + n) - c)
+                if n <= 0:
+                    break
+            chunks.append((i, n, c))
+            budget -= n
+        if self.preempted_now:
+            return chunks
+        waiting, kv_need, kv_budget = self.waiting, self.ledger.kv_need, self.params.kv_budget_bytes
+        room = self.params.max_batch - len(self.running) - len(prefilling)
+        while waiting and room > 0 and budget > 0:
+            i = waiting[0]
+            if self.never_fits(i):
+                self.reject(i)
+                continue
+            t = self.prefill_length(i)
+            n = min(t, budget, cap)
+            if self.paged:
+                blocks = -(-n // self.block)
+                if blocks > self.free_blocks:
+                    break
+                self.free_blocks -= blocks
+                self.kv_cap[i] = blocks * self.block
+            else:
+                need = kv_need[i]
+                if self.kv_used + need > kv_budget:
+                    break
+                self.kv_used += need
+            waiting.popleft()
+            prefilling.append(i)
+            self.target[i], self.computed[i] = t, 0
+            chunks.append((i, n, 0))
+            budget -= n
+            room -= 1
+        return chunks
+
+    def chunk_stats(self, chunks: list[tuple[int, int, int]]) -> tuple[int, int, int, int]:
+        """(chunks, their tokens, causal query-key pairs, prefix tokens read); counts the
+        tokens as prefill work."""
+        tokens = pairs = prefix = 0
+        for _, n, p in chunks:
+            tokens += n
+            pairs += causal_pairs(n, p)
+            prefix += p
+        self.counters.prefill_computed += tokens
+        return len(chunks), tokens, pairs, prefix
+
+    def prefill_seconds(self, chunks: list[tuple[int, int, int]]) -> float:
+        """Duration of a pass of prompt chunks alone (target, and drafter when deployed)."""
         cl, cnt = self.cluster, self.counters
-        count = len(admitted)
-        tokens = int(self.ledger.reqs.prompt_tokens[admitted].sum())
-        seconds = cl.prefill_t(count, tokens)
+        count, tokens, pairs, prefix = self.chunk_stats(chunks)
+        seconds = cl.lat_t.pass_seconds(0, 0, 0.0, count, tokens, pairs, prefix)
         busy = seconds * cl.tp
-        cnt.bytes_moved += cl.roof_t.bytes_per_gpu(count, tokens, 0.0) * cl.tp
+        cnt.bytes_moved += cl.roof_t.bytes_per_gpu(count, tokens, prefix) * cl.tp
         if cl.use_drafter:
-            drafter_s = cl.prefill_d(count, tokens)
-            cnt.bytes_moved += cl.roof_d.bytes_per_gpu(count, tokens, 0.0) * cl.dtp
+            drafter_s = cl.lat_d.pass_seconds(0, 0, 0.0, count, tokens, pairs, prefix)
+            cnt.bytes_moved += cl.roof_d.bytes_per_gpu(count, tokens, prefix) * cl.dtp
             busy += drafter_s * cl.dtp
             seconds = seconds + drafter_s if cl.colocated else max(seconds, drafter_s)
         cnt.gpu_busy_s += busy
         return seconds
 
-    def start(self, admitted: list[int], t: float) -> None:
-        """After prefill: first tokens out; requests of one token end, the others run."""
+    def chunks_done(self, chunks: list[tuple[int, int, int]], t: float) -> None:
+        """After a step: the chunks' tokens are computed; completed prefills emit."""
+        computed, target = self.computed, self.target
+        done = []
+        for i, n, _ in chunks:
+            computed[i] += n
+            if computed[i] >= target[i]:
+                done.append(i)
+        if done:
+            for i in done:
+                self.prefilling.remove(i)
+            self.prefilled(done, t)
+
+    def prefilled(self, ids: list[int], t: float) -> None:
+        """After a completed prefill: each emits one token (its first, or after a recompute its
+        next); requests that are done end, the others run."""
         self.flush()
         ledger, cnt, warmup_s = self.ledger, self.counters, self.params.warmup_s
-        for i in admitted:
-            ledger.first_token_s[i] = t
-            ledger.emitted[i] = 1
+        first, emitted, output = ledger.first_token_s, ledger.emitted, ledger.output
+        for i in ids:
+            del self.target[i]
+            self.computed.pop(i, None)
+            if first[i] != first[i]:  # NaN: the first prefill
+                first[i] = t
+            e = int(emitted[i]) + 1
+            emitted[i] = e
             cnt.prefill_tokens += 1
             if t >= warmup_s:
                 cnt.measured_tokens += 1
-            if ledger.output[i] <= 1:
+            if e >= output[i]:
                 self.finish(i, t)
             else:
-                self.controllers[i] = self.make_ctrl()
+                if i not in self.controllers:
+                    self.controllers[i] = self.make_ctrl()
                 self.running.append(i)
+                self.rows_short = self.paged
         ledger.report_progress()
 
     def finish(self, i: int, t: float) -> None:
         self.ledger.finish(i, t)
-        self.kv_used -= self.ledger.kv_need[i]
+        if self.paged:
+            self.free_blocks += self.kv_cap.pop(i, 0) // self.block
+        else:
+            self.kv_used -= self.ledger.kv_need[i]
         self.outstanding -= 1
         self.controllers.pop(i, None)
 
     def flush(self) -> None:
-        """Write the batch view's positions back and drop it (the running set changes)."""
+        """Write the batch view's positions (and KV capacities) back and drop it (the running
+        set changes)."""
         b = self.batch
         if b is not None:
             self.ledger.emitted[b.ids] = b.positions
+            if b.cap is not None:
+                self.kv_cap.update(zip(b.request_ids, b.cap))
             self.batch = None
 
-    # -- a round ------------------------------------------------------------------------------
-    def run_round(self):
-        """One round of the running batch (one SimPy timeout)."""
+    def view(self) -> BatchView:
+        """The batch view of the running set (built when the set changed)."""
         batch = self.batch
         if batch is None:
             ledger = self.ledger
-            batch = self.batch = BatchView(list(self.running),
-                                           [self.controllers[i] for i in self.running],
-                                           ledger.emitted, ledger.prompt, ledger.output)
+            batch = self.batch = BatchView(
+                list(self.running), [self.controllers[i] for i in self.running], ledger.emitted,
+                ledger.prompt, ledger.output, self.kv_cap if self.paged else None, ledger.total)
+        return batch
+
+    # -- paged KV ------------------------------------------------------------------------------
+    def allocate(self, i: int, need: int) -> int:
+        """Paged: blocks so that request ``i`` holds KV for ``need`` tokens, preempting newer
+        requests (:meth:`victim`) while memory is short; returns the tokens it holds (fewer
+        than ``need`` when nothing newer is left to preempt)."""
+        cap, bs = self.kv_cap.get(i, 0), self.block
+        while need > cap:
+            blocks = -(-(need - cap) // bs)
+            if blocks <= self.free_blocks:
+                self.free_blocks -= blocks
+                cap += blocks * bs
+                break
+            victim = self.victim(i)
+            if victim is None:
+                cap += self.free_blocks * bs
+                self.free_blocks = 0
+                break
+            self.preempt(victim)
+        self.kv_cap[i] = cap
+        return cap
+
+    def victim(self, i: int) -> int | None:
+        """The newest request that ``i`` may preempt: the last partial prefill, else (when
+        ``i`` runs) the last running row; None when ``i`` is the newest."""
+        prefilling, running = self.prefilling, self.running
+        if prefilling and prefilling[-1] != i:
+            return prefilling[-1]
+        if i in prefilling:
+            return None
+        if running and running[-1] != i:
+            return running[-1]
+        return None
+
+    def preempt(self, v: int) -> None:
+        """Free request ``v``'s KV and send it back to the front of the queue: it is prefilled
+        again over its prompt and emitted tokens (recompute)."""
+        cnt = self.counters
+        if v in self.prefilling:
+            self.prefilling.remove(v)
+            lost = self.computed.pop(v, 0)
+        else:
+            self.flush()
+            self.running.remove(v)
+            lost = self.prefill_length(v)
+        self.target.pop(v, None)
+        self.free_blocks += self.kv_cap.pop(v, 0) // self.block
+        cnt.preemptions += 1
+        cnt.recomputed_tokens += lost
+        self.waiting.appendleft(v)
+        self.preempted_now = True
+
+    def ensure_rows(self) -> None:
+        """Paged: every running row holds KV for its context (its next round at k = 0); rows
+        that cannot get it preempt the newest requests, or themselves when they are the
+        newest."""
+        batch = self.view()
+        if max([c - k for c, k in zip(batch.context, batch.cap)]) <= 0:
+            self.rows_short = False
+            return
+        self.flush()
+        for i in list(self.running):
+            if i not in self.running:
+                continue
+            need = self.prefill_length(i)  # prompt + emitted = the row's context
+            if self.allocate(i, need) < need:
+                self.preempt(i)
+        self.rows_short = False
+
+    def grow_rows(self, batch: BatchView, rnd: Round) -> None:
+        """Paged: each row's KV grows to context + k + 1 (capped at prompt + output); when
+        the free blocks run out, the rows left have their k cut to what fits."""
+        cap, total = batch.cap, batch.total
+        need = [t if c + k + 1 > t else c + k + 1
+                for c, k, t in zip(batch.context, rnd.k, total)]
+        if max([n - c for n, c in zip(need, cap)]) <= 0:
+            return
+        bs, k_new, cut = self.block, list(rnd.k), False
+        for j, (n, c) in enumerate(zip(need, cap)):
+            if n <= c:
+                continue
+            blocks = -(-(n - c) // bs)
+            if blocks > self.free_blocks:
+                blocks = self.free_blocks
+                room = c + blocks * bs - batch.context[j] - 1  # drafts that fit
+                k_new[j] = max(min(k_new[j], room), 0)
+                cut = True
+                self.rows_short = True
+            self.free_blocks -= blocks
+            cap[j] = c + blocks * bs
+        if cut:
+            rnd.k = k_new
+            if rnd.k_array is not None:
+                rnd.k_array = np.array(k_new, dtype=np.int64)
+            rnd.max_k = max(k_new)
+
+    # -- a round ------------------------------------------------------------------------------
+    def begin_round(self) -> tuple[BatchView, Round]:
+        """The running batch's round up to its timing: decisions, capped k, acceptance."""
+        if self.rows_short:
+            self.ensure_rows()
+        batch = self.view()
         rnd = Round()
         rnd.start_s, rnd.size = self.env.now, len(batch.request_ids)
         run_lengths = self.acc.run_lengths(batch.ids, batch.positions)
         self.decide(batch, rnd, run_lengths)
+        if self.paged:
+            self.grow_rows(batch, rnd)
         if rnd.max_k > 0:
             self.draw_acceptance(batch, rnd, run_lengths)
         else:
             rnd.drafted, rnd.accepted = rnd.k, [0] * rnd.size
             rnd.confidences = rnd.lossy = None
             rnd.draft_steps = 0
-        yield self.env.timeout(self.time_round(batch, rnd))
-        self.settle(batch, rnd, self.env.now)
+        return batch, rnd
 
     def decide(self, batch: BatchView, rnd: Round, run_lengths: np.ndarray) -> None:
         """The round's decisions (the controllers', or the planner's) and the capped k."""
@@ -318,23 +617,45 @@ class Replica:
         return resample_lossy(accepted, drafted, pass_probability, batch.ids, batch.positions,
                               self.acc.rng, self.acc.run_lengths)
 
-    def time_round(self, batch: BatchView, rnd: Round) -> float:
-        """The round's modelled seconds (draft phase, verify pass, fixed overhead); counts
-        GPU time and bytes moved."""
+    def time_round(self, batch: BatchView, rnd: Round,
+                   chunks: list[tuple[int, int, int]] | None = None) -> float:
+        """The round's modelled seconds (draft phase, verify pass with the step's prompt
+        chunks, fixed overhead); counts GPU time and bytes moved."""
         cl, cnt = self.cluster, self.counters
         size, steps = rnd.size, rnd.draft_steps
         context = rnd.context_tokens = sum(batch.context)
         drafting = rnd.drafting = size - rnd.k.count(0)
-        draft_s = 0.0
-        if steps:
-            draft_context = float(context if drafting == size else
-                                  sum([c for c, x in zip(batch.context, rnd.k) if x]))
-            draft_s = steps * cl.lat_d.seconds(drafting, drafting, draft_context)
-            cnt.bytes_moved += steps * cl.roof_d.bytes_per_gpu(drafting, drafting,
-                                                               draft_context) * cl.dtp
         tokens = rnd.verify_tokens = sum(rnd.drafted) + size
-        verify_s = cl.lat_t.seconds(size, tokens, float(context))
-        cnt.bytes_moved += cl.roof_t.bytes_per_gpu(size, tokens, float(context)) * cl.tp
+        draft_s = 0.0
+        if chunks:
+            count, ctok, pairs, prefix = self.chunk_stats(chunks)
+            if steps:
+                draft_context = float(context if drafting == size else
+                                      sum([c for c, x in zip(batch.context, rnd.k) if x]))
+                # the first drafter step also prefills the chunks
+                draft_s = (cl.lat_d.pass_seconds(drafting, drafting, draft_context, count, ctok,
+                                                 pairs, prefix)
+                           + (steps - 1) * cl.lat_d.seconds(drafting, drafting, draft_context))
+                cnt.bytes_moved += (
+                    cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context + prefix)
+                    + (steps - 1) * cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context)
+                ) * cl.dtp
+            elif cl.use_drafter:
+                draft_s = cl.lat_d.pass_seconds(0, 0, 0.0, count, ctok, pairs, prefix)
+                cnt.bytes_moved += cl.roof_d.bytes_per_gpu(count, ctok, prefix) * cl.dtp
+            verify_s = cl.lat_t.pass_seconds(size, tokens, float(context), count, ctok, pairs,
+                                             prefix)
+            cnt.bytes_moved += cl.roof_t.bytes_per_gpu(size, tokens, float(context + prefix)
+                                                        ) * cl.tp
+        else:
+            if steps:
+                draft_context = float(context if drafting == size else
+                                      sum([c for c, x in zip(batch.context, rnd.k) if x]))
+                draft_s = steps * cl.lat_d.seconds(drafting, drafting, draft_context)
+                cnt.bytes_moved += steps * cl.roof_d.bytes_per_gpu(drafting, drafting,
+                                                                   draft_context) * cl.dtp
+            verify_s = cl.lat_t.seconds(size, tokens, float(context))
+            cnt.bytes_moved += cl.roof_t.bytes_per_gpu(size, tokens, float(context)) * cl.tp
         cnt.gpu_busy_s += ((draft_s + verify_s) * cl.tp if cl.colocated
                            else (verify_s * cl.tp + draft_s * cl.dtp))
         rnd.draft_s, rnd.verify_s = draft_s, verify_s

@@ -20,9 +20,10 @@ def write_inputs(tmp_path):
 
 
 def test_exact_event_times(tmp_path):
+    """The prefill-first scheduler (a whole prefill pass while the batch waits)."""
     write_inputs(tmp_path)
     scn = scenario({
-        "deployment": {"max_batch": 2},
+        "deployment": {"max_batch": 2, "scheduler": "prefill-first"},
         "latency": {"backend": "constant", "constant_target_s": 0.01,
                     "constant_drafter_s": 0.001, "constant_prefill_s": 0.02},
         "workload": {"arrival": "trace", "trace_path": "trace.csv"},
@@ -57,3 +58,49 @@ def test_exact_event_times(tmp_path):
     assert s["vpr"] == pytest.approx(4 / 6)
     # DU: drafted tokens in the output: 2 + 0 + 1 (the last round's emission is capped)
     assert s["du"] == pytest.approx(3 / 6)
+
+
+def test_exact_event_times_chunked(tmp_path):
+    """The chunked scheduler: B's prompt rides in A's first round. With the constant backend a
+    step costs the target forward (0.01) when it has decode rows, plus the prefill (0.02) when
+    it carries prompt chunks; the drafter's first step carries the chunks at no extra cost
+    (constant drafter prefill 0)."""
+    write_inputs(tmp_path)
+    scn = scenario({
+        "deployment": {"max_batch": 2},
+        "latency": {"backend": "constant", "constant_target_s": 0.01,
+                    "constant_drafter_s": 0.001, "constant_prefill_s": 0.02},
+        "workload": {"arrival": "trace", "trace_path": "trace.csv"},
+        "acceptance": {"model": "replay", "replay_path": "positions.csv"},
+    }, base=tmp_path)
+    assert scn.deployment.scheduler == "chunked"  # the default
+    res = simulate(scn, "fixed", {"k": 2}, trace=True, baseline=False)
+    r = res.requests.set_index("request_id")
+    # t=0 A arrives: a prefill-only step [0, 0.02] (A's 10 tokens < the 2048-token budget);
+    # B arrives at 0.005 and waits for the next step. Step 2 [0.02, 0.052]: A's round
+    # (2 draft steps x 0.001) with B's whole prompt as a chunk (verify 0.01 + prefill 0.02):
+    # A accepts 2 -> 3 tokens, done at 0.052; B's first token at 0.052.
+    # Step 3 [0.052, 0.064]: B accepts 0 -> 1 token; step 4 [0.064, 0.076]: B accepts 2 but
+    # needs only 1 more token.
+    assert r.loc[0, "first_token_s"] == pytest.approx(0.02, abs=1e-12)
+    assert r.loc[1, "first_token_s"] == pytest.approx(0.052, abs=1e-12)
+    assert r.loc[0, "finish_s"] == pytest.approx(0.052, abs=1e-12)
+    assert r.loc[1, "finish_s"] == pytest.approx(0.076, abs=1e-12)
+    assert r.loc[1, "ttft_s"] == pytest.approx(0.047, abs=1e-12)
+    assert r.loc[0, "tpot_s"] == pytest.approx(0.032 / 3, abs=1e-12)
+    assert list(r["emitted_tokens"]) == [4, 3]
+    rd = res.rounds
+    assert list(rd["request_id"]) == [0, 1, 1]
+    assert list(rd["accepted"]) == [2, 0, 2]
+    assert list(rd["emitted"]) == [3, 1, 1]
+    assert list(rd["now_s"]) == pytest.approx([0.052, 0.064, 0.076])
+    assert list(rd["draft_s"]) == pytest.approx([0.002, 0.002, 0.002])
+    # A's verify pass carried B's chunk: 0.01 + 0.02
+    assert list(rd["verify_s"]) == pytest.approx([0.03, 0.01, 0.01])
+    assert list(rd["context_tokens"]) == [11, 11, 12]
+    s = res.summary
+    assert s["output_tokens"] == 7 and s["sim_time_s"] == pytest.approx(0.076)
+    # busy: prefill 0.02 + steps 0.032 + 0.012 + 0.012 over 0.076 s on one GPU
+    assert s["gpu_busy_fraction"] == pytest.approx(1.0)
+    assert s["mean_accepted_length"] == pytest.approx(1 + 4 / 3)
+    assert s["preemptions"] == 0 and s["recomputed_tokens"] == 0

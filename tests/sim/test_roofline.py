@@ -20,13 +20,16 @@ def test_70b_batch1_h100_is_memory_bound():
     assert t1 == pytest.approx(weights_s, rel=0.10)
     flops_s = 2 * m.total_params / (hw.peak_flops["bf16"] * hw.compute_efficiency)
     assert flops_s < 0.02 * t1  # compute is negligible at batch 1
-    # verifying k + 1 tokens costs about one token for small k ...
+    # verifying k + 1 tokens costs about one token for small k (weight reads grow by
+    # weight_read_growth x k / 63: under 2% at k = 8) ...
     for k in (1, 2, 4, 8):
         assert roof.seconds(1, k + 1, 128) == pytest.approx(t1, rel=0.02)
-    # ... and grows past the ridge point
+    # ... stays memory-bound below the ridge point (weight reads at most 1 + growth times
+    # those of one token, fitted to profiled decode steps: tests/sim/test_calibration.py) ...
     ridge = roof.ridge_tokens()
     assert 100 < ridge < 1000
-    assert roof.seconds(1, int(ridge / 2), 128) < 1.05 * t1
+    assert roof.seconds(1, int(ridge / 2), 128) < (1.05 + hw.weight_read_growth) * t1
+    # ... and grows past it
     assert roof.seconds(1, int(4 * ridge), 128) > 3 * t1
     # compute-bound regime is linear in tokens
     a, b = roof.seconds(1, int(8 * ridge), 128), roof.seconds(1, int(16 * ridge), 128)
