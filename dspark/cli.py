@@ -3,15 +3,20 @@
 Each subcommand lives in its own module ``dspark/cmd_<name>.py`` exposing
 ``add_parser(subparsers)`` and ``run(args) -> int``; heavy libraries are imported inside
 ``run`` so that ``dspark --help`` stays fast. A :class:`control.DSparkError` (bad config, bad
-file, impossible cluster) becomes one line on stderr and exit status 2, never a traceback.
+file, impossible cluster) becomes one line on stderr and exit status 2, never a traceback; an
+unknown name gets a "did you mean" when one is close. Output into a closed pipe (``| head``)
+ends quietly. Help text shows docstrings without their reST markup.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import os
+import re
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from control.errors import DSparkError
 
@@ -27,9 +32,63 @@ SUBCOMMANDS = {
 }
 
 
+def plain(text: str) -> str:
+    """reST markup of a docstring as plain text: ``x`` -> x, :func:`f` -> f."""
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
+    return text.replace("``", "")
+
+
+def did_you_mean(name: str, allowed: list[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest allowed names, else ""."""
+    close = difflib.get_close_matches(name, allowed, n=2, cutoff=0.6)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
+UNKNOWN = re.compile(r"unknown [\w .-]+? '([^']+)'; allowed: ([^;()]+)")
+
+
+def suggest(message: str) -> str:
+    """A one-line error about an unknown name ("unknown controller 'dsprak'; allowed: a, b")
+    with the closest allowed name appended."""
+    m = UNKNOWN.search(message)
+    if not m or "did you mean" in message:
+        return message
+    allowed = [a.strip().strip("'\"`") for a in m.group(2).split(",")]
+    return message.rstrip(".") + did_you_mean(m.group(1), allowed)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with plain-text help and "did you mean" for a mistyped choice."""
+
+    def format_help(self) -> str:
+        return plain(super().format_help())
+
+    def format_usage(self) -> str:
+        return plain(super().format_usage())
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:
+            allowed = [c.strip().strip("'") for c in m.group(2).split(",")]
+            message += did_you_mean(m.group(1), allowed)
+        super().error(message)
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as v
+
+    try:
+        return v("dspark-lab")
+    except PackageNotFoundError:  # pragma: no cover  (run from a checkout without install)
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="dspark", description="DSpark Lab: simulate, tune and validate speculative decoding.")
+    parser = Parser(
+        prog="dspark", description="DSpark Lab: simulate, tune and validate speculative decoding."
+    )
+    parser.add_argument("--version", action="version", version=f"dspark {version()}")
     add_subcommands(parser.add_subparsers(dest="command", metavar="COMMAND"), SUBCOMMANDS, "_run")
     return parser
 
@@ -42,8 +101,9 @@ def add_subcommands(sub: Any, table: dict[str, str], run_attr: str) -> None:
         try:
             mod = importlib.import_module(mod_name)
         except ImportError as e:
-            raise DSparkError(f"subcommand '{name}': module {mod_name} cannot be imported: "
-                              f"{e}") from e
+            raise DSparkError(
+                f"subcommand '{name}': module {mod_name} cannot be imported: {e}"
+            ) from e
         mod.add_parser(sub).set_defaults(**{run_attr: mod.run})
 
 
@@ -54,6 +114,7 @@ def _one_line_warnings() -> Any:
     """Warnings raised by the lab's own packages (e.g. ``sim.api.SimWarning``) print as one line
     ``dspark: warning: <message>``; others keep Python's format."""
     import warnings
+
     previous = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
@@ -69,8 +130,18 @@ def _one_line_warnings() -> Any:
 
 def _error(e: DSparkError) -> int:
     """One line on stderr, exit status 2."""
-    print(f"dspark: error: {' '.join(str(e).split())}", file=sys.stderr)
+    print(f"dspark: error: {suggest(' '.join(str(e).split()))}", file=sys.stderr)
     return 2
+
+
+def _closed_pipe() -> int:
+    """stdout's reader went away (``dspark ... | head``): stop quietly, as a Unix tool does."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,9 +154,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     import warnings
+
     previous = _one_line_warnings()
     try:
-        return int(args._run(args) or 0)
+        rc = int(args._run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return rc
+    except BrokenPipeError:
+        return _closed_pipe()
     except DSparkError as e:
         return _error(e)
     except KeyboardInterrupt:

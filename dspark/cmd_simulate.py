@@ -29,6 +29,21 @@ TABLE_COLUMNS = (
     "gpu_busy_fraction",
     "requests_unfinished",
 )
+#: the printed table: (summary key, header with unit, scale, format)
+TABLE = (
+    ("controller", "controller", None, "{}"),
+    ("load_scale", "load", 1.0, "{:g}"),
+    ("throughput_tokens_per_s", "throughput (tok/s)", 1.0, "{:,.0f}"),
+    ("goodput_tokens_per_s", "goodput (tok/s)", 1.0, "{:,.0f}"),
+    ("speedup", "TPOT speedup vs k=0 (×)", 1.0, "{:.2f}"),
+    ("mean_accepted_length", "accepted/round", 1.0, "{:.2f}"),
+    ("acceptance_rate", "â", 1.0, "{:.3f}"),
+    ("tpot_p50_s", "TPOT p50 (ms)", 1e3, "{:.1f}"),
+    ("tpot_p99_s", "TPOT p99 (ms)", 1e3, "{:.1f}"),
+    ("ttft_p99_s", "TTFT p99 (ms)", 1e3, "{:,.0f}"),
+    ("gpu_busy_fraction", "GPU busy (%)", 100.0, "{:.1f}"),
+    ("requests_unfinished", "unfinished", 1.0, "{:.0f}"),
+)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -48,9 +63,23 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "best_config.toml); default: the scenario's [sim] controllers",
     )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--out", default="runs/simulate", help="run folder (default runs/simulate)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="run folder (default: a new runs/simulate-<date>-<time>); an existing "
+        "run folder is refused unless --overwrite",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run folder --out names if it holds a run",
+    )
     p.add_argument("--no-out", action="store_true", help="write no run folder")
-    p.add_argument("--json", action="store_true", help="print the summary rows as JSON")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary rows as a JSON list (one object per row)",
+    )
     p.add_argument(
         "--trace", action="store_true", help="also write rounds.csv and controller_trace.csv"
     )
@@ -118,6 +147,45 @@ def parse_controller_spec(spec: str) -> str | tuple[str, Any, str]:
     return spec
 
 
+def run_folder(out: str | None, overwrite: bool, stem: str) -> str:
+    """The run folder to write: ``out`` (refused when it already holds a run, unless
+    ``overwrite``), else a new ``runs/<stem>-<date>-<time>`` that does not exist yet."""
+    import time
+    from pathlib import Path
+
+    if out is not None:
+        if (Path(out) / "summary.json").exists() and not overwrite:
+            raise DSparkError(
+                f"--out {out}: already holds a run (summary.json); pass "
+                "--overwrite to replace it, or name another folder"
+            )
+        return out
+    base = Path("runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    p, i = base, 2
+    while p.exists():
+        p, i = base.with_name(f"{base.name}-{i}"), i + 1
+    return str(p)
+
+
+def format_table(df) -> str:
+    """The summary rows with units in the headers and human numbers (14,620, not 1.462e+04)."""
+    import pandas as pd
+
+    from control.metrics import json_safe
+
+    cols = [(k, h, sc, f) for k, h, sc, f in TABLE if k in df.columns]
+    shown = pd.DataFrame(
+        {
+            h: [
+                "—" if json_safe(v) is None else f.format(v * sc if sc is not None else v)
+                for v in df[k]
+            ]
+            for k, h, sc, f in cols
+        }
+    )
+    return shown.to_string(index=False)
+
+
 def run(args: argparse.Namespace) -> int:
     import json
 
@@ -126,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_seed(args.seed)
     loads = _parse_loads(args.loads)
+    out = None if args.no_out else run_folder(args.out, args.overwrite, "simulate")
     scn = load_scenario(args.config, parse_sets(args.set) or None)
     names = (
         [parse_controller_spec(c) for c in args.controller]
@@ -142,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
             scn,
             names,
             seed=args.seed,
-            out_dir=None if args.no_out else args.out,
+            out_dir=out,
             load_scales=loads,
             trace=args.trace,
             progress=bar,
@@ -156,15 +225,10 @@ def run(args: argparse.Namespace) -> int:
             bar.close()
     if args.json:
         rows = [{k: json_safe(v) for k, v in r.items()} for r in df.to_dict("records")]
-        print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=1))
+        print(json.dumps(rows, indent=1))
     else:
-        import pandas as pd
-
-        with pd.option_context(
-            "display.width", 200, "display.max_columns", 30, "display.float_format", "{:.4g}".format
-        ):
-            print(f"scenario {scn.name}, seed {args.seed}")
-            print(df[list(TABLE_COLUMNS)].to_string(index=False))
-        if not args.no_out:
-            print(f"run folder: {args.out}")
+        print(f"scenario {scn.name}, seed {args.seed}")
+        print(format_table(df))
+        if out is not None:
+            print(f"run folder: {out}")
     return 0

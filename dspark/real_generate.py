@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
 
@@ -20,6 +21,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+def stats_line(n: int, records: list, seconds: float) -> str:
+    """The one stats line of a generation (streamed or not)."""
+    acc = sum(r.accepted for r in records)
+    return (
+        f"# {n} tokens in {len(records)} rounds, {n / max(seconds, 1e-12):.1f} tokens/s, "
+        f"mean accepted length {n / max(1, len(records)):.2f}, drafted accepted "
+        f"{acc}/{sum(r.drafted for r in records)}"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
     import torch
@@ -33,27 +44,29 @@ def run(args: argparse.Namespace) -> int:
     ctrl = controller_from_args(args.controller, args.config)
     engine = build_engine(cfg, args.checkpoints)
     ids = encode(engine, args.prompt)
-    if args.stream:
-        records: list = []
+    records: list = []
+    t0 = time.perf_counter()
+    toks: list[int] = []
+    if args.stream:  # one generation: the text as each round commits it, then the same stats
+        shown = ""
         sys.stdout.write(args.prompt)
-        for piece in engine.stream_text(ids, args.max_new_tokens, ctrl):
-            sys.stdout.write(piece)
+        for piece in engine.stream(ids, args.max_new_tokens, ctrl, records=records):
+            toks.extend(piece)
+            text = engine.tokenizer.decode(toks)
+            if text.endswith("\ufffd"):  # byte-level BPE split a character: wait for the rest
+                continue
+            sys.stdout.write(text[len(shown) :])
             sys.stdout.flush()
-        sys.stdout.write("\n")
-        gen = engine.generate(ids, args.max_new_tokens, ctrl) if args.trace else None
-        records = gen.records if gen else records
+            shown = text
+        text = engine.tokenizer.decode(toks)
+        sys.stdout.write(text[len(shown) :] + "\n")
+        seconds = time.perf_counter() - t0
     else:
         gen = engine.generate(ids, args.max_new_tokens, ctrl)
-        records = gen.records
+        records, toks, seconds = gen.records, gen.tokens, gen.seconds
         print(args.prompt + gen.text)
-        n = len(gen.tokens)
-        acc = sum(r.accepted for r in records)
-        print(
-            f"# {n} tokens in {len(records)} rounds, {n / gen.seconds:.1f} tokens/s, "
-            f"mean accepted length {n / max(1, len(records)):.2f}, drafted accepted "
-            f"{acc}/{sum(r.drafted for r in records)}",
-            file=sys.stderr,
-        )
+    sys.stdout.flush()
+    print(stats_line(len(toks), records, seconds), file=sys.stderr)
     if args.trace:
         pd.DataFrame(records_to_columns(records)).to_csv(args.trace, index=False)
     return 0

@@ -115,7 +115,7 @@ def test_cli_json_and_run_folder(tmp_path, capsys):
         ]
     )
     assert rc == 0
-    row = json.loads(capsys.readouterr().out)
+    (row,) = json.loads(capsys.readouterr().out)  # always a list, one object per row
     for key in (
         "throughput_tokens_per_s",
         "mean_accepted_length",
