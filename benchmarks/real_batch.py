@@ -23,6 +23,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable without an install
 
 
 def main(argv: list[str] | None = None) -> int:
