@@ -19,6 +19,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--new-tokens", type=int, default=None)
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--workload", choices=("code", "prose", "mixed"), default=None)
+    p.add_argument(
+        "--prompt-file",
+        default=None,
+        metavar="PATH",
+        help="your own prompts: a file (one per line), a .jsonl (one per record) or a folder "
+        "of documents (windowed); instead of --workload",
+    )
     p.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
     p.add_argument(
         "--quality-betas",
@@ -51,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
             "new_tokens": args.new_tokens,
             "repeats": args.repeats,
             "workload": args.workload,
+            "prompt_file": args.prompt_file,
             "threads": args.threads,
             "quality_betas": args.quality_betas,
             "drafters": args.drafters,

@@ -17,7 +17,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--out", default="runs/trace", help="run folder (default: runs/trace)")
     p.add_argument("--controller", default="fixed", help="controller name (default: fixed)")
-    p.add_argument("--workload", choices=("code", "prose", "random"), default=None)
+    p.add_argument("--workload", choices=("code", "prose", "random", "file"), default=None)
+    p.add_argument(
+        "--prompt-file",
+        default=None,
+        metavar="PATH",
+        help="your own prompts (workload file): a file (one per line), a .jsonl (one per "
+        "record) or a folder of documents (windowed)",
+    )
     p.add_argument("--split", choices=("train", "val", "test"), default=None)
     p.add_argument("--n-prompts", type=int, default=None)
     p.add_argument("--prompt-tokens-min", type=int, default=None)
@@ -48,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads or 1)
     data = dict(read_toml(args.config).get("prompts", {})) if args.config else {}
+    if data.get("path") and not Path(data["path"]).is_absolute():  # relative to the config
+        data["path"] = str(Path(args.config).resolve().parent / data["path"])
     for key in (
         "workload",
         "split",
@@ -61,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
             data[key] = v
     if args.prompt_seed is not None:
         data["seed"] = args.prompt_seed
+    if args.prompt_file is not None:
+        data["workload"], data["path"] = "file", args.prompt_file
     if args.tiny:
         data.setdefault("workload", "random")
     pcfg = from_mapping(

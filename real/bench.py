@@ -39,6 +39,10 @@ class BenchConfig:
         choices=("code", "prose", "mixed"),
         doc="held-out workload (mixed: code and prose prompts alternating)",
     )
+    # the user's own prompts instead of the workload (real.promptfiles: a prompt per line or
+    # JSONL record, or a folder windowed): `prompts` of them, each cut to its last
+    # `prompt_tokens` tokens (a folder: windows of 8 to prompt_tokens tokens).
+    prompt_file: str = param("", doc="prompt file or folder (empty = the workload)")
     # 1 thread: on a quiet 2-core machine 2 threads were ~1.4x faster, but with other
     # processes on the cores 2 threads stalled on each other (up to 10x slower); 1 is robust.
     threads: int = param(1, lo=1, hi=256, doc="torch CPU threads")
@@ -326,7 +330,19 @@ def run_bench(
     same run, methods named ``label/controller``; by default the engine's own drafter, with
     plain controller names."""
     torch.set_num_threads(bc.threads)
-    prompts = held_out_prompts(engine.tokenizer, bc.workload, bc.prompts, bc.prompt_tokens)
+    if bc.prompt_file:
+        from real.promptfiles import file_prompts
+
+        prompts = file_prompts(
+            bc.prompt_file,
+            engine.tokenizer,
+            bc.prompts,
+            min(8, bc.prompt_tokens),
+            bc.prompt_tokens,
+            0,
+        )
+    else:
+        prompts = held_out_prompts(engine.tokenizer, bc.workload, bc.prompts, bc.prompt_tokens)
     drafters = drafters or {"": engine.drafter}
     methods = _methods(bc, drafters)
     hf = bc.hf and hf_pair is not None

@@ -1,7 +1,8 @@
 """``dspark real trace``: prompt sets, timed engine runs and greedy position traces.
 
 - :func:`make_prompts`: a deterministic prompt set of a workload (``code`` / ``prose`` windows of
-  the corpus' documents of one split, or ``random`` token ids for tiny models).
+  the corpus' documents of one split, ``random`` token ids for tiny models, or ``file``: the
+  user's own prompts, :mod:`real.promptfiles`).
 - :func:`run_requests`: the engine serves the prompts one at a time (batch 1) with a fresh
   controller per request; every round becomes a ``RoundRecord`` and every request a row of
   timing (``seconds`` from before prefill to after the last round, ``decode_s`` = the last
@@ -32,9 +33,12 @@ class PromptSetConfig:
     # code completion is the first validation workload.
     workload: str = param(
         "code",
-        choices=("code", "prose", "mixed", "random"),
-        doc="prompt source (mixed: code and prose prompts alternating)",
+        choices=("code", "prose", "mixed", "random", "file"),
+        doc="prompt source (mixed: code and prose prompts alternating; file: the prompts of path)",
     )
+    # a .jsonl file (a prompt per record), another file (a prompt per line) or a folder of
+    # documents windowed by real.promptfiles' rule; relative paths: the config file's folder.
+    path: str = param("", doc="workload = 'file': prompt file or folder")
     # held-out text: the models never trained on the test split.
     split: str = param("test", choices=("train", "val", "test"), doc="corpus split")
     # 8 prompts: ~1000 generated tokens per run, stable totals in a short run.
@@ -53,6 +57,19 @@ def make_prompts(
     if cfg.prompt_tokens_min > cfg.prompt_tokens_max:
         raise DSparkError(
             f"prompt_tokens_min {cfg.prompt_tokens_min} > prompt_tokens_max {cfg.prompt_tokens_max}"
+        )
+    if cfg.workload == "file":
+        from real.promptfiles import file_prompts
+
+        if not cfg.path:
+            raise DSparkError("a 'file' prompt set needs path (a prompt file or folder)")
+        return file_prompts(
+            cfg.path,
+            tokenizer,
+            cfg.n_prompts,
+            cfg.prompt_tokens_min,
+            cfg.prompt_tokens_max,
+            cfg.seed,
         )
     rng = np.random.default_rng(cfg.seed)
     lens = rng.integers(cfg.prompt_tokens_min, cfg.prompt_tokens_max + 1, cfg.n_prompts)

@@ -197,6 +197,19 @@ def _finish(cfg: ValidateConfig, source: str) -> ValidateConfig:
             )
         else:
             raise ConfigError(f"{source}: workloads.{name} must be a table")
+        w = wl[name]
+        if w.workload == "file":
+            if not w.path:
+                raise ConfigError(
+                    f"{source}: workloads.{name}: workload = 'file' needs path (a prompt file "
+                    f"or folder)"
+                )
+            p = Path(w.path)
+            if not p.is_absolute():  # relative to the config file (absolute in a run's copy)
+                p = Path(cfg.base_dir or ".") / p
+            if not p.exists():
+                raise ConfigError(f"{source}: workloads.{name}.path: {p} not found")
+            wl[name] = dataclasses.replace(w, path=str(p.resolve()))
     bad = [p for p in cfg.parts if p not in PARTS]
     if bad or not cfg.parts:
         raise ConfigError(
