@@ -29,6 +29,12 @@ BASELINE = "fixed-k0"
 #: the run behind ``speedup_resident``: k = 0 with the drafter resident (its memory and its
 #: prefill paid, never drafting): the cost of hosting the drafter is in both.
 BASELINE_RESIDENT = "fixed-k0-resident"
+#: what each speedup compares against (written to summary.json; docs/results-format.md).
+SPEEDUP_BASELINES = {
+    "speedup": "fixed k = 0 without the drafter (plain serving), same seed and arrivals",
+    "speedup_resident": "fixed k = 0 with the drafter resident (its memory and prefill paid), "
+                        "same seed and arrivals",
+}
 
 
 class SimWarning(UserWarning):
@@ -305,7 +311,8 @@ def write_run_folder(out: Path, scn: SimConfig, seed: int, comparison: Compariso
     rows = [{k: json_safe(v) for k, v in row.items()} for row in c.results.to_dict("records")]
     (out / "summary.json").write_text(json.dumps(
         {"kind": "simulate", "scenario": scn.name, "seed": int(seed),
-         **provenance(scn, c.results), "rows": rows}, indent=1))
+         **provenance(scn, c.results), "speedup_baselines": SPEEDUP_BASELINES, "rows": rows},
+        indent=1))
     c.requests.to_csv(out / "requests.csv", index=False)
     resolved = dataclasses.replace(scn, controller={n: to_dict(x) for n, x in c.configs.items()},
                                    sim=dataclasses.replace(scn.sim, controllers=tuple(c.names)))

@@ -323,9 +323,9 @@ CASES = [
             "--set",
             'workload.output={dist="constant",mean_tokens=5000000,max_tokens=6000000}',
         ],
-        (
+        (  # paged KV: whole 16-token blocks, 20196 of them
             "s.toml: no request fits in KV memory: the smallest needs 5000031 tokens, a replica "
-            "holds 323139 (raise deployment.tp or deployment.kv_memory_fraction, or shorten workload "
+            "holds 323136 (raise deployment.tp or deployment.kv_memory_fraction, or shorten workload "
             "lengths)"
         ),
     ),
@@ -367,7 +367,7 @@ def test_requests_that_never_fit_are_counted_and_warned_in_one_line(tmp_path, ca
     assert rc == 0
     assert err == (
         "dspark: warning: scenario 'tiny': 2 of 30 requests can never fit in KV memory "
-        "(over the 323139 tokens a replica holds): rejected, counted in "
+        "(over the 323136 tokens a replica holds): rejected, counted in "
         "requests_rejected and requests_unfinished\n"
     )
     res = pd.read_csv(out / "results.csv")
