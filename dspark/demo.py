@@ -104,12 +104,8 @@ def _scaling(cfg: DemoConfig, tuned: str, out: Path) -> None:
     )
 
 
-def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Path:
-    cfg = cfg or DemoConfig()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    n = 7
+def _tune(cfg: DemoConfig, out: Path, n: int) -> str:
+    """Step 1: a short study of dspark; returns the tuned controller's ``--controller`` spec."""
     _step(1, n, f"tune: {cfg.tune_trials} trials of the dspark controller on the simulator")
     _cli(
         [
@@ -124,7 +120,12 @@ def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Pa
             "--quiet",
         ]
     )
-    tuned = f"dspark@{out / 'tune' / 'best_config.toml'}"
+    return f"dspark@{out / 'tune' / 'best_config.toml'}"
+
+
+def _simulate(cfg: DemoConfig, out: Path, tuned: str, n: int) -> None:
+    """Steps 2-4: every controller on the standard scenario over loads; the A100 scenario and
+    the scaling sweep; controller traces on the tiny scenario."""
     every = [
         "fixed:k=0",
         "fixed:k=2",
@@ -138,12 +139,8 @@ def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Pa
         "clairvoyant",
         "rate-oracle",
     ]
-    _step(
-        2,
-        n,
-        "simulate: standard scenario, every controller, loads "
-        + ",".join(f"{x:g}" for x in cfg.loads),
-    )
+    loads = ",".join(f"{x:g}" for x in cfg.loads)
+    _step(2, n, f"simulate: standard scenario, every controller, loads {loads}")
     specs = [a for c in every for a in ("--controller", c)]
     _cli(
         [
@@ -151,7 +148,7 @@ def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Pa
             str(CONFIGS / "standard.toml"),
             *specs,
             "--loads",
-            ",".join(f"{x:g}" for x in cfg.loads),
+            loads,
             "--out",
             str(out / "simulate-standard"),
             "--quiet",
@@ -175,6 +172,12 @@ def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Pa
     )
     _scaling(cfg, tuned, out / "simulate-scaling")
     _step(4, n, "simulate: controller traces on the tiny scenario")
+    # long outputs, so that a request spans many blocks of controller updates
+    long_outputs = [
+        "workload.output.mean_tokens=900",
+        "workload.output.max_tokens=2000",
+        "workload.num_requests=12",
+    ]
     _cli(
         [
             "simulate",
@@ -186,18 +189,22 @@ def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Pa
             "--controller",
             tuned,
             "--trace",
-            # long outputs, so that a request spans many blocks of controller updates
-            "--set",
-            "workload.output.mean_tokens=900",
-            "--set",
-            "workload.output.max_tokens=2000",
-            "--set",
-            "workload.num_requests=12",
+            *[a for s in long_outputs for a in ("--set", s)],
             "--out",
             str(out / "simulate-traces"),
             "--quiet",
         ]
     )
+
+
+def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Path:
+    cfg = cfg or DemoConfig()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    n = 7
+    tuned = _tune(cfg, out, n)
+    _simulate(cfg, out, tuned, n)
     _step(5, n, "real engine: shipped models, batch 1, every controller; threshold-mode quality")
     _cli(
         [
