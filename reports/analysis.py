@@ -507,8 +507,8 @@ def objective_label(name: str) -> str:
 
 def heldout_sentence(ev: pd.DataFrame, metric: str = "throughput_tokens_per_s") -> str:
     """The held-out evaluation in one sentence: the tuned controller's mean over every
-    held-out workload and seed, its range over them, its margin over the best other
-    contender, and on how many workloads it wins."""
+    held-out workload and seed, its margin over the best other contender (overall and the
+    range over workloads), the spread over seeds, and on how many workloads it wins."""
     if metric not in ev.columns or ev.empty:
         return ""
     ev = ev[ev["controller"].map(role) == CONTENDER]
@@ -516,7 +516,7 @@ def heldout_sentence(ev: pd.DataFrame, metric: str = "throughput_tokens_per_s") 
         return ""
     mean = ev.groupby("controller")[metric].mean().sort_values(ascending=False)
     tuned = next((c for c in mean.index if str(c).endswith("-tuned")), mean.index[0])
-    mine = ev.loc[ev["controller"] == tuned, metric].astype(float)
+    mine = ev[ev["controller"] == tuned]
     others = mean.drop(tuned)
     per_wl = ev.pivot_table(index="workload", columns="controller", values=metric, aggfunc="mean")
     wins = int((per_wl.idxmax(axis=1) == tuned).sum())
@@ -524,14 +524,25 @@ def heldout_sentence(ev: pd.DataFrame, metric: str = "throughput_tokens_per_s") 
     text = (
         f"by throughput (output tokens/s, mean over {n_wl} held-out workload"
         f"{'s' if n_wl != 1 else ''} × {n_seed} seed{'s' if n_seed != 1 else ''}), "
-        f"**{tuned}** {fmt_num(mine.mean(), '{:,.0f}')} tok/s (range "
-        f"{fmt_num(mine.min(), '{:,.0f}')}–{fmt_num(mine.max(), '{:,.0f}')} over those "
-        "instances)"
+        f"**{tuned}** {fmt_num(mine[metric].mean(), '{:,.0f}')} tok/s"
     )
     if len(others):
         best = others.index[0]
+        m = mine[metric].mean() / others.iloc[0] - 1
+        tie = " — a tie" if abs(m) < SEPARATION else ""
         text += (
-            f", {fmt_num((mine.mean() / others.iloc[0] - 1) * 100, '{:+.1f}%')} over the "
-            f"best other contender ({best}, {fmt_num(others.iloc[0], '{:,.0f}')})"
+            f", {fmt_num(m * 100, '{:+.1f}%')} over the best other contender ({best}, "
+            f"{fmt_num(others.iloc[0], '{:,.0f}')}{tie})"
         )
-    return text + f"; it wins on {wins} of {n_wl} workload{'s' if n_wl != 1 else ''}."
+        r = (per_wl[tuned] / per_wl[best] - 1) * 100
+        if len(r) > 1:
+            text += (
+                f", per workload {fmt_num(r.min(), '{:+.1f}%')} to {fmt_num(r.max(), '{:+.1f}%')}"
+            )
+    spread = mine.groupby("workload")[metric].agg(spread_pct).mean()
+    sure = (
+        f"spread over seeds ±{fmt_num(spread, '{:.1f}')}%"
+        if n_seed > 1 and np.isfinite(spread)
+        else "one seed: no spread measured"
+    )
+    return text + f"; {sure}; it wins on {wins} of {n_wl} workload{'s' if n_wl != 1 else ''}."

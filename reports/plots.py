@@ -287,7 +287,18 @@ def plot_tuning_history(
     cols = objective_columns(trials)
     state = trials["state"].astype(str).str.upper().str.replace("TRIALSTATE.", "", regex=False)
     feasible = feasible_mask(trials)
-    infeasible = ~feasible & state.isin(("COMPLETE", "PRUNED")) & trials[cols[0]].notna()
+    # infeasible: a COMPLETE trial over the limit, or one the objective ended PRUNED for it
+    # (user attribute ``infeasible``); a trial the pruner stopped early is only "pruned"
+    marked = (
+        trials["user_attrs_infeasible"].astype(str).str.lower().isin(("true", "1", "1.0"))
+        if "user_attrs_infeasible" in trials.columns
+        else pd.Series(False, index=trials.index)
+    )
+    infeasible = (
+        ~feasible
+        & ((state == "COMPLETE") | ((state == "PRUNED") & marked))
+        & trials[cols[0]].notna()
+    )
     done = trials[(state == "COMPLETE") & feasible]
     bad = trials[infeasible]
     pruned = int(((state == "PRUNED") & ~infeasible).sum())

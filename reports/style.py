@@ -59,8 +59,9 @@ EXTRA_COLORS = (
 #: smallest CIE76 ΔE between two controllers' colours in one report (about the distance at
 #: which two thin lines are told apart at a glance; the Okabe-Ito base colours are >= 25 apart)
 MIN_COLOR_DISTANCE = 15.0
-# lightness offsets (HLS) tried, in order, for a family's variants
-_SHADES = (-0.16, 0.16, -0.28, 0.28, -0.08, 0.08, -0.36, 0.36, -0.22, 0.22)
+# lightness offsets (HLS) tried, in order, for a family's variants: darker first, since a pale
+# line on a white page is hard to read (shade() keeps lightness <= 0.72)
+_SHADES = (-0.16, -0.28, 0.14, -0.08, -0.36, 0.22, -0.22, 0.08, 0.28, -0.42)
 
 RC = {
     "font.family": "DejaVu Sans",
@@ -144,10 +145,17 @@ def color_distance(a: str, b: str) -> float:
     return sum((x - y) ** 2 for x, y in zip(la, lb)) ** 0.5
 
 
-def shade(color: str, offset: float) -> str:
-    """``color`` with its HLS lightness moved by ``offset`` (clipped to 0.05..0.92)."""
+def shade(color: str, offset: float, hue: float = 0.0) -> str:
+    """``color`` with its HLS lightness moved by ``offset`` (clipped to 0.12..0.72) and its hue
+    turned by ``hue`` (a fraction of the circle)."""
     h, light, s = colorsys.rgb_to_hls(*_rgb(color))
-    return _hex(colorsys.hls_to_rgb(h, min(0.92, max(0.05, light + offset)), s))
+    return _hex(colorsys.hls_to_rgb((h + hue) % 1.0, min(0.72, max(0.12, light + offset)), s))
+
+
+def family_shades(color: str) -> list[str]:
+    """Candidate colours for a family's variants: lightness steps of the base, then the same
+    steps with the hue turned a little either way (still read as the family's colour)."""
+    return [shade(color, o, dh) for dh in (0.0, -0.025, 0.025) for o in _SHADES]
 
 
 def _far(c: str, used: list[str]) -> bool:
@@ -180,7 +188,7 @@ def controller_colors(names: Iterable[str]) -> dict[str, str]:
         if n in out:
             continue
         fam = family(n)
-        cands = [shade(KNOWN_COLORS[fam], o) for o in _SHADES] if fam in KNOWN_COLORS else []
+        cands = family_shades(KNOWN_COLORS[fam]) if fam in KNOWN_COLORS else []
         if fam in KNOWN_COLORS and fam not in out:
             cands.insert(0, KNOWN_COLORS[fam])  # the family's own colour when its base is absent
         used = list(out.values())
