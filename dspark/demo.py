@@ -49,6 +49,9 @@ class DemoConfig:
     real_prompts: int = param(4, lo=1, hi=1000, doc="prompts of the real-engine benchmark")
     # 96 new tokens per prompt: several controller blocks' worth of rounds.
     real_new_tokens: int = param(96, lo=8, hi=4096, doc="new tokens per prompt, real engine")
+    # 3 repeats: the report can show a real p10-p90 (one repeat has no spread); the real step
+    # takes about three times as long as one repeat (~3 minutes on 2 cores).
+    real_repeats: int = param(3, lo=1, hi=100, doc="repeats of the real-engine benchmark")
     # the demo's validation config: shipped models, a few prompts per workload.
     validate_config: str = param("configs/validate_demo.toml", doc="validate config of the demo")
 
@@ -215,7 +218,7 @@ def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Pa
             "--new-tokens",
             str(cfg.real_new_tokens),
             "--repeats",
-            "1",
+            str(cfg.real_repeats),
             "--no-hf",
             "--quality-betas",
             "0.95 0.85 0.7",
