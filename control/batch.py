@@ -45,7 +45,9 @@ class RoundStats:
     steps of the round (the longest draft; 0 when nobody drafted). ``verify_tokens``: tokens in
     the target's verify pass, Σ(drafted_i + 1). ``accepted`` / ``emitted``: Σ over the batch.
     ``draft_s`` / ``verify_s``: measured (real) or modelled (sim) seconds of the two phases;
-    ``end_s - start_s`` also holds the round's fixed overheads.
+    ``end_s - start_s`` also holds the round's fixed overheads. ``prefill_tokens``: prompt
+    tokens that shared the round's forward passes (chunked prefill: they are in ``verify_s`` and,
+    for the drafter's own prefill, in ``draft_s``); 0 when the engine prefills separately.
     """
 
     start_s: float
@@ -59,6 +61,7 @@ class RoundStats:
     verify_s: float
     accepted: int = 0
     emitted: int = 0
+    prefill_tokens: int = 0
 
 
 class RoundPlanner:

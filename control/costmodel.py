@@ -12,7 +12,10 @@ statistics so it stays well conditioned) with a small ridge pull toward a prior:
   from memory-bound to compute-bound) plus the context read. A hinge that no observed round
   reached keeps its prior (0), so the cost beyond the observed range extends the last observed
   slope: the roofline is convex, so this under-estimates there and the planner goes and looks.
-- **draft step**: ``x = [1, drafting sequences, ctx/1000]``, from ``draft_s / draft_steps``.
+- **draft phase**: ``x = steps · [1, drafting sequences, ctx/1000]`` plus the prompt tokens the
+  drafter prefills in the same round (chunked prefill), fitted on ``draft_s``.
+- **prefill sharing the pass**: a round's verify features use every token of its target pass,
+  the drafts' ``Σ(k_i + 1)`` and ``prefill_tokens`` of prompt chunks alike.
 - **overhead**: an exponential average of ``(end − start) − draft_s − verify_s``.
 
 ``seed`` takes rows of a measured table (e.g. the engine's ``latency.csv``) as prior rounds.
@@ -109,13 +112,19 @@ def verify_features(tokens: np.ndarray | float, context_tokens: np.ndarray | flo
     return out
 
 
-def step_features(drafting: np.ndarray | float, context_tokens: np.ndarray | float) -> np.ndarray:
-    """Feature rows ``[1, drafting sequences, ctx/1000]`` of one drafter step."""
+def draft_features(steps: np.ndarray | float, drafting: np.ndarray | float,
+                   context_tokens: np.ndarray | float,
+                   prefill_tokens: np.ndarray | float = 0.0) -> np.ndarray:
+    """Feature rows of a draft phase: ``steps · [1, drafting sequences, ctx/1000]`` (each step
+    one drafter forward over the drafting rows) and ``prefill/1000`` (prompt chunks the drafter
+    also prefills in the round's first step); ``steps = 1``, no prefill: one step's features."""
     d = np.atleast_1d(np.asarray(drafting, dtype=float))
-    out = np.empty((len(d), 3))
-    out[:, 0] = 1.0
-    out[:, 1] = d
-    out[:, 2] = np.asarray(context_tokens, dtype=float) / 1000.0
+    k = np.broadcast_to(np.asarray(steps, dtype=float), d.shape)
+    out = np.empty((len(d), 4))
+    out[:, 0] = k
+    out[:, 1] = k * d
+    out[:, 2] = k * np.asarray(context_tokens, dtype=float) / 1000.0
+    out[:, 3] = np.asarray(prefill_tokens, dtype=float) / 1000.0
     return out
 
 
@@ -126,7 +135,7 @@ class RoundCostModel:
         # a hinge is a change of slope: held near 0 (10⁻⁴ of its data weight) unless the rounds
         # demand it, so two token counts give a straight line, not an arbitrary kink
         self.verify = LinearCost(3 + len(KNOTS), forget, [1e-10] * 3 + [1e-4] * len(KNOTS))
-        self.step = LinearCost(3, forget, 1e-10)
+        self.step = LinearCost(4, forget, 1e-10)
         self.overhead_ema = overhead_ema
         self.reset()
 
@@ -137,16 +146,19 @@ class RoundCostModel:
         self.rounds = 0
         self.token_levels: set[int] = set()  # distinct N seen (identifiability of the slope)
         self._pending: list[tuple] = []  # rounds not yet folded into the fits
+        self.prefill_tokens = 0.0  # recent prompt-chunk tokens per round (average, 1/10)
 
     def observe(self, s: RoundStats) -> None:
         """O(1): the round is buffered and folded into the fits when a cost is next read
         (exactly as if folded now: the updates are the same, in the same order)."""
         self.rounds += 1
         self._pending.append(
-            (s.verify_tokens, s.context_tokens, s.verify_s, s.draft_steps, s.drafting, s.draft_s)
+            (s.verify_tokens + s.prefill_tokens, s.context_tokens, s.verify_s, s.draft_steps,
+             s.drafting, s.draft_s, s.prefill_tokens)
         )
         if len(self.token_levels) < 4:
-            self.token_levels.add(s.verify_tokens)
+            self.token_levels.add(s.verify_tokens + s.prefill_tokens)
+        self.prefill_tokens += 0.1 * (s.prefill_tokens - self.prefill_tokens)
         extra = (s.end_s - s.start_s) - s.draft_s - s.verify_s
         if extra >= 0.0:
             self.overhead_s += self.overhead_ema * (extra - self.overhead_s)
@@ -159,9 +171,9 @@ class RoundCostModel:
         self._pending = []
         a = np.array(rows, dtype=float)
         self.verify.update_many(verify_features(a[:, 0], a[:, 1]), a[:, 2])
-        d = a[a[:, 3] > 0]
-        # the step fit forgets per observed draft phase, as one update per drafting round
-        self.step.update_many(step_features(d[:, 4], d[:, 1]), d[:, 5] / d[:, 3])
+        d = a[(a[:, 3] > 0) | (a[:, 6] > 0)]
+        # the draft fit forgets per observed draft phase (one update per round that had one)
+        self.step.update_many(draft_features(d[:, 3], d[:, 4], d[:, 1], d[:, 6]), d[:, 5])
 
     def seed(self, rows: Iterable[tuple[str, int, int, float, float]]) -> None:
         """Prior rounds from a measured table: ``(path, batch, tokens, context, seconds)`` with
@@ -172,7 +184,7 @@ class RoundCostModel:
                 self.verify.update(verify_features(tokens, ctx)[0], seconds)
                 self.token_levels.add(int(tokens))
             elif path == "draft":
-                self.step.update(step_features(batch, ctx)[0], seconds)
+                self.step.update(draft_features(1.0, batch, ctx)[0], seconds)
             else:
                 raise ValueError(f"unknown cost path {path!r}; allowed: verify, draft")
 
@@ -196,27 +208,33 @@ class RoundCostModel:
         return np.maximum(slope, 0.0)
 
     def step_s(self, drafting: np.ndarray, context_tokens: float) -> np.ndarray:
+        """One drafter step over ``drafting`` rows (no prefill)."""
         self.fold()
-        return np.maximum(self.step.predict(step_features(drafting, context_tokens)), 0.0)
+        return np.maximum(self.step.predict(draft_features(1.0, drafting, context_tokens)), 0.0)
 
-    def functions(self, context_tokens: float) -> CostFunctions:
+    def functions(self, context_tokens: float, prefill_tokens: float | None = None
+                  ) -> CostFunctions:
         """The fitted costs at one context size, as the vectorised functions a plan calls
-        (θ read once: cheaper than going through ``verify_s``/``step_s`` per call)."""
+        (θ read once: cheaper than going through ``verify_s``/``step_s`` per call). The verify
+        pass also carries ``prefill_tokens`` prompt tokens (default: the recent average), so a
+        drafted token costs the slope where the pass really is; the prompt chunks' own cost is
+        the same for every draft length and left out."""
         self.fold()
         tv, ts = self.verify.theta, self.step.theta
+        pre = self.prefill_tokens if prefill_tokens is None else prefill_tokens
         v0 = float(tv[0] + tv[2] * context_tokens / 1000.0)
         v1, hinge = float(tv[1]), tv[3:]
         s0 = float(ts[0] + ts[2] * context_tokens / 1000.0)
         s1 = float(ts[1])
 
         def verify_s(n):
-            n = np.asarray(n, dtype=float)
+            n = np.asarray(n, dtype=float) + pre
             return np.maximum(
                 v0 + v1 * n + np.maximum(n[..., None] - _KNOT_ARRAY, 0.0) @ hinge, 0.0
             )
 
         def slope(n):
-            n = np.asarray(n, dtype=float)
+            n = np.asarray(n, dtype=float) + pre
             return np.maximum(v1 + (n[..., None] > _KNOT_ARRAY) @ hinge, 0.0)
 
         def step_s(d):

@@ -121,6 +121,26 @@ class DSparkConfig:
         log=True,
         when={"policy": ("goodput",)},
     )
+    # the last ~4 rounds, weighed against 8 pseudo-trials of the long-run rate: a good or bad
+    # stretch (easy/hard regimes) moves a sequence's â within a few rounds, noise hardly does.
+    recent_rounds: int = param(
+        4,
+        lo=1,
+        hi=10_000,
+        doc="goodput: forgetting horizon of the recent-evidence estimate (rounds)",
+        tune=(1, 64),
+        log=True,
+        when={"policy": ("goodput",)},
+    )
+    recent_prior: float = param(
+        8.0,
+        lo=0.0,
+        hi=1e6,
+        doc="goodput: pseudo-trials of the long-run rate in the recent estimate (large = ignore)",
+        tune=(0.5, 1000.0),
+        log=True,
+        when={"policy": ("goodput",)},
+    )
     # 0.99 per round: the cost fit remembers ~100 rounds and follows a change of load.
     cost_forget: float = param(
         0.99,
@@ -510,6 +530,7 @@ class DSparkController(Controller):
         a_hi, a0 = (1.0, 1.0) if self.goodput else (c.alpha_max, c.alpha0)
         self._pid_a = PID(c.alpha_kp, c.alpha_ki, c.alpha_kd, c.d_filter, c.alpha_min, a_hi, a0)
         self._decay = 1.0 - 1.0 / c.memory_rounds  # goodput: forgetting of the â counts
+        self._fast = 1.0 - 1.0 / c.recent_rounds  # goodput: forgetting of the recent counts
         self._retry = not self.goodput or c.goodput_cooldown
         self._pid_b = PID(
             c.beta_kp, c.beta_ki, c.beta_kd, c.d_filter, c.beta_min, c.beta_max, c.beta0
@@ -550,6 +571,8 @@ class DSparkController(Controller):
         self.k = c.k_max if self.goodput else k_of_alpha(c.alpha0, c.k_ref, c.k_min, c.k_max)
         self.sum_n = 0.0  # goodput: accepted tokens, forgotten at 1/memory_rounds per round
         self.sum_rej = 0.0  # goodput: rounds that ended in a rejection, same forgetting
+        self.recent_n = 0.0  # goodput: the same two counts, forgotten at 1/recent_rounds
+        self.recent_rej = 0.0
         self.context_tokens = 0
         # goodput: own planner when no round planner drives this sequence; reset() keeps it —
         # the costs it learned are the hardware's, not the sequence's (a new controller forgets)
@@ -651,6 +674,9 @@ class DSparkController(Controller):
             f = self._decay
             self.sum_n = self.sum_n * f + n
             self.sum_rej = self.sum_rej * f + (1 if n < drafted else 0)
+            f = self._fast
+            self.recent_n = self.recent_n * f + n
+            self.recent_rej = self.recent_rej * f + (1 if n < drafted else 0)
             self.context_tokens = context_tokens + e
             prof = self.profile
             if prof is not None and drafted:  # the planner's pooled per-position evidence

@@ -91,6 +91,11 @@ class DSparkPlanner(RoundPlanner):
         sr = np.array([m.sum_rej for m in members], dtype=float)
         w = c.prior_trials
         own = (sn + w * pool) / np.maximum(sn + sr + w, 1e-12)
+        # the recent rounds, shrunk toward that long-run rate (a stretch moves it, noise little)
+        rn = np.array([m.recent_n for m in members], dtype=float)
+        rr = np.array([m.recent_rej for m in members], dtype=float)
+        wr = c.recent_prior
+        own = (rn + wr * own) / np.maximum(rn + rr + wr, 1e-12)
         return np.minimum(factor[:, None] * own[None, :], 0.999)
 
     def cost_functions(self, context_tokens: float) -> CostFunctions:

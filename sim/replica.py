@@ -129,8 +129,8 @@ class Round:
     round, and the steps set its fields."""
 
     __slots__ = ("accepted", "confidences", "context_tokens", "decisions", "draft_s",
-                 "draft_steps", "drafted", "drafting", "k", "k_array", "lossy", "max_k", "size",
-                 "start_s", "verify_s", "verify_tokens")
+                 "draft_steps", "drafted", "drafting", "k", "k_array", "lossy", "max_k",
+                 "prefill_tokens", "size", "start_s", "verify_s", "verify_tokens")
 
 
 class Replica:
@@ -627,8 +627,10 @@ class Replica:
         drafting = rnd.drafting = size - rnd.k.count(0)
         tokens = rnd.verify_tokens = sum(rnd.drafted) + size
         draft_s = 0.0
+        rnd.prefill_tokens = 0
         if chunks:
             count, ctok, pairs, prefix = self.chunk_stats(chunks)
+            rnd.prefill_tokens = ctok
             if steps:
                 draft_context = float(context if drafting == size else
                                       sum([c for c, x in zip(batch.context, rnd.k) if x]))
@@ -674,7 +676,8 @@ class Replica:
         if self.planner is not None:
             self.planner.observe_round(RoundStats(
                 rnd.start_s, end, rnd.size, rnd.drafting, rnd.draft_steps, rnd.verify_tokens,
-                rnd.context_tokens, rnd.draft_s, rnd.verify_s, accepted, emitted_total))
+                rnd.context_tokens, rnd.draft_s, rnd.verify_s, accepted, emitted_total,
+                rnd.prefill_tokens))
         self.advance(batch, emitted, ended, end)
         if self.progress is not None:
             self.progress(self.ledger.finished)

@@ -52,8 +52,27 @@ def test_cost_model_recovers_a_known_linear_cost():
     for ctx in (0.0, 5000.0, 150_000.0):
         assert cm.verify_s(n, ctx) == pytest.approx(a + b * n + c * ctx / 1000, rel=1e-6)
     assert cm.verify_slope(n[2:]) == pytest.approx(np.full(len(n) - 2, b), rel=1e-4)
-    assert cm.step.theta == pytest.approx([s0, s1, s2], rel=1e-6)
+    assert cm.step.theta[:3] == pytest.approx([s0, s1, s2], rel=1e-6)
+    assert abs(cm.step.theta[3]) < 1e-9  # no prompt chunk shared these rounds
     assert cm.overhead_s == pytest.approx(0.002, rel=1e-6)
+
+
+def test_prompt_chunks_sharing_the_pass_are_accounted():
+    """Chunked prefill: prompt tokens ride in the verify pass (and the drafter's first step);
+    the fits charge them, so the per-draft-token slope and the step cost stay unbiased."""
+    rng = np.random.default_rng(2)
+    cm = RoundCostModel(forget=1.0)
+    for _ in range(300):
+        n = int(np.exp(rng.uniform(0.0, np.log(600))))
+        pre = int(rng.choice([0, 0, 256, 1024]))
+        steps, d = int(rng.integers(1, 6)), int(rng.integers(1, 32))
+        draft = steps * (1e-3 + 2e-5 * d) + 3e-6 * pre
+        cm.observe(RoundStats(0.0, 1.0, d, d, steps, n, 0, draft, 0.004 + 2e-5 * (n + pre),
+                              prefill_tokens=pre))
+    assert cm.step_s(np.array([10]), 0)[0] == pytest.approx(1e-3 + 2e-4, rel=1e-6)
+    f = cm.functions(0.0, prefill_tokens=256)
+    assert f.verify_s(np.array([100]))[0] == pytest.approx(0.004 + 2e-5 * 356, rel=1e-6)
+    assert f.verify_slope(np.array([100]))[0] == pytest.approx(2e-5, rel=1e-4)
 
 
 def test_cost_model_learns_a_roofline_turn_and_tracks_a_step_change():
