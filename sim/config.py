@@ -100,15 +100,7 @@ class SimConfig:
 
     def with_overrides(self, overrides: dict[str, Any]) -> SimConfig:
         """A copy with dotted-key overrides, e.g. ``{"workload.rate_rps": 3.0}``; checked."""
-        data = to_dict(self)
-        for key, value in overrides.items():
-            parts = key.split(".")
-            d = data
-            for p in parts[:-1]:
-                if not isinstance(d.get(p, {}), dict):
-                    raise ConfigError(f"override '{key}': '{p}' is not a table")
-                d = d.setdefault(p, {})
-            d[parts[-1]] = value
+        data = merge_overrides(to_dict(self), overrides)
         cfg = from_mapping(SimConfig, data, source="<overrides>")
         try:
             return _finish(cfg)
@@ -179,18 +171,42 @@ def _finish(cfg: SimConfig) -> SimConfig:
     return _resolve(_check(cfg), Path(cfg.base_dir) if cfg.base_dir else Path.cwd())
 
 
+#: dotted keys whose values are data paths (resolved against the scenario file's folder)
+PATH_KEYS = ("workload.trace_path", "workload.prompt.path", "workload.output.path",
+             "acceptance.replay_path", "latency.table_path")
+
+
+def merge_overrides(data: dict, overrides: dict[str, Any]) -> dict:
+    """``data`` with dotted-key overrides written in (``{"workload.rate_rps": 3.0}``)."""
+    for key, value in overrides.items():
+        parts = key.split(".")
+        d = data
+        for p in parts[:-1]:
+            if not isinstance(d.get(p, {}), dict):
+                raise ConfigError(f"override '{key}': '{p}' is not a table")
+            d = d.setdefault(p, {})
+        d[parts[-1]] = value
+    return data
+
+
 def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> SimConfig:
-    """Load a scenario TOML; relative data paths resolve against the file's folder."""
+    """Load a scenario TOML; relative data paths resolve against the file's folder.
+
+    ``overrides`` (dotted keys, ``dspark simulate --set``) are written in before anything is
+    checked or resolved, so an override can fix a path or value the file gets wrong; a relative
+    path given as an override resolves against the current folder, where it was typed."""
     p = Path(path)
     data = read_toml(p)
     data.setdefault("name", p.stem)
     data["base_dir"] = str(p.resolve().parent)
+    if overrides:
+        data = merge_overrides(data, {
+            k: str(Path(v).resolve()) if k in PATH_KEYS and isinstance(v, str) and v else v
+            for k, v in overrides.items()})
     try:
         cfg = from_mapping(SimConfig, data, source=str(p))
         cfg = _resolve(_check(cfg), Path(cfg.base_dir))
     except ConfigError as e:
         msg = str(e)
         raise ConfigError(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None
-    if overrides:
-        cfg = cfg.with_overrides(overrides)
     return cfg

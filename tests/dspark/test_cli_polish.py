@@ -95,3 +95,26 @@ def test_closed_pipe_ends_quietly():
     )
     assert p.stdout.strip() == "x" * 200
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
+
+
+def test_set_can_fix_a_path(tmp_path, monkeypatch):
+    """--set overrides are applied before paths resolve; a relative one is relative to where
+    it was typed."""
+    from sim import load_scenario
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "t.csv").write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        + "".join(f"2023-11-16 18:15:{10 + i:02d}.0,{100 + i},{20 + i}\n" for i in range(12))
+    )
+    scn = (ROOT / "configs" / "tiny.toml").read_text()
+    bad = tmp_path / "cfg" / "s.toml"
+    bad.parent.mkdir()
+    bad.write_text(scn.replace('arrival = "poisson"',
+                               'arrival = "trace"\ntrace_path = "no/such/file.csv"', 1))
+    monkeypatch.chdir(tmp_path)
+    cfg = load_scenario(bad, {"workload.trace_path": "data/t.csv"})
+    assert Path(cfg.workload.trace_path) == (tmp_path / "data" / "t.csv").resolve()
+    rc = main(["simulate", str(bad), "--controller", "fixed", "--no-out", "--quiet", "--set",
+               "workload.trace_path=data/t.csv"])
+    assert rc == 0
