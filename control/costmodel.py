@@ -112,9 +112,12 @@ def verify_features(tokens: np.ndarray | float, context_tokens: np.ndarray | flo
     return out
 
 
-def draft_features(steps: np.ndarray | float, drafting: np.ndarray | float,
-                   context_tokens: np.ndarray | float,
-                   prefill_tokens: np.ndarray | float = 0.0) -> np.ndarray:
+def draft_features(
+    steps: np.ndarray | float,
+    drafting: np.ndarray | float,
+    context_tokens: np.ndarray | float,
+    prefill_tokens: np.ndarray | float = 0.0,
+) -> np.ndarray:
     """Feature rows of a draft phase: ``steps · [1, drafting sequences, ctx/1000]`` (each step
     one drafter forward over the drafting rows) and ``prefill/1000`` (prompt chunks the drafter
     also prefills in the round's first step); ``steps = 1``, no prefill: one step's features."""
@@ -153,8 +156,15 @@ class RoundCostModel:
         (exactly as if folded now: the updates are the same, in the same order)."""
         self.rounds += 1
         self._pending.append(
-            (s.verify_tokens + s.prefill_tokens, s.context_tokens, s.verify_s, s.draft_steps,
-             s.drafting, s.draft_s, s.prefill_tokens)
+            (
+                s.verify_tokens + s.prefill_tokens,
+                s.context_tokens,
+                s.verify_s,
+                s.draft_steps,
+                s.drafting,
+                s.draft_s,
+                s.prefill_tokens,
+            )
         )
         if len(self.token_levels) < 4:
             self.token_levels.add(s.verify_tokens + s.prefill_tokens)
@@ -212,8 +222,9 @@ class RoundCostModel:
         self.fold()
         return np.maximum(self.step.predict(draft_features(1.0, drafting, context_tokens)), 0.0)
 
-    def functions(self, context_tokens: float, prefill_tokens: float | None = None
-                  ) -> CostFunctions:
+    def functions(
+        self, context_tokens: float, prefill_tokens: float | None = None
+    ) -> CostFunctions:
         """The fitted costs at one context size, as the vectorised functions a plan calls
         (θ read once: cheaper than going through ``verify_s``/``step_s`` per call). The verify
         pass also carries ``prefill_tokens`` prompt tokens (default: the recent average), so a

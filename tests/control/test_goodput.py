@@ -67,8 +67,11 @@ def test_prompt_chunks_sharing_the_pass_are_accounted():
         pre = int(rng.choice([0, 0, 256, 1024]))
         steps, d = int(rng.integers(1, 6)), int(rng.integers(1, 32))
         draft = steps * (1e-3 + 2e-5 * d) + 3e-6 * pre
-        cm.observe(RoundStats(0.0, 1.0, d, d, steps, n, 0, draft, 0.004 + 2e-5 * (n + pre),
-                              prefill_tokens=pre))
+        cm.observe(
+            RoundStats(
+                0.0, 1.0, d, d, steps, n, 0, draft, 0.004 + 2e-5 * (n + pre), prefill_tokens=pre
+            )
+        )
     assert cm.step_s(np.array([10]), 0)[0] == pytest.approx(1e-3 + 2e-4, rel=1e-6)
     f = cm.functions(0.0, prefill_tokens=256)
     assert f.verify_s(np.array([100]))[0] == pytest.approx(0.004 + 2e-5 * 356, rel=1e-6)
