@@ -19,3 +19,38 @@ def parse_sets(items: list[str], flag: str = "--set") -> dict:
         except tomllib.TOMLDecodeError:
             out[key.strip()] = val
     return out
+
+
+def run_folder(out: str | None, overwrite: bool, stem: str) -> str:
+    """The run folder to write: ``out`` (refused when it already holds a run, unless
+    ``overwrite``), else a new ``runs/<stem>-<date>-<time>`` that does not exist yet."""
+    import time
+    from pathlib import Path
+
+    if out is not None:
+        if (Path(out) / "summary.json").exists() and not overwrite:
+            raise DSparkError(
+                f"--out {out}: already holds a run (summary.json); pass "
+                "--overwrite to replace it, or name another folder"
+            )
+        return out
+    base = Path("runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    p, i = base, 2
+    while p.exists():
+        p, i = base.with_name(f"{base.name}-{i}"), i + 1
+    return str(p)
+
+
+def add_out_args(p, stem: str) -> None:
+    """``--out`` (default: a new ``runs/<stem>-<date>-<time>``) and ``--overwrite``."""
+    p.add_argument(
+        "--out",
+        default=None,
+        help=f"run folder (default: a new runs/{stem}-<date>-<time>); an existing run folder "
+        "is refused unless --overwrite",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run folder --out names if it holds a run",
+    )

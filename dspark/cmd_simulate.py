@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from control.errors import DSparkError
-from dspark.args import parse_sets
+from dspark.args import parse_sets, run_folder
 
 TABLE_COLUMNS = (
     "controller",
@@ -148,26 +148,6 @@ def parse_controller_spec(spec: str) -> str | tuple[str, Any, str]:
         cfg = parse_sets([kv for kv in body.split(",") if kv.strip()])
         return (name, cfg, spec)
     return spec
-
-
-def run_folder(out: str | None, overwrite: bool, stem: str) -> str:
-    """The run folder to write: ``out`` (refused when it already holds a run, unless
-    ``overwrite``), else a new ``runs/<stem>-<date>-<time>`` that does not exist yet."""
-    import time
-    from pathlib import Path
-
-    if out is not None:
-        if (Path(out) / "summary.json").exists() and not overwrite:
-            raise DSparkError(
-                f"--out {out}: already holds a run (summary.json); pass "
-                "--overwrite to replace it, or name another folder"
-            )
-        return out
-    base = Path("runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    p, i = base, 2
-    while p.exists():
-        p, i = base.with_name(f"{base.name}-{i}"), i + 1
-    return str(p)
 
 
 def format_table(df) -> str:

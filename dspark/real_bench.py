@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from dspark.args import add_out_args, run_folder
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from dspark.cmd_real import add_engine_args
@@ -14,7 +16,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "bench", help="benchmark the engine's controllers (batch 1)", description=__doc__
     )
-    p.add_argument("--out", default=None, help="run folder (default: runs/real-bench-<time>)")
+    add_out_args(p, "real-bench")
     p.add_argument("--prompts", type=int, default=None)
     p.add_argument("--new-tokens", type=int, default=None)
     p.add_argument("--repeats", type=int, default=None)
@@ -45,7 +47,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    import time
     from pathlib import Path
 
     from dspark.cmd_real import engine_flags
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.no_hf:
         overrides["hf"] = False
-    out = Path(args.out) if args.out else Path("runs") / time.strftime("real-bench-%Y%m%d-%H%M%S")
+    out = Path(run_folder(args.out, args.overwrite, "real-bench"))
     summary = bench_main(args.config, args.checkpoints, out, engine_flags(args), overrides)
     print("\n".join(summary_lines(summary, out)))
     return 0 if summary else 1

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from dspark.args import add_out_args, run_folder
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from dspark.cmd_real import add_engine_args
@@ -15,7 +17,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "profile", help="measure the latency table for the simulator", description=__doc__
     )
-    p.add_argument("--out", default="runs/profile", help="run folder (default: runs/profile)")
+    add_out_args(p, "profile")
     p.add_argument("--tiny", action="store_true", help="tiny random models (no checkpoint)")
     p.add_argument("--repeats", type=int, default=None, help="timed passes over the grid")
     p.add_argument("--warmup", type=int, default=None, help="discarded passes over the grid")
@@ -83,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     )
     engine, ecfg = build(args, stop_at_eot=False, slots=max(pcfg.batches))
     df, details = profile(engine, pcfg, lambda i, n: print(f"pass {i}/{n}", file=sys.stderr))
-    out = Path(args.out)
+    out = Path(run_folder(args.out, args.overwrite, "profile"))
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "latency.csv", index=False)
     write_toml(

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from dspark.args import add_out_args, run_folder
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from dspark.cmd_real import add_engine_args
@@ -46,7 +48,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--prompt-tokens-min", type=int, default=None)
     p.add_argument("--prompt-tokens-max", type=int, default=None)
     p.add_argument("--max-new-tokens", type=int, default=None)
-    p.add_argument("--out", default="runs/real-serve", help="run folder (default: runs/real-serve)")
+    add_out_args(p, "real-serve")
     p.add_argument("--tiny", action="store_true", help="tiny random models (no checkpoint)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     add_engine_args(p)
@@ -96,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     vocab = engine.target.embed_tokens.num_embeddings
     stream = arrivals(scfg, engine.tokenizer, vocab)
     specs = [parse_controller_spec(c) for c in (args.controller or ["dspark"])]
-    out = Path(args.out)
+    out = Path(run_folder(args.out, args.overwrite, "real-serve"))
     out.mkdir(parents=True, exist_ok=True)
     log = None if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     src = f"Poisson {scfg.rate_rps:g}/s" if scfg.trace is None else scfg.trace

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from dspark.args import add_out_args, run_folder
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from dspark.cmd_real import add_engine_args
@@ -15,7 +17,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "trace", help="record round and position traces of a prompt set", description=__doc__
     )
-    p.add_argument("--out", default="runs/trace", help="run folder (default: runs/trace)")
+    add_out_args(p, "trace")
     p.add_argument("--controller", default="fixed", help="controller name (default: fixed)")
     p.add_argument("--workload", choices=("code", "prose", "random", "file"), default=None)
     p.add_argument(
@@ -91,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         lambda: make_controller(args.controller, ctrl_cfg),
         args.controller,
     )
-    out = Path(args.out)
+    out = Path(run_folder(args.out, args.overwrite, "trace"))
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(records_to_columns(recs)).to_csv(out / "rounds.csv", index=False)
     pd.DataFrame(
