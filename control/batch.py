@@ -29,12 +29,17 @@ class BatchContext:
 
     ``batch_size``: running sequences in this round. ``context_tokens``: Σ of their context
     lengths (prompt + emitted so far). ``max_draft``: the engine's cap on any k this round
-    (its static cache or its configuration), ``None`` when it has none.
+    (its static cache or its configuration), ``None`` when it has none. Chunked prefill:
+    ``token_budget`` is the most tokens one forward may carry (drafts first, then prompt
+    chunks), ``prefill_backlog`` the prompt tokens waiting for it; a drafted token then
+    displaces a prompt token (``None`` / 0: prefill does not share the pass).
     """
 
     batch_size: int
     context_tokens: int
     max_draft: int | None = None
+    prefill_backlog: int = 0
+    token_budget: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -222,31 +222,55 @@ class RoundCostModel:
         self.fold()
         return np.maximum(self.step.predict(draft_features(1.0, drafting, context_tokens)), 0.0)
 
-    def functions(
-        self, context_tokens: float, prefill_tokens: float | None = None
-    ) -> CostFunctions:
+    def functions(self, context_tokens: float, prefill_tokens: float | None = None,
+                  backlog: int = 0, budget: int | None = None,
+                  batch_size: int = 0) -> CostFunctions:
         """The fitted costs at one context size, as the vectorised functions a plan calls
-        (θ read once: cheaper than going through ``verify_s``/``step_s`` per call). The verify
-        pass also carries ``prefill_tokens`` prompt tokens (default: the recent average), so a
-        drafted token costs the slope where the pass really is; the prompt chunks' own cost is
-        the same for every draft length and left out."""
+        (θ read once: cheaper than going through ``verify_s``/``step_s`` per call).
+
+        With a token ``budget`` per pass and a prompt ``backlog`` (chunked prefill), the pass
+        carries ``min(budget, n + backlog)`` tokens for ``n`` verified ones, and every prompt
+        token that drafts push out of it (against a round of ``batch_size`` plain steps) is
+        charged the full pass's average time per token (it is deferred, not saved). Otherwise the pass also carries ``prefill_tokens`` (default:
+        the recent average of the rounds seen), a load the same for every draft length."""
         self.fold()
         tv, ts = self.verify.theta, self.step.theta
-        pre = self.prefill_tokens if prefill_tokens is None else prefill_tokens
         v0 = float(tv[0] + tv[2] * context_tokens / 1000.0)
         v1, hinge = float(tv[1]), tv[3:]
         s0 = float(ts[0] + ts[2] * context_tokens / 1000.0)
         s1 = float(ts[1])
 
-        def verify_s(n):
-            n = np.asarray(n, dtype=float) + pre
+        def raw(n):
             return np.maximum(
                 v0 + v1 * n + np.maximum(n[..., None] - _KNOT_ARRAY, 0.0) @ hinge, 0.0
             )
 
-        def slope(n):
-            n = np.asarray(n, dtype=float) + pre
+        def raw_slope(n):
             return np.maximum(v1 + (n[..., None] > _KNOT_ARRAY) @ hinge, 0.0)
+
+        if budget and backlog > 0:
+            cap = float(budget)
+            avg = float(raw(np.array([cap]))[0]) / cap
+            free = min(backlog, max(cap - batch_size, 0.0))
+
+            def verify_s(n):
+                n = np.asarray(n, dtype=float)
+                # prompt tokens pushed out of the pass by drafts (against no drafts: n = B)
+                deferred = np.maximum(
+                    free - np.minimum(backlog, np.maximum(cap - n, 0.0)), 0.0)
+                return raw(np.minimum(cap, n + backlog)) + deferred * avg
+
+            def slope(n):
+                n = np.asarray(n, dtype=float)
+                return np.where(n + backlog < cap, raw_slope(n + backlog), avg)
+        else:
+            pre = self.prefill_tokens if prefill_tokens is None else prefill_tokens
+
+            def verify_s(n):
+                return raw(np.asarray(n, dtype=float) + pre)
+
+            def slope(n):
+                return raw_slope(np.asarray(n, dtype=float) + pre)
 
         def step_s(d):
             return np.maximum(s0 + s1 * np.asarray(d, dtype=float), 0.0)

@@ -98,8 +98,9 @@ class DSparkPlanner(RoundPlanner):
         own = (rn + wr * own) / np.maximum(rn + rr + wr, 1e-12)
         return np.minimum(factor[:, None] * own[None, :], 0.999)
 
-    def cost_functions(self, context_tokens: float) -> CostFunctions:
-        return self.costs.functions(context_tokens)
+    def cost_functions(self, batch: BatchContext) -> CostFunctions:
+        return self.costs.functions(batch.context_tokens, backlog=batch.prefill_backlog,
+                                    budget=batch.token_budget, batch_size=batch.batch_size)
 
     def plan(self, now_s: float, members: Sequence[Any], batch: BatchContext) -> list[Decision]:
         c = self.config
@@ -149,7 +150,7 @@ class DSparkPlanner(RoundPlanner):
             # search near the last cap (±3): a cap moves by at most that between full plans
             near = None if self.last_cap < 0 else (self.last_cap - 3, self.last_cap + 3)
             p = plan_round_lengths(
-                a, kcap, self.cost_functions(batch.context_tokens), k_max, alpha, cap_range=near
+                a, kcap, self.cost_functions(batch), k_max, alpha, cap_range=near
             )
             self.last_goodput = float(p.goodput.max())
             k = p.k

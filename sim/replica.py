@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import islice, repeat
 from typing import Any
 
 import numpy as np
@@ -569,12 +569,24 @@ class Replica:
         if self.planner_needs_rates:
             planner.set_rates(self.acc.true_rates(batch.ids, batch.positions).tolist())
         size = len(batch.request_ids)
-        decisions = planner.plan(now, batch.controllers,
-                                 BatchContext(size, sum(batch.context), self.max_draft))
+        decisions = planner.plan(now, batch.controllers, BatchContext(
+            size, sum(batch.context), self.max_draft, *self.prefill_pressure()))
         if len(decisions) != size:
             raise ValueError(f"round planner returned {len(decisions)} decisions for a batch "
                              f"of {size}")
         return decisions
+
+    def prefill_pressure(self) -> tuple[int, int | None]:
+        """(prompt tokens waiting for the next chunks, the pass's token budget) under chunked
+        prefill: partial prefills' remaining tokens, then waiting requests that the batch has
+        room for; (0, None) when prefill does not share the pass."""
+        if not self.chunked:
+            return 0, None
+        backlog = sum([self.target[i] - self.computed[i] for i in self.prefilling])
+        room = self.params.max_batch - len(self.running) - len(self.prefilling)
+        for i in islice(self.waiting, max(room, 0)):
+            backlog += self.prefill_length(i)
+        return backlog, self.token_budget
 
     def draw_acceptance(self, batch: BatchView, rnd: Round, run_lengths: np.ndarray) -> None:
         """Confidences, the τ stop, accepted tokens and threshold-mode lossy accepts
