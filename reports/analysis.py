@@ -258,6 +258,35 @@ def answer(rows: pd.DataFrame, metric: str | None = None) -> Answer | None:
     )
 
 
+def answer_row(scenario: str, where: str, a: Answer) -> dict:
+    """The answer at one point as a table row (text cells)."""
+    words, scale, fmt = METRIC_WORDS[a.metric]
+
+    def pct(other):
+        if other is None:
+            return "—"
+        return fmt_num((a.margin(other[1]) - 1) * 100, "{:+.1f}%") + f" ({other[0]})"
+
+    return {
+        "scenario": scenario,
+        "point": where,
+        "ranked by": words.split(" (")[0] + (" (throughput capped)" if a.capped else ""),
+        "winner": a.winner,
+        "value": fmt_num(a.value * scale, fmt),
+        "vs best fixed k": "is a fixed k"
+        if a.best_fixed and a.best_fixed[0] == a.winner
+        else pct(a.best_fixed),
+        "vs runner-up": pct(a.runner_up),
+        "vs no speculation": (fmt_num(a.margin(a.no_spec[1]), "{:.2f}×") if a.no_spec else "—"),
+        "seeds": f"{a.seeds}"
+        + (
+            f" (±{fmt_num(a.spread_pct, '{:.1f}')}%)"
+            if a.seeds > 1 and np.isfinite(a.spread_pct)
+            else ""
+        ),
+    }
+
+
 def no_spec_words(name: str) -> str:
     """What a no-speculation row is: ``fixed:k=0`` keeps the drafter resident (loaded, its
     memory taken, never used); other names (``ar``) are plain decoding."""

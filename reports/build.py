@@ -15,6 +15,7 @@ from reports.analysis import (
     NO_SPEC,
     acceptance_by_position,
     answer,
+    answer_row,
     answer_sentence,
     comparison_table,
     fmt_num,
@@ -79,14 +80,26 @@ class Builder:
             "visible k = 0 row (the drafter resident, never used); references (clairvoyant, "
             "rate-oracle) are told what no engine knows and are never the winner. The winner "
             "is ranked by throughput; where throughput does not separate the contenders it is "
-            "ranked by mean TPOT, and the sentence says so."
+            "ranked by mean TPOT, and the sentence says so. The table is the short form; "
+            "one sentence per row follows it."
         )
+        found = []
         for r in sims:
             sc = str(r.summary.get("scenario") or r.name)
             for where, rows in _points(r.tables["results"]):
                 a = answer(rows)
                 if a is not None:
-                    sec.p(f"**{sc}** (run `{r.name}`), {where}: {answer_sentence(a)}")
+                    found.append((sc, r.name, where, a))
+        if found:
+            sec.blocks.append(
+                TableBlock(
+                    "answer",
+                    "winner per scenario and operating point (margins in the ranking metric)",
+                    pd.DataFrame([answer_row(sc, where, a) for sc, _, where, a in found]),
+                )
+            )
+        for sc, name, where, a in found:
+            sec.p(f"**{sc}** (run `{name}`), {where}: {answer_sentence(a)}")
         for r in tunes:
             text = heldout_sentence(r.tables["evaluation"])
             if text:

@@ -251,3 +251,12 @@ def test_comparison_explains_the_visible_k0_row():
     t = comparison_table(res).set_index("controller")
     assert t.loc["fixed:k=0", "throughput_ratio"] == pytest.approx(1.0)
     assert np.isclose(t.loc["dspark", "throughput_ratio"], 1.3)
+
+
+def test_answer_table_one_row_per_point(built_report):
+    t = pd.read_csv(built_report.parent / "tables" / "answer.csv")
+    sim = t[t["scenario"] == "8xA100 70B+8B"]
+    assert len(sim) == 3 and set(sim["winner"]) == {"dspark"}
+    for _, r in sim.iterrows():  # the value is in the unit of the metric it is ranked by
+        unit = "tok/s" if r["ranked by"].startswith("throughput") else "ms"
+        assert r["value"].endswith(unit), r
