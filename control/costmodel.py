@@ -222,9 +222,14 @@ class RoundCostModel:
         self.fold()
         return np.maximum(self.step.predict(draft_features(1.0, drafting, context_tokens)), 0.0)
 
-    def functions(self, context_tokens: float, prefill_tokens: float | None = None,
-                  backlog: int = 0, budget: int | None = None,
-                  batch_size: int = 0) -> CostFunctions:
+    def functions(
+        self,
+        context_tokens: float,
+        prefill_tokens: float | None = None,
+        backlog: int = 0,
+        budget: int | None = None,
+        batch_size: int = 0,
+    ) -> CostFunctions:
         """The fitted costs at one context size, as the vectorised functions a plan calls
         (θ read once: cheaper than going through ``verify_s``/``step_s`` per call).
 
@@ -256,8 +261,7 @@ class RoundCostModel:
             def verify_s(n):
                 n = np.asarray(n, dtype=float)
                 # prompt tokens pushed out of the pass by drafts (against no drafts: n = B)
-                deferred = np.maximum(
-                    free - np.minimum(backlog, np.maximum(cap - n, 0.0)), 0.0)
+                deferred = np.maximum(free - np.minimum(backlog, np.maximum(cap - n, 0.0)), 0.0)
                 return raw(np.minimum(cap, n + backlog)) + deferred * avg
 
             def slope(n):

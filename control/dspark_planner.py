@@ -99,8 +99,12 @@ class DSparkPlanner(RoundPlanner):
         return np.minimum(factor[:, None] * own[None, :], 0.999)
 
     def cost_functions(self, batch: BatchContext) -> CostFunctions:
-        return self.costs.functions(batch.context_tokens, backlog=batch.prefill_backlog,
-                                    budget=batch.token_budget, batch_size=batch.batch_size)
+        return self.costs.functions(
+            batch.context_tokens,
+            backlog=batch.prefill_backlog,
+            budget=batch.token_budget,
+            batch_size=batch.batch_size,
+        )
 
     def plan(self, now_s: float, members: Sequence[Any], batch: BatchContext) -> list[Decision]:
         c = self.config

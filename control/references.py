@@ -79,8 +79,12 @@ class ClairvoyantPlanner:
             cap = min(c.k_start if self.rounds % 2 == 0 else 1, k_max)
             k = np.minimum(L, cap)
         else:
-            costs = self.costs.functions(batch.context_tokens, backlog=batch.prefill_backlog,
-                                         budget=batch.token_budget, batch_size=batch.batch_size)
+            costs = self.costs.functions(
+                batch.context_tokens,
+                backlog=batch.prefill_backlog,
+                budget=batch.token_budget,
+                batch_size=batch.batch_size,
+            )
             caps = np.arange(k_max + 1)
             ks = np.minimum(L[None, :], caps[:, None])
             g = (ks.sum(axis=1) + len(L)) / np.maximum(round_seconds(ks, costs), 1e-12)

@@ -110,11 +110,22 @@ def test_set_can_fix_a_path(tmp_path, monkeypatch):
     scn = (ROOT / "configs" / "tiny.toml").read_text()
     bad = tmp_path / "cfg" / "s.toml"
     bad.parent.mkdir()
-    bad.write_text(scn.replace('arrival = "poisson"',
-                               'arrival = "trace"\ntrace_path = "no/such/file.csv"', 1))
+    bad.write_text(
+        scn.replace('arrival = "poisson"', 'arrival = "trace"\ntrace_path = "no/such/file.csv"', 1)
+    )
     monkeypatch.chdir(tmp_path)
     cfg = load_scenario(bad, {"workload.trace_path": "data/t.csv"})
     assert Path(cfg.workload.trace_path) == (tmp_path / "data" / "t.csv").resolve()
-    rc = main(["simulate", str(bad), "--controller", "fixed", "--no-out", "--quiet", "--set",
-               "workload.trace_path=data/t.csv"])
+    rc = main(
+        [
+            "simulate",
+            str(bad),
+            "--controller",
+            "fixed",
+            "--no-out",
+            "--quiet",
+            "--set",
+            "workload.trace_path=data/t.csv",
+        ]
+    )
     assert rc == 0
