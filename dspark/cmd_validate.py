@@ -210,6 +210,20 @@ def _print_batched(s: dict, out: str) -> None:
         f"{s['headline_errors_within_real_spread']} of {s['headline_errors']}; "
         f"largest spread {s['max_real_spread_pct']:.1f}%"
     )
+    lc = s.get("latency_check")
+    if lc:
+        print(
+            f"latency model on the real runs' own rounds (real / table): draft + verify median "
+            f"{lc['round_ratio_median']:.2f}, range {lc['round_ratio_min']:.2f}-"
+            f"{lc['round_ratio_max']:.2f} (the machine's speed per run); draft alone "
+            f"{lc['draft_ratio_median']:.2f}, verify alone {lc['verify_ratio_median']:.2f}"
+        )
+    if s.get("speed_corrected_max_abs_error_pct") is not None:
+        print(
+            f"diagnostic, each run predicted at its own measured speed "
+            f"(errors_batched_speed_corrected.csv): max |error| "
+            f"{s['speed_corrected_max_abs_error_pct']:.1f}%"
+        )
     print(
         f"batched runtime: {s['runtime_s']:.0f} s; files: {out}/errors_batched.csv, {out}/batched/"
     )

@@ -171,10 +171,40 @@ def overhead_by_batch(
     return {b: max(float(icpt + slope * b), 0.0) for b in batches}
 
 
-def sim_table(lat, k_max: int, overhead: dict[int, float]):
+def latency_check(batches, latency_csv) -> dict[str, float]:
+    """One real run's rounds against the simulator's latency table: Σ real verify_s / Σ the
+    table's verify time for each round's (batch, verify tokens, context), the same for the draft
+    phase (draft steps x one drafter step of the drafting rows), and for the two together."""
+    from sim.latency import Table
+
+    T, D = Table(latency_csv, "target"), Table(latency_csv, "drafter")
+    r = batches[batches["kind"] == "round"]
+    pv = sum(
+        T.seconds(int(b), int(t), float(c))
+        for b, t, c in zip(r["batch_size"], r["verify_tokens"], r["context_tokens"])
+    )
+    pd_ = sum(
+        int(s) * D.seconds(int(n), int(n), float(c)) if s else 0.0
+        for s, n, c in zip(r["draft_steps"], r["drafting"], r["context_tokens"])
+    )
+    v, d = float(r["verify_s"].sum()), float(r["draft_s"].sum())
+    return {
+        "rounds": len(r),
+        "verify_ratio": v / pv if pv else float("nan"),
+        "draft_ratio": d / pd_ if pd_ else float("nan"),
+        "round_ratio": (v + d) / (pv + pd_) if pv + pd_ else float("nan"),
+    }
+
+
+def sim_table(lat, k_max: int, overhead: dict[int, float], scale: float = 1.0):
     """The simulator's latency table: ``lat`` with ``overhead[b]`` added to every target verify
-    row (new tokens <= k_max + 1) of batch ``b`` (one verify pass per round)."""
+    row (new tokens <= k_max + 1) of batch ``b`` (one verify pass per round), every time then
+    multiplied by ``scale``."""
     out = lat.copy()
+    if scale != 1.0:
+        for col in ("seconds", "seconds_mean", "seconds_p10", "seconds_p90"):
+            if col in out.columns:
+                out[col] = out[col] * scale
     verify = (out["model"].astype(str) == "target") & (out["new_tokens"] <= k_max + 1)
     for b, s in overhead.items():
         sel = verify & (out["batch"] == b)
@@ -445,6 +475,8 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
     sim_lat = sim_table(stat, b.k_max, overhead)
     sim_lat_csv = pdir / f"latency_sim_{cfg.latency_statistic}.csv"
     sim_lat.to_csv(sim_lat_csv, index=False)
+    plain_csv = pdir / f"latency_{cfg.latency_statistic}.csv"  # without the round overhead
+    stat.to_csv(plain_csv, index=False)
     log(
         "batched: round overhead per batch (ms): "
         + ", ".join(f"B{bb} {overhead[bb] * 1e3:.2f}" for bb in batches)
@@ -452,14 +484,14 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
     )
 
     # 6. predictions: every load x controller (and the calibration load, as a check)
-    def predict(load: str, name: str, conf) -> dict:
+    def predict(load: str, name: str, conf, lat_csv: Path = sim_lat_csv, sub: str = "") -> dict:
         st = streams[streams["load"] == load].sort_values("request_id")
-        folder = bdir / "sim" / load / name
+        folder = bdir / "sim" / load / name / sub if sub else bdir / "sim" / load / name
         n_out = st["output_tokens"].astype(int).tolist()
         scn = write_serving_scenario(
             folder,
             f"{cfg.name}-batched-{load}",
-            sim_lat_csv,
+            lat_csv,
             b.k_max,
             b.slots,
             st["arrival_s"].tolist(),
@@ -476,8 +508,44 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
     cal_real = next(m for m, _ in cal_runs)
     cal_sim = predict("calibration", x_name, x_cfg)
     preds = {(c, ld): predict(ld, c, ctrl_cfgs[c]) for ld in b.load_names for c in b.controllers}
-    real = {(c, ld): [m for m, _ in real_runs(c, ld)] for (c, ld) in preds}
+    runs = {(c, ld): real_runs(c, ld) for (c, ld) in preds}
+    real = {k: [m for m, _ in v] for k, v in runs.items()}
     log(f"batched: predicted {len(preds)} controller x load pairs")
+
+    # diagnostics: the latency model on each real run's own rounds (real draft and verify time
+    # over the table's for the same batch, tokens and context: the machine's speed during the
+    # run), and the error left when each run is predicted at its own measured speed (the table
+    # scaled by that ratio; not a prediction: it reads the run's own times)
+    speed, corrected_rows = [], []
+    for (c, ld), rs in runs.items():
+        for rep, (m_real, bt) in enumerate(rs):
+            ratio = latency_check(bt, plain_csv)
+            speed.append({"controller": c, "load": ld, "repeat": rep, **ratio})
+            if not b.speed_corrected:
+                continue
+            scaled = sim_table(sim_lat, b.k_max, {}, scale=ratio["round_ratio"])
+            path = bdir / "sim" / ld / c / f"latency_speed_rep{rep}.csv"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            scaled.to_csv(path, index=False)
+            m_sim = predict(ld, c, ctrl_cfgs[c], path, f"speed_rep{rep}")
+            for m in M.SERVING_METRICS:
+                corrected_rows.append(
+                    {
+                        "controller": c,
+                        "load": ld,
+                        "repeat": rep,
+                        "metric": m,
+                        "sim": m_sim[m],
+                        "real": m_real[m],
+                        "error_pct": M.error_pct(m_sim[m], m_real[m]),
+                        "speed_ratio": ratio["round_ratio"],
+                    }
+                )
+    speed_df = pd.DataFrame(speed)
+    speed_df.to_csv(bdir / "latency_check.csv", index=False)
+    corrected = pd.DataFrame(corrected_rows)
+    if len(corrected):
+        corrected.to_csv(out / "errors_batched_speed_corrected.csv", index=False)
 
     # 7. errors, ranking, summary
     rates = {ld: v["rate_rps"] for ld, v in meta["loads"].items()}
@@ -544,6 +612,26 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
             "sim": cal_sim,
             "error_pct": {k: M.error_pct(cal_sim[k], cal_real[k]) for k in M.SERVING_METRICS},
         },
+        "latency_check": {
+            "what": "per real run: its Σ verify_s / the table's verify for the same rounds "
+            "(verify_ratio), the same for the draft phase (draft_ratio: the table has "
+            "no propose intercept and no drafter catch-up after rounds that did not "
+            "draft), and for both together (round_ratio)",
+            "round_ratio_min": float(speed_df["round_ratio"].min()),
+            "round_ratio_max": float(speed_df["round_ratio"].max()),
+            "round_ratio_median": float(speed_df["round_ratio"].median()),
+            "draft_ratio_median": float(speed_df["draft_ratio"].median()),
+            "verify_ratio_median": float(speed_df["verify_ratio"].median()),
+        },
+        "speed_corrected_max_abs_error_pct": (
+            float(
+                corrected[corrected["metric"].isin(tuple(M.SERVING_TARGETS))]["error_pct"]
+                .abs()
+                .max()
+            )
+            if len(corrected)
+            else None
+        ),
         "round_overhead_s_by_batch": {str(k): v for k, v in overhead.items()},
         "round_overhead_source": ov_src,
         "round_overhead_profile_s_by_batch": {str(k): v for k, v in profile_ov.items()},

@@ -131,6 +131,9 @@ class BatchedConfig:
     )
     # profile cells between the real runs (see ValidateConfig.interleave_profile).
     interleave_profile: bool = param(True, doc="profile cells interleaved with the real runs")
+    # a diagnostic, not a prediction: each real run predicted again at the speed the machine
+    # had during it (the table scaled by the run's measured draft + verify over the table's).
+    speed_corrected: bool = param(True, doc="also report errors at each run's measured speed")
     # 0: never fail. Else `dspark validate` exits 1 when validate_batched_max_abs_error_pct is
     # above it.
     max_error_pct: float = param(

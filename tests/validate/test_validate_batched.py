@@ -67,6 +67,12 @@ def test_error_table_columns_and_finite(run):
     acc = err[(err.metric == "mean_accepted_length") & (err.controller != "dspark")]
     assert np.abs(acc.error_pct).max() < 1e-9
     assert (out / "batched" / "profile" / "latency.csv").is_file()
+    # diagnostics: each real run's rounds against the latency table, and its speed-corrected
+    # prediction
+    lc = pd.read_csv(out / "batched" / "latency_check.csv")
+    assert len(lc) == 3 * 3 * 2 and (lc.round_ratio > 0).all() and np.isfinite(lc.round_ratio).all()
+    sc = pd.read_csv(out / "errors_batched_speed_corrected.csv")
+    assert len(sc) == 3 * 3 * 2 * len(SERVING_METRICS) and np.isfinite(sc.error_pct).all()
 
 
 def test_one_value_against_an_independent_computation(run):
