@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     cases = {
         "azure": ({"workload.num_requests": args.requests}, (1.0,)),
         "long": ({"workload.trace_path": str(tmp / "long.csv"), "workload.num_requests": 400},
-                 (0.25, 1.0)),
+                 (0.25, 0.5, 1.0)),
     }
     for case in args.cases.split(","):
         over, loads = cases[case]
