@@ -190,7 +190,7 @@ def _print_batched(s: dict, out: str) -> None:
 
     print(
         "\n# batched: continuous batching under Poisson arrivals (real.serve), "
-        f"capacity {s['capacity_probe'].get('capacity_rps_used', 0):.3f} requests/s "
+        f"capacity {s['capacity_probe'].get('capacity_rps_used', s['capacity_probe']['requests_per_s']):.3f} requests/s "
         f"(probe: {s['capacity_probe']['requests_per_s']:.3f})"
     )
     print(format_table(pd.read_csv(Path(out) / "errors_batched.csv")))
