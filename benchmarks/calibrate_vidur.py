@@ -34,6 +34,7 @@ def cells(path: Path = DATA):
     ``preset``, ``model``, ``tp``, ``phase``, ``tokens`` (new tokens of the forward) and
     ``seconds``."""
     import pandas as pd
+
     d = pd.read_csv(path)
     d = d.drop_duplicates(["model", "sku", "tp", "phase", "batch", "new_tokens"]).copy()
     d["preset"] = d["sku"].map(SKUS)
@@ -48,6 +49,7 @@ def predict(d, overrides: dict | None = None, per_preset: dict | None = None) ->
     from sim.hardware import HardwareConfig
     from sim.latency import Roofline
     from sim.models import ModelConfig
+
     out = []
     for r in d.itertuples():
         kw = dict(overrides or {})
@@ -70,11 +72,14 @@ def fit(d) -> tuple[dict, np.ndarray]:
         over, lat = unpack(x)
         return np.log(predict(d, over, lat) / d["seconds"].to_numpy())
 
-    r = least_squares(resid, [5e-5, 5e-5, 0.5, 0.1],
-                      bounds=([0.0, 0.0, 0.05, 0.0], [5e-4, 5e-4, 1.0, 1.0]))
+    r = least_squares(
+        resid, [5e-5, 5e-5, 0.5, 0.1], bounds=([0.0, 0.0, 0.05, 0.0], [5e-4, 5e-4, 1.0, 1.0])
+    )
     over, lat = unpack(r.x)
-    values = {**over, **{f"allreduce_latency_s[{p}]": v["allreduce_latency_s"]
-                         for p, v in lat.items()}}
+    values = {
+        **over,
+        **{f"allreduce_latency_s[{p}]": v["allreduce_latency_s"] for p, v in lat.items()},
+    }
     return values, np.expm1(r.fun)
 
 
@@ -84,14 +89,16 @@ def main() -> int:
     print("fit (least squares on log time):")
     for k, v in values.items():
         print(f"  {k} = {v:.4g}")
-    print(f"  RMS error {np.sqrt(np.mean(err_fit ** 2)):.3f}, worst {np.abs(err_fit).max():.3f}")
+    print(f"  RMS error {np.sqrt(np.mean(err_fit**2)):.3f}, worst {np.abs(err_fit).max():.3f}")
     err = predict(d) / d["seconds"].to_numpy() - 1
     print("shipped defaults (sim/hardware.py):")
     for r, e in zip(d.itertuples(), err):
-        print(f"  {r.preset:14s} TP{r.tp} {r.phase:7s} tokens {r.tokens:5d}: profiled "
-              f"{r.seconds * 1e3:7.2f} ms, model {r.seconds * (1 + e) * 1e3:7.2f} ms, "
-              f"{e:+.1%}")
-    print(f"  RMS error {np.sqrt(np.mean(err ** 2)):.3f}, worst {np.abs(err).max():.3f}")
+        print(
+            f"  {r.preset:14s} TP{r.tp} {r.phase:7s} tokens {r.tokens:5d}: profiled "
+            f"{r.seconds * 1e3:7.2f} ms, model {r.seconds * (1 + e) * 1e3:7.2f} ms, "
+            f"{e:+.1%}"
+        )
+    print(f"  RMS error {np.sqrt(np.mean(err**2)):.3f}, worst {np.abs(err).max():.3f}")
     return 0
 
 

@@ -22,19 +22,19 @@ import numpy as np
 def make_trace(n: int = 400, rate_rps: float = 3.0, seed: int = 13) -> str:
     rng = np.random.default_rng(seed)
     cv = 2.5
-    shape = 1.0 / cv ** 2
+    shape = 1.0 / cv**2
     gaps = rng.gamma(shape, 1.0 / (rate_rps * shape), n)
     t = np.cumsum(gaps) - gaps[0]
     sigma_in, mean_in = 1.0, 14_000.0
-    prompt = rng.lognormal(np.log(mean_in) - sigma_in ** 2 / 2, sigma_in, n)
+    prompt = rng.lognormal(np.log(mean_in) - sigma_in**2 / 2, sigma_in, n)
     prompt = np.clip(np.rint(prompt), 64, 121_000).astype(np.int64)
     sigma_out, mean_out = 0.8, 340.0
-    out = rng.lognormal(np.log(mean_out) - sigma_out ** 2 / 2, sigma_out, n)
+    out = rng.lognormal(np.log(mean_out) - sigma_out**2 / 2, sigma_out, n)
     out = np.clip(np.rint(out), 1, 4096).astype(np.int64)
     lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
     base = np.datetime64("2024-01-01T00:00:00.000000")
     for ti, p, o in zip(t, prompt, out):
-        stamp = base + np.timedelta64(int(round(ti * 1e6)), "us")
+        stamp = base + np.timedelta64(round(ti * 1e6), "us")
         lines.append(f"{str(stamp).replace('T', ' ')},{p},{o}")
     return "\n".join(lines) + "\n"
 

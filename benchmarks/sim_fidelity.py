@@ -19,8 +19,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-CONTROLLERS = [("fixed", {"k": 0}, "fixed:k=0"), ("fixed", {"k": 4}, "fixed:k=4"),
-               ("dspark", None, "dspark")]
+CONTROLLERS = [
+    ("fixed", {"k": 0}, "fixed:k=0"),
+    ("fixed", {"k": 4}, "fixed:k=4"),
+    ("dspark", None, "dspark"),
+]
 
 
 def main(argv=None) -> int:
@@ -33,6 +36,7 @@ def main(argv=None) -> int:
     from long_context_trace import make_trace
 
     from sim import compare, load_scenario
+
     overrides = {}
     for kv in args.set:
         k, v = kv.split("=", 1)
@@ -41,8 +45,10 @@ def main(argv=None) -> int:
     (tmp / "long.csv").write_text(make_trace())
     cases = {
         "azure": ({"workload.num_requests": args.requests}, (1.0,)),
-        "long": ({"workload.trace_path": str(tmp / "long.csv"), "workload.num_requests": 400},
-                 (0.25, 0.5, 1.0)),
+        "long": (
+            {"workload.trace_path": str(tmp / "long.csv"), "workload.num_requests": 400},
+            (0.25, 0.5, 1.0),
+        ),
     }
     for case in args.cases.split(","):
         over, loads = cases[case]
@@ -54,13 +60,16 @@ def main(argv=None) -> int:
             extra = ""
             for key in ("speedup_resident", "preemptions", "requests_rejected"):
                 if key in r:
-                    extra += f" {key}={r[key]:.3g}" if isinstance(r[key], float) else \
-                        f" {key}={r[key]}"
-            print(f"{case} load={r['load_scale']:g} {r['controller']:10s} "
-                  f"ttft_p50={r['ttft_p50_s']:.3f} ttft_p99={r['ttft_p99_s']:.3f} "
-                  f"tpot_p50={r['tpot_p50_s']:.4f} tpot_p99={r['tpot_p99_s']:.4f} "
-                  f"speedup={r['speedup']:.3f}{extra} unfinished={r['requests_unfinished']}",
-                  flush=True)
+                    extra += (
+                        f" {key}={r[key]:.3g}" if isinstance(r[key], float) else f" {key}={r[key]}"
+                    )
+            print(
+                f"{case} load={r['load_scale']:g} {r['controller']:10s} "
+                f"ttft_p50={r['ttft_p50_s']:.3f} ttft_p99={r['ttft_p99_s']:.3f} "
+                f"tpot_p50={r['tpot_p50_s']:.4f} tpot_p99={r['tpot_p99_s']:.4f} "
+                f"speedup={r['speedup']:.3f}{extra} unfinished={r['requests_unfinished']}",
+                flush=True,
+            )
         print(f"# {case}: {dt:.1f} CPU-s", flush=True)
     return 0
 

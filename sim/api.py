@@ -33,7 +33,7 @@ BASELINE_RESIDENT = "fixed-k0-resident"
 SPEEDUP_BASELINES = {
     "speedup": "fixed k = 0 without the drafter (plain serving), same seed and arrivals",
     "speedup_resident": "fixed k = 0 with the drafter resident (its memory and prefill paid), "
-                        "same seed and arrivals",
+    "same seed and arrivals",
 }
 
 
@@ -68,13 +68,17 @@ def check_requests(scn: SimConfig, reqs: Requests, cluster: Cluster, warn: bool 
     ``sim.warmup_s``; no request that fits in KV memory."""
     n = len(reqs)
     if n == 0:
-        raise ConfigError("workload: no requests to simulate (an empty trace, or "
-                          "workload.horizon_s before the first arrival)")
+        raise ConfigError(
+            "workload: no requests to simulate (an empty trace, or "
+            "workload.horizon_s before the first arrival)"
+        )
     warm = scn.sim.warmup_s
     last = float(np.max(reqs.arrival_s))
     if warm > 0 and last < warm:
-        raise ConfigError(f"sim.warmup_s = {warm!r} leaves no request to measure (the last of "
-                          f"{n} arrives at {last:.4g} s); allowed below the last arrival")
+        raise ConfigError(
+            f"sim.warmup_s = {warm!r} leaves no request to measure (the last of "
+            f"{n} arrives at {last:.4g} s); allowed below the last arrival"
+        )
     params = EngineParams.of(scn, cluster)
     if params.kv_bytes_per_token <= 0:
         return 0
@@ -82,15 +86,22 @@ def check_requests(scn: SimConfig, reqs: Requests, cluster: Cluster, warn: bool 
     need = reqs.prompt_tokens.astype(np.int64) + reqs.output_tokens.astype(np.int64)
     too_big = int(np.count_nonzero(params.never_fits(need)))
     if too_big == n:
-        raise DSparkError(f"no request fits in KV memory: the smallest needs "
-                          f"{int(need.min())} tokens, a replica holds {max(int(cap), 0)} (raise "
-                          "deployment.tp or deployment.kv_memory_fraction, or shorten "
-                          "workload lengths)")
+        raise DSparkError(
+            f"no request fits in KV memory: the smallest needs "
+            f"{int(need.min())} tokens, a replica holds {max(int(cap), 0)} (raise "
+            "deployment.tp or deployment.kv_memory_fraction, or shorten "
+            "workload lengths)"
+        )
     if too_big and warn:
         import warnings
-        warnings.warn(f"scenario '{scn.name}': {too_big} of {n} requests can never fit in KV "
-                      f"memory (over the {int(cap)} tokens a replica holds): rejected, counted in "
-                      "requests_rejected and requests_unfinished", SimWarning, stacklevel=2)
+
+        warnings.warn(
+            f"scenario '{scn.name}': {too_big} of {n} requests can never fit in KV "
+            f"memory (over the {int(cap)} tokens a replica holds): rejected, counted in "
+            "requests_rejected and requests_unfinished",
+            SimWarning,
+            stacklevel=2,
+        )
     return too_big
 
 
@@ -114,8 +125,10 @@ class SimResult:
 
 def _streams(seed: int) -> dict[str, np.random.Generator]:
     names = ("arrivals", "lengths", "acceptance_init", "acceptance")
-    return {n: np.random.default_rng(s)
-            for n, s in zip(names, np.random.SeedSequence(seed).spawn(len(names)))}
+    return {
+        n: np.random.default_rng(s)
+        for n, s in zip(names, np.random.SeedSequence(seed).spawn(len(names)))
+    }
 
 
 def _requests(scn: SimConfig, streams, load_scale: float) -> Requests:
@@ -129,8 +142,17 @@ def _offered(scn: SimConfig, reqs: Requests, load_scale: float) -> float:
     return (len(reqs) - 1) / span if span > 0 else float("nan")
 
 
-def _run(scn: SimConfig, name: str, cfg_obj: Any, seed: int, load_scale: float, trace: bool,
-         label: str, use_drafter: bool, progress: Any = None) -> tuple[dict, engine.RunData, Cluster]:
+def _run(
+    scn: SimConfig,
+    name: str,
+    cfg_obj: Any,
+    seed: int,
+    load_scale: float,
+    trace: bool,
+    label: str,
+    use_drafter: bool,
+    progress: Any = None,
+) -> tuple[dict, engine.RunData, Cluster]:
     st = _streams(seed)
     reqs = _requests(scn, st, load_scale)
     acc = AcceptanceModel(scn.acceptance, len(reqs), st["acceptance_init"], st["acceptance"])
@@ -156,10 +178,27 @@ def _run(scn: SimConfig, name: str, cfg_obj: Any, seed: int, load_scale: float, 
         def cb(done):
             progress.n = done
             progress.refresh() if done == len(reqs) else progress.update(0)
-    rd = engine.run(scn, cluster, reqs, factory, acc, trace=trace, label=label, progress=cb,
-                    make_planner=planner_factory if planners else None)
-    s = summarize(rd, scn, cluster, controller=label, seed=seed, load_scale=load_scale,
-                  offered_rps=_offered(scn, reqs, load_scale))
+
+    rd = engine.run(
+        scn,
+        cluster,
+        reqs,
+        factory,
+        acc,
+        trace=trace,
+        label=label,
+        progress=cb,
+        make_planner=planner_factory if planners else None,
+    )
+    s = summarize(
+        rd,
+        scn,
+        cluster,
+        controller=label,
+        seed=seed,
+        load_scale=load_scale,
+        offered_rps=_offered(scn, reqs, load_scale),
+    )
     return s, rd, cluster
 
 
@@ -169,10 +208,19 @@ def resolve_controller_config(scn: SimConfig, name: str, controller_config: Any 
     return make_config(name, controller_config, source=str(scn.name))
 
 
-def simulate(scn: SimConfig, controller: str = "dspark", controller_config: Any = None,
-             seed: int = 0, trace: bool = False, baseline: bool = True, load_scale: float = 1.0,
-             label: str | None = None, progress: Any = None, _baseline_cache: dict | None = None,
-             resident_baseline: bool = False) -> SimResult:
+def simulate(
+    scn: SimConfig,
+    controller: str = "dspark",
+    controller_config: Any = None,
+    seed: int = 0,
+    trace: bool = False,
+    baseline: bool = True,
+    load_scale: float = 1.0,
+    label: str | None = None,
+    progress: Any = None,
+    _baseline_cache: dict | None = None,
+    resident_baseline: bool = False,
+) -> SimResult:
     """Run ``controller`` on scenario ``scn``. ``controller_config``: None (the scenario's
     ``[controller.<name>]`` table, else defaults), a dict, or the config dataclass.
 
@@ -186,23 +234,35 @@ def simulate(scn: SimConfig, controller: str = "dspark", controller_config: Any 
     label = label or controller
     s, rd, _ = _run(scn, controller, cfg_obj, seed, load_scale, trace, label, True, progress)
     if rd.counters.measured_tokens == 0 and scn.sim.horizon_s is not None:
-        raise ConfigError(f"sim.horizon_s = {scn.sim.horizon_s!r} ends the run before any output "
-                          f"token after sim.warmup_s = {scn.sim.warmup_s!r} (controller "
-                          f"'{label}'): nothing to measure; allowed a longer horizon")
+        raise ConfigError(
+            f"sim.horizon_s = {scn.sim.horizon_s!r} ends the run before any output "
+            f"token after sim.warmup_s = {scn.sim.warmup_s!r} (controller "
+            f"'{label}'): nothing to measure; allowed a longer horizon"
+        )
     runs = ([(BASELINE, False, "speedup")] if baseline else []) + (
-        [(BASELINE_RESIDENT, True, "speedup_resident")] if baseline and resident_baseline else [])
+        [(BASELINE_RESIDENT, True, "speedup_resident")] if baseline and resident_baseline else []
+    )
     for base_label, use_drafter, key in runs:
         cache_key = (seed, load_scale, use_drafter)
         if _baseline_cache is not None and cache_key in _baseline_cache:
             base_tpot = _baseline_cache[cache_key]
         else:
-            bs, _, _ = _run(scn, "fixed", make_config("fixed", {"k": 0}), seed, load_scale,
-                            False, base_label, use_drafter)
+            bs, _, _ = _run(
+                scn,
+                "fixed",
+                make_config("fixed", {"k": 0}),
+                seed,
+                load_scale,
+                False,
+                base_label,
+                use_drafter,
+            )
             base_tpot = bs["mean_tpot_s"]
             if _baseline_cache is not None:
                 _baseline_cache[cache_key] = base_tpot
         s[key] = base_tpot / s["mean_tpot_s"] if s["mean_tpot_s"] > 0 else float("nan")
     import pandas as pd
+
     req = requests_table(rd, label)
     rounds = pd.DataFrame(rd.rounds) if trace else None
     ctrace = pd.DataFrame(rd.ctrl_trace) if trace else None
@@ -217,13 +277,15 @@ def _items(controllers: Iterable) -> list[tuple[str, Any, str]]:
         elif isinstance(c, (tuple, list)) and len(c) in (2, 3) and isinstance(c[0], str):
             items.append((c[0], c[1], c[2] if len(c) == 3 else None))
         else:
-            raise ConfigError(f"compare: controller entry {c!r} is not a name, (name, config) "
-                              "or (name, config, label)")
+            raise ConfigError(
+                f"compare: controller entry {c!r} is not a name, (name, config) "
+                "or (name, config, label)"
+            )
     names = [n for n, _, lab in items if lab is None]
     out = []
     for i, (n, cfg, label) in enumerate(items):
         if label is None:
-            seen = [m for m, _, lab in items[:i + 1] if lab is None]
+            seen = [m for m, _, lab in items[: i + 1] if lab is None]
             label = n if names.count(n) == 1 else f"{n}#{seen.count(n)}"
         out.append((n, cfg, label))
     return out
@@ -233,21 +295,30 @@ def _items(controllers: Iterable) -> list[tuple[str, Any, str]]:
 class Comparison:
     """What :func:`compare_runs` returns: one results row per controller x load scale, and
     the tables of a run folder (docs/results-format.md)."""
-    results: Any                  # DataFrame, columns SUMMARY_KEYS
-    requests: Any                 # DataFrame: every request of every run (load_scale column)
-    rounds: Any = None            # DataFrame of RoundRecord columns (trace=True)
+
+    results: Any  # DataFrame, columns SUMMARY_KEYS
+    requests: Any  # DataFrame: every request of every run (load_scale column)
+    rounds: Any = None  # DataFrame of RoundRecord columns (trace=True)
     controller_trace: Any = None  # DataFrame (trace=True)
     configs: dict = dataclasses.field(default_factory=dict)  # controller name -> its config
-    names: list = dataclasses.field(default_factory=list)    # controller names, in order
+    names: list = dataclasses.field(default_factory=list)  # controller names, in order
 
 
-def compare_runs(scn: SimConfig, controllers: Iterable = ("fixed", "dspark"), seed: int = 0,
-                 out_dir: str | Path | None = None, load_scales: Iterable[float] = (1.0,),
-                 trace: bool = False, baseline: bool = True, progress: Any = None) -> Comparison:
+def compare_runs(
+    scn: SimConfig,
+    controllers: Iterable = ("fixed", "dspark"),
+    seed: int = 0,
+    out_dir: str | Path | None = None,
+    load_scales: Iterable[float] = (1.0,),
+    trace: bool = False,
+    baseline: bool = True,
+    progress: Any = None,
+) -> Comparison:
     """One row per controller × load scale, all on the same seed (identical arrivals and
     lengths), with the request (and with ``trace`` the round) tables. Writes the run folder
     (docs/results-format.md) when ``out_dir`` is given."""
     import pandas as pd
+
     items = _items(controllers)
     if not items:
         raise ConfigError("compare: no controllers to run")
@@ -255,15 +326,24 @@ def compare_runs(scn: SimConfig, controllers: Iterable = ("fixed", "dspark"), se
     load_scales = [check_load_scale(x) for x in load_scales]
     if not load_scales:
         raise ConfigError("compare: no load scales to run")
-    for name, cfg, _ in items:      # every config is checked before any run starts
+    for name, cfg, _ in items:  # every config is checked before any run starts
         resolve_controller_config(scn, name, cfg)
     cache: dict = {}
     rows, reqs, rounds, ctr, cfgs = [], [], [], [], {}
     for ls in load_scales:
         for name, cfg, label in items:
-            res = simulate(scn, name, cfg, seed=seed, trace=trace, baseline=baseline,
-                           load_scale=float(ls), label=label, _baseline_cache=cache,
-                           resident_baseline=True)
+            res = simulate(
+                scn,
+                name,
+                cfg,
+                seed=seed,
+                trace=trace,
+                baseline=baseline,
+                load_scale=float(ls),
+                label=label,
+                _baseline_cache=cache,
+                resident_baseline=True,
+            )
             rows.append(res.summary)
             r = res.requests.copy()
             r.insert(1, "load_scale", float(ls))
@@ -274,22 +354,33 @@ def compare_runs(scn: SimConfig, controllers: Iterable = ("fixed", "dspark"), se
             cfgs[name] = res.controller_config
             if progress is not None:
                 progress.update(1)
-    out = Comparison(pd.DataFrame(rows, columns=list(SUMMARY_KEYS)),
-                     pd.concat(reqs, ignore_index=True),
-                     pd.concat(rounds, ignore_index=True) if trace else None,
-                     pd.concat(ctr, ignore_index=True) if trace else None,
-                     cfgs, [n for n, _, _ in items])
+    out = Comparison(
+        pd.DataFrame(rows, columns=list(SUMMARY_KEYS)),
+        pd.concat(reqs, ignore_index=True),
+        pd.concat(rounds, ignore_index=True) if trace else None,
+        pd.concat(ctr, ignore_index=True) if trace else None,
+        cfgs,
+        [n for n, _, _ in items],
+    )
     if out_dir is not None:
         write_run_folder(Path(out_dir), scn, seed, out)
     return out
 
 
-def compare(scn: SimConfig, controllers: Iterable = ("fixed", "dspark"), seed: int = 0,
-            out_dir: str | Path | None = None, load_scales: Iterable[float] = (1.0,),
-            trace: bool = False, baseline: bool = True, progress: Any = None):
+def compare(
+    scn: SimConfig,
+    controllers: Iterable = ("fixed", "dspark"),
+    seed: int = 0,
+    out_dir: str | Path | None = None,
+    load_scales: Iterable[float] = (1.0,),
+    trace: bool = False,
+    baseline: bool = True,
+    progress: Any = None,
+):
     """:func:`compare_runs`' results table alone (one row per controller × load scale)."""
-    return compare_runs(scn, controllers, seed, out_dir, load_scales, trace, baseline,
-                        progress).results
+    return compare_runs(
+        scn, controllers, seed, out_dir, load_scales, trace, baseline, progress
+    ).results
 
 
 def provenance(scn: SimConfig, results: Any) -> dict:
@@ -309,13 +400,25 @@ def write_run_folder(out: Path, scn: SimConfig, seed: int, comparison: Compariso
     out.mkdir(parents=True, exist_ok=True)
     c.results.to_csv(out / "results.csv", index=False)
     rows = [{k: json_safe(v) for k, v in row.items()} for row in c.results.to_dict("records")]
-    (out / "summary.json").write_text(json.dumps(
-        {"kind": "simulate", "scenario": scn.name, "seed": int(seed),
-         **provenance(scn, c.results), "speedup_baselines": SPEEDUP_BASELINES, "rows": rows},
-        indent=1))
+    (out / "summary.json").write_text(
+        json.dumps(
+            {
+                "kind": "simulate",
+                "scenario": scn.name,
+                "seed": int(seed),
+                **provenance(scn, c.results),
+                "speedup_baselines": SPEEDUP_BASELINES,
+                "rows": rows,
+            },
+            indent=1,
+        )
+    )
     c.requests.to_csv(out / "requests.csv", index=False)
-    resolved = dataclasses.replace(scn, controller={n: to_dict(x) for n, x in c.configs.items()},
-                                   sim=dataclasses.replace(scn.sim, controllers=tuple(c.names)))
+    resolved = dataclasses.replace(
+        scn,
+        controller={n: to_dict(x) for n, x in c.configs.items()},
+        sim=dataclasses.replace(scn.sim, controllers=tuple(c.names)),
+    )
     (out / "config.toml").write_text(to_toml(resolved))
     if c.rounds is not None:
         c.rounds.to_csv(out / "rounds.csv", index=False)

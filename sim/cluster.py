@@ -25,14 +25,20 @@ class Cluster:
         self.replicas, self.latency_backend = dep.replicas, lat.backend
         for name, m, t in (("target", tgt, tp), ("drafter", dr, dtp)):
             if m.heads % t:
-                raise ConfigError(f"impossible cluster: {name} {m.name} has {m.heads} attention "
-                                  f"heads, not divisible by tensor-parallel degree {t}")
+                raise ConfigError(
+                    f"impossible cluster: {name} {m.name} has {m.heads} attention "
+                    f"heads, not divisible by tensor-parallel degree {t}"
+                )
             if m.kv_heads % t and t % m.kv_heads:
-                raise ConfigError(f"impossible cluster: {name} {m.name} has {m.kv_heads} KV heads; "
-                                  f"TP {t} neither divides nor is a multiple of it")
+                raise ConfigError(
+                    f"impossible cluster: {name} {m.name} has {m.kv_heads} KV heads; "
+                    f"TP {t} neither divides nor is a multiple of it"
+                )
         if colocated and dtp > tp:
-            raise ConfigError(f"impossible cluster: a colocated drafter (drafter_tp {dtp}) cannot "
-                              f"use more GPUs than its target replica (tp {tp})")
+            raise ConfigError(
+                f"impossible cluster: a colocated drafter (drafter_tp {dtp}) cannot "
+                f"use more GPUs than its target replica (tp {tp})"
+            )
         usable = hw.mem_bytes * dep.kv_memory_fraction
         w_gpu = tgt.weight_bytes / tp
         if use_drafter and colocated:
@@ -40,17 +46,21 @@ class Cluster:
         if w_gpu >= usable:
             raise ConfigError(
                 f"impossible cluster: weights need {w_gpu / 1e9:.1f} GB per GPU ({tgt.name} "
-                f"{tgt.dtype} on TP {tp}" + (f" + drafter {dr.name} on TP {dtp}"
-                                               if use_drafter and colocated else "")
+                f"{tgt.dtype} on TP {tp}"
+                + (f" + drafter {dr.name} on TP {dtp}" if use_drafter and colocated else "")
                 + f") but only {usable / 1e9:.1f} GB of {hw.mem_bytes / 1e9:.0f} GB "
-                f"({hw.name} x kv_memory_fraction {dep.kv_memory_fraction}) is usable")
+                f"({hw.name} x kv_memory_fraction {dep.kv_memory_fraction}) is usable"
+            )
         if use_drafter and not colocated and dr.weight_bytes / dtp >= usable:
-            raise ConfigError(f"impossible cluster: drafter {dr.name} needs "
-                              f"{dr.weight_bytes / dtp / 1e9:.1f} GB per GPU on TP {dtp}, "
-                              f"{usable / 1e9:.1f} GB usable")
+            raise ConfigError(
+                f"impossible cluster: drafter {dr.name} needs "
+                f"{dr.weight_bytes / dtp / 1e9:.1f} GB per GPU on TP {dtp}, "
+                f"{usable / 1e9:.1f} GB usable"
+            )
         self.kv_budget_bytes = (usable - w_gpu) * tp
         self.kv_bytes_per_token = tgt.kv_bytes_per_token + (
-            dr.kv_bytes_per_token if use_drafter and colocated else 0.0)
+            dr.kv_bytes_per_token if use_drafter and colocated else 0.0
+        )
         self.num_gpus = dep.replicas * (tp + (dtp if use_drafter and not colocated else 0))
         self.hw, self.target_dims, self.drafter_dims = hw, tgt, dr
         self.roof_t = Roofline(tgt, hw, tp)
@@ -67,11 +77,16 @@ class Cluster:
     def provenance(self) -> dict:
         """What a run folder's ``summary.json`` records about the deployment (reports read it):
         GPU, target and drafter (name, parameters), tensor parallelism, GPU count."""
-        return {"hardware": self.hw.name, "target": self.target_dims.name,
-                "target_params": self.target_dims.total_params,
-                "drafter": self.drafter_dims.name,
-                "drafter_params": self.drafter_dims.total_params,
-                "tensor_parallel": self.tp, "drafter_tensor_parallel": self.dtp,
-                "drafter_placement": "colocated" if self.colocated else "separate",
-                "replicas": self.replicas, "num_gpus": self.num_gpus,
-                "latency_backend": self.latency_backend}
+        return {
+            "hardware": self.hw.name,
+            "target": self.target_dims.name,
+            "target_params": self.target_dims.total_params,
+            "drafter": self.drafter_dims.name,
+            "drafter_params": self.drafter_dims.total_params,
+            "tensor_parallel": self.tp,
+            "drafter_tensor_parallel": self.dtp,
+            "drafter_placement": "colocated" if self.colocated else "separate",
+            "replicas": self.replicas,
+            "num_gpus": self.num_gpus,
+            "latency_backend": self.latency_backend,
+        }

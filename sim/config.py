@@ -24,18 +24,25 @@ class DeploymentConfig:
     # one GPU per replica unless the scenario says otherwise.
     tp: int = param(1, lo=1, hi=1024, doc="tensor-parallel degree of the target")
     # sharing the target's GPUs is the common deployment.
-    drafter_placement: str = param("colocated", choices=("colocated", "separate"),
-                                   doc="drafter on the target's GPUs or on its own")
+    drafter_placement: str = param(
+        "colocated",
+        choices=("colocated", "separate"),
+        doc="drafter on the target's GPUs or on its own",
+    )
     # None = the target's tp (colocated) or 1 (separate).
     drafter_tp: int | None = param(None, lo=1, hi=1024, doc="drafter tensor-parallel degree")
     # spreads load evenly without state.
-    routing: str = param("round-robin", choices=("round-robin", "least-outstanding"),
-                         doc="how arrivals are assigned to replicas")
+    routing: str = param(
+        "round-robin",
+        choices=("round-robin", "least-outstanding"),
+        doc="how arrivals are assigned to replicas",
+    )
     # vLLM's default max_num_seqs is 256.
     max_batch: int = param(256, lo=1, hi=100_000, doc="max running sequences per replica")
     # vLLM's default gpu_memory_utilization.
-    kv_memory_fraction: float = param(0.9, lo=0.05, hi=1.0,
-                                      doc="fraction of GPU memory usable for weights + KV cache")
+    kv_memory_fraction: float = param(
+        0.9, lo=0.05, hi=1.0, doc="fraction of GPU memory usable for weights + KV cache"
+    )
     # 1024: no cap beyond the controllers' own; a real engine's static cache caps k (k_max).
     max_draft_tokens: int = param(1024, lo=0, hi=1 << 20, doc="engine cap on a round's k")
     # off: a server does not know where a request will end; on mirrors an engine that stops at
@@ -44,19 +51,23 @@ class DeploymentConfig:
     # vLLM / Sarathi-Serve: prompt chunks share each forward with the decode/verify rows under
     # a token budget; 'prefill-first' is the older policy (one pass prefills every admitted
     # prompt whole while the running decodes wait).
-    scheduler: str = param("chunked", choices=("chunked", "prefill-first"),
-                           doc="how prefills are scheduled")
+    scheduler: str = param(
+        "chunked", choices=("chunked", "prefill-first"), doc="how prefills are scheduled"
+    )
     # vLLM V1's default budget on GPUs under 70 GiB (and Sarathi-Serve's usual 2k chunk): a
     # 70B TP8 mixed pass of ~2k tokens stalls the decodes ~50 ms, not a whole long prompt.
-    max_num_batched_tokens: int = param(2048, lo=1, hi=1 << 24,
-                                        doc="token budget of one forward (chunked scheduler)")
+    max_num_batched_tokens: int = param(
+        2048, lo=1, hi=1 << 24, doc="token budget of one forward (chunked scheduler)"
+    )
     # 0 = up to the budget; vLLM's long_prefill_token_threshold.
-    prefill_chunk_tokens: int = param(0, lo=0, hi=1 << 24,
-                                      doc="largest prompt chunk of one request per forward")
+    prefill_chunk_tokens: int = param(
+        0, lo=0, hi=1 << 24, doc="largest prompt chunk of one request per forward"
+    )
     # vLLM's PagedAttention: blocks as tokens are produced, preemption by recompute;
     # 'reserve' holds prompt + full output from admission (knows the output length).
-    kv_allocation: str = param("paged", choices=("paged", "reserve"),
-                               doc="how KV memory is allocated")
+    kv_allocation: str = param(
+        "paged", choices=("paged", "reserve"), doc="how KV memory is allocated"
+    )
     # vLLM's default block size.
     kv_block_tokens: int = param(16, lo=1, hi=1 << 20, doc="tokens per KV block (paged)")
 
@@ -116,50 +127,67 @@ def _resolve(cfg: SimConfig, base: Path) -> SimConfig:
     w, a, lat = cfg.workload, cfg.acceptance, cfg.latency
     if w.arrival == "trace" or (w.prompt.path or w.output.path):
         if w.arrival == "trace":
-            w = dataclasses.replace(w, trace_path=resolve_path(w.trace_path, base,
-                                                               "workload.trace_path"))
+            w = dataclasses.replace(
+                w, trace_path=resolve_path(w.trace_path, base, "workload.trace_path")
+            )
         for side in ("prompt", "output"):
             lc = getattr(w, side)
             if lc.path:
-                w = dataclasses.replace(w, **{side: dataclasses.replace(
-                    lc, path=resolve_path(lc.path, base, f"workload.{side}.path"))})
+                w = dataclasses.replace(
+                    w,
+                    **{
+                        side: dataclasses.replace(
+                            lc, path=resolve_path(lc.path, base, f"workload.{side}.path")
+                        )
+                    },
+                )
     if a.model == "replay":
         if not a.replay_path:
             raise ConfigError("acceptance.model = 'replay' needs acceptance.replay_path")
-        a = dataclasses.replace(a, replay_path=resolve_path(a.replay_path, base,
-                                                            "acceptance.replay_path"))
+        a = dataclasses.replace(
+            a, replay_path=resolve_path(a.replay_path, base, "acceptance.replay_path")
+        )
     if lat.backend == "table":
         if not lat.table_path:
             raise ConfigError("latency.backend = 'table' needs latency.table_path")
-        lat = dataclasses.replace(lat, table_path=resolve_path(lat.table_path, base,
-                                                               "latency.table_path"))
+        lat = dataclasses.replace(
+            lat, table_path=resolve_path(lat.table_path, base, "latency.table_path")
+        )
     return dataclasses.replace(cfg, workload=w, acceptance=a, latency=lat, base_dir=str(base))
 
 
 def _check(cfg: SimConfig) -> SimConfig:
     """Cross-field checks no single field can make (errors name the dotted key)."""
     from control.registry import controller_names, make_config
+
     s, names = cfg.sim, controller_names()
     if s.horizon_s is not None and s.horizon_s <= 0:
-        raise ConfigError(f"sim.horizon_s = {s.horizon_s!r} is out of range; allowed > 0 "
-                          "(leave it out to run until every request finished)")
+        raise ConfigError(
+            f"sim.horizon_s = {s.horizon_s!r} is out of range; allowed > 0 "
+            "(leave it out to run until every request finished)"
+        )
     if s.horizon_s is not None and s.warmup_s >= s.horizon_s:
-        raise ConfigError(f"sim.warmup_s = {s.warmup_s!r} is not before the end of the run "
-                          f"(sim.horizon_s = {s.horizon_s!r}); allowed < sim.horizon_s")
+        raise ConfigError(
+            f"sim.warmup_s = {s.warmup_s!r} is not before the end of the run "
+            f"(sim.horizon_s = {s.horizon_s!r}); allowed < sim.horizon_s"
+        )
     if not s.controllers:
-        raise ConfigError("sim.controllers = []: name at least one controller; allowed: "
-                          + ", ".join(names))
+        raise ConfigError(
+            "sim.controllers = []: name at least one controller; allowed: " + ", ".join(names)
+        )
     for i, c in enumerate(s.controllers):
         if c not in names:
-            raise ConfigError(f"sim.controllers[{i}] = {c!r} is unknown; allowed: "
-                              + ", ".join(names))
+            raise ConfigError(
+                f"sim.controllers[{i}] = {c!r} is unknown; allowed: " + ", ".join(names)
+            )
     # every [controller.X] table, used or not: a misspelled name or key ends the run
     for name, table in cfg.controller.items():
         if not isinstance(table, dict):
             raise ConfigError(f"controller.{name}: expected a table [controller.{name}]")
         if name not in names:
-            raise ConfigError(f"[controller.{name}] names no controller; allowed: "
-                              + ", ".join(names))
+            raise ConfigError(
+                f"[controller.{name}] names no controller; allowed: " + ", ".join(names)
+            )
         try:
             make_config(name, table, source="")
         except ConfigError as e:
@@ -172,8 +200,13 @@ def _finish(cfg: SimConfig) -> SimConfig:
 
 
 #: dotted keys whose values are data paths (resolved against the scenario file's folder)
-PATH_KEYS = ("workload.trace_path", "workload.prompt.path", "workload.output.path",
-             "acceptance.replay_path", "latency.table_path")
+PATH_KEYS = (
+    "workload.trace_path",
+    "workload.prompt.path",
+    "workload.output.path",
+    "acceptance.replay_path",
+    "latency.table_path",
+)
 
 
 def merge_overrides(data: dict, overrides: dict[str, Any]) -> dict:
@@ -200,9 +233,13 @@ def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     data.setdefault("name", p.stem)
     data["base_dir"] = str(p.resolve().parent)
     if overrides:
-        data = merge_overrides(data, {
-            k: str(Path(v).resolve()) if k in PATH_KEYS and isinstance(v, str) and v else v
-            for k, v in overrides.items()})
+        data = merge_overrides(
+            data,
+            {
+                k: str(Path(v).resolve()) if k in PATH_KEYS and isinstance(v, str) and v else v
+                for k, v in overrides.items()
+            },
+        )
     try:
         cfg = from_mapping(SimConfig, data, source=str(p))
         cfg = _resolve(_check(cfg), Path(cfg.base_dir))

@@ -75,36 +75,49 @@ class HardwareConfig:
     # CUDA-graph launched forward: a few hundred microseconds of fixed cost.
     launch_overhead_s: float = param(3e-4, lo=0.0, hi=1.0, doc="fixed cost per forward pass, s")
     # None = the preset's value fitted to profiled Llama-2-70B TP4/TP8 steps (63-86 us).
-    allreduce_latency_s: float | None = param(None, lo=0.0, hi=1e-2,
-                                              doc="latency per all-reduce, s")
+    allreduce_latency_s: float | None = param(
+        None, lo=0.0, hi=1e-2, doc="latency per all-reduce, s"
+    )
     # fitted to the profiled prefill steps (ring all-reduce of mid-size messages).
-    nvlink_efficiency: float = param(NVLINK_EFFICIENCY, lo=0.01, hi=1.0,
-                                     doc="achievable fraction of NVLink bandwidth in all-reduce")
+    nvlink_efficiency: float = param(
+        NVLINK_EFFICIENCY,
+        lo=0.01,
+        hi=1.0,
+        doc="achievable fraction of NVLink bandwidth in all-reduce",
+    )
     # under TP it is folded into allreduce_latency_s (the fit cannot tell them apart).
-    layer_overhead_s: float = param(0.0, lo=0.0, hi=1e-2,
-                                    doc="fixed cost per layer per forward (small kernels), s")
+    layer_overhead_s: float = param(
+        0.0, lo=0.0, hi=1e-2, doc="fixed cost per layer per forward (small kernels), s"
+    )
     # fitted: profiled decode steps grow ~9-17% from batch 1 to 64 at equal weights.
-    weight_read_growth: float = param(WEIGHT_READ_GROWTH, lo=0.0, hi=10.0,
-                                      doc="extra weight-read time at 64+ tokens per forward")
+    weight_read_growth: float = param(
+        WEIGHT_READ_GROWTH, lo=0.0, hi=10.0, doc="extra weight-read time at 64+ tokens per forward"
+    )
     # no attention in the profiled table: no floor unless set.
-    attention_floor_s: float = param(0.0, lo=0.0, hi=1e-2,
-                                     doc="least time of one layer's attention kernel, s")
+    attention_floor_s: float = param(
+        0.0, lo=0.0, hi=1e-2, doc="least time of one layer's attention kernel, s"
+    )
 
     def resolved(self) -> Hardware:
         bw, tf, tf8, nv, mem = HARDWARE_PRESETS[self.preset]
         return Hardware(
             name=self.preset,
             bandwidth_bytes_s=(self.bandwidth_gbps or bw) * 1e9,
-            peak_flops={"bf16": (self.peak_tflops or tf) * 1e12,
-                        "fp16": (self.peak_tflops or tf) * 1e12,
-                        "fp8": (self.fp8_tflops or tf8) * 1e12},
+            peak_flops={
+                "bf16": (self.peak_tflops or tf) * 1e12,
+                "fp16": (self.peak_tflops or tf) * 1e12,
+                "fp8": (self.fp8_tflops or tf8) * 1e12,
+            },
             nvlink_bytes_s=(self.nvlink_gbps or nv) * 1e9,
             mem_bytes=(self.mem_gb or mem) * 1e9,
             bw_efficiency=self.bw_efficiency,
             compute_efficiency=self.compute_efficiency,
             launch_overhead_s=self.launch_overhead_s,
-            allreduce_latency_s=(self.allreduce_latency_s if self.allreduce_latency_s is not None
-                                 else ALLREDUCE_LATENCY_S[self.preset]),
+            allreduce_latency_s=(
+                self.allreduce_latency_s
+                if self.allreduce_latency_s is not None
+                else ALLREDUCE_LATENCY_S[self.preset]
+            ),
             nvlink_efficiency=self.nvlink_efficiency,
             layer_overhead_s=self.layer_overhead_s,
             weight_read_growth=self.weight_read_growth,
@@ -133,5 +146,7 @@ class Hardware:
 
 def hardware_preset(name: str) -> Hardware:
     if name not in HARDWARE_PRESETS:
-        raise ConfigError(f"unknown hardware preset '{name}'; allowed: {', '.join(HARDWARE_PRESETS)}")
+        raise ConfigError(
+            f"unknown hardware preset '{name}'; allowed: {', '.join(HARDWARE_PRESETS)}"
+        )
     return HardwareConfig(preset=name).resolved()

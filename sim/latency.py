@@ -23,8 +23,9 @@ from sim.tables import read_table
 @dataclass(frozen=True)
 class LatencyConfig:
     # the analytic model needs no measurements.
-    backend: str = param("roofline", choices=("roofline", "table", "constant"),
-                         doc="latency backend")
+    backend: str = param(
+        "roofline", choices=("roofline", "table", "constant"), doc="latency backend"
+    )
     # None unless backend = 'table'; relative to the scenario file.
     table_path: str | None = param(None, doc="latency.csv written by `dspark real profile`")
     # the name `dspark real profile` gives the target.
@@ -39,8 +40,9 @@ class LatencyConfig:
     constant_prefill_s: float = param(0.01, lo=0.0, hi=100.0, doc="prefill pass, s (constant)")
     # 0: GPU serving stacks overlap their scheduling with the GPU; a measured engine sets it
     # (the `round-overhead` row of latency.csv from `dspark real profile`).
-    round_overhead_s: float = param(0.0, lo=0.0, hi=10.0,
-                                    doc="fixed engine time per round outside draft and verify, s")
+    round_overhead_s: float = param(
+        0.0, lo=0.0, hi=10.0, doc="fixed engine time per round outside draft and verify, s"
+    )
 
 
 def causal_pairs(chunk: int, prefix: int) -> int:
@@ -78,8 +80,9 @@ class Roofline:
         self.attn_floor = hw.attention_floor_s
         # per layer: the fixed part (2 all-reduce latencies + overhead) and the per-token traffic
         self.layer_fixed = hw.layer_overhead_s + (2 * hw.allreduce_latency_s if tp > 1 else 0.0)
-        self.comm_per_token = (2 * self.msg_bytes / (hw.nvlink_bytes_s * hw.nvlink_efficiency)
-                               if tp > 1 else 0.0)
+        self.comm_per_token = (
+            2 * self.msg_bytes / (hw.nvlink_bytes_s * hw.nvlink_efficiency) if tp > 1 else 0.0
+        )
 
     def weight_read_factor(self, tokens: float) -> float:
         """Weight-read time of a forward of ``tokens`` relative to one token."""
@@ -87,8 +90,10 @@ class Roofline:
 
     def layer_nonattention_seconds(self, tokens: float) -> float:
         """One layer without attention: linear part, all-reduces, overhead."""
-        lin = max(self.layer_flops * tokens / self.flops_s,
-                  self.layer_w_bytes * self.weight_read_factor(tokens) / self.bytes_s)
+        lin = max(
+            self.layer_flops * tokens / self.flops_s,
+            self.layer_w_bytes * self.weight_read_factor(tokens) / self.bytes_s,
+        )
         return lin + self.layer_fixed + tokens * self.comm_per_token
 
     def nonattention_seconds(self, tokens: float) -> float:
@@ -101,23 +106,35 @@ class Roofline:
         tokens' K and V (0 when there is no attention at all)."""
         if pairs <= 0 and kv_tokens <= 0:
             return 0.0
-        return max(self.attn_flops * pairs / self.flops_s,
-                   kv_tokens * self.kv_layer_bytes / self.bytes_s, self.attn_floor)
+        return max(
+            self.attn_flops * pairs / self.flops_s,
+            kv_tokens * self.kv_layer_bytes / self.bytes_s,
+            self.attn_floor,
+        )
 
     def head_seconds(self, logit_tokens: float) -> float:
         return max(self.head_flops * logit_tokens / self.flops_s, self.head_w_bytes / self.bytes_s)
 
-    def forward_seconds(self, tokens: float, pairs: float, kv_tokens: float,
-                        logit_tokens: float) -> float:
+    def forward_seconds(
+        self, tokens: float, pairs: float, kv_tokens: float, logit_tokens: float
+    ) -> float:
         """A forward of ``tokens`` new tokens with ``pairs`` attention pairs over ``kv_tokens``
         cached tokens, logits for ``logit_tokens`` of them."""
-        return (self.m.layers * (self.layer_nonattention_seconds(tokens)
-                                 + self.layer_attention_seconds(pairs, kv_tokens))
-                + self.head_seconds(logit_tokens) + self.hw.launch_overhead_s)
+        return (
+            self.m.layers
+            * (
+                self.layer_nonattention_seconds(tokens)
+                + self.layer_attention_seconds(pairs, kv_tokens)
+            )
+            + self.head_seconds(logit_tokens)
+            + self.hw.launch_overhead_s
+        )
 
     def bytes_per_gpu(self, batch: int, new_tokens: int, context_sum: float) -> float:
         m = self.m
-        return m.layers * (self.layer_w_bytes + context_sum * self.kv_layer_bytes) + self.head_w_bytes
+        return (
+            m.layers * (self.layer_w_bytes + context_sum * self.kv_layer_bytes) + self.head_w_bytes
+        )
 
     def seconds(self, batch: int, new_tokens: int, context_sum: float) -> float:
         """A decode/verify pass: ``batch`` sequences bring ``new_tokens`` (all get logits) over
@@ -125,16 +142,27 @@ class Roofline:
         pairs = context_sum * new_tokens / max(batch, 1)
         return self.forward_seconds(new_tokens, pairs, context_sum, new_tokens)
 
-    def pass_seconds(self, batch: int, new_tokens: int, context_sum: float,
-                     chunks: int, chunk_tokens: int, chunk_pairs: float,
-                     chunk_prefix: float) -> float:
+    def pass_seconds(
+        self,
+        batch: int,
+        new_tokens: int,
+        context_sum: float,
+        chunks: int,
+        chunk_tokens: int,
+        chunk_pairs: float,
+        chunk_prefix: float,
+    ) -> float:
         """A mixed pass: the decode/verify rows of :meth:`seconds` (``batch`` may be 0) and
         ``chunks`` prompt chunks of ``chunk_tokens`` in all, with ``chunk_pairs`` causal pairs
         (:func:`causal_pairs`) over ``chunk_prefix`` cached prefix tokens; one logit row per
         chunk."""
         pairs = context_sum * new_tokens / max(batch, 1) if batch else 0.0
-        return self.forward_seconds(new_tokens + chunk_tokens, pairs + chunk_pairs,
-                                    context_sum + chunk_prefix, new_tokens + chunks)
+        return self.forward_seconds(
+            new_tokens + chunk_tokens,
+            pairs + chunk_pairs,
+            context_sum + chunk_prefix,
+            new_tokens + chunks,
+        )
 
     def ridge_tokens(self) -> float:
         """New tokens at which a batch-1 forward turns compute-bound (weights only, before the
@@ -152,9 +180,16 @@ class Constant:
     def seconds(self, batch: int, new_tokens: int, context_sum: float) -> float:
         return self.forward_s
 
-    def pass_seconds(self, batch: int, new_tokens: int, context_sum: float,
-                     chunks: int, chunk_tokens: int, chunk_pairs: float,
-                     chunk_prefix: float) -> float:
+    def pass_seconds(
+        self,
+        batch: int,
+        new_tokens: int,
+        context_sum: float,
+        chunks: int,
+        chunk_tokens: int,
+        chunk_pairs: float,
+        chunk_prefix: float,
+    ) -> float:
         return (self.forward_s if batch else 0.0) + (self.prefill_s if chunks else 0.0)
 
 
@@ -168,6 +203,7 @@ class Table:
 
     def __init__(self, path: str | Path, model_name: str) -> None:
         import pandas as pd
+
         p = Path(path)
         if not p.is_file():
             raise DSparkError(f"{p}: latency table not found")
@@ -178,19 +214,23 @@ class Table:
         for c in TABLE_COLUMNS[1:]:
             v = pd.to_numeric(df[c], errors="coerce")
             if v.isna().any() or (v < 0).any():
-                raise DSparkError(f"{p}: column '{c}' has a missing or garbled value for "
-                                  f"model '{model_name}'")
+                raise DSparkError(
+                    f"{p}: column '{c}' has a missing or garbled value for model '{model_name}'"
+                )
             df[c] = v
         g = df.groupby(["batch", "new_tokens", "context_tokens"])["seconds"].median()
-        self.axes = [np.array(sorted(set(g.index.get_level_values(i))), dtype=float)
-                     for i in range(3)]
+        self.axes = [
+            np.array(sorted(set(g.index.get_level_values(i))), dtype=float) for i in range(3)
+        ]
         grid = np.full([len(a) for a in self.axes], np.nan)
         for (b, n, c), s in g.items():
             grid[tuple(int(np.searchsorted(a, v)) for a, v in zip(self.axes, (b, n, c)))] = s
         if np.isnan(grid).any():
-            raise DSparkError(f"{p}: latency table for model '{model_name}' is not a full grid "
-                              f"over batch x new_tokens x context_tokens "
-                              f"({int(np.isnan(grid).sum())} combinations missing)")
+            raise DSparkError(
+                f"{p}: latency table for model '{model_name}' is not a full grid "
+                f"over batch x new_tokens x context_tokens "
+                f"({int(np.isnan(grid).sum())} combinations missing)"
+            )
         self.grid = grid
 
     def _w(self, axis: np.ndarray, v: float) -> tuple[int, int, float]:
@@ -207,8 +247,11 @@ class Table:
         for bi in (0, 1):
             for ni in (0, 1):
                 for ci in (0, 1):
-                    w = ((idx[0][2] if bi else 1 - idx[0][2]) * (idx[1][2] if ni else 1 - idx[1][2])
-                         * (idx[2][2] if ci else 1 - idx[2][2]))
+                    w = (
+                        (idx[0][2] if bi else 1 - idx[0][2])
+                        * (idx[1][2] if ni else 1 - idx[1][2])
+                        * (idx[2][2] if ci else 1 - idx[2][2])
+                    )
                     if w:
                         out += w * self.grid[idx[0][bi], idx[1][ni], idx[2][ci]]
         return out
@@ -217,9 +260,16 @@ class Table:
         b = max(batch, 1)
         return self.lookup(b, new_tokens / b, context_sum / b)
 
-    def pass_seconds(self, batch: int, new_tokens: int, context_sum: float,
-                     chunks: int, chunk_tokens: int, chunk_pairs: float,
-                     chunk_prefix: float) -> float:
+    def pass_seconds(
+        self,
+        batch: int,
+        new_tokens: int,
+        context_sum: float,
+        chunks: int,
+        chunk_tokens: int,
+        chunk_pairs: float,
+        chunk_prefix: float,
+    ) -> float:
         """The measured grid has no mixed passes: the decode rows' pass plus one prefill pass
         of the chunks (``chunks`` sequences of ``chunk_tokens`` over their mean prefix); an
         upper bound, the weights are read twice."""

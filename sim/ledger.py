@@ -35,8 +35,9 @@ class Ledger:
     prompt + output tokens). ``emitted`` is authoritative only for
     requests outside a live batch view (a view holds the running ones' positions)."""
 
-    def __init__(self, reqs: Requests, kv_bytes_per_token: float,
-                 progress: Callable[[int], None] | None) -> None:
+    def __init__(
+        self, reqs: Requests, kv_bytes_per_token: float, progress: Callable[[int], None] | None
+    ) -> None:
         n = len(reqs)
         self.reqs = reqs
         self.first_token_s = np.full(n, np.nan)

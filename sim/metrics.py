@@ -22,14 +22,40 @@ from sim.engine import RunData
 NAN = float("nan")
 
 SUMMARY_KEYS = (
-    "controller", "seed", "load_scale", "offered_rps", "throughput_tokens_per_s",
-    "goodput_tokens_per_s", "speedup", "speedup_resident", "mean_accepted_length",
-    "acceptance_rate", "vpr", "du",
-    "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s",
-    "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "gpu_busy_fraction",
-    "bandwidth_utilization", "lossy_accept_fraction", "requests_finished", "requests_unfinished",
-    "requests_rejected", "preemptions", "recomputed_tokens", "output_tokens", "sim_time_s",
-    "num_gpus", "mean_tpot_s")
+    "controller",
+    "seed",
+    "load_scale",
+    "offered_rps",
+    "throughput_tokens_per_s",
+    "goodput_tokens_per_s",
+    "speedup",
+    "speedup_resident",
+    "mean_accepted_length",
+    "acceptance_rate",
+    "vpr",
+    "du",
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "ttft_p99_s",
+    "tpot_p50_s",
+    "tpot_p90_s",
+    "tpot_p99_s",
+    "e2e_p50_s",
+    "e2e_p90_s",
+    "e2e_p99_s",
+    "gpu_busy_fraction",
+    "bandwidth_utilization",
+    "lossy_accept_fraction",
+    "requests_finished",
+    "requests_unfinished",
+    "requests_rejected",
+    "preemptions",
+    "recomputed_tokens",
+    "output_tokens",
+    "sim_time_s",
+    "num_gpus",
+    "mean_tpot_s",
+)
 
 
 def _pct(x: np.ndarray, q: float) -> float:
@@ -43,13 +69,15 @@ def per_request(run: RunData) -> dict[str, np.ndarray]:
     ttft = run.first_token_s - r.arrival_s
     e2e = run.finish_s - r.arrival_s
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(r.output_tokens > 1,
-                        (run.finish_s - run.first_token_s) / (r.output_tokens - 1), NAN)
+        tpot = np.where(
+            r.output_tokens > 1, (run.finish_s - run.first_token_s) / (r.output_tokens - 1), NAN
+        )
     return {"finished": fin, "ttft": ttft, "tpot": tpot, "e2e": e2e}
 
 
-def summarize(run: RunData, scn, cluster, *, controller: str, seed: int, load_scale: float,
-              offered_rps: float) -> dict:
+def summarize(
+    run: RunData, scn, cluster, *, controller: str, seed: int, load_scale: float, offered_rps: float
+) -> dict:
     c = run.counters
     r = run.reqs
     m = per_request(run)
@@ -64,26 +92,41 @@ def summarize(run: RunData, scn, cluster, *, controller: str, seed: int, load_sc
     hw = cluster.hw
     end = max(run.end_s, 1e-12)
     out = {
-        "controller": controller, "seed": int(seed), "load_scale": float(load_scale),
+        "controller": controller,
+        "seed": int(seed),
+        "load_scale": float(load_scale),
         "offered_rps": float(offered_rps),
         "throughput_tokens_per_s": c.measured_tokens / window,
         "goodput_tokens_per_s": float(r.output_tokens[ok].sum()) / window,
-        "speedup": NAN, "speedup_resident": NAN,
-        **speculation_metrics(rounds=c.rounds, accepted=c.accepted,
-                              rejected_rounds=c.rejected_rounds, drafted=c.drafted,
-                              accepted_emitted=c.accepted_emitted),
-        "ttft_p50_s": _pct(ttft, 50), "ttft_p90_s": _pct(ttft, 90), "ttft_p99_s": _pct(ttft, 99),
-        "tpot_p50_s": _pct(tpot, 50), "tpot_p90_s": _pct(tpot, 90), "tpot_p99_s": _pct(tpot, 99),
-        "e2e_p50_s": _pct(e2e, 50), "e2e_p90_s": _pct(e2e, 90), "e2e_p99_s": _pct(e2e, 99),
+        "speedup": NAN,
+        "speedup_resident": NAN,
+        **speculation_metrics(
+            rounds=c.rounds,
+            accepted=c.accepted,
+            rejected_rounds=c.rejected_rounds,
+            drafted=c.drafted,
+            accepted_emitted=c.accepted_emitted,
+        ),
+        "ttft_p50_s": _pct(ttft, 50),
+        "ttft_p90_s": _pct(ttft, 90),
+        "ttft_p99_s": _pct(ttft, 99),
+        "tpot_p50_s": _pct(tpot, 50),
+        "tpot_p90_s": _pct(tpot, 90),
+        "tpot_p99_s": _pct(tpot, 99),
+        "e2e_p50_s": _pct(e2e, 50),
+        "e2e_p90_s": _pct(e2e, 90),
+        "e2e_p99_s": _pct(e2e, 99),
         "gpu_busy_fraction": c.gpu_busy_s / (cluster.num_gpus * end),
         "bandwidth_utilization": c.bytes_moved / (cluster.num_gpus * end * hw.bandwidth_bytes_s),
         "lossy_accept_fraction": ratio(c.lossy, c.round_tokens + c.prefill_tokens),
         "requests_finished": int(m["finished"].sum()),
         "requests_unfinished": int((~m["finished"]).sum()),
         "requests_rejected": int(np.count_nonzero(run.rejected)),
-        "preemptions": int(c.preemptions), "recomputed_tokens": int(c.recomputed_tokens),
+        "preemptions": int(c.preemptions),
+        "recomputed_tokens": int(c.recomputed_tokens),
         "output_tokens": int(c.round_tokens + c.prefill_tokens),
-        "sim_time_s": float(run.end_s), "num_gpus": int(cluster.num_gpus),
+        "sim_time_s": float(run.end_s),
+        "num_gpus": int(cluster.num_gpus),
         "mean_tpot_s": mean_tpot,
     }
     return {k: (float(v) if isinstance(v, (np.floating,)) else v) for k, v in out.items()}
@@ -91,12 +134,23 @@ def summarize(run: RunData, scn, cluster, *, controller: str, seed: int, load_sc
 
 def requests_table(run: RunData, controller: str):
     import pandas as pd
+
     r = run.reqs
     m = per_request(run)
-    return pd.DataFrame({
-        "controller": controller, "request_id": np.arange(len(r)), "arrival_s": r.arrival_s,
-        "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
-        "first_token_s": run.first_token_s, "finish_s": run.finish_s, "ttft_s": m["ttft"],
-        "tpot_s": m["tpot"], "e2e_s": m["e2e"], "finished": m["finished"],
-        "replica": run.replica, "emitted_tokens": run.emitted})
-
+    return pd.DataFrame(
+        {
+            "controller": controller,
+            "request_id": np.arange(len(r)),
+            "arrival_s": r.arrival_s,
+            "prompt_tokens": r.prompt_tokens,
+            "output_tokens": r.output_tokens,
+            "first_token_s": run.first_token_s,
+            "finish_s": run.finish_s,
+            "ttft_s": m["ttft"],
+            "tpot_s": m["tpot"],
+            "e2e_s": m["e2e"],
+            "finished": m["finished"],
+            "replica": run.replica,
+            "emitted_tokens": run.emitted,
+        }
+    )

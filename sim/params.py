@@ -49,18 +49,24 @@ class EngineParams:
     @classmethod
     def of(cls, scn, cluster: Cluster) -> EngineParams:
         dep = scn.deployment
-        return cls(replicas=dep.replicas, max_batch=dep.max_batch, routing=dep.routing,
-                   warmup_s=scn.sim.warmup_s, horizon_s=scn.sim.horizon_s,
-                   lossy_accept_max=scn.acceptance.lossy_accept_max,
-                   round_overhead_s=scn.latency.round_overhead_s,
-                   max_draft_tokens=dep.max_draft_tokens,
-                   draft_within_length=dep.draft_within_length,
-                   kv_bytes_per_token=cluster.kv_bytes_per_token,
-                   kv_budget_bytes=cluster.kv_budget_bytes,
-                   scheduler=dep.scheduler,
-                   max_num_batched_tokens=dep.max_num_batched_tokens,
-                   prefill_chunk_tokens=dep.prefill_chunk_tokens,
-                   kv_allocation=dep.kv_allocation, kv_block_tokens=dep.kv_block_tokens)
+        return cls(
+            replicas=dep.replicas,
+            max_batch=dep.max_batch,
+            routing=dep.routing,
+            warmup_s=scn.sim.warmup_s,
+            horizon_s=scn.sim.horizon_s,
+            lossy_accept_max=scn.acceptance.lossy_accept_max,
+            round_overhead_s=scn.latency.round_overhead_s,
+            max_draft_tokens=dep.max_draft_tokens,
+            draft_within_length=dep.draft_within_length,
+            kv_bytes_per_token=cluster.kv_bytes_per_token,
+            kv_budget_bytes=cluster.kv_budget_bytes,
+            scheduler=dep.scheduler,
+            max_num_batched_tokens=dep.max_num_batched_tokens,
+            prefill_chunk_tokens=dep.prefill_chunk_tokens,
+            kv_allocation=dep.kv_allocation,
+            kv_block_tokens=dep.kv_block_tokens,
+        )
 
     @property
     def max_draft(self) -> int | None:
@@ -78,7 +84,7 @@ class EngineParams:
         per_block = self.kv_bytes_per_token * self.kv_block_tokens
         if per_block <= 0:
             return UNLIMITED_BLOCKS
-        return max(int(math.floor(self.kv_budget_bytes / per_block)), 0)
+        return max(math.floor(self.kv_budget_bytes / per_block), 0)
 
     @property
     def kv_capacity_tokens(self) -> float:

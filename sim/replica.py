@@ -100,12 +100,29 @@ class BatchView:
     KV tokens each row holds (``cap``, authoritative while the view lives) and its prompt +
     output (``total``)."""
 
-    __slots__ = ("cap", "context", "controllers", "decide", "ids", "observe", "positions",
-                 "remaining", "request_ids", "total")
+    __slots__ = (
+        "cap",
+        "context",
+        "controllers",
+        "decide",
+        "ids",
+        "observe",
+        "positions",
+        "remaining",
+        "request_ids",
+        "total",
+    )
 
-    def __init__(self, request_ids: list[int], controllers: list, emitted: np.ndarray,
-                 prompt: list[int], output: list[int], kv_cap: dict[int, int] | None = None,
-                 total: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        request_ids: list[int],
+        controllers: list,
+        emitted: np.ndarray,
+        prompt: list[int],
+        output: list[int],
+        kv_cap: dict[int, int] | None = None,
+        total: list[int] | None = None,
+    ) -> None:
         self.request_ids = request_ids
         self.ids = ids = np.array(request_ids, dtype=np.int64)
         self.controllers = controllers
@@ -128,9 +145,25 @@ class Round:
     accepts (None when not drawn), draft steps, and its cost. No ``__init__``: one is made per
     round, and the steps set its fields."""
 
-    __slots__ = ("accepted", "confidences", "context_tokens", "decisions", "draft_s",
-                 "draft_steps", "drafted", "drafting", "k", "k_array", "lossy", "max_k",
-                 "prefill_tokens", "size", "start_s", "verify_s", "verify_tokens")
+    __slots__ = (
+        "accepted",
+        "confidences",
+        "context_tokens",
+        "decisions",
+        "draft_s",
+        "draft_steps",
+        "drafted",
+        "drafting",
+        "k",
+        "k_array",
+        "lossy",
+        "max_k",
+        "prefill_tokens",
+        "size",
+        "start_s",
+        "verify_s",
+        "verify_tokens",
+    )
 
 
 class Replica:
@@ -196,13 +229,16 @@ class Replica:
                     if ran:
                         continue
                     if self.running or self.prefilling or self.waiting:
-                        raise RuntimeError(f"replica {self.index}: no step possible with "
-                                           f"{len(self.waiting)} waiting requests")
+                        raise RuntimeError(
+                            f"replica {self.index}: no step possible with "
+                            f"{len(self.waiting)} waiting requests"
+                        )
             else:
                 admitted = self.admit() if self.waiting else None
                 if admitted:
-                    yield env.timeout(self.prefill_seconds(
-                        [(i, self.target[i], 0) for i in admitted]))
+                    yield env.timeout(
+                        self.prefill_seconds([(i, self.target[i], 0) for i in admitted])
+                    )
                     self.prefilled(admitted, env.now)
                     continue
                 if self.running:
@@ -223,8 +259,9 @@ class Replica:
         if self.running:
             batch, rnd = self.begin_round()
             budget -= sum(rnd.k) + rnd.size
-        chunks = (self.schedule_chunks(budget)
-                  if budget > 0 and (self.prefilling or self.waiting) else [])
+        chunks = (
+            self.schedule_chunks(budget) if budget > 0 and (self.prefilling or self.waiting) else []
+        )
         if rnd is None:
             if not chunks:
                 return False
@@ -421,8 +458,14 @@ class Replica:
         if batch is None:
             ledger = self.ledger
             batch = self.batch = BatchView(
-                list(self.running), [self.controllers[i] for i in self.running], ledger.emitted,
-                ledger.prompt, ledger.output, self.kv_cap if self.paged else None, ledger.total)
+                list(self.running),
+                [self.controllers[i] for i in self.running],
+                ledger.emitted,
+                ledger.prompt,
+                ledger.output,
+                self.kv_cap if self.paged else None,
+                ledger.total,
+            )
         return batch
 
     # -- paged KV ------------------------------------------------------------------------------
@@ -497,8 +540,7 @@ class Replica:
         """Paged: each row's KV grows to context + k + 1 (capped at prompt + output); when
         the free blocks run out, the rows left have their k cut to what fits."""
         cap, total = batch.cap, batch.total
-        need = [t if c + k + 1 > t else c + k + 1
-                for c, k, t in zip(batch.context, rnd.k, total)]
+        need = [t if c + k + 1 > t else c + k + 1 for c, k, t in zip(batch.context, rnd.k, total)]
         if max([n - c for n, c in zip(need, cap)]) <= 0:
             return
         bs, k_new, cut = self.block, list(rnd.k), False
@@ -553,8 +595,11 @@ class Replica:
         rnd.decisions = decisions
         k = [d.k for d in decisions]
         if self.caps_draft:
-            last_useful = (self.ledger.reqs.output_tokens[batch.ids] - batch.positions - 1
-                           if self.params.draft_within_length else None)
+            last_useful = (
+                self.ledger.reqs.output_tokens[batch.ids] - batch.positions - 1
+                if self.params.draft_within_length
+                else None
+            )
             k_array = cap_draft_lengths(np.array(k, dtype=np.int64), self.max_draft, last_useful)
             rnd.k_array, rnd.k, rnd.max_k = k_array, k_array.tolist(), int(k_array.max())
         else:
@@ -569,11 +614,15 @@ class Replica:
         if self.planner_needs_rates:
             planner.set_rates(self.acc.true_rates(batch.ids, batch.positions).tolist())
         size = len(batch.request_ids)
-        decisions = planner.plan(now, batch.controllers, BatchContext(
-            size, sum(batch.context), self.max_draft, *self.prefill_pressure()))
+        decisions = planner.plan(
+            now,
+            batch.controllers,
+            BatchContext(size, sum(batch.context), self.max_draft, *self.prefill_pressure()),
+        )
         if len(decisions) != size:
-            raise ValueError(f"round planner returned {len(decisions)} decisions for a batch "
-                             f"of {size}")
+            raise ValueError(
+                f"round planner returned {len(decisions)} decisions for a batch of {size}"
+            )
         return decisions
 
     def prefill_pressure(self) -> tuple[int, int | None]:
@@ -602,7 +651,8 @@ class Replica:
         if any_tau:
             k = rnd.k_array if rnd.k_array is not None else np.array(rnd.k, dtype=np.int64)
             drafted, rnd.draft_steps = confidence_stop(
-                rnd.confidences, np.array([d.tau for d in decisions]), k)
+                rnd.confidences, np.array([d.tau for d in decisions]), k
+            )
             accepted = np.minimum(drafted, run_lengths)
             rnd.drafted = drafted.tolist()
         else:
@@ -610,27 +660,40 @@ class Replica:
         rnd.lossy = None
         if "threshold" in [d.mode for d in decisions]:
             if drafted is None:
-                drafted = (rnd.k_array if rnd.k_array is not None
-                           else np.array(rnd.k, dtype=np.int64))
+                drafted = (
+                    rnd.k_array if rnd.k_array is not None else np.array(rnd.k, dtype=np.int64)
+                )
                 accepted = np.minimum(drafted, run_lengths)
             accepted, rnd.lossy = self.lossy_accepts(batch, decisions, accepted, drafted)
         if accepted is None:
-            rnd.accepted = [x if x < y else y  # not min(): slower
-                            for x, y in zip(run_lengths.tolist(), rnd.drafted)]
+            rnd.accepted = [
+                x if x < y else y  # not min(): slower
+                for x, y in zip(run_lengths.tolist(), rnd.drafted)
+            ]
         else:
             rnd.accepted = accepted.tolist()
 
-    def lossy_accepts(self, batch: BatchView, decisions: list, accepted: np.ndarray,
-                      drafted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def lossy_accepts(
+        self, batch: BatchView, decisions: list, accepted: np.ndarray, drafted: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         threshold = np.array([d.mode == "threshold" for d in decisions])
         beta = np.array([d.beta for d in decisions])
         pass_probability = np.where(
-            threshold, lossy_probability(beta, self.params.lossy_accept_max), 0.0)
-        return resample_lossy(accepted, drafted, pass_probability, batch.ids, batch.positions,
-                              self.acc.rng, self.acc.run_lengths)
+            threshold, lossy_probability(beta, self.params.lossy_accept_max), 0.0
+        )
+        return resample_lossy(
+            accepted,
+            drafted,
+            pass_probability,
+            batch.ids,
+            batch.positions,
+            self.acc.rng,
+            self.acc.run_lengths,
+        )
 
-    def time_round(self, batch: BatchView, rnd: Round,
-                   chunks: list[tuple[int, int, int]] | None = None) -> float:
+    def time_round(
+        self, batch: BatchView, rnd: Round, chunks: list[tuple[int, int, int]] | None = None
+    ) -> float:
         """The round's modelled seconds (draft phase, verify pass with the step's prompt
         chunks, fixed overhead); counts GPU time and bytes moved."""
         cl, cnt = self.cluster, self.counters
@@ -644,12 +707,15 @@ class Replica:
             count, ctok, pairs, prefix = self.chunk_stats(chunks)
             rnd.prefill_tokens = ctok
             if steps:
-                draft_context = float(context if drafting == size else
-                                      sum([c for c, x in zip(batch.context, rnd.k) if x]))
+                draft_context = float(
+                    context
+                    if drafting == size
+                    else sum([c for c, x in zip(batch.context, rnd.k) if x])
+                )
                 # the first drafter step also prefills the chunks
-                draft_s = (cl.lat_d.pass_seconds(drafting, drafting, draft_context, count, ctok,
-                                                 pairs, prefix)
-                           + (steps - 1) * cl.lat_d.seconds(drafting, drafting, draft_context))
+                draft_s = cl.lat_d.pass_seconds(
+                    drafting, drafting, draft_context, count, ctok, pairs, prefix
+                ) + (steps - 1) * cl.lat_d.seconds(drafting, drafting, draft_context)
                 cnt.bytes_moved += (
                     cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context + prefix)
                     + (steps - 1) * cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context)
@@ -657,28 +723,37 @@ class Replica:
             elif cl.use_drafter:
                 draft_s = cl.lat_d.pass_seconds(0, 0, 0.0, count, ctok, pairs, prefix)
                 cnt.bytes_moved += cl.roof_d.bytes_per_gpu(count, ctok, prefix) * cl.dtp
-            verify_s = cl.lat_t.pass_seconds(size, tokens, float(context), count, ctok, pairs,
-                                             prefix)
-            cnt.bytes_moved += cl.roof_t.bytes_per_gpu(size, tokens, float(context + prefix)
-                                                        ) * cl.tp
+            verify_s = cl.lat_t.pass_seconds(
+                size, tokens, float(context), count, ctok, pairs, prefix
+            )
+            cnt.bytes_moved += (
+                cl.roof_t.bytes_per_gpu(size, tokens, float(context + prefix)) * cl.tp
+            )
         else:
             if steps:
-                draft_context = float(context if drafting == size else
-                                      sum([c for c, x in zip(batch.context, rnd.k) if x]))
+                draft_context = float(
+                    context
+                    if drafting == size
+                    else sum([c for c, x in zip(batch.context, rnd.k) if x])
+                )
                 draft_s = steps * cl.lat_d.seconds(drafting, drafting, draft_context)
-                cnt.bytes_moved += steps * cl.roof_d.bytes_per_gpu(drafting, drafting,
-                                                                   draft_context) * cl.dtp
+                cnt.bytes_moved += (
+                    steps * cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context) * cl.dtp
+                )
             verify_s = cl.lat_t.seconds(size, tokens, float(context))
             cnt.bytes_moved += cl.roof_t.bytes_per_gpu(size, tokens, float(context)) * cl.tp
-        cnt.gpu_busy_s += ((draft_s + verify_s) * cl.tp if cl.colocated
-                           else (verify_s * cl.tp + draft_s * cl.dtp))
+        cnt.gpu_busy_s += (
+            (draft_s + verify_s) * cl.tp if cl.colocated else (verify_s * cl.tp + draft_s * cl.dtp)
+        )
         rnd.draft_s, rnd.verify_s = draft_s, verify_s
         return draft_s + verify_s + self.round_overhead_s
 
     def settle(self, batch: BatchView, rnd: Round, end: float) -> None:
         """After the round's timeout: emit, count, observe, advance."""
-        emitted = [x + 1 if x < y else y  # min(accepted + 1, remaining)
-                   for x, y in zip(rnd.accepted, batch.remaining)]
+        emitted = [
+            x + 1 if x < y else y  # min(accepted + 1, remaining)
+            for x, y in zip(rnd.accepted, batch.remaining)
+        ]
         sentence_ends = self.acc.sentence_ends(batch.request_ids, batch.positions, emitted)
         ended, accepted, emitted_total = self.count(batch, rnd, emitted, end)
         if self.tracer is None:
@@ -686,16 +761,29 @@ class Replica:
         else:
             self.observe_traced(batch, rnd, end, emitted, sentence_ends)
         if self.planner is not None:
-            self.planner.observe_round(RoundStats(
-                rnd.start_s, end, rnd.size, rnd.drafting, rnd.draft_steps, rnd.verify_tokens,
-                rnd.context_tokens, rnd.draft_s, rnd.verify_s, accepted, emitted_total,
-                rnd.prefill_tokens))
+            self.planner.observe_round(
+                RoundStats(
+                    rnd.start_s,
+                    end,
+                    rnd.size,
+                    rnd.drafting,
+                    rnd.draft_steps,
+                    rnd.verify_tokens,
+                    rnd.context_tokens,
+                    rnd.draft_s,
+                    rnd.verify_s,
+                    accepted,
+                    emitted_total,
+                    rnd.prefill_tokens,
+                )
+            )
         self.advance(batch, emitted, ended, end)
         if self.progress is not None:
             self.progress(self.ledger.finished)
 
-    def count(self, batch: BatchView, rnd: Round, emitted: list[int],
-              end: float) -> tuple[bool, int, int]:
+    def count(
+        self, batch: BatchView, rnd: Round, emitted: list[int], end: float
+    ) -> tuple[bool, int, int]:
         """Adds the round to the counters; returns (some request may have emitted its last
         token, Σ accepted, Σ emitted)."""
         cnt, accepted, drafted = self.counters, rnd.accepted, rnd.drafted
@@ -707,7 +795,8 @@ class Replica:
         ended = min(batch.remaining) <= rnd.max_k + 1
         # accepted tokens that were emitted: n, less the ones cut by the length limit
         cnt.accepted_emitted += accepted_total - (
-            sum([x - y for x, y in zip(accepted, emitted) if x > y]) if ended else 0)
+            sum([x - y for x, y in zip(accepted, emitted) if x > y]) if ended else 0
+        )
         cnt.round_tokens += emitted_total
         if end >= self.warmup_s:
             cnt.measured_tokens += emitted_total
@@ -715,8 +804,9 @@ class Replica:
             cnt.lossy += int(rnd.lossy.sum())
         return ended, accepted_total, emitted_total
 
-    def observe(self, batch: BatchView, rnd: Round, end: float, emitted: list[int],
-                sentence_ends: list) -> None:
+    def observe(
+        self, batch: BatchView, rnd: Round, end: float, emitted: list[int], sentence_ends: list
+    ) -> None:
         """Each controller's observation, through the bound observe_values(now_s, drafted,
         accepted, confidences, draft_s, verify_s, context, lossy, emitted, sentence_ends,
         batch_size, batch_tokens, batch_context_tokens)."""
@@ -724,29 +814,67 @@ class Replica:
         tokens, context = rnd.verify_tokens, rnd.context_tokens
         lossy = rnd.lossy.tolist() if rnd.lossy is not None else repeat(0)
         if rnd.confidences is None:  # nothing drafted, or no controller reads confidences
-            for f, ke, n, cx, lo, e, se in zip(batch.observe, rnd.drafted, rnd.accepted,
-                                               batch.context, lossy, emitted, sentence_ends):
+            for f, ke, n, cx, lo, e, se in zip(
+                batch.observe,
+                rnd.drafted,
+                rnd.accepted,
+                batch.context,
+                lossy,
+                emitted,
+                sentence_ends,
+            ):
                 f(end, ke, n, (), draft_s, verify_s, cx, lo, e, se, size, tokens, context)
         else:
-            for f, ke, n, cf, cx, lo, e, se in zip(batch.observe, rnd.drafted, rnd.accepted,
-                                                   rnd.confidences.tolist(), batch.context,
-                                                   lossy, emitted, sentence_ends):
-                f(end, ke, n, tuple(cf[:ke]) if ke else (), draft_s, verify_s, cx, lo, e, se,
-                  size, tokens, context)
+            for f, ke, n, cf, cx, lo, e, se in zip(
+                batch.observe,
+                rnd.drafted,
+                rnd.accepted,
+                rnd.confidences.tolist(),
+                batch.context,
+                lossy,
+                emitted,
+                sentence_ends,
+            ):
+                f(
+                    end,
+                    ke,
+                    n,
+                    tuple(cf[:ke]) if ke else (),
+                    draft_s,
+                    verify_s,
+                    cx,
+                    lo,
+                    e,
+                    se,
+                    size,
+                    tokens,
+                    context,
+                )
 
-    def observe_traced(self, batch: BatchView, rnd: Round, end: float, emitted: list[int],
-                       sentence_ends: list) -> None:
+    def observe_traced(
+        self, batch: BatchView, rnd: Round, end: float, emitted: list[int], sentence_ends: list
+    ) -> None:
         """Each controller's Observation (``observe``), recorded with its state after it."""
         size, tracer = rnd.size, self.tracer
-        confidences = (rnd.confidences.tolist() if rnd.confidences is not None
-                       else [()] * size)
+        confidences = rnd.confidences.tolist() if rnd.confidences is not None else [()] * size
         lossy = rnd.lossy.tolist() if rnd.lossy is not None else [0] * size
         for j, c in enumerate(batch.controllers):
             drafted = rnd.drafted[j]
-            obs = Observation(end, drafted, rnd.accepted[j],
-                              tuple(confidences[j][:drafted]) if drafted else (), rnd.draft_s,
-                              rnd.verify_s, batch.context[j], lossy[j], emitted[j],
-                              sentence_ends[j], size, rnd.verify_tokens, rnd.context_tokens)
+            obs = Observation(
+                end,
+                drafted,
+                rnd.accepted[j],
+                tuple(confidences[j][:drafted]) if drafted else (),
+                rnd.draft_s,
+                rnd.verify_s,
+                batch.context[j],
+                lossy[j],
+                emitted[j],
+                sentence_ends[j],
+                size,
+                rnd.verify_tokens,
+                rnd.context_tokens,
+            )
             c.observe(obs)
             tracer.record(batch.request_ids[j], rnd.decisions[j], obs, c.state())
         tracer.round_done(batch.ids)

@@ -11,24 +11,33 @@ def write_inputs(tmp_path):
     (tmp_path / "trace.csv").write_text(
         "TIMESTAMP,ContextTokens,GeneratedTokens\n"
         "2023-11-16 10:00:00.000,10,4\n"
-        "2023-11-16 10:00:00.005,10,3\n")
+        "2023-11-16 10:00:00.005,10,3\n"
+    )
     # request 0: 4 output tokens; at position 1 the next 2 drafted tokens agree.
     # request 1: 3 output tokens; nothing agrees at position 1, 5 agree at position 2.
     rows = [(0, 0, 1), (0, 1, 2), (0, 2, 1), (0, 3, 0), (1, 0, 0), (1, 1, 0), (1, 2, 5)]
     pd.DataFrame(rows, columns=["request_id", "position", "run_length"]).to_csv(
-        tmp_path / "positions.csv", index=False)
+        tmp_path / "positions.csv", index=False
+    )
 
 
 def test_exact_event_times(tmp_path):
     """The prefill-first scheduler (a whole prefill pass while the batch waits)."""
     write_inputs(tmp_path)
-    scn = scenario({
-        "deployment": {"max_batch": 2, "scheduler": "prefill-first"},
-        "latency": {"backend": "constant", "constant_target_s": 0.01,
-                    "constant_drafter_s": 0.001, "constant_prefill_s": 0.02},
-        "workload": {"arrival": "trace", "trace_path": "trace.csv"},
-        "acceptance": {"model": "replay", "replay_path": "positions.csv"},
-    }, base=tmp_path)
+    scn = scenario(
+        {
+            "deployment": {"max_batch": 2, "scheduler": "prefill-first"},
+            "latency": {
+                "backend": "constant",
+                "constant_target_s": 0.01,
+                "constant_drafter_s": 0.001,
+                "constant_prefill_s": 0.02,
+            },
+            "workload": {"arrival": "trace", "trace_path": "trace.csv"},
+            "acceptance": {"model": "replay", "replay_path": "positions.csv"},
+        },
+        base=tmp_path,
+    )
     res = simulate(scn, "fixed", {"k": 2}, trace=True, baseline=False)
     r = res.requests.set_index("request_id")
     # t=0 A arrives, prefill [0, 0.02]; B (t=0.005) prefill [0.02, 0.04];
@@ -66,13 +75,20 @@ def test_exact_event_times_chunked(tmp_path):
     it carries prompt chunks; the drafter's first step carries the chunks at no extra cost
     (constant drafter prefill 0)."""
     write_inputs(tmp_path)
-    scn = scenario({
-        "deployment": {"max_batch": 2},
-        "latency": {"backend": "constant", "constant_target_s": 0.01,
-                    "constant_drafter_s": 0.001, "constant_prefill_s": 0.02},
-        "workload": {"arrival": "trace", "trace_path": "trace.csv"},
-        "acceptance": {"model": "replay", "replay_path": "positions.csv"},
-    }, base=tmp_path)
+    scn = scenario(
+        {
+            "deployment": {"max_batch": 2},
+            "latency": {
+                "backend": "constant",
+                "constant_target_s": 0.01,
+                "constant_drafter_s": 0.001,
+                "constant_prefill_s": 0.02,
+            },
+            "workload": {"arrival": "trace", "trace_path": "trace.csv"},
+            "acceptance": {"model": "replay", "replay_path": "positions.csv"},
+        },
+        base=tmp_path,
+    )
     assert scn.deployment.scheduler == "chunked"  # the default
     res = simulate(scn, "fixed", {"k": 2}, trace=True, baseline=False)
     r = res.requests.set_index("request_id")

@@ -42,16 +42,20 @@ def test_kv_read_grows_with_context_and_tp_adds_allreduce():
     r1 = Roofline(m, hw, tp=1)
     assert r1.seconds(1, 1, 100_000) > r1.seconds(1, 1, 100)
     assert r1.bytes_per_gpu(1, 1, 1000) - r1.bytes_per_gpu(1, 1, 0) == pytest.approx(
-        1000 * m.kv_bytes_per_token)
+        1000 * m.kv_bytes_per_token
+    )
     r8 = Roofline(m, hw, tp=8)
     comm = m.layers * 2 * hw.allreduce_latency_s
     assert r8.seconds(1, 1, 0) > r1.seconds(1, 1, 0) / 8 + comm * 0.99
 
 
-@pytest.mark.parametrize("dep,target,msg", [
-    ({"tp": 1}, {"preset": "Llama-3.1-70B"}, "impossible cluster: weights need"),
-    ({"tp": 3}, {"preset": "Llama-3.1-8B"}, "not divisible by tensor-parallel degree 3"),
-])
+@pytest.mark.parametrize(
+    "dep,target,msg",
+    [
+        ({"tp": 1}, {"preset": "Llama-3.1-70B"}, "impossible cluster: weights need"),
+        ({"tp": 3}, {"preset": "Llama-3.1-8B"}, "not divisible by tensor-parallel degree 3"),
+    ],
+)
 def test_impossible_cluster_is_one_line(dep, target, msg):
     scn = scenario({"deployment": dep, "target": target})
     with pytest.raises(ConfigError) as e:
@@ -63,6 +67,7 @@ def test_presets_fit_their_clusters():
     from conftest import CONFIGS
 
     from sim import load_scenario
+
     for name in ("standard", "azure_conv", "a100_70b", "tiny"):
         c = Cluster(load_scenario(CONFIGS / f"{name}.toml"))
         assert c.kv_budget_bytes > 0

@@ -23,9 +23,12 @@ def trace_scenario(tmp_path, rows, **sections):
         stamp = pd.Timestamp("2024-01-01") + pd.Timedelta(seconds=t)
         lines.append(f"{stamp.isoformat(sep=' ')},{p},{o}")
     (tmp_path / "trace.csv").write_text("\n".join(lines) + "\n")
-    data = {"target": {"preset": "Llama-3.1-8B"}, "drafter": {"preset": "Llama-3.2-1B"},
-            "workload": {"arrival": "trace", "trace_path": "trace.csv"},
-            "acceptance": {"model": "iid", "rate": 0.8}}
+    data = {
+        "target": {"preset": "Llama-3.1-8B"},
+        "drafter": {"preset": "Llama-3.2-1B"},
+        "workload": {"arrival": "trace", "trace_path": "trace.csv"},
+        "acceptance": {"model": "iid", "rate": 0.8},
+    }
     for k, v in sections.items():
         data.setdefault(k, {}).update(v)
     return scenario(data, base=tmp_path)
@@ -34,8 +37,9 @@ def trace_scenario(tmp_path, rows, **sections):
 def prefill_pass(cl, n, prefix):
     """A pass of one prompt chunk alone: target, then the colocated drafter."""
     pairs = causal_pairs(n, prefix)
-    return (cl.lat_t.pass_seconds(0, 0, 0.0, 1, n, pairs, prefix)
-            + cl.lat_d.pass_seconds(0, 0, 0.0, 1, n, pairs, prefix))
+    return cl.lat_t.pass_seconds(0, 0, 0.0, 1, n, pairs, prefix) + cl.lat_d.pass_seconds(
+        0, 0, 0.0, 1, n, pairs, prefix
+    )
 
 
 def test_causal_pairs_add_up_over_chunks():
@@ -48,6 +52,7 @@ def test_prefill_includes_causal_attention():
     from sim.hardware import hardware_preset
     from sim.latency import Roofline
     from sim.models import ModelConfig
+
     m = ModelConfig(preset="Llama-3.1-70B").resolved()
     roof = Roofline(m, hardware_preset("H100-SXM"), 8)
     p = 126_000
@@ -55,11 +60,18 @@ def test_prefill_includes_causal_attention():
     without = roof.pass_seconds(0, 0, 0.0, 1, p, 0, 0)
     # compute-bound: the difference is exactly the attention FLOPs of every layer
     assert with_attn - without == pytest.approx(
-        m.layers * roof.attn_flops * causal_pairs(p, 0) / roof.flops_s, rel=1e-9)
+        m.layers * roof.attn_flops * causal_pairs(p, 0) / roof.flops_s, rel=1e-9
+    )
     assert with_attn / without > 1.6  # the issue: a 126k prefill was ~2.2x too fast
     # a 2k prefill: attention is a few percent
-    assert 1.0 < (roof.pass_seconds(0, 0, 0.0, 1, 2048, causal_pairs(2048, 0), 0)
-                  / roof.pass_seconds(0, 0, 0.0, 1, 2048, 0, 0)) < 1.15
+    assert (
+        1.0
+        < (
+            roof.pass_seconds(0, 0, 0.0, 1, 2048, causal_pairs(2048, 0), 0)
+            / roof.pass_seconds(0, 0, 0.0, 1, 2048, 0, 0)
+        )
+        < 1.15
+    )
 
 
 @pytest.mark.parametrize("scheduler", ["chunked", "prefill-first"])
@@ -90,8 +102,9 @@ def test_long_prompt_stalls_decodes_one_budget_at_most(tmp_path):
     # the costliest step of the chunked run: the decode row with the last full chunk
     prefix = long_prompt - long_prompt % BUDGET - BUDGET
     pairs = causal_pairs(BUDGET, prefix)
-    step = (cl.lat_t.pass_seconds(1, 1, 500.0, 1, BUDGET, pairs, prefix)
-            + cl.lat_d.pass_seconds(0, 0, 0.0, 1, BUDGET, pairs, prefix))
+    step = cl.lat_t.pass_seconds(1, 1, 500.0, 1, BUDGET, pairs, prefix) + cl.lat_d.pass_seconds(
+        0, 0, 0.0, 1, BUDGET, pairs, prefix
+    )
     whole = prefill_pass(cl, long_prompt, 0)
     assert gaps["chunked"] <= step * (1 + 1e-9)
     assert gaps["prefill-first"] >= whole
@@ -105,9 +118,13 @@ def small_memory(tiny, factor):
     c = Cluster(tiny)
     weights = c.hw.mem_bytes * 0.9 - c.kv_budget_bytes
     need = ((base["prompt_tokens"] + base["output_tokens"]) * c.kv_bytes_per_token).max()
-    return tiny.with_overrides({"hardware.mem_gb": (weights + factor * need) / 1e9,
-                                "deployment.kv_memory_fraction": 1.0,
-                                "workload.rate_rps": 20.0})
+    return tiny.with_overrides(
+        {
+            "hardware.mem_gb": (weights + factor * need) / 1e9,
+            "deployment.kv_memory_fraction": 1.0,
+            "workload.rate_rps": 20.0,
+        }
+    )
 
 
 @pytest.mark.parametrize("scheduler", ["chunked", "prefill-first"])
@@ -134,8 +151,9 @@ def test_preemption_conserves_tokens_and_counts_the_recompute(tiny, scheduler, c
 def test_full_reservation_never_preempts(tiny):
     scn = small_memory(tiny, 1.5)
     paged = simulate(scn, "fixed", seed=0, baseline=False).summary
-    reserve = simulate(scn.with_overrides({"deployment.kv_allocation": "reserve"}), "fixed",
-                       seed=0, baseline=False)
+    reserve = simulate(
+        scn.with_overrides({"deployment.kv_allocation": "reserve"}), "fixed", seed=0, baseline=False
+    )
     assert reserve.requests["finished"].all()
     assert reserve.summary["preemptions"] == 0 == reserve.summary["recomputed_tokens"]
     # paged memory holds more requests at once than a reservation of their whole output
