@@ -229,6 +229,7 @@ class RoundCostModel:
         backlog: int = 0,
         budget: int | None = None,
         batch_size: int = 0,
+        prompt_value: float = 0.0,
     ) -> CostFunctions:
         """The fitted costs at one context size, as the vectorised functions a plan calls
         (θ read once: cheaper than going through ``verify_s``/``step_s`` per call).
@@ -267,6 +268,21 @@ class RoundCostModel:
             def slope(n):
                 n = np.asarray(n, dtype=float)
                 return np.where(n + backlog < cap, raw_slope(n + backlog), avg)
+
+            def penalty(n):  # output tokens that the pushed-out prompt tokens are worth
+                n = np.asarray(n, dtype=float)
+                return prompt_value * np.maximum(
+                    free - np.minimum(backlog, np.maximum(cap - n, 0.0)), 0.0
+                )
+
+            def penalty_slope(n):
+                n = np.asarray(n, dtype=float)
+                return np.where(n + backlog < cap, 0.0, prompt_value)
+
+            if prompt_value > 0.0:
+                return CostFunctions(
+                    verify_s, slope, self._step_fn(s0, s1), self.overhead_s, penalty, penalty_slope
+                )
         else:
             pre = self.prefill_tokens if prefill_tokens is None else prefill_tokens
 
@@ -276,7 +292,11 @@ class RoundCostModel:
             def slope(n):
                 return raw_slope(np.asarray(n, dtype=float) + pre)
 
+        return CostFunctions(verify_s, slope, self._step_fn(s0, s1), self.overhead_s)
+
+    @staticmethod
+    def _step_fn(s0: float, s1: float):
         def step_s(d):
             return np.maximum(s0 + s1 * np.asarray(d, dtype=float), 0.0)
 
-        return CostFunctions(verify_s, slope, step_s, self.overhead_s)
+        return step_s

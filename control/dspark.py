@@ -150,6 +150,16 @@ class DSparkConfig:
         tune=(0.9, 0.999),
         when={"policy": ("goodput",)},
     )
+    # 1: a prompt token that drafts push out of a full chunked-prefill pass is worth one output
+    # token (the request it belongs to joins the batch that much later); 0 = only its time.
+    prompt_token_value: float = param(
+        1.0,
+        lo=0.0,
+        hi=100.0,
+        doc="goodput: output tokens a displaced prompt token is worth (chunked prefill)",
+        tune=(0.0, 4.0),
+        when={"policy": ("goodput",)},
+    )
     # 8 rounds: costs and acceptance move slowly against that; a batch change re-plans at once.
     replan_rounds: int = param(
         8,

@@ -104,6 +104,7 @@ class DSparkPlanner(RoundPlanner):
             backlog=batch.prefill_backlog,
             budget=batch.token_budget,
             batch_size=batch.batch_size,
+            prompt_value=self.config.prompt_token_value,
         )
 
     def plan(self, now_s: float, members: Sequence[Any], batch: BatchContext) -> list[Decision]:

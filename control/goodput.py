@@ -54,6 +54,9 @@ class CostFunctions:
     verify_slope: Callable[[np.ndarray], np.ndarray]  # N -> seconds per verified token
     step_s: Callable[[np.ndarray], np.ndarray]  # drafting sequences -> seconds per step
     overhead_s: float = 0.0
+    # N -> output tokens forgone (prompt work pushed out of the pass), and its slope; None = 0
+    token_penalty: Callable[[np.ndarray], np.ndarray] | None = None
+    penalty_slope: Callable[[np.ndarray], np.ndarray] | None = None
 
 
 def round_seconds(k: np.ndarray, costs: CostFunctions) -> np.ndarray:
@@ -101,10 +104,19 @@ def plan_round_lengths(
     cols = np.arange(B)[None, :]
     w_mean = float(w.mean()) if B else 1.0
     t = round_seconds(k, costs)
-    g = cum[k, cols].sum(axis=1) / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
+    pen, pen_slope = costs.token_penalty, costs.penalty_slope
+
+    def value(k: np.ndarray) -> np.ndarray:  # expected tokens less what the pass gives up
+        e = cum[k, cols].sum(axis=1)
+        return e if pen is None else e - pen((k + 1).sum(axis=1))
+
+    g = value(k) / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
     for _ in range(iterations):
-        v = costs.verify_slope((k + 1).sum(axis=1))
+        n = (k + 1).sum(axis=1)
+        v = costs.verify_slope(n)
         thr = (g * v)[:, None] / w[None, :]  # (caps, B)
+        if pen_slope is not None:
+            thr = thr + pen_slope(n)[:, None]
         keep = powers[1:, None, :] >= thr[None, :, :]  # (K, caps, B): token j pays
         kstar = np.minimum(bound, keep.sum(axis=0))
         # drafting at all also adds this sequence to every draft step of the round
@@ -116,7 +128,7 @@ def plan_round_lengths(
             break
         k = k_new
         t = round_seconds(k, costs)
-        g = cum[k, cols].sum(axis=1) / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
+        g = value(k) / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
     best = int(np.argmax(g))  # first maximum: the shortest cap among ties
     # the plan's true cap: sequences may all have stopped below the row's cap
     cap = int(k[best].max()) if B else 0
