@@ -1,4 +1,5 @@
-# DSpark Lab — two entry points for a fresh clone: `make demo` and `make test`.
+# DSpark Lab — two entry points for a fresh clone: `make demo` and `make check` (what CI runs:
+# lint, format check, type check, then `make test`).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
