@@ -295,7 +295,7 @@ class Replica:
         """Prefill-first: waiting requests admitted whole in FIFO order while the batch has room
         and their KV fits (reserve: prompt + output; paged: the prefill's blocks); one that can
         never fit is rejected (reported unfinished)."""
-        waiting, kv_need, budget = self.waiting, self.ledger.kv_need, self.params.kv_budget_bytes
+        waiting = self.waiting
         room = self.params.max_batch - len(self.running)
         admitted: list[int] = []
         while waiting and len(admitted) < room:
@@ -304,21 +304,28 @@ class Replica:
                 self.reject(i)
                 continue
             t = self.prefill_length(i)
-            if self.paged:
-                blocks = -(-t // self.block)
-                if blocks > self.free_blocks:
-                    break
-                self.free_blocks -= blocks
-                self.kv_cap[i] = blocks * self.block
-            else:
-                need = kv_need[i]
-                if self.kv_used + need > budget:
-                    break
-                self.kv_used += need
+            if not self.reserve_kv(i, t):
+                break
             waiting.popleft()
             self.target[i] = t
             admitted.append(i)
         return admitted
+
+    def reserve_kv(self, i: int, tokens: int) -> bool:
+        """KV memory for admitting request ``i``: paged, the blocks of its first ``tokens``;
+        reserve, prompt + output at once. False (nothing taken) when it does not fit now."""
+        if self.paged:
+            blocks = -(-tokens // self.block)
+            if blocks > self.free_blocks:
+                return False
+            self.free_blocks -= blocks
+            self.kv_cap[i] = blocks * self.block
+            return True
+        need = self.ledger.kv_need[i]
+        if self.kv_used + need > self.params.kv_budget_bytes:
+            return False
+        self.kv_used += need
+        return True
 
     def schedule_chunks(self, budget: int) -> list[tuple[int, int, int]]:
         """Chunked: the step's prompt chunks ``(request, tokens, prefix)`` within ``budget``
@@ -341,7 +348,7 @@ class Replica:
             budget -= n
         if self.preempted_now:
             return chunks
-        waiting, kv_need, kv_budget = self.waiting, self.ledger.kv_need, self.params.kv_budget_bytes
+        waiting = self.waiting
         room = self.params.max_batch - len(self.running) - len(prefilling)
         while waiting and room > 0 and budget > 0:
             i = waiting[0]
@@ -350,17 +357,8 @@ class Replica:
                 continue
             t = self.prefill_length(i)
             n = min(t, budget, cap)
-            if self.paged:
-                blocks = -(-n // self.block)
-                if blocks > self.free_blocks:
-                    break
-                self.free_blocks -= blocks
-                self.kv_cap[i] = blocks * self.block
-            else:
-                need = kv_need[i]
-                if self.kv_used + need > kv_budget:
-                    break
-                self.kv_used += need
+            if not self.reserve_kv(i, n):
+                break
             waiting.popleft()
             prefilling.append(i)
             self.target[i], self.computed[i] = t, 0
