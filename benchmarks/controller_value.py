@@ -174,8 +174,30 @@ def main(argv=None) -> int:
     df = pd.DataFrame(rows)
     Path(a.out).mkdir(parents=True, exist_ok=True)
     df.to_csv(Path(a.out) / "cells.csv", index=False)
+    best_fixed_k_table(df).to_csv(Path(a.out) / "best_fixed_k.csv", index=False)
+    print(f"tables: {a.out}/cells.csv, {a.out}/best_fixed_k.csv")
     summarize(df)
     return 0
+
+
+def best_fixed_k_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The best fixed k of every condition (hindsight) and every fixed k's value relative to it."""
+    rows = []
+    for (reg, load), g in df.groupby(["regime", "load"], sort=False):
+        metric = g["metric"].iloc[0]
+        v = dict(zip(g["controller"], g["value"]))
+        fixed = {k: v[f"fixed:k={k}"] for k in FIXED_K}
+        best = max(fixed, key=lambda k: ratio(fixed[k], fixed[0], metric))
+        row = {
+            "regime": reg,
+            "load": load,
+            "metric": metric,
+            "best_k": best,
+            "best_value": fixed[best],
+        }
+        row.update({f"k{k}_vs_best": ratio(fixed[k], fixed[best], metric) for k in FIXED_K})
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def summarize(df: pd.DataFrame) -> None:
