@@ -73,7 +73,17 @@ class WorkloadConfig:
     # None = stop at num_requests.
     horizon_s: float | None = param(None, lo=0.0, doc="stop generating arrivals after this time")
     # the Azure conversation trace (CC-BY 4.0, Patel et al., Splitwise, ISCA 2024).
-    trace_path: str = param(DEFAULT_TRACE, doc="Azure-format trace (relative to scenario file)")
+    trace_path: str = param(
+        DEFAULT_TRACE,
+        doc="Azure-format CSV trace, or a .jsonl trace of {timestamp, input_length, "
+        "output_length} records (relative to scenario file)",
+    )
+    # datetime strings (the Azure traces) need no unit; numbers need one (JSONL traces: ms).
+    trace_timestamp_unit: str = param(
+        "auto",
+        choices=("auto", "s", "ms", "us", "ns"),
+        doc="unit of numeric trace timestamps (auto: datetimes as text, JSONL numbers in ms)",
+    )
     # 1 = real time; 0.1 = ten times faster.
     time_scale: float = param(1.0, lo=1e-6, hi=1e6, doc="multiplies trace inter-arrival times")
     # None = the whole trace (or num_requests, whichever is smaller).
@@ -99,13 +109,64 @@ class Requests:
         return len(self.arrival_s)
 
 
-@functools.lru_cache(maxsize=8)
-def _read_trace(path: str, mtime: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _read_jsonl(path: str):
+    """A JSONL trace (one record a line: ``timestamp``, ``input_length``, ``output_length``, the
+    form public long-context traces use) as the Azure columns."""
+    import json
+
     import pandas as pd
 
-    df = read_table(path, "trace", AZURE_COLUMNS)
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                rows.append((rec["timestamp"], rec["input_length"], rec["output_length"]))
+            except (ValueError, TypeError) as e:
+                raise DSparkError(f"{path}: line {line_no} is not a JSON record: {e}") from None
+            except KeyError as e:
+                raise DSparkError(
+                    f"{path}: line {line_no} has no {e}; a record needs timestamp, input_length "
+                    "and output_length"
+                ) from None
+    return pd.DataFrame(rows, columns=list(AZURE_COLUMNS)).astype(str)
+
+
+def _numeric_times(df, path: str, unit: str):
+    """Numeric ``TIMESTAMP`` values in ``unit`` as timedeltas (None when they are not numbers)."""
+    import pandas as pd
+
+    v = pd.to_numeric(df["TIMESTAMP"], errors="coerce")
+    if v.isna().any():
+        if unit != "auto":
+            row = int(np.flatnonzero(v.isna().to_numpy())[0])
+            raise DSparkError(
+                f"{path}: column 'TIMESTAMP' = {df['TIMESTAMP'].iloc[row]!r} at row {row + 2} is "
+                f"not a number; trace_timestamp_unit = '{unit}' needs numbers"
+            )
+        return None
+    return pd.to_timedelta(v, unit=unit)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_trace(
+    path: str, mtime: float, unit: str = "auto"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    import pandas as pd
+
+    jsonl = path.endswith(".jsonl")
+    df = _read_jsonl(path) if jsonl else read_table(path, "trace", AZURE_COLUMNS)
     if df.empty:
         raise DSparkError(f"{path}: trace has no requests (only a header); need at least one row")
+    numeric = (
+        _numeric_times(df, path, "ms" if unit == "auto" and jsonl else unit)
+        if unit != "auto" or jsonl
+        else None
+    )
+    if numeric is not None:
+        return _trace_arrays(df, path, numeric)
     text = df["TIMESTAMP"].astype(str).str.strip()
     aware = text.str.contains(_TZ_SUFFIX, regex=True)
     if aware.any() and not aware.all():
@@ -127,6 +188,13 @@ def _read_trace(path: str, mtime: float) -> tuple[np.ndarray, np.ndarray, np.nda
             f"{path}: column 'TIMESTAMP' has a garbled value at row {row + 2}: "
             f"{df['TIMESTAMP'].iloc[row]!r}"
         )
+    return _trace_arrays(df, path, ts)
+
+
+def _trace_arrays(df, path: str, ts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(seconds from the first request, context tokens, generated tokens), sorted by time."""
+    import pandas as pd
+
     out = []
     for c in AZURE_COLUMNS[1:]:
         v = pd.to_numeric(df[c], errors="coerce")
@@ -149,13 +217,14 @@ def _read_trace(path: str, mtime: float) -> tuple[np.ndarray, np.ndarray, np.nda
     return t[order], out[0][order], out[1][order]
 
 
-def read_trace(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(arrival seconds from the first request, context tokens, generated tokens)."""
+def read_trace(path: str, unit: str = "auto") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(arrival seconds from the first request, context tokens, generated tokens); ``unit``:
+    that of numeric timestamps (``auto``: datetime text, or milliseconds in a .jsonl trace)."""
     try:
         mtime = os.path.getmtime(path)
     except OSError:
         raise DSparkError(f"{path}: trace file not found") from None
-    return _read_trace(path, mtime)
+    return _read_trace(path, mtime, unit)
 
 
 @functools.lru_cache(maxsize=8)
@@ -188,7 +257,7 @@ def generate(
     """Arrivals and lengths; ``load_scale`` multiplies the arrival rate (trace: compresses time)."""
     ra, rl = streams["arrivals"], streams["lengths"]
     if cfg.arrival == "trace":
-        t, ctx, gen = read_trace(cfg.trace_path)
+        t, ctx, gen = read_trace(cfg.trace_path, cfg.trace_timestamp_unit)
         n = len(t)
         for lim in (cfg.max_requests, cfg.num_requests):
             if lim is not None:
