@@ -21,7 +21,8 @@ from .conftest import ROOT
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 
-# trials of ~0.3 s (2 workloads x 2 seeds of 40 requests) so that a kill lands inside one
+# trials of ~1 s (2 workloads x 2 seeds of 100 requests) so that a kill lands inside one even when
+# the machine is loaded (at ~0.3 s a poll could miss the last trials: the fault tests flaked in CI)
 SLOW = f'''
 [tune]
 controller = "dspark"
@@ -33,11 +34,11 @@ pruner = "none"
 [[tune.workloads]]
 name = "busy"
 scenario = "{ROOT}/configs/tiny.toml"
-overrides = {{{{ "workload.rate_rps" = 40.0 }}}}
+overrides = {{{{ "workload.rate_rps" = 40.0, "workload.num_requests" = 100 }}}}
 [[tune.workloads]]
 name = "markov"
 scenario = "{ROOT}/configs/tiny.toml"
-overrides = {{{{ "workload.rate_rps" = 30.0, "acceptance.model" = "markov" }}}}
+overrides = {{{{ "workload.rate_rps" = 30.0, "workload.num_requests" = 100, "acceptance.model" = "markov" }}}}
 [[evaluate.workloads]]
 name = "held-out"
 scenario = "{ROOT}/configs/tiny.toml"
