@@ -230,17 +230,100 @@ def throughput_ratios(rows: pd.DataFrame) -> pd.DataFrame:
     return m
 
 
-def claim_throughput(runs: list[Run]) -> Claim:
-    seed = "4.2× throughput measured on an A100 cluster"
+def _throughput_theory() -> str:
+    """The batch-1 acceptance needed for 4.2× and why load shrinks the gain."""
     needs = ", ".join(
         f"c = {c:g}: a ≥ {a:.2f}" if a is not None else f"c = {c:g}: unreachable"
         for c in (0.02, 0.05, 0.1)
         for a in [min_acceptance_for(CLAIMED_SPEEDUP, c)]
     )
-    theory = (
+    return (
         f"At batch 1, 4.2× needs i.i.d. acceptance ({needs}; k ≤ 15, Leviathan Thm 3.8); "
         f"under load, batching already uses the memory bandwidth and the gain shrinks."
     )
+
+
+def _throughput_free_finds(tr: pd.DataFrame, free: pd.DataFrame) -> str:
+    """The 'finds' text for the uncapped points: best ratio, best on A100, clairvoyant there."""
+    if free.empty:
+        return (
+            "every point's throughput is capped by the offered load (k = 0 kept up with "
+            "the arrivals), so no throughput ratio measures the claim."
+        )
+    best = free.loc[free["tput_ratio"].idxmax()]
+    finds = (
+        f"best throughput ratio {best['tput_ratio']:.2f}× over k = 0 ({_point(best)}; "
+        f"mean over seeds)."
+    )
+    a100 = free[free["hardware"].str.upper().str.startswith("A100")]
+    if not a100.empty and a100["tput_ratio"].idxmax() != best.name:
+        ba = a100.loc[a100["tput_ratio"].idxmax()]
+        finds += f" On A100: {ba['tput_ratio']:.2f}× ({_point(ba)})."
+    ref = tr[
+        tr["controller"].astype(str).str.startswith("clairvoyant")
+        & (tr["run"] == best["run"])
+        & (tr["load_scale"] == best["load_scale"])
+        & ((tr["num_gpus"] == best["num_gpus"]) | tr["num_gpus"].isna())
+    ]
+    if not ref.empty:
+        finds += (
+            f" Clairvoyant at that point (told each round's run lengths, one round "
+            f"ahead; a reference, not a deployable controller): "
+            f"{ref['tput_ratio'].max():.2f}×."
+        )
+    return finds
+
+
+def _throughput_finds(
+    tr: pd.DataFrame, cont: pd.DataFrame, free: pd.DataFrame, real_txt: str
+) -> str:
+    """The full 'finds' text: throughput ratios, the TPOT ratio apart, then the real runs."""
+    finds = _throughput_free_finds(tr, free)
+    if "speedup" in cont.columns and cont["speedup"].notna().any():
+        bt = cont.loc[cont["speedup"].idxmax()]
+        finds += (
+            f" Per-token latency (TPOT ratio vs k = 0 without a drafter, not throughput): "
+            f"best {bt['speedup']:.2f}× ({_point(bt)})."
+        )
+    return finds + real_txt
+
+
+def _throughput_verdict(
+    free: pd.DataFrame, seed: str, finds: str, metric: str, theory: str
+) -> Claim:
+    """Choose the verdict from the best uncapped ratio (on A100 where there is one)."""
+    if free.empty:
+        return Claim(
+            "4.2× throughput",
+            seed,
+            finds,
+            CANNOT,
+            metric + "Run `dspark simulate` at saturating load (`--loads 2` or more) or "
+            'in capacity mode (workload.arrival = "capacity"). ' + theory,
+        )
+    a100 = free[free["hardware"].str.upper().str.startswith("A100")]
+    top = float((a100 if not a100.empty else free)["tput_ratio"].max())
+    where = "on A100" if not a100.empty else "in the scenarios given (none on A100)"
+    if top >= CLAIMED_SPEEDUP:
+        return Claim(
+            "4.2× throughput",
+            seed,
+            finds,
+            HOLDS_UNDER,
+            metric + f"Reached {where} at the acceptance and load of that scenario. " + theory,
+        )
+    return Claim(
+        "4.2× throughput",
+        seed,
+        finds,
+        DOES_NOT_HOLD,
+        metric + f"Best {top:.2f}× {where}. " + theory,
+    )
+
+
+def claim_throughput(runs: list[Run]) -> Claim:
+    seed = "4.2× throughput measured on an A100 cluster"
+    theory = _throughput_theory()
     metric = (
         "Metric: throughput ÷ the k = 0 row's (same run, seed, load and GPUs), only at "
         "points where throughput is not capped by the offered load (saturation, or "
@@ -271,68 +354,8 @@ def claim_throughput(runs: list[Run]) -> Claim:
             "Run `dspark simulate` with every controller. " + theory,
         )
     free = cont[~cont["capped"]]
-    finds = ""
-    if not free.empty:
-        best = free.loc[free["tput_ratio"].idxmax()]
-        finds = (
-            f"best throughput ratio {best['tput_ratio']:.2f}× over k = 0 ({_point(best)}; "
-            f"mean over seeds)."
-        )
-        a100 = free[free["hardware"].str.upper().str.startswith("A100")]
-        if not a100.empty and a100["tput_ratio"].idxmax() != best.name:
-            ba = a100.loc[a100["tput_ratio"].idxmax()]
-            finds += f" On A100: {ba['tput_ratio']:.2f}× ({_point(ba)})."
-        ref = tr[
-            tr["controller"].astype(str).str.startswith("clairvoyant")
-            & (tr["run"] == best["run"])
-            & (tr["load_scale"] == best["load_scale"])
-            & ((tr["num_gpus"] == best["num_gpus"]) | tr["num_gpus"].isna())
-        ]
-        if not ref.empty:
-            finds += (
-                f" Clairvoyant at that point (told each round's run lengths, one round "
-                f"ahead; a reference, not a deployable controller): "
-                f"{ref['tput_ratio'].max():.2f}×."
-            )
-    else:
-        finds = (
-            "every point's throughput is capped by the offered load (k = 0 kept up with "
-            "the arrivals), so no throughput ratio measures the claim."
-        )
-    if "speedup" in cont.columns and cont["speedup"].notna().any():
-        bt = cont.loc[cont["speedup"].idxmax()]
-        finds += (
-            f" Per-token latency (TPOT ratio vs k = 0 without a drafter, not throughput): "
-            f"best {bt['speedup']:.2f}× ({_point(bt)})."
-        )
-    finds += real_txt
-    if free.empty:
-        return Claim(
-            "4.2× throughput",
-            seed,
-            finds,
-            CANNOT,
-            metric + "Run `dspark simulate` at saturating load (`--loads 2` or more) or "
-            'in capacity mode (workload.arrival = "capacity"). ' + theory,
-        )
-    a100 = free[free["hardware"].str.upper().str.startswith("A100")]
-    top = float((a100 if not a100.empty else free)["tput_ratio"].max())
-    where = "on A100" if not a100.empty else "in the scenarios given (none on A100)"
-    if top >= CLAIMED_SPEEDUP:
-        return Claim(
-            "4.2× throughput",
-            seed,
-            finds,
-            HOLDS_UNDER,
-            metric + f"Reached {where} at the acceptance and load of that scenario. " + theory,
-        )
-    return Claim(
-        "4.2× throughput",
-        seed,
-        finds,
-        DOES_NOT_HOLD,
-        metric + f"Best {top:.2f}× {where}. " + theory,
-    )
+    finds = _throughput_finds(tr, cont, free, real_txt)
+    return _throughput_verdict(free, seed, finds, metric, theory)
 
 
 def _vs_baseline(rows: pd.DataFrame, col: str) -> pd.DataFrame:
@@ -433,12 +456,8 @@ def claim_utilization(runs: list[Run]) -> Claim:
     )
 
 
-def claim_quality(runs: list[Run]) -> Claim:
-    seed = "generation quality stays within ±0.3%"
-    strict = (
-        "Strict verification is lossless by construction (greedy output token-identical, "
-        "sampling identically distributed): its quality change is exactly 0."
-    )
+def _quality_rows(runs: list[Run]) -> pd.DataFrame:
+    """Every real-run row with a measured quality change, in ``_q`` (with its run in ``_run``)."""
     frames = []
     for r in runs:
         if r.kind == "real":
@@ -446,56 +465,64 @@ def claim_quality(runs: list[Run]) -> Claim:
             cols = [c for c in QUALITY_COLUMNS if c in t.columns]
             if cols:
                 frames.append(t.assign(_q=t[cols[0]].astype(float), _run=r.name))
-    lossy = ""
+    q = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not q.empty:
+        q = q[q["_q"].notna()]
+    return q
+
+
+def _lossy_note(runs: list[Run]) -> str:
+    """The simulator's largest lossy-accept fraction, as a sentence ("" when none)."""
     rows = _sim_rows(runs)
     if not rows.empty and "lossy_accept_fraction" in rows.columns:
         lf = rows["lossy_accept_fraction"].astype(float)
         if lf.notna().any():
-            lossy = f" Simulator: lossy accepts up to {lf.max() * 100:.2f}% of accepted tokens."
-    q = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    if not q.empty:
-        q = q[q["_q"].notna()]
-    if q.empty:
-        return Claim(
-            "quality within ±0.3%",
-            seed,
-            "no measured quality change in the runs given." + lossy,
-            CANNOT,
-            strict + " The ±0.3% concerns threshold (β) verification: run "
-            "`dspark real bench` in threshold mode to measure the change of the target's "
-            "NLL per token and the agreement with strict output.",
-        )
-    # judge every row: which modes and β keep the change within ±0.3%, which do not
+            return f" Simulator: lossy accepts up to {lf.max() * 100:.2f}% of accepted tokens."
+    return ""
+
+
+def _judge_quality(q: pd.DataFrame) -> pd.DataFrame:
+    """Mark each row within ±0.3% (``_ok``) and in threshold mode (``_thr``), β in ``_beta``."""
     q = q.assign(_beta=q["beta"].astype(float) if "beta" in q.columns else np.nan)
-    q = q.assign(
+    return q.assign(
         _ok=q["_q"].abs() <= CLAIMED_QUALITY_PCT,
         _thr=q["_beta"].notna()
         | (q.get("mode", pd.Series("", index=q.index)).astype(str) == "threshold"),
     )
 
-    def cell(r: pd.Series) -> str:
-        who = f"β = {r['_beta']:g}" if pd.notna(r["_beta"]) else f"{r['controller']} (strict)"
-        agree = (
-            f", agreement {float(r['token_agreement']) * 100:.1f}%"
-            if "token_agreement" in q.columns and pd.notna(r.get("token_agreement"))
-            else ""
-        )
-        return f"{who} {float(r['_q']):+.2f}%{agree} {'✓' if r['_ok'] else '✗'}"
 
-    thr = q[q["_thr"]].sort_values("_beta", ascending=False)
+def _quality_cell(r: pd.Series, q: pd.DataFrame) -> str:
+    """One measured row as text: who, the change, the agreement, ✓ or ✗."""
+    who = f"β = {r['_beta']:g}" if pd.notna(r["_beta"]) else f"{r['controller']} (strict)"
+    agree = (
+        f", agreement {float(r['token_agreement']) * 100:.1f}%"
+        if "token_agreement" in q.columns and pd.notna(r.get("token_agreement"))
+        else ""
+    )
+    return f"{who} {float(r['_q']):+.2f}%{agree} {'✓' if r['_ok'] else '✗'}"
+
+
+def _quality_finds(q: pd.DataFrame, thr: pd.DataFrame, runs: list[Run], lossy: str) -> str:
+    """The 'finds' text: every measured row (strict first), the runs' provenance, lossy note."""
     strict_rows = q[~q["_thr"]]
-    parts = [cell(r) for _, r in strict_rows.iterrows()] + [cell(r) for _, r in thr.iterrows()]
+    parts = [_quality_cell(r, q) for _, r in strict_rows.iterrows()] + [
+        _quality_cell(r, q) for _, r in thr.iterrows()
+    ]
     prov = " ".join(
         f"(run {r.name}: {w}{'; ' + warn if warn else ''})"
         for r in runs
         if r.kind == "real" and r.name in set(q["_run"])
         for w, warn in [real_provenance(r)]
     )
-    finds = (
+    return (
         "change of the target's NLL per token against strict, every measured row: "
         + "; ".join(parts)
         + f" (✓ within ±{CLAIMED_QUALITY_PCT:g}%). {prov}{lossy}"
     )
+
+
+def _quality_verdict(thr: pd.DataFrame, seed: str, finds: str, strict: str) -> Claim:
+    """Choose the verdict from which threshold β stay within ±0.3%."""
     ok_thr = thr[thr["_ok"]]
     bad_thr = thr[~thr["_ok"]]
     if thr.empty:
@@ -538,6 +565,30 @@ def claim_quality(runs: list[Run]) -> Claim:
         + ", ".join(f"{b:g}" for b in bad_thr["_beta"].dropna())
         + ": the claim needs that assumption, for the models and prompts of that run.",
     )
+
+
+def claim_quality(runs: list[Run]) -> Claim:
+    seed = "generation quality stays within ±0.3%"
+    strict = (
+        "Strict verification is lossless by construction (greedy output token-identical, "
+        "sampling identically distributed): its quality change is exactly 0."
+    )
+    q = _quality_rows(runs)
+    lossy = _lossy_note(runs)
+    if q.empty:
+        return Claim(
+            "quality within ±0.3%",
+            seed,
+            "no measured quality change in the runs given." + lossy,
+            CANNOT,
+            strict + " The ±0.3% concerns threshold (β) verification: run "
+            "`dspark real bench` in threshold mode to measure the change of the target's "
+            "NLL per token and the agreement with strict output.",
+        )
+    q = _judge_quality(q)
+    thr = q[q["_thr"]].sort_values("_beta", ascending=False)
+    finds = _quality_finds(q, thr, runs, lossy)
+    return _quality_verdict(thr, seed, finds, strict)
 
 
 def claim_short(runs: list[Run]) -> Claim:
