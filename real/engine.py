@@ -290,7 +290,6 @@ class Engine:
     def round(self, origin: float, planner=None) -> list[tuple[Sequence, list[int]]]:
         """One round for every running sequence; ``(sequence, tokens it committed)`` per row.
         Times (``now_s``, first token, finish) are seconds since ``origin`` (perf_counter)."""
-        c = self.cfg
         run = self.running
         if not run:
             return []
@@ -299,15 +298,8 @@ class Engine:
         Ls = [s.L for s in run]
         ctx_sum = sum(Ls)
         now = time.perf_counter() - origin
-        decs = plan_round(planner, [s.ctrl for s in run], now, BatchContext(B, ctx_sum, c.k_max))
-        if len(decs) != B:
-            raise DSparkError(f"the round planner returned {len(decs)} decisions for {B} rows")
+        decs, ks = self._plan_round(run, planner, now, ctx_sum)
         drafter = self._drafter
-        ks = (
-            [0] * B
-            if drafter is None
-            else [max(0, min(d.k, c.k_max, s.end - s.L - 1)) for d, s in zip(decs, run)]
-        )
         t0 = time.perf_counter()
         props = self.draft(slots, Ls, ks, [d.tau for d in decs], [s.gen for s in run])
         t1 = time.perf_counter()
@@ -320,7 +312,60 @@ class Engine:
             drafter.accept_batch(slots, Ls, drafted, ns)
         draft_s, verify_s, end_s = t1 - t0, t2 - t1, t2 - origin
         verify_tokens = segs.n
-        eot = self.eot_id if c.stop_at_eot else None
+        events, emitted_sum = self._commit_rows(
+            run,
+            decs,
+            props,
+            drafted,
+            segs,
+            ns,
+            nxts,
+            lossys,
+            idl,
+            (end_s, draft_s, verify_s, verify_tokens, ctx_sum),
+        )
+        self._retire_done(run)
+        stats = None
+        if planner is not None or self.round_log is not None:
+            stats = RoundStats(
+                start_s=now,
+                end_s=time.perf_counter() - origin,
+                batch_size=B,
+                drafting=sum(1 for d in drafted if d),
+                draft_steps=max(drafted),
+                verify_tokens=verify_tokens,
+                context_tokens=ctx_sum,
+                draft_s=draft_s,
+                verify_s=verify_s,
+                accepted=sum(ns),
+                emitted=emitted_sum,
+            )
+        if planner is not None:
+            planner.observe_round(stats)
+        if self.round_log is not None:
+            self.round_log.append(stats)
+        return events
+
+    def _plan_round(self, run, planner, now: float, ctx_sum: int):
+        """The round's per-row decisions from the planner and the draft lengths they allow."""
+        c = self.cfg
+        B = len(run)
+        decs = plan_round(planner, [s.ctrl for s in run], now, BatchContext(B, ctx_sum, c.k_max))
+        if len(decs) != B:
+            raise DSparkError(f"the round planner returned {len(decs)} decisions for {B} rows")
+        ks = (
+            [0] * B
+            if self._drafter is None
+            else [max(0, min(d.k, c.k_max, s.end - s.L - 1)) for d, s in zip(decs, run)]
+        )
+        return decs, ks
+
+    def _commit_rows(self, run, decs, props, drafted, segs, ns, nxts, lossys, idl, timing):
+        """Commit every row's accepted tokens (cut at end-of-text), feed its controller the
+        round's observation and record it. Returns (events, tokens emitted in all)."""
+        end_s, draft_s, verify_s, verify_tokens, ctx_sum = timing
+        B = len(run)
+        eot = self.eot_id if self.cfg.stop_at_eot else None
         events: list[tuple[Sequence, list[int]]] = []
         emitted_sum = 0
         for b, s in enumerate(run):
@@ -360,31 +405,15 @@ class Engine:
                 s.done = True
                 s.finish_s = end_s
             events.append((s, out))
+        return events, emitted_sum
+
+    def _retire_done(self, run) -> None:
+        """Release the slots of the finished rows and drop them from ``running``."""
         if any(s.done for s in run):
             for s in run:
                 if s.done:
                     self._release(s)
             self.running = [s for s in run if not s.done]
-        stats = None
-        if planner is not None or self.round_log is not None:
-            stats = RoundStats(
-                start_s=now,
-                end_s=time.perf_counter() - origin,
-                batch_size=B,
-                drafting=sum(1 for d in drafted if d),
-                draft_steps=max(drafted),
-                verify_tokens=verify_tokens,
-                context_tokens=ctx_sum,
-                draft_s=draft_s,
-                verify_s=verify_s,
-                accepted=sum(ns),
-                emitted=emitted_sum,
-            )
-        if planner is not None:
-            planner.observe_round(stats)
-        if self.round_log is not None:
-            self.round_log.append(stats)
-        return events
 
     def draft(self, slots, Ls, ks, taus, gens) -> list:
         """The draft phase of a round: per row (count, confidences, q rows), device-synced."""

@@ -222,6 +222,150 @@ def arrivals(cfg: ServeConfig, tokenizer=None, vocab_size: int | None = None) ->
     return [Arrival(i, float(arr[i]), prompts[i], int(olen[i])) for i in range(n)]
 
 
+@dataclass
+class _Replay:
+    """The mutable bookkeeping of one replay: per-request results, logs, queue and counters."""
+
+    stream: list[Arrival]
+    first: np.ndarray
+    finish: np.ndarray
+    emitted: np.ndarray
+    index: dict[int, int]
+    records: list[RoundRecord] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    batches: list[dict] = field(default_factory=list)
+    waiting: deque = field(default_factory=deque)
+    nxt: int = 0
+    done: int = 0
+    tokens: int = 0
+
+    @classmethod
+    def start(cls, stream: list[Arrival]) -> _Replay:
+        """Empty bookkeeping for ``stream`` (sorted by arrival)."""
+        n = len(stream)
+        return cls(
+            stream,
+            np.full(n, np.nan),
+            np.full(n, np.nan),
+            np.zeros(n, dtype=np.int64),
+            {a.request_id: i for i, a in enumerate(stream)},
+        )
+
+    def finish_seq(self, s) -> None:
+        """Record a finished sequence's times, token count and round records."""
+        i = self.index[s.req.request_id]
+        self.first[i], self.finish[i] = s.first_token_s, s.finish_s
+        self.emitted[i] = len(s.tokens)
+        self.records.extend(s.records or [])
+        self.done += 1
+
+    def cut_off(self, running) -> None:
+        """Record the sequences still running (cut off by the drain limit): unfinished,
+        tokens counted."""
+        for s in running:
+            i = self.index[s.req.request_id]
+            self.first[i], self.emitted[i] = s.first_token_s, len(s.tokens)
+            self.records.extend(s.records or [])
+
+
+def _take_waiting(engine, st: _Replay, make_ctrl, progress, Request) -> list:
+    """Pop as many waiting arrivals as there are free slots into requests; one that cannot fit
+    a slot is rejected (and counted done)."""
+    take = []
+    while st.waiting and len(take) < engine.free_slots:
+        a = st.waiting.popleft()
+        try:
+            engine.check_request(a.prompt, a.output_tokens)
+        except DSparkError as e:
+            msg = f"request {a.request_id} rejected: {e}"
+            st.rejected.append(msg)
+            if progress is not None:
+                progress(msg)
+            st.done += 1
+            continue
+        take.append(
+            Request(a.request_id, a.prompt, a.output_tokens, make_ctrl(), arrival_s=a.arrival_s)
+        )
+    return take
+
+
+def _admit(engine, st: _Replay, take: list, origin: float) -> None:
+    """Admit ``take`` (one packed prefill) and log the prefill in the batch trace."""
+    for s in engine.admit(take, origin):
+        if s.done:
+            st.finish_seq(s)
+    p = engine.prefills[-1]
+    st.batches.append(
+        {
+            "kind": "prefill",
+            "start_s": p["start_s"],
+            "end_s": p["end_s"],
+            "batch_size": p["requests"],
+            "prefill_tokens": p["prefill_tokens"],
+            "context_tokens": p["prompt_tokens"],
+            "waiting": len(st.waiting),
+        }
+    )
+
+
+def _run_round(engine, st: _Replay, planner, origin: float) -> None:
+    """One engine round for every running sequence, logged in the batch trace."""
+    for s, out in engine.round(origin, planner):
+        st.tokens += len(out)
+        if s.done:
+            st.finish_seq(s)
+    r = engine.round_log[-1]
+    st.batches.append(
+        {
+            "kind": "round",
+            "start_s": r.start_s,
+            "end_s": r.end_s,
+            "batch_size": r.batch_size,
+            "drafting": r.drafting,
+            "draft_steps": r.draft_steps,
+            "verify_tokens": r.verify_tokens,
+            "context_tokens": r.context_tokens,
+            "draft_s": r.draft_s,
+            "verify_s": r.verify_s,
+            "accepted": r.accepted,
+            "emitted": r.emitted,
+            "waiting": len(st.waiting),
+        }
+    )
+
+
+def _request_table(st: _Replay, label: str):
+    """The per-request table (``REQUEST_COLUMNS``) of a finished replay."""
+    import pandas as pd
+
+    stream, first, finish, emitted = st.stream, st.first, st.finish, st.emitted
+    arr = np.array([a.arrival_s for a in stream])
+    out_l = np.array([a.output_tokens for a in stream], dtype=np.int64)
+    fin = ~np.isnan(finish)
+    # a request ended early by the end-of-text token (stop_at_eot) emitted fewer tokens
+    n_out = np.where(fin, emitted, out_l)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(n_out > 1, (finish - first) / (n_out - 1), np.nan)
+    return pd.DataFrame(
+        {
+            "controller": label,
+            "request_id": [a.request_id for a in stream],
+            "arrival_s": arr,
+            "prompt_tokens": [len(a.prompt) for a in stream],
+            "output_tokens": out_l,
+            "first_token_s": first,
+            "finish_s": finish,
+            "ttft_s": first - arr,
+            "tpot_s": tpot,
+            "e2e_s": finish - arr,
+            "finished": fin,
+            "replica": 0,
+            "emitted_tokens": emitted,
+        },
+        columns=list(REQUEST_COLUMNS),
+    )
+
+
 def serve(
     engine,
     stream: list[Arrival],
@@ -244,101 +388,32 @@ def serve(
         raise DSparkError("serve needs an idle engine")
     stream = sorted(stream, key=lambda a: a.arrival_s)
     n = len(stream)
-    first = np.full(n, np.nan)
-    finish = np.full(n, np.nan)
-    emitted = np.zeros(n, dtype=np.int64)
-    index = {a.request_id: i for i, a in enumerate(stream)}
-    records: list[RoundRecord] = []
-    rejected: list[str] = []
-    batches: list[dict] = []
-    waiting: deque = deque()
-    nxt = 0
-    done = 0
+    st = _Replay.start(stream)
+    waiting = st.waiting
     deadline = math.inf
     if duration_s is not None and drain_s is not None:
         deadline = duration_s + drain_s
-    engine.round_log = log = []
-    engine.prefills = pre_log = []
+    engine.round_log = []
+    engine.prefills = []
     if planner is not None:
         planner.reset()
     origin = clock()
     last_print = 0.0
-    tokens = 0
-
-    def finish_seq(s) -> None:
-        nonlocal done
-        i = index[s.req.request_id]
-        first[i], finish[i] = s.first_token_s, s.finish_s
-        emitted[i] = len(s.tokens)
-        records.extend(s.records or [])
-        done += 1
-
     try:
         while True:
             now = clock() - origin
             if now >= deadline:
                 break
-            while nxt < n and stream[nxt].arrival_s <= now:
-                waiting.append(stream[nxt])
-                nxt += 1
-            take = []
-            while waiting and len(take) < engine.free_slots:
-                a = waiting.popleft()
-                try:
-                    engine.check_request(a.prompt, a.output_tokens)
-                except DSparkError as e:
-                    msg = f"request {a.request_id} rejected: {e}"
-                    rejected.append(msg)
-                    if progress is not None:
-                        progress(msg)
-                    done += 1
-                    continue
-                take.append(
-                    Request(
-                        a.request_id, a.prompt, a.output_tokens, make_ctrl(), arrival_s=a.arrival_s
-                    )
-                )
+            while st.nxt < n and stream[st.nxt].arrival_s <= now:
+                waiting.append(stream[st.nxt])
+                st.nxt += 1
+            take = _take_waiting(engine, st, make_ctrl, progress, Request)
             if take:
-                for s in engine.admit(take, origin):
-                    if s.done:
-                        finish_seq(s)
-                p = pre_log[-1]
-                batches.append(
-                    {
-                        "kind": "prefill",
-                        "start_s": p["start_s"],
-                        "end_s": p["end_s"],
-                        "batch_size": p["requests"],
-                        "prefill_tokens": p["prefill_tokens"],
-                        "context_tokens": p["prompt_tokens"],
-                        "waiting": len(waiting),
-                    }
-                )
+                _admit(engine, st, take, origin)
             if engine.running:
-                for s, out in engine.round(origin, planner):
-                    tokens += len(out)
-                    if s.done:
-                        finish_seq(s)
-                st = log[-1]
-                batches.append(
-                    {
-                        "kind": "round",
-                        "start_s": st.start_s,
-                        "end_s": st.end_s,
-                        "batch_size": st.batch_size,
-                        "drafting": st.drafting,
-                        "draft_steps": st.draft_steps,
-                        "verify_tokens": st.verify_tokens,
-                        "context_tokens": st.context_tokens,
-                        "draft_s": st.draft_s,
-                        "verify_s": st.verify_s,
-                        "accepted": st.accepted,
-                        "emitted": st.emitted,
-                        "waiting": len(waiting),
-                    }
-                )
-            elif nxt < n:
-                sleep(max(0.0, min(stream[nxt].arrival_s, deadline) - (clock() - origin)))
+                _run_round(engine, st, planner, origin)
+            elif st.nxt < n:
+                sleep(max(0.0, min(stream[st.nxt].arrival_s, deadline) - (clock() - origin)))
             elif not waiting:
                 break
             if progress is not None and progress_s > 0:
@@ -346,47 +421,20 @@ def serve(
                 if now - last_print >= progress_s:
                     last_print = now
                     progress(
-                        f"[{label or 'serve'}] t={now:7.1f}s arrived {nxt}/{n} "
+                        f"[{label or 'serve'}] t={now:7.1f}s arrived {st.nxt}/{n} "
                         f"waiting {len(waiting)} running {len(engine.running)} "
-                        f"done {done} tokens {tokens} ({tokens / max(now, 1e-9):.1f}/s)"
+                        f"done {st.done} tokens {st.tokens} ({st.tokens / max(now, 1e-9):.1f}/s)"
                     )
     finally:
-        for s in engine.running:  # cut off by the drain limit: unfinished, tokens counted
-            i = index[s.req.request_id]
-            first[i], emitted[i] = s.first_token_s, len(s.tokens)
-            records.extend(s.records or [])
+        st.cut_off(engine.running)
         engine.abort()
         engine.round_log = None
     end_s = clock() - origin
-    arr = np.array([a.arrival_s for a in stream])
-    out_l = np.array([a.output_tokens for a in stream], dtype=np.int64)
-    fin = ~np.isnan(finish)
-    # a request ended early by the end-of-text token (stop_at_eot) emitted fewer tokens
-    n_out = np.where(fin, emitted, out_l)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(n_out > 1, (finish - first) / (n_out - 1), np.nan)
-    req = pd.DataFrame(
-        {
-            "controller": label,
-            "request_id": [a.request_id for a in stream],
-            "arrival_s": arr,
-            "prompt_tokens": [len(a.prompt) for a in stream],
-            "output_tokens": out_l,
-            "first_token_s": first,
-            "finish_s": finish,
-            "ttft_s": first - arr,
-            "tpot_s": tpot,
-            "e2e_s": finish - arr,
-            "finished": fin,
-            "replica": 0,
-            "emitted_tokens": emitted,
-        },
-        columns=list(REQUEST_COLUMNS),
-    )
-    bt = pd.DataFrame(batches, columns=[c for c in BATCH_COLUMNS if c != "controller"])
+    req = _request_table(st, label)
+    bt = pd.DataFrame(st.batches, columns=[c for c in BATCH_COLUMNS if c != "controller"])
     bt.insert(0, "controller", label)
-    summary = summarize(req, bt, end_s, len(rejected), label)
-    return ServeResult(req, records, bt, summary, rejected)
+    summary = summarize(req, bt, end_s, len(st.rejected), label)
+    return ServeResult(req, st.records, bt, summary, st.rejected)
 
 
 def _pct(x: np.ndarray, q: float) -> float:

@@ -182,6 +182,34 @@ def _load_opt(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor]) -> N
     opt.load_state_dict(sd)
 
 
+def _make_opt(model, weight_decay: float, lr: float) -> torch.optim.Optimizer:
+    """AdamW with weight decay on the matrices only (biases and norms undecayed)."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=lr,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+    )
+
+
+def _stage_loss(model, teacher, x: torch.Tensor, y: torch.Tensor, bf16: bool) -> torch.Tensor:
+    """One batch's training loss: next-token cross-entropy, or distillation from ``teacher``."""
+    if teacher is None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(x)
+        return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        tl = teacher(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = model(x)
+    return distill_loss(logits, tl)
+
+
 def train_stage(
     name: str,
     model,
@@ -200,17 +228,7 @@ def train_stage(
     from tqdm import tqdm
 
     ckpt, state_path = work / f"{name}.ckpt.safetensors", work / f"{name}.state.json"
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": c.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
-        lr=lr,
-        betas=(0.9, 0.95),
-        eps=1e-8,
-    )
+    opt = _make_opt(model, c.weight_decay, lr)
     state = {"step": 0, "losses": [], "seconds": 0.0}
     if state_path.is_file() and ckpt.is_file():
         state = ck.read_json(state_path)
@@ -231,16 +249,7 @@ def train_stage(
         x, y = w[:, :-1], w[:, 1:]
         for g in opt.param_groups:
             g["lr"] = lr_at(step, lr, c.warmup_steps, steps)
-        if teacher is None:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                logits = model(x)
-            loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-        else:
-            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-                tl = teacher(x)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                logits = model(x)
-            loss = distill_loss(logits, tl)
+        loss = _stage_loss(model, teacher, x, y, bf16)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
