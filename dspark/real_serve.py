@@ -55,23 +55,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def run(args: argparse.Namespace) -> int:
-    import dataclasses
-    import json
-    import sys
-    from pathlib import Path
+def _serve_config(args: argparse.Namespace) -> Any:
+    """The serving config: ``[serve]`` of the config, overridden by the command line."""
+    from control.configio import from_mapping, read_toml
+    from real.serve import ServeConfig
 
-    import pandas as pd
-    import torch
-
-    from control.configio import from_mapping, read_toml, to_dict, write_toml
-    from control.registry import make_config, make_controller, make_planner
-    from control.types import records_to_columns
-    from dspark.cmd_simulate import parse_controller_spec
-    from dspark.real_profile import build
-    from real.serve import ServeConfig, arrivals, serve
-
-    torch.set_num_threads(args.threads or 1)
     data = dict(read_toml(args.config).get("serve", {})) if args.config else {}
     for key, v in (
         ("rate_rps", args.rate),
@@ -88,25 +76,18 @@ def run(args: argparse.Namespace) -> int:
             data[key] = v
     if args.tiny:
         data.setdefault("workload", "random")
-    scfg = from_mapping(ServeConfig, data, source=args.config or "<command line>", prefix="serve")
-    over = {"stop_at_eot": False}
-    if args.slots is not None or "slots" not in (
-        read_toml(args.config).get("engine", {}) if args.config else {}
-    ):
-        over["slots"] = args.slots or 8
-    engine, ecfg = build(args, **over)
-    vocab = engine.target.embed_tokens.num_embeddings
-    stream = arrivals(scfg, engine.tokenizer, vocab)
-    specs = [parse_controller_spec(c) for c in (args.controller or ["dspark"])]
-    out = Path(run_folder(args.out, args.overwrite, "real-serve"))
-    out.mkdir(parents=True, exist_ok=True)
-    log = None if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
-    src = f"Poisson {scfg.rate_rps:g}/s" if scfg.trace is None else scfg.trace
-    print(
-        f"{len(stream)} requests over {scfg.duration_s:g} s ({src}), "
-        f"{ecfg.slots} slots, {len(specs)} controller(s)",
-        file=sys.stderr,
-    )
+    return from_mapping(ServeConfig, data, source=args.config or "<command line>", prefix="serve")
+
+
+def _serve_all(engine, stream, specs, scfg, log) -> tuple:
+    """Replay the stream under each controller spec; return (requests, records, batches,
+    summaries, controller tables)."""
+    import sys
+
+    from control.configio import to_dict
+    from control.registry import make_config, make_controller, make_planner
+    from real.serve import serve
+
     reqs, recs, bts, sums, tables = [], [], [], [], {}
     for spec in specs:
         name, table, label = (spec, None, spec) if isinstance(spec, str) else spec
@@ -136,6 +117,19 @@ def run(args: argparse.Namespace) -> int:
             f"TTFT p50 {s['ttft_p50_s'] * 1e3:.0f} ms, TPOT p50 {s['tpot_p50_s'] * 1e3:.1f} ms, "
             f"mean batch {s['mean_batch_size']:.2f}"
         )
+    return reqs, recs, bts, sums, tables
+
+
+def _write_results(args, out, scfg, ecfg, reqs, recs, bts, sums, tables) -> None:
+    """Write ``requests.csv``, ``rounds.csv``, ``batches.csv``, ``summary.json``, ``config.toml``."""
+    import dataclasses
+    import json
+
+    import pandas as pd
+
+    from control.configio import to_dict, write_toml
+    from control.types import records_to_columns
+
     pd.concat(reqs).to_csv(out / "requests.csv", index=False)
     pd.DataFrame(records_to_columns(recs)).to_csv(out / "rounds.csv", index=False)
     pd.concat(bts).to_csv(out / "batches.csv", index=False)
@@ -151,5 +145,40 @@ def run(args: argparse.Namespace) -> int:
         },
         out / "config.toml",
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    from control.configio import read_toml
+    from dspark.cmd_simulate import parse_controller_spec
+    from dspark.real_profile import build
+    from real.serve import arrivals
+
+    torch.set_num_threads(args.threads or 1)
+    scfg = _serve_config(args)
+    over = {"stop_at_eot": False}
+    if args.slots is not None or "slots" not in (
+        read_toml(args.config).get("engine", {}) if args.config else {}
+    ):
+        over["slots"] = args.slots or 8
+    engine, ecfg = build(args, **over)
+    vocab = engine.target.embed_tokens.num_embeddings
+    stream = arrivals(scfg, engine.tokenizer, vocab)
+    specs = [parse_controller_spec(c) for c in (args.controller or ["dspark"])]
+    out = Path(run_folder(args.out, args.overwrite, "real-serve"))
+    out.mkdir(parents=True, exist_ok=True)
+    log = None if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
+    src = f"Poisson {scfg.rate_rps:g}/s" if scfg.trace is None else scfg.trace
+    print(
+        f"{len(stream)} requests over {scfg.duration_s:g} s ({src}), "
+        f"{ecfg.slots} slots, {len(specs)} controller(s)",
+        file=sys.stderr,
+    )
+    reqs, recs, bts, sums, tables = _serve_all(engine, stream, specs, scfg, log)
+    _write_results(args, out, scfg, ecfg, reqs, recs, bts, sums, tables)
     print(f"wrote {out}/requests.csv, rounds.csv, batches.csv, summary.json")
     return 0

@@ -40,22 +40,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def run(args: argparse.Namespace) -> int:
-    import dataclasses
-    import json
+def _prompt_config(args: argparse.Namespace) -> Any:
+    """The prompt set: ``[prompts]`` of the config, overridden by the command line."""
     from pathlib import Path
 
-    import pandas as pd
-    import torch
+    from control.configio import from_mapping, read_toml
+    from real.tracing import PromptSetConfig
 
-    from control.configio import from_mapping, read_toml, to_dict, write_toml
-    from control.types import PositionRecord, records_to_columns
-    from dspark.cmd_real import controller_from_args
-    from dspark.real_profile import build
-    from dspark.validation.metrics import real_metrics
-    from real.tracing import PromptSetConfig, make_prompts, record_positions_full, run_requests
-
-    torch.set_num_threads(args.threads or 1)
     data = dict(read_toml(args.config).get("prompts", {})) if args.config else {}
     if data.get("path") and not Path(data["path"]).is_absolute():  # relative to the config
         data["path"] = str(Path(args.config).resolve().parent / data["path"])
@@ -76,25 +67,18 @@ def run(args: argparse.Namespace) -> int:
         data["workload"], data["path"] = "file", args.prompt_file
     if args.tiny:
         data.setdefault("workload", "random")
-    pcfg = from_mapping(
+    return from_mapping(
         PromptSetConfig, data, source=args.config or "<command line>", prefix="prompts"
     )
-    engine, ecfg = build(args, stop_at_eot=False)
-    ctrl = controller_from_args(args.controller, args.config)
-    ctrl_cfg = ctrl.config
-    vocab = engine.target.embed_tokens.num_embeddings
-    prompts = make_prompts(pcfg, engine.tokenizer, vocab)
-    from control.registry import make_controller
 
-    recs, reqs = run_requests(
-        engine,
-        prompts,
-        pcfg.max_new_tokens,
-        lambda: make_controller(args.controller, ctrl_cfg),
-        args.controller,
-    )
-    out = Path(run_folder(args.out, args.overwrite, "trace"))
-    out.mkdir(parents=True, exist_ok=True)
+
+def _write_traces(args, out, engine, prompts, pcfg, recs, reqs) -> None:
+    """Write ``rounds.csv``, ``requests.csv`` and (unless ``--no-positions``) ``positions.csv``."""
+    import pandas as pd
+
+    from control.types import PositionRecord, records_to_columns
+    from real.tracing import record_positions_full
+
     pd.DataFrame(records_to_columns(recs)).to_csv(out / "rounds.csv", index=False)
     pd.DataFrame(
         [
@@ -117,6 +101,16 @@ def run(args: argparse.Namespace) -> int:
         pd.DataFrame(records_to_columns(pos, PositionRecord)).to_csv(
             out / "positions.csv", index=False
         )
+
+
+def _write_summary(args, out, pcfg, ecfg, ctrl_cfg, recs, reqs) -> dict:
+    """Write ``summary.json`` and ``config.toml``; return the summary row."""
+    import dataclasses
+    import json
+
+    from control.configio import to_dict, write_toml
+    from dspark.validation.metrics import real_metrics
+
     m = real_metrics(recs, reqs)
     row = {
         "controller": args.controller,
@@ -138,6 +132,38 @@ def run(args: argparse.Namespace) -> int:
         },
         out / "config.toml",
     )
+    return row
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import torch
+
+    from dspark.cmd_real import controller_from_args
+    from dspark.real_profile import build
+    from real.tracing import make_prompts, run_requests
+
+    torch.set_num_threads(args.threads or 1)
+    pcfg = _prompt_config(args)
+    engine, ecfg = build(args, stop_at_eot=False)
+    ctrl = controller_from_args(args.controller, args.config)
+    ctrl_cfg = ctrl.config
+    vocab = engine.target.embed_tokens.num_embeddings
+    prompts = make_prompts(pcfg, engine.tokenizer, vocab)
+    from control.registry import make_controller
+
+    recs, reqs = run_requests(
+        engine,
+        prompts,
+        pcfg.max_new_tokens,
+        lambda: make_controller(args.controller, ctrl_cfg),
+        args.controller,
+    )
+    out = Path(run_folder(args.out, args.overwrite, "trace"))
+    out.mkdir(parents=True, exist_ok=True)
+    _write_traces(args, out, engine, prompts, pcfg, recs, reqs)
+    row = _write_summary(args, out, pcfg, ecfg, ctrl_cfg, recs, reqs)
     print(
         f"{len(reqs)} requests, {len(recs)} rounds: {row['tokens_per_s']:.1f} tokens/s, mean "
         f"accepted length {row['mean_accepted_length']:.3f}, â {row['acceptance_rate']:.3f}"

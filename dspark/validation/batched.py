@@ -220,35 +220,13 @@ def run_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> d
     return analyze_batched(cfg, out, log)
 
 
-def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> dict:
-    """Steps 1-4: the engine's runs and profile. Everything the prediction needs is written
-    under ``out/batched`` (``measure.json``, ``streams.csv``, ``pool_positions.csv``, the real
-    ``requests.csv`` / ``rounds.csv`` / ``batches.csv``, ``profile/latency.csv``), so that
-    :func:`analyze_batched` can run again on it without the engine."""
+def _record_pool(engine, ps, out_max: int, bdir: Path, log: Callable[[str], None]) -> list:
+    """Step 1: the prompt pool and its greedy position traces (``pool_positions.csv``)."""
     import pandas as pd
 
-    from dspark.validation.run import build_engine
-    from real.engine import Request
-    from real.profile import GridProfiler, finish_table
-    from real.serve import serve
     from real.tracing import make_prompts, record_positions_full
 
-    t_start = time.perf_counter()
-    b = cfg.batched
-    bdir = out / "batched"
-    bdir.mkdir(parents=True, exist_ok=True)
-    ecfg = dataclasses.replace(cfg.engine, slots=b.slots, k_max=b.k_max, max_len=b.max_len)
-    engine = build_engine(cfg, ecfg)
     vocab = engine.target.embed_tokens.num_embeddings
-    ps = cfg.prompt_set(b.pool)
-    out_max = ps.max_new_tokens
-    log(
-        f"batched: {b.slots} slots, k_max {b.k_max}, pool '{b.pool}' ({ps.n_prompts} prompts, "
-        f"outputs {b.output_tokens_min}-{out_max})"
-    )
-    gp = GridProfiler(engine, b.profile)  # checks the grid against the engine first
-
-    # 1. pool and its greedy position traces
     pool = make_prompts(ps, engine.tokenizer, vocab)
     traces = []
     for j, p in enumerate(pool):
@@ -259,10 +237,12 @@ def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
         bdir / "pool_positions.csv", index=False
     )
     log(f"batched: pool traces, mean run length {np.mean([r.run_length for r in flat]):.2f}")
+    return pool
 
-    # 2. the profile over batch, in slices between the real runs
-    pdir = bdir / "profile"
-    pdir.mkdir(exist_ok=True)
+
+def _start_profile(gp, b) -> tuple[list[int], Callable[[], None]]:
+    """Step 2: warm up, split the profile's cells in slices, run the first; return the slice
+    sizes and the function that runs the next slice (between real runs, if interleaved)."""
     gp.passes(b.profile.warmup, record=False)
     n_runs = 1 + b.repeats * len(b.loads) * len(b.controllers)
     n_slices = 1 + n_runs if b.interleave_profile else 1
@@ -276,9 +256,12 @@ def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
         if b.interleave_profile:
             gp.run_cells(next(slices))
 
-    # 3. capacity probe
-    x_name = b.calibration_controller
-    x_cfg = make_config(x_name, b.calibration_controller_config, source="batched calibration")
+    return per_slice, profile_slice
+
+
+def _capacity_probe(engine, b, pool, out_max, x_name, x_cfg, log) -> dict:
+    """Step 3: the calibration controller on ``capacity_requests`` requests at t = 0."""
+    from real.engine import Request
 
     def probe_requests(n: int) -> list:
         return [
@@ -300,8 +283,20 @@ def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
         f"{probe_rps:.3f} requests/s"
         + (f" (capacity_rps = {b.capacity_rps:g} used)" if b.capacity_rps else "")
     )
+    return {
+        "tokens_per_s": probe_tok_s,
+        "requests_per_s": probe_rps,
+        "capacity_rps_used": capacity_rps,
+        "requests": b.capacity_requests,
+        "output_tokens": out_max,
+        "seconds": probe_s,
+    }
 
-    # 4. arrival streams and the real replays
+
+def _write_streams(b, pool, out_max, capacity_rps, bdir: Path) -> tuple[dict, dict]:
+    """Step 4a: one Poisson arrival stream per load (``streams.csv``); return loads, streams."""
+    import pandas as pd
+
     loads = {"calibration": b.calibration_load, **dict(zip(b.load_names, b.loads))}
     streams = {}
     for i, (name, x) in enumerate(loads.items()):
@@ -323,9 +318,16 @@ def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
             for a, j in zip(st, idx)
         ]
     ).to_csv(bdir / "streams.csv", index=False)
-    ctrl_cfgs, ctrl_src = {}, {}
-    for c in b.controllers:
-        ctrl_cfgs[c], ctrl_src[c] = controller_config(cfg, c)
+    return loads, streams
+
+
+def _replay_all(engine, b, streams, x_name, x_cfg, ctrl_cfgs, profile_slice, bdir, log) -> None:
+    """Step 4b: the real replays (calibration once, then controller x load x repeat,
+    interleaved with profile slices); writes ``requests.csv``, ``rounds.csv``, ``batches.csv``."""
+    import pandas as pd
+
+    from real.serve import serve
+
     all_req, all_rounds, all_batches = [], [], []
 
     def replay(load: str, name: str, conf, label: str, rep: int) -> None:
@@ -361,19 +363,56 @@ def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
     pd.concat(all_rounds, ignore_index=True).to_csv(bdir / "rounds.csv", index=False)
     pd.concat(all_batches, ignore_index=True).to_csv(bdir / "batches.csv", index=False)
 
+
+def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> dict:
+    """Steps 1-4: the engine's runs and profile. Everything the prediction needs is written
+    under ``out/batched`` (``measure.json``, ``streams.csv``, ``pool_positions.csv``, the real
+    ``requests.csv`` / ``rounds.csv`` / ``batches.csv``, ``profile/latency.csv``), so that
+    :func:`analyze_batched` can run again on it without the engine."""
+    from dspark.validation.run import build_engine
+    from real.profile import GridProfiler, finish_table
+
+    t_start = time.perf_counter()
+    b = cfg.batched
+    bdir = out / "batched"
+    bdir.mkdir(parents=True, exist_ok=True)
+    ecfg = dataclasses.replace(cfg.engine, slots=b.slots, k_max=b.k_max, max_len=b.max_len)
+    engine = build_engine(cfg, ecfg)
+    ps = cfg.prompt_set(b.pool)
+    out_max = ps.max_new_tokens
+    log(
+        f"batched: {b.slots} slots, k_max {b.k_max}, pool '{b.pool}' ({ps.n_prompts} prompts, "
+        f"outputs {b.output_tokens_min}-{out_max})"
+    )
+    gp = GridProfiler(engine, b.profile)  # checks the grid against the engine first
+
+    # 1. pool and its greedy position traces
+    pool = _record_pool(engine, ps, out_max, bdir, log)
+
+    # 2. the profile over batch, in slices between the real runs
+    pdir = bdir / "profile"
+    pdir.mkdir(exist_ok=True)
+    per_slice, profile_slice = _start_profile(gp, b)
+
+    # 3. capacity probe
+    x_name = b.calibration_controller
+    x_cfg = make_config(x_name, b.calibration_controller_config, source="batched calibration")
+    probe = _capacity_probe(engine, b, pool, out_max, x_name, x_cfg, log)
+    capacity_rps = probe["capacity_rps_used"]
+
+    # 4. arrival streams and the real replays
+    loads, streams = _write_streams(b, pool, out_max, capacity_rps, bdir)
+    ctrl_cfgs, ctrl_src = {}, {}
+    for c in b.controllers:
+        ctrl_cfgs[c], ctrl_src[c] = controller_config(cfg, c)
+    _replay_all(engine, b, streams, x_name, x_cfg, ctrl_cfgs, profile_slice, bdir, log)
+
     # the profile table (+ round overhead rows per batch, measured now)
     rows, fit = gp.rows()
     lat, details = finish_table(engine, b.profile, rows, fit)
     lat.to_csv(pdir / "latency.csv", index=False)
     meta = {
-        "capacity_probe": {
-            "tokens_per_s": probe_tok_s,
-            "requests_per_s": probe_rps,
-            "capacity_rps_used": capacity_rps,
-            "requests": b.capacity_requests,
-            "output_tokens": out_max,
-            "seconds": probe_s,
-        },
+        "capacity_probe": probe,
         "loads": {
             ld: {
                 "x_capacity": loads[ld],
@@ -393,19 +432,13 @@ def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
     return meta
 
 
-def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> dict:
-    """Steps 5-7 from the measurements under ``out/batched`` (no engine): calibration,
-    predictions, errors; writes ``errors_batched.csv`` and ``batched/summary.json``."""
+def _load_measurements(bdir: Path) -> tuple:
+    """Read what :func:`measure_batched` wrote: (meta, streams, pool traces by prompt, real
+    requests, rounds, batches, latency table)."""
     import pandas as pd
 
     from control.types import PositionRecord, records_from_rows
-    from real.profile import with_statistic
-    from sim import load_scenario, simulate
 
-    t_start = time.perf_counter()
-    b = cfg.batched
-    bdir = out / "batched"
-    pdir = bdir / "profile"
     meta = json.loads((bdir / "measure.json").read_text())
     streams = pd.read_csv(bdir / "streams.csv")
     pos = records_from_rows(
@@ -418,36 +451,39 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
     rq_all = pd.read_csv(bdir / "requests.csv")
     rd_all = pd.read_csv(bdir / "rounds.csv", usecols=["controller", "load", "repeat", "accepted"])
     bt_all = pd.read_csv(bdir / "batches.csv")
-    lat = pd.read_csv(pdir / "latency.csv")
-    x_name, x_table = meta["calibration_controller"]
-    x_cfg = make_config(x_name, x_table, source="batched calibration")
-    ctrl_cfgs = {
-        c: make_config(c, t, source=f"batched {c}") for c, (t, _) in meta["controllers"].items()
-    }
+    lat = pd.read_csv(bdir / "profile" / "latency.csv")
+    return meta, streams, traces, rq_all, rd_all, bt_all, lat
 
-    def real_runs(label: str, load: str) -> list[tuple[dict, object]]:
-        runs = []
-        key = ["controller", "load", "repeat"]
-        for rep in sorted(
-            rq_all.loc[
-                (rq_all["controller"] == label) & (rq_all["load"] == load), "repeat"
-            ].unique()
-        ):
-            sel = dict(zip(key, (label, load, rep)))
 
-            def pick(df, sel=sel):
-                m = np.ones(len(df), dtype=bool)
-                for k, v in sel.items():
-                    m &= (df[k] == v).to_numpy()
-                return df[m]
+def _real_runs(rq_all, rd_all, bt_all, label: str, load: str) -> list[tuple[dict, object]]:
+    """The real runs of one controller label at one load: (serving metrics, batches) per
+    repeat."""
+    runs = []
+    key = ["controller", "load", "repeat"]
+    for rep in sorted(
+        rq_all.loc[(rq_all["controller"] == label) & (rq_all["load"] == load), "repeat"].unique()
+    ):
+        sel = dict(zip(key, (label, load, rep)))
 
-            rd = pick(rd_all)
-            bt = pick(bt_all)
-            m, _ = real_serving_metrics(pick(rq_all), bt, int(rd["accepted"].sum()), len(rd))
-            runs.append((m, bt))
-        return runs
+        def pick(df, sel=sel):
+            m = np.ones(len(df), dtype=bool)
+            for k, v in sel.items():
+                m &= (df[k] == v).to_numpy()
+            return df[m]
 
-    # 5. calibration: the profile, and the serving loop's round overhead per batch size
+        rd = pick(rd_all)
+        bt = pick(bt_all)
+        m, _ = real_serving_metrics(pick(rq_all), bt, int(rd["accepted"].sum()), len(rd))
+        runs.append((m, bt))
+    return runs
+
+
+def _calibrate(cfg: ValidateConfig, meta: dict, lat, cal_runs, pdir: Path, log) -> dict:
+    """Step 5: the profile at the latency statistic and the round overhead per batch size;
+    writes the simulator's latency table and the plain one (without the overhead)."""
+    from real.profile import with_statistic
+
+    b = cfg.batched
     stat = with_statistic(lat, cfg.latency_statistic)
     batches = sorted({int(x) for x in lat["batch"].unique()})
     fit = meta["profile"]["drafter_fit"]
@@ -460,7 +496,6 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
     }
     ov_rows = stat[stat["model"].astype(str) == "round-overhead"]
     profile_ov = {int(r.batch): float(r.seconds) for r in ov_rows.itertuples(index=False)}
-    cal_runs = real_runs(CALIBRATION_LABEL, "calibration")
     resid: dict[int, list[float]] = {}
     for _, bt in cal_runs:
         for bb, v in overhead_residuals(bt).items():
@@ -482,52 +517,67 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
         + ", ".join(f"B{bb} {overhead[bb] * 1e3:.2f}" for bb in batches)
         + f" [{ov_src}]"
     )
+    return {
+        "sim_lat": sim_lat,
+        "sim_lat_csv": sim_lat_csv,
+        "plain_csv": plain_csv,
+        "overhead": overhead,
+        "ov_src": ov_src,
+        "profile_ov": profile_ov,
+        "resid": resid,
+        "icpt": icpt,
+    }
 
-    # 6. predictions: every load x controller (and the calibration load, as a check)
-    def predict(load: str, name: str, conf, lat_csv: Path = sim_lat_csv, sub: str = "") -> dict:
-        st = streams[streams["load"] == load].sort_values("request_id")
-        folder = bdir / "sim" / load / name / sub if sub else bdir / "sim" / load / name
-        n_out = st["output_tokens"].astype(int).tolist()
-        scn = write_serving_scenario(
-            folder,
-            f"{cfg.name}-batched-{load}",
-            lat_csv,
-            b.k_max,
-            b.slots,
-            st["arrival_s"].tolist(),
-            st["prompt_tokens"].astype(int).tolist(),
-            n_out,
-            [traces[int(j)][:n] for j, n in zip(st["pool_index"], n_out)],
-            {name: to_dict(conf)},
-        )
-        res = simulate(load_scenario(scn), name, conf, seed=0, trace=True, baseline=False)
-        res.requests.to_csv(folder / "requests.csv", index=False)
-        m, _ = sim_serving_metrics(res)
-        return m
 
-    cal_real = next(m for m, _ in cal_runs)
-    cal_sim = predict("calibration", x_name, x_cfg)
-    preds = {(c, ld): predict(ld, c, ctrl_cfgs[c]) for ld in b.load_names for c in b.controllers}
-    runs = {(c, ld): real_runs(c, ld) for (c, ld) in preds}
-    real = {k: [m for m, _ in v] for k, v in runs.items()}
-    log(f"batched: predicted {len(preds)} controller x load pairs")
+def _predict(
+    cfg: ValidateConfig, bdir: Path, streams, traces, load: str, name: str, conf, lat_csv, sub=""
+) -> dict:
+    """Step 6: simulate one controller on one load's replay (its mirror scenario)."""
+    from sim import load_scenario, simulate
 
-    # diagnostics: the latency model on each real run's own rounds (real draft and verify time
-    # over the table's for the same batch, tokens and context: the machine's speed during the
-    # run), and the error left when each run is predicted at its own measured speed (the table
-    # scaled by that ratio; not a prediction: it reads the run's own times)
+    b = cfg.batched
+    st = streams[streams["load"] == load].sort_values("request_id")
+    folder = bdir / "sim" / load / name / sub if sub else bdir / "sim" / load / name
+    n_out = st["output_tokens"].astype(int).tolist()
+    scn = write_serving_scenario(
+        folder,
+        f"{cfg.name}-batched-{load}",
+        lat_csv,
+        b.k_max,
+        b.slots,
+        st["arrival_s"].tolist(),
+        st["prompt_tokens"].astype(int).tolist(),
+        n_out,
+        [traces[int(j)][:n] for j, n in zip(st["pool_index"], n_out)],
+        {name: to_dict(conf)},
+    )
+    res = simulate(load_scenario(scn), name, conf, seed=0, trace=True, baseline=False)
+    res.requests.to_csv(folder / "requests.csv", index=False)
+    m, _ = sim_serving_metrics(res)
+    return m
+
+
+def _speed_diagnostics(cfg, out: Path, bdir: Path, runs, cal: dict, predict) -> tuple:
+    """The latency model on each real run's own rounds (real draft and verify time over the
+    table's for the same batch, tokens and context: the machine's speed during the run), and
+    the error left when each run is predicted at its own measured speed (the table scaled by
+    that ratio; not a prediction: it reads the run's own times). Writes ``latency_check.csv``
+    and ``errors_batched_speed_corrected.csv``; returns both frames."""
+    import pandas as pd
+
+    b = cfg.batched
     speed, corrected_rows = [], []
     for (c, ld), rs in runs.items():
         for rep, (m_real, bt) in enumerate(rs):
-            ratio = latency_check(bt, plain_csv)
+            ratio = latency_check(bt, cal["plain_csv"])
             speed.append({"controller": c, "load": ld, "repeat": rep, **ratio})
             if not b.speed_corrected:
                 continue
-            scaled = sim_table(sim_lat, b.k_max, {}, scale=ratio["round_ratio"])
+            scaled = sim_table(cal["sim_lat"], b.k_max, {}, scale=ratio["round_ratio"])
             path = bdir / "sim" / ld / c / f"latency_speed_rep{rep}.csv"
             path.parent.mkdir(parents=True, exist_ok=True)
             scaled.to_csv(path, index=False)
-            m_sim = predict(ld, c, ctrl_cfgs[c], path, f"speed_rep{rep}")
+            m_sim = predict(ld, c, path, f"speed_rep{rep}")
             for m in M.SERVING_METRICS:
                 corrected_rows.append(
                     {
@@ -546,8 +596,13 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
     corrected = pd.DataFrame(corrected_rows)
     if len(corrected):
         corrected.to_csv(out / "errors_batched_speed_corrected.csv", index=False)
+    return speed_df, corrected
 
-    # 7. errors, ranking, summary
+
+def _error_table(meta: dict, preds: dict, real: dict, out: Path):
+    """Step 7a: sim vs the real median per controller x load x metric (``errors_batched.csv``)."""
+    import pandas as pd
+
     rates = {ld: v["rate_rps"] for ld, v in meta["loads"].items()}
     rows_out = []
     for (c, ld), sim in preds.items():
@@ -568,14 +623,13 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
             )
     err = pd.DataFrame(rows_out, columns=list(ERROR_COLUMNS))
     err.to_csv(out / "errors_batched.csv", index=False)
-    head = err[err["metric"].isin(tuple(M.SERVING_TARGETS))]
-    max_err = float(head["error_pct"].abs().max())
-    within_target = {
-        m: bool((head[head["metric"] == m]["error_pct"].abs() <= t).all())
-        for m, t in M.SERVING_TARGETS.items()
-    }
+    return err
+
+
+def _rank_orders(err, load_names) -> dict:
+    """Step 7b: the controllers' orders per load, simulated and real (TPOT and throughput)."""
     ranks = {}
-    for ld in b.load_names:
+    for ld in load_names:
         t = err[(err["load"] == ld) & (err["metric"] == M.RANK_METRIC)]
         tp = err[(err["load"] == ld) & (err["metric"] == "throughput_tokens_per_s")]
         ranks[ld] = {
@@ -588,7 +642,34 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
             "throughput_real_order": tp.sort_values("real", ascending=False)["controller"].tolist(),
         }
         ranks[ld]["agree"] = ranks[ld]["sim_order"] == ranks[ld]["real_order"]
-    summary = {
+    return ranks
+
+
+def _latency_check_summary(speed_df) -> dict:
+    """The ``latency_check`` entry of the summary."""
+    return {
+        "what": "per real run: its Σ verify_s / the table's verify for the same rounds "
+        "(verify_ratio), the same for the draft phase (draft_ratio: the table has "
+        "no propose intercept and no drafter catch-up after rounds that did not "
+        "draft), and for both together (round_ratio)",
+        "round_ratio_min": float(speed_df["round_ratio"].min()),
+        "round_ratio_max": float(speed_df["round_ratio"].max()),
+        "round_ratio_median": float(speed_df["round_ratio"].median()),
+        "draft_ratio_median": float(speed_df["draft_ratio"].median()),
+        "verify_ratio_median": float(speed_df["verify_ratio"].median()),
+    }
+
+
+def _summary(cfg, meta, err, ranks, cal_check, speed_df, corrected, cal, t_start) -> dict:
+    """Step 7c: the ``batched/summary.json`` contents."""
+    b = cfg.batched
+    head = err[err["metric"].isin(tuple(M.SERVING_TARGETS))]
+    max_err = float(head["error_pct"].abs().max())
+    within_target = {
+        m: bool((head[head["metric"] == m]["error_pct"].abs() <= t).all())
+        for m, t in M.SERVING_TARGETS.items()
+    }
+    return {
         "kind": "validate-batched",
         "name": cfg.name,
         "max_abs_error_pct": max_err,
@@ -605,24 +686,8 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
         "repeats": b.repeats,
         "capacity_probe": meta["capacity_probe"],
         "loads": meta["loads"],
-        "calibration_check": {
-            "controller": x_name,
-            "controller_config": x_table,
-            "real": cal_real,
-            "sim": cal_sim,
-            "error_pct": {k: M.error_pct(cal_sim[k], cal_real[k]) for k in M.SERVING_METRICS},
-        },
-        "latency_check": {
-            "what": "per real run: its Σ verify_s / the table's verify for the same rounds "
-            "(verify_ratio), the same for the draft phase (draft_ratio: the table has "
-            "no propose intercept and no drafter catch-up after rounds that did not "
-            "draft), and for both together (round_ratio)",
-            "round_ratio_min": float(speed_df["round_ratio"].min()),
-            "round_ratio_max": float(speed_df["round_ratio"].max()),
-            "round_ratio_median": float(speed_df["round_ratio"].median()),
-            "draft_ratio_median": float(speed_df["draft_ratio"].median()),
-            "verify_ratio_median": float(speed_df["verify_ratio"].median()),
-        },
+        "calibration_check": cal_check,
+        "latency_check": _latency_check_summary(speed_df),
         "speed_corrected_max_abs_error_pct": (
             float(
                 corrected[corrected["metric"].isin(tuple(M.SERVING_TARGETS))]["error_pct"]
@@ -632,20 +697,75 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
             if len(corrected)
             else None
         ),
-        "round_overhead_s_by_batch": {str(k): v for k, v in overhead.items()},
-        "round_overhead_source": ov_src,
-        "round_overhead_profile_s_by_batch": {str(k): v for k, v in profile_ov.items()},
+        "round_overhead_s_by_batch": {str(k): v for k, v in cal["overhead"].items()},
+        "round_overhead_source": cal["ov_src"],
+        "round_overhead_profile_s_by_batch": {str(k): v for k, v in cal["profile_ov"].items()},
         "round_overhead_calibration_residual": {
             str(k): {"rounds": len(v), "trimmed_mean_s": _tmean(v)}
-            for k, v in sorted(resid.items())
+            for k, v in sorted(cal["resid"].items())
         },
-        "propose_intercept_s_by_batch": {str(k): v for k, v in icpt.items()},
+        "propose_intercept_s_by_batch": {str(k): v for k, v in cal["icpt"].items()},
         "controllers_heldout": {c: src for c, (_, src) in meta["controllers"].items()},
         "engine": meta["engine"],
         "prefill_convention": "simulator prompt = P - 1 tokens, output = N + 1; engine first "
         "token = end of the simulated first round (module docstring)",
         "runtime_s": meta["measure_s"] + time.perf_counter() - t_start,
     }
+
+
+def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> dict:
+    """Steps 5-7 from the measurements under ``out/batched`` (no engine): calibration,
+    predictions, errors; writes ``errors_batched.csv`` and ``batched/summary.json``."""
+    t_start = time.perf_counter()
+    b = cfg.batched
+    bdir = out / "batched"
+    pdir = bdir / "profile"
+    meta, streams, traces, rq_all, rd_all, bt_all, lat = _load_measurements(bdir)
+    x_name, x_table = meta["calibration_controller"]
+    x_cfg = make_config(x_name, x_table, source="batched calibration")
+    ctrl_cfgs = {
+        c: make_config(c, t, source=f"batched {c}") for c, (t, _) in meta["controllers"].items()
+    }
+
+    def real_runs(label: str, load: str) -> list[tuple[dict, object]]:
+        return _real_runs(rq_all, rd_all, bt_all, label, load)
+
+    # 5. calibration: the profile, and the serving loop's round overhead per batch size
+    cal_runs = real_runs(CALIBRATION_LABEL, "calibration")
+    cal = _calibrate(cfg, meta, lat, cal_runs, pdir, log)
+
+    # 6. predictions: every load x controller (and the calibration load, as a check)
+    def predict(load: str, name: str, conf, lat_csv: Path = cal["sim_lat_csv"], sub="") -> dict:
+        return _predict(cfg, bdir, streams, traces, load, name, conf, lat_csv, sub)
+
+    cal_real = next(m for m, _ in cal_runs)
+    cal_sim = predict("calibration", x_name, x_cfg)
+    preds = {(c, ld): predict(ld, c, ctrl_cfgs[c]) for ld in b.load_names for c in b.controllers}
+    runs = {(c, ld): real_runs(c, ld) for (c, ld) in preds}
+    real = {k: [m for m, _ in v] for k, v in runs.items()}
+    log(f"batched: predicted {len(preds)} controller x load pairs")
+
+    # diagnostics: the latency model on each real run's own rounds, and the speed-corrected error
+    speed_df, corrected = _speed_diagnostics(
+        cfg,
+        out,
+        bdir,
+        runs,
+        cal,
+        lambda ld, c, path, sub: predict(ld, c, ctrl_cfgs[c], path, sub),
+    )
+
+    # 7. errors, ranking, summary
+    err = _error_table(meta, preds, real, out)
+    ranks = _rank_orders(err, b.load_names)
+    cal_check = {
+        "controller": x_name,
+        "controller_config": x_table,
+        "real": cal_real,
+        "sim": cal_sim,
+        "error_pct": {k: M.error_pct(cal_sim[k], cal_real[k]) for k in M.SERVING_METRICS},
+    }
+    summary = _summary(cfg, meta, err, ranks, cal_check, speed_df, corrected, cal, t_start)
     (bdir / "summary.json").write_text(json.dumps(json_safe(summary), indent=1))
     log(f"batched: done in {summary['runtime_s']:.0f} s")
     return summary
