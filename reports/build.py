@@ -126,50 +126,50 @@ class Builder:
             "verification (0 in strict mode)."
         )
 
-        def body(s: Section, r: Run, slug: str):
-            res = r.tables["results"]
-            ref, where = reference_slice(res)
-            table = comparison_table(ref)
-            a = answer(ref)
-            if a is not None:
-                s.p(f"At {where}: {answer_sentence(a)}")
-            k0 = table[(table["role"] == NO_SPEC) & (table["controller"].map(family) == "fixed")]
-            if len(k0) and "speedup" in table.columns:
-                row = k0.iloc[0]
-                s.p(
-                    f"`{row['controller']}` is k = 0 with the drafter resident (loaded, never "
-                    f"used): its throughput is the 1.00× of the throughput ratio, and its TPOT "
-                    f"speedup reads {fmt_num(row['speedup'], '{:.2f}')}× because that column's "
-                    "baseline is k = 0 without a drafter, a run not shown as a row."
-                )
-            s.blocks.append(
-                TableBlock(
-                    f"comparison_{slug}",
-                    f"throughput and latency — {_label(r)}: {where}",
-                    format_comparison(table, "speed"),
-                    table,
-                )
-            )
-            s.blocks.append(
-                TableBlock(
-                    f"comparison_speculation_{slug}",
-                    f"speculation, utilization and quality — {where}",
-                    format_comparison(table, "speculation"),
-                    table,
-                    show=True,
-                )
-            )
-            s.blocks.append(
-                TableBlock(
-                    f"simulate_all_points_{slug}",
-                    "Every saved operating point (mean over seeds)",
-                    full_table(res),
-                    show=False,
-                )
-            )
-
-        self._per_run(sec, runs, body)
+        self._per_run(sec, runs, self._comparison_run)
         return sec
+
+    def _comparison_run(self, s: Section, r: Run, slug: str) -> None:
+        res = r.tables["results"]
+        ref, where = reference_slice(res)
+        table = comparison_table(ref)
+        a = answer(ref)
+        if a is not None:
+            s.p(f"At {where}: {answer_sentence(a)}")
+        k0 = table[(table["role"] == NO_SPEC) & (table["controller"].map(family) == "fixed")]
+        if len(k0) and "speedup" in table.columns:
+            row = k0.iloc[0]
+            s.p(
+                f"`{row['controller']}` is k = 0 with the drafter resident (loaded, never "
+                f"used): its throughput is the 1.00× of the throughput ratio, and its TPOT "
+                f"speedup reads {fmt_num(row['speedup'], '{:.2f}')}× because that column's "
+                "baseline is k = 0 without a drafter, a run not shown as a row."
+            )
+        s.blocks.append(
+            TableBlock(
+                f"comparison_{slug}",
+                f"throughput and latency — {_label(r)}: {where}",
+                format_comparison(table, "speed"),
+                table,
+            )
+        )
+        s.blocks.append(
+            TableBlock(
+                f"comparison_speculation_{slug}",
+                f"speculation, utilization and quality — {where}",
+                format_comparison(table, "speculation"),
+                table,
+                show=True,
+            )
+        )
+        s.blocks.append(
+            TableBlock(
+                f"simulate_all_points_{slug}",
+                "Every saved operating point (mean over seeds)",
+                full_table(res),
+                show=False,
+            )
+        )
 
     def load(self) -> Result:
         runs = [
@@ -324,40 +324,40 @@ class Builder:
             "is lossless)."
         )
 
-        def body(s: Section, r: Run, slug: str):
-            t = r.tables["real"]
-            what, warn = real_provenance(r)
-            s.p(f"Measured: {what}." + (f" {warn}." if warn else ""))
-            repeats = (r.summary.get("bench_config") or {}).get("repeats")
-            shown = pd.DataFrame({"controller": t["controller"].astype(str)})
-            if "mode" in t.columns:
-                shown["mode"] = t["mode"].fillna("").astype(str)
-            shown["tokens/s"] = [fmt_num(v, "{:,.1f}") for v in t["tokens_per_s"]]
-            if {"tokens_per_s_p10", "tokens_per_s_p90"} <= set(t.columns):
-                head = (
-                    f"p10–p90 over {repeats} repeats (tok/s)"
-                    if repeats
-                    else "p10–p90 over repeats (tok/s)"
-                )
-                shown[head] = [
-                    "— (one repeat: no spread)"
-                    if repeats == 1 or (pd.notna(a) and pd.notna(b) and a == b and repeats is None)
-                    else f"{fmt_num(a, '{:,.1f}')}–{fmt_num(b, '{:,.1f}')}"
-                    for a, b in zip(t["tokens_per_s_p10"], t["tokens_per_s_p90"])
-                ]
-            for col, head, f in (
-                ("speedup_vs_ar", "speedup vs AR (×)", "{:.2f}"),
-                ("mean_accepted_length", "mean accepted length", "{:.2f}"),
-                ("acceptance_rate", "â", "{:.3f}"),
-                ("nll_change_pct", "quality change (NLL %)", "{:+.2f}"),
-                ("token_agreement", "token agreement", "{:.3f}"),
-            ):
-                if col in t.columns:
-                    shown[head] = [fmt_num(v, f) for v in t[col]]
-            s.blocks.append(TableBlock(f"real_{slug}", f"{_label(r)}", shown, t))
-
-        self._per_run(sec, runs, body)
+        self._per_run(sec, runs, self._real_run)
         return sec
+
+    def _real_run(self, s: Section, r: Run, slug: str) -> None:
+        t = r.tables["real"]
+        what, warn = real_provenance(r)
+        s.p(f"Measured: {what}." + (f" {warn}." if warn else ""))
+        repeats = (r.summary.get("bench_config") or {}).get("repeats")
+        shown = pd.DataFrame({"controller": t["controller"].astype(str)})
+        if "mode" in t.columns:
+            shown["mode"] = t["mode"].fillna("").astype(str)
+        shown["tokens/s"] = [fmt_num(v, "{:,.1f}") for v in t["tokens_per_s"]]
+        if {"tokens_per_s_p10", "tokens_per_s_p90"} <= set(t.columns):
+            head = (
+                f"p10–p90 over {repeats} repeats (tok/s)"
+                if repeats
+                else "p10–p90 over repeats (tok/s)"
+            )
+            shown[head] = [
+                "— (one repeat: no spread)"
+                if repeats == 1 or (pd.notna(a) and pd.notna(b) and a == b and repeats is None)
+                else f"{fmt_num(a, '{:,.1f}')}–{fmt_num(b, '{:,.1f}')}"
+                for a, b in zip(t["tokens_per_s_p10"], t["tokens_per_s_p90"])
+            ]
+        for col, head, f in (
+            ("speedup_vs_ar", "speedup vs AR (×)", "{:.2f}"),
+            ("mean_accepted_length", "mean accepted length", "{:.2f}"),
+            ("acceptance_rate", "â", "{:.3f}"),
+            ("nll_change_pct", "quality change (NLL %)", "{:+.2f}"),
+            ("token_agreement", "token agreement", "{:.3f}"),
+        ):
+            if col in t.columns:
+                shown[head] = [fmt_num(v, f) for v in t[col]]
+        s.blocks.append(TableBlock(f"real_{slug}", f"{_label(r)}", shown, t))
 
     # -- tuning ----------------------------------------------------------------------------
     def tuning(self) -> Result:
@@ -499,52 +499,52 @@ class Builder:
             "an error inside the spread is within the measurement noise."
         )
 
-        def body(s: Section, r: Run, slug: str):
-            e = r.tables["errors"]
-            sm = r.summary
-            ra = sm.get("rank_agreement") or {}
-            s.p(
-                f"Largest |error|: {fmt_num(sm.get('max_abs_error_pct'), '{:.1f}')}%. "
-                + (
-                    "Controllers rank the same in sim and real on: "
-                    + ", ".join(f"{w} ({'yes' if v else 'no'})" for w, v in ra.items())
-                    + "."
-                    if ra
-                    else ""
-                )
-            )
-            s.blocks.append(
-                _fig(
-                    f"parity_{slug}",
-                    f"Simulator vs real engine ({_label(r)})",
-                    plots.plot_parity(e, self.colors),
-                )
-            )
-            cell = e.assign(
-                _c=[
-                    f"{fmt_num(a, '{:+.1f}')} (±{fmt_num(b / 2, '{:.1f}')})"
-                    for a, b in zip(e["error_pct"], e["real_spread"])
-                ]
-            )
-            shown = cell.pivot_table(
-                index=["controller", "workload"],
-                columns="metric",
-                values="_c",
-                aggfunc="first",
-                sort=False,
-            ).reset_index()
-            shown.columns = [str(c) for c in shown.columns]
-            s.blocks.append(
-                TableBlock(
-                    f"validation_errors_{slug}",
-                    "prediction error in % per metric (± half the real run-to-run spread, %)",
-                    shown.fillna("—"),
-                    e,
-                )
-            )
-
-        self._per_run(sec, runs, body)
+        self._per_run(sec, runs, self._parity_run)
         return sec
+
+    def _parity_run(self, s: Section, r: Run, slug: str) -> None:
+        e = r.tables["errors"]
+        sm = r.summary
+        ra = sm.get("rank_agreement") or {}
+        s.p(
+            f"Largest |error|: {fmt_num(sm.get('max_abs_error_pct'), '{:.1f}')}%. "
+            + (
+                "Controllers rank the same in sim and real on: "
+                + ", ".join(f"{w} ({'yes' if v else 'no'})" for w, v in ra.items())
+                + "."
+                if ra
+                else ""
+            )
+        )
+        s.blocks.append(
+            _fig(
+                f"parity_{slug}",
+                f"Simulator vs real engine ({_label(r)})",
+                plots.plot_parity(e, self.colors),
+            )
+        )
+        cell = e.assign(
+            _c=[
+                f"{fmt_num(a, '{:+.1f}')} (±{fmt_num(b / 2, '{:.1f}')})"
+                for a, b in zip(e["error_pct"], e["real_spread"])
+            ]
+        )
+        shown = cell.pivot_table(
+            index=["controller", "workload"],
+            columns="metric",
+            values="_c",
+            aggfunc="first",
+            sort=False,
+        ).reset_index()
+        shown.columns = [str(c) for c in shown.columns]
+        s.blocks.append(
+            TableBlock(
+                f"validation_errors_{slug}",
+                "prediction error in % per metric (± half the real run-to-run spread, %)",
+                shown.fillna("—"),
+                e,
+            )
+        )
 
     def claims(self) -> Result:
         sec = Section("claims", "Seed-claims audit")
