@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from control.errors import ConfigError
 from sim.config import SimConfig
-from sim.latency import Constant, Roofline, Table
+from sim.latency import Constant, LatencyBackend, Roofline, Table
 
 
 class Cluster:
@@ -65,9 +65,13 @@ class Cluster:
         self.hw, self.target_dims, self.drafter_dims = hw, tgt, dr
         self.roof_t = Roofline(tgt, hw, tp)
         self.roof_d = Roofline(dr, hw, dtp)
+        self.lat_t: LatencyBackend
+        self.lat_d: LatencyBackend
         if lat.backend == "roofline":
             self.lat_t, self.lat_d = self.roof_t, self.roof_d
         elif lat.backend == "table":
+            if not lat.table_path:
+                raise ConfigError("latency.backend = 'table' needs latency.table_path")
             self.lat_t = Table(lat.table_path, lat.target_name)
             self.lat_d = Table(lat.table_path, lat.drafter_name)
         else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -43,6 +44,24 @@ class LatencyConfig:
     round_overhead_s: float = param(
         0.0, lo=0.0, hi=10.0, doc="fixed engine time per round outside draft and verify, s"
     )
+
+
+class LatencyBackend(Protocol):
+    """What the serving loop asks a latency backend (:class:`Roofline`, :class:`Table`,
+    :class:`Constant`)."""
+
+    def seconds(self, batch: int, new_tokens: int, context_sum: float) -> float: ...
+
+    def pass_seconds(
+        self,
+        batch: int,
+        new_tokens: int,
+        context_sum: float,
+        chunks: int,
+        chunk_tokens: int,
+        chunk_pairs: float,
+        chunk_prefix: float,
+    ) -> float: ...
 
 
 def causal_pairs(chunk: int, prefix: int) -> int:
@@ -242,18 +261,16 @@ class Table:
         return j - 1, j, (v - axis[j - 1]) / (axis[j] - axis[j - 1])
 
     def lookup(self, batch: float, new_per_seq: float, context: float) -> float:
-        idx = [self._w(a, v) for a, v in zip(self.axes, (batch, new_per_seq, context))]
+        (b0, b1, wb), (n0, n1, wn), (c0, c1, wc) = (
+            self._w(a, v) for a, v in zip(self.axes, (batch, new_per_seq, context))
+        )
         out = 0.0
-        for bi in (0, 1):
-            for ni in (0, 1):
-                for ci in (0, 1):
-                    w = (
-                        (idx[0][2] if bi else 1 - idx[0][2])
-                        * (idx[1][2] if ni else 1 - idx[1][2])
-                        * (idx[2][2] if ci else 1 - idx[2][2])
-                    )
+        for bi, b in ((0, b0), (1, b1)):
+            for ni, n in ((0, n0), (1, n1)):
+                for ci, c in ((0, c0), (1, c1)):
+                    w = (wb if bi else 1 - wb) * (wn if ni else 1 - wn) * (wc if ci else 1 - wc)
                     if w:
-                        out += w * self.grid[idx[0][bi], idx[1][ni], idx[2][ci]]
+                        out += w * float(self.grid[b, n, c])
         return out
 
     def seconds(self, batch: int, new_tokens: int, context_sum: float) -> float:

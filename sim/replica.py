@@ -112,6 +112,8 @@ class BatchView:
         "request_ids",
         "total",
     )
+    cap: list[int]  # empty unless paged
+    total: list[int]  # empty unless paged
 
     def __init__(
         self,
@@ -136,7 +138,7 @@ class BatchView:
             self.cap = [kv_cap[i] for i in request_ids]
             self.total = [total[i] for i in request_ids]
         else:
-            self.cap = self.total = None
+            self.cap, self.total = [], []
 
 
 class Round:
@@ -164,6 +166,23 @@ class Round:
         "verify_s",
         "verify_tokens",
     )
+    accepted: list[int]
+    confidences: np.ndarray | None
+    context_tokens: int
+    decisions: list[Any]
+    draft_s: float
+    draft_steps: int
+    drafted: list[int]
+    drafting: int
+    k: list[int]
+    k_array: np.ndarray | None
+    lossy: np.ndarray | None
+    max_k: int
+    prefill_tokens: int
+    size: int
+    start_s: float
+    verify_s: float
+    verify_tokens: int
 
 
 class Replica:
@@ -446,7 +465,7 @@ class Replica:
         b = self.batch
         if b is not None:
             self.ledger.emitted[b.ids] = b.positions
-            if b.cap is not None:
+            if b.cap:
                 self.kv_cap.update(zip(b.request_ids, b.cap))
             self.batch = None
 
@@ -647,6 +666,7 @@ class Replica:
             rnd.confidences = None
         drafted = accepted = None  # numpy arrays, only when needed
         if any_tau:
+            assert rnd.confidences is not None
             k = rnd.k_array if rnd.k_array is not None else np.array(rnd.k, dtype=np.int64)
             drafted, rnd.draft_steps = confidence_stop(
                 rnd.confidences, np.array([d.tau for d in decisions]), k
@@ -662,6 +682,7 @@ class Replica:
                     rnd.k_array if rnd.k_array is not None else np.array(rnd.k, dtype=np.int64)
                 )
                 accepted = np.minimum(drafted, run_lengths)
+            assert accepted is not None
             accepted, rnd.lossy = self.lossy_accepts(batch, decisions, accepted, drafted)
         if accepted is None:
             rnd.accepted = [
@@ -854,6 +875,7 @@ class Replica:
     ) -> None:
         """Each controller's Observation (``observe``), recorded with its state after it."""
         size, tracer = rnd.size, self.tracer
+        assert tracer is not None
         confidences = rnd.confidences.tolist() if rnd.confidences is not None else [()] * size
         lossy = rnd.lossy.tolist() if rnd.lossy is not None else [0] * size
         for j, c in enumerate(batch.controllers):
