@@ -234,11 +234,19 @@ class RoundCostModel:
         """The fitted costs at one context size, as the vectorised functions a plan calls
         (θ read once: cheaper than going through ``verify_s``/``step_s`` per call).
 
-        With a token ``budget`` per pass and a prompt ``backlog`` (chunked prefill), the pass
-        carries ``min(budget, n + backlog)`` tokens for ``n`` verified ones, and every prompt
-        token that drafts push out of it (against a round of ``batch_size`` plain steps) is
-        charged the full pass's average time per token (it is deferred, not saved). Otherwise the pass also carries ``prefill_tokens`` (default:
-        the recent average of the rounds seen), a load the same for every draft length."""
+        Prompt tokens sharing the pass are work the run must do whatever the draft lengths, so
+        the verify time charged to a round's decode is the pass's time **less the prompt chunk's
+        own share**, ``raw(n + p) − (raw(p) − raw(0))``: with a linear cost exactly ``raw(n)``,
+        with a convex one (compute-bound passes) more, since the drafts then sit on the steep
+        part. Counting the whole pass instead would add a fixed cost to the round and bias the
+        goodput ratio toward longer drafts whenever a prompt is in flight.
+
+        With a token ``budget`` per pass and a prompt ``backlog`` (chunked prefill) the chunk is
+        ``p(n) = min(backlog, budget − n)``: a draft that pushes a prompt token out of the pass
+        is charged that token's time (it is deferred, not saved), and, with ``prompt_value``,
+        the output tokens the wait is worth (against a round of ``batch_size`` plain steps).
+        With a budget and no backlog the pass carries the drafts alone. An engine that reports
+        no budget shares its passes with ``prefill_tokens`` (default: the recent average)."""
         self.fold()
         tv, ts = self.verify.theta, self.step.theta
         v0 = float(tv[0] + tv[2] * context_tokens / 1000.0)
@@ -254,45 +262,50 @@ class RoundCostModel:
         def raw_slope(n):
             return np.maximum(v1 + (n[..., None] > _KNOT_ARRAY) @ hinge, 0.0)
 
+        base = float(raw(np.zeros(1))[0])
+        penalty = penalty_slope = None
         if budget and backlog > 0:
             cap = float(budget)
-            avg = float(raw(np.array([cap]))[0]) / cap
-            free = min(backlog, max(cap - batch_size, 0.0))
 
-            def verify_s(n):
-                n = np.asarray(n, dtype=float)
-                # prompt tokens pushed out of the pass by drafts (against no drafts: n = B)
-                deferred = np.maximum(free - np.minimum(backlog, np.maximum(cap - n, 0.0)), 0.0)
-                return raw(np.minimum(cap, n + backlog)) + deferred * avg
+            def chunk(n):  # prompt tokens in the pass beside n verified ones
+                return np.minimum(float(backlog), np.maximum(cap - n, 0.0))
 
             def slope(n):
                 n = np.asarray(n, dtype=float)
-                return np.where(n + backlog < cap, raw_slope(n + backlog), avg)
-
-            def penalty(n):  # output tokens that the pushed-out prompt tokens are worth
-                n = np.asarray(n, dtype=float)
-                return prompt_value * np.maximum(
-                    free - np.minimum(backlog, np.maximum(cap - n, 0.0)), 0.0
-                )
-
-            def penalty_slope(n):
-                n = np.asarray(n, dtype=float)
-                return np.where(n + backlog < cap, 0.0, prompt_value)
+                p = chunk(n)
+                # while drafts push prompt tokens out, each drafted token costs a prompt token's
+                return np.where((p < backlog) & (n < cap), raw_slope(p), raw_slope(n + p))
 
             if prompt_value > 0.0:
-                return CostFunctions(
-                    verify_s, slope, self._step_fn(s0, s1), self.overhead_s, penalty, penalty_slope
-                )
-        else:
-            pre = self.prefill_tokens if prefill_tokens is None else prefill_tokens
+                free = min(float(backlog), max(cap - batch_size, 0.0))
 
-            def verify_s(n):
-                return raw(np.asarray(n, dtype=float) + pre)
+                def penalty(n):  # output tokens that the pushed-out prompt tokens are worth
+                    return prompt_value * np.maximum(free - chunk(np.asarray(n, dtype=float)), 0.0)
+
+                def penalty_slope(n):
+                    n = np.asarray(n, dtype=float)
+                    return np.where(n + backlog < cap, 0.0, prompt_value)
+
+        else:
+            if prefill_tokens is not None:
+                pre = float(prefill_tokens)
+            else:  # an engine with a budget reports its backlog: none waiting, no chunk
+                pre = 0.0 if budget else self.prefill_tokens
+
+            def chunk(n):
+                return np.full(np.shape(n), pre)
 
             def slope(n):
                 return raw_slope(np.asarray(n, dtype=float) + pre)
 
-        return CostFunctions(verify_s, slope, self._step_fn(s0, s1), self.overhead_s)
+        def verify_s(n):
+            n = np.asarray(n, dtype=float)
+            p = chunk(n)
+            return raw(n + p) - (raw(p) - base)
+
+        return CostFunctions(
+            verify_s, slope, self._step_fn(s0, s1), self.overhead_s, penalty, penalty_slope
+        )
 
     @staticmethod
     def _step_fn(s0: float, s1: float):

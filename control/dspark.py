@@ -587,11 +587,12 @@ class DSparkController(Controller):
         # goodput: own planner when no round planner drives this sequence; reset() keeps it —
         # the costs it learned are the hardware's, not the sequence's (a new controller forgets)
         self._solo = getattr(self, "_solo", None)
-        #: goodput: the round planner's pooled counts, shared by its sequences: index n = rounds
+        #: goodput: this sequence's rounds since the planner last read them: index n = rounds
         #: that accepted n and then refused one, k_max + 1 + n = rounds that accepted all n
-        self.profile: list | None = None
-        #: goodput: the planner's pooled Σ of own-rate predictions by positions tried (index t)
-        self.expected: list | None = None
+        self.counts = [0] * (2 * (c.k_max + 1))
+        #: goodput: the per-position rates the planner's last full plan predicted for this
+        #: sequence (before its position factors; None before any), what ``counts`` is held to
+        self.plan_rates: Any = None
         self.planned_k = -1  # goodput: this sequence's length in the planner's last full plan
         self._full = c.k_max + 1
         self.a_hat: float | None = None
@@ -688,14 +689,8 @@ class DSparkController(Controller):
             self.recent_n = self.recent_n * f + n
             self.recent_rej = self.recent_rej * f + (1 if n < drafted else 0)
             self.context_tokens = context_tokens + e
-            prof = self.profile
-            if prof is not None and drafted:  # the planner's pooled per-position evidence
-                rej = n < drafted
-                prof[n if rej else self._full + n] += 1
-                # what this sequence's own rate predicted for the positions it tried
-                self.expected[n + 1 if rej else n] += (  # type: ignore[index]  # with profile
-                    (self.sum_n + 1.0) / (self.sum_n + self.sum_rej + 2.0)
-                )
+            if drafted:  # per-position evidence, pooled by the planner at its next full plan
+                self.counts[n if n < drafted else self._full + n] += 1
             if self._solo is not None:
                 self._solo_round(
                     now_s,

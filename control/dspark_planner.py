@@ -49,7 +49,7 @@ class DSparkPlanner(RoundPlanner):
     def reset(self) -> None:
         self.costs.reset()
         self.profile = [0.0] * (2 * (self.config.k_max + 1))
-        self.expected = [0.0] * (self.config.k_max + 1)
+        self.expected = [0.0] * self.config.k_max  # Σ plan-predicted rate at position j
         self.rounds = 0
         self.last_cap = -1  # no plan yet: the first full plan searches every cap
         self.last_goodput = float("nan")
@@ -63,30 +63,47 @@ class DSparkPlanner(RoundPlanner):
 
     # --- planning --
     def acceptance(self, members: Sequence[Any]) -> np.ndarray:
-        """Per-position acceptance rates ``(k_max, B)``: each sequence's own rate ``â_i``
-        (shrunk toward the batch's pooled rate by ``prior_trials`` pseudo-trials) times a
-        position factor ``r_j`` = successes at draft position j / what the sequences' own rates
-        predicted there, pooled over every sequence this planner served (forgotten by halves
-        every ``memory_rounds`` rounds). Comparing each round with its own sequence's rate keeps
-        ``r_j`` free of survivor bias (the sequences that reach deep positions are the good
-        ones): ``r_j`` = 1 for i.i.d. acceptance, falls with j when acceptance decays with the
-        draft position, rises when a good stretch tends to continue (easy/hard regimes)."""
+        """Per-position acceptance rates ``(k_max, B)``, position j given positions < j were
+        accepted in the same round.
+
+        Each sequence's rate is a Beta belief: its own counts (forgotten at ``1/memory_rounds``)
+        shrunk toward the batch's pooled rate by ``prior_trials`` pseudo-trials, then its recent
+        rounds (``1/recent_rounds``) weighed against ``recent_prior`` pseudo-trials of that.
+        With mean ``â_i`` and evidence mass ``m_i`` the predictive rate of position j is
+        ``(â_i·m_i + j − 1) / (m_i + j − 1)``: each accepted draft token is evidence that the
+        sequence is in a good stretch, so an uncertain sequence's later positions are more
+        likely accepted and a well-known one's hardly move (the easy/hard regimes of real text;
+        an i.i.d. sequence known exactly stays flat).
+
+        That is times a pooled position factor ``r_j`` = successes at position j / what the
+        plans predicted there (each sequence's rounds are held to the rates of the plan they ran
+        under, read at the next plan), over every sequence this planner served (forgotten by
+        halves every ``memory_rounds`` rounds). Holding each round to its own prediction keeps
+        ``r_j`` free of survivor bias and calibrates the belief itself: ``r_j`` = 1 when the
+        beliefs are right, falls with j when acceptance decays with the draft position or the
+        beliefs run high, rises when they run low."""
         c = self.config
-        prof, expd = self.profile, self.expected
-        for m in members:
-            if m.profile is not prof:
-                m.profile, m.expected = prof, expd
         K = c.k_max
+        belief = self._beliefs(members)
+        self._hold_to_plans(members, belief)
+        prof, expd = self.profile, self.expected
         rej = np.asarray(prof[: K + 1])
         full = np.asarray(prof[K + 1 :])
         succ = np.cumsum((rej + full)[::-1])[::-1][1:]  # S_j: rounds with n ≥ j, j = 1..K
-        pred = np.cumsum(np.asarray(expd)[::-1])[::-1][1:]  # Σ own-rate over trials at j
-        trials = succ + rej[:K]
-        pool = (succ.sum() + 2.0 * c.a_prior) / (trials.sum() + 2.0)
         factor = np.empty(K)
         prior = 1.0  # each position shrunk toward the one before it (the first toward 1)
-        for j, (sj, ej) in enumerate(zip(succ.tolist(), pred.tolist())):
+        for j, (sj, ej) in enumerate(zip(succ.tolist(), expd)):
             prior = factor[j] = (sj + 2.0 * prior) / (ej + 2.0)
+        return np.minimum(factor[:, None] * belief, 0.999)
+
+    def _beliefs(self, members: Sequence[Any]) -> np.ndarray:
+        """The per-position predictive rates ``(K, B)`` of each sequence's Beta belief."""
+        c = self.config
+        K = c.k_max
+        rej = np.asarray(self.profile[: K + 1])
+        full = np.asarray(self.profile[K + 1 :])
+        succ = float((rej + full)[1:] @ np.arange(1, K + 1))  # accepted tokens, pooled
+        pool = (succ + 2.0 * c.a_prior) / (succ + rej.sum() + 2.0)
         sn = np.array([m.sum_n for m in members], dtype=float)
         sr = np.array([m.sum_rej for m in members], dtype=float)
         w = c.prior_trials
@@ -94,9 +111,36 @@ class DSparkPlanner(RoundPlanner):
         # the recent rounds, shrunk toward that long-run rate (a stretch moves it, noise little)
         rn = np.array([m.recent_n for m in members], dtype=float)
         rr = np.array([m.recent_rej for m in members], dtype=float)
-        wr = c.recent_prior
-        own = (rn + wr * own) / np.maximum(rn + rr + wr, 1e-12)
-        return np.minimum(factor[:, None] * own[None, :], 0.999)
+        mass = rn + rr + c.recent_prior
+        own = (rn + c.recent_prior * own) / np.maximum(mass, 1e-12)
+        t = np.arange(K, dtype=float)[:, None]
+        return (own[None, :] * mass[None, :] + t) / (mass[None, :] + t)
+
+    def _hold_to_plans(self, members: Sequence[Any], belief: np.ndarray) -> None:
+        """Pool each sequence's rounds since the last plan (its ``counts``) into ``profile``,
+        with what that plan predicted for the positions they tried into ``expected``; then
+        give each sequence this plan's ``belief``."""
+        K = self.config.k_max
+        counts = np.array([m.counts for m in members], dtype=float)  # (B, 2(K + 1))
+        if counts.any():
+            prof = self.profile
+            for i, v in enumerate(counts.sum(axis=0).tolist()):
+                prof[i] += v
+            # rounds by positions tried, t = 1..K: refused after n = t − 1, or all n = t accepted
+            tried = counts[:, :K] + counts[:, K + 2 :]
+            at = np.cumsum(tried[:, ::-1], axis=1)[:, ::-1]  # (B, K): trials at position j
+            prev = np.array(
+                [
+                    b if (b := m.plan_rates) is not None else belief[:, i]
+                    for i, m in enumerate(members)
+                ]
+            )
+            for j, v in enumerate((at * prev).sum(axis=0).tolist()):
+                self.expected[j] += v
+        zero = [0] * (2 * (K + 1))
+        for i, m in enumerate(members):
+            m.plan_rates = belief[:, i]
+            m.counts = zero.copy()
 
     def cost_functions(self, batch: BatchContext) -> CostFunctions:
         return self.costs.functions(

@@ -73,9 +73,43 @@ def test_prompt_chunks_sharing_the_pass_are_accounted():
             )
         )
     assert cm.step_s(np.array([10]), 0)[0] == pytest.approx(1e-3 + 2e-4, rel=1e-6)
+    # the pass's cost is recovered, prompt tokens included ...
+    assert cm.verify_s(np.array([356]), 0)[0] == pytest.approx(0.004 + 2e-5 * 356, rel=1e-6)
+    # ... and a plan is charged the decode's share only: prompt work is done whatever k is
     f = cm.functions(0.0, prefill_tokens=256)
-    assert f.verify_s(np.array([100]))[0] == pytest.approx(0.004 + 2e-5 * 356, rel=1e-6)
+    assert f.verify_s(np.array([100]))[0] == pytest.approx(0.004 + 2e-5 * 100, rel=1e-6)
     assert f.verify_slope(np.array([100]))[0] == pytest.approx(2e-5, rel=1e-4)
+
+
+def test_prompt_share_is_excluded_and_displaced_prompt_tokens_are_charged():
+    """Chunked prefill with a budget: the decode share of a pass on a convex (roofline) cost
+    is raw(n + p) − raw(p) + raw(0) for a chunk of p = min(backlog, budget − n) prompt tokens;
+    no backlog means no chunk; a draft that pushes a prompt token out pays that token's time."""
+    cm = RoundCostModel(forget=1.0)
+    rng = np.random.default_rng(3)
+
+    def roof(n):  # flat to 256 tokens, then 40 µs per token
+        return 0.01 + 4e-5 * max(n - 256, 0)
+
+    for _ in range(400):
+        n = int(rng.integers(8, 2048))
+        cm.observe(stats(n, 0, roof(n)))
+    raw = lambda n: float(cm.verify_s(np.array([n]), 0)[0])  # noqa: E731
+    assert raw(1000) == pytest.approx(roof(1000), rel=1e-3)
+    # an engine that reports a budget and no backlog: the pass holds the drafts alone
+    f = cm.functions(0.0, backlog=0, budget=2048, batch_size=64)
+    assert f.verify_s(np.array([200]))[0] == pytest.approx(raw(200), rel=1e-9)
+    # a chunk of 500 prompt tokens rides along: the decode share sits on the steep part
+    f = cm.functions(0.0, backlog=500, budget=2048, batch_size=64)
+    share = f.verify_s(np.array([200]))[0]
+    assert share == pytest.approx(raw(700) - raw(500) + raw(0), rel=1e-9)
+    assert share > raw(200) and share == pytest.approx(0.01 + 4e-5 * 200, rel=2e-2)
+    # a backlog larger than the pass: every drafted token displaces a prompt token, whose
+    # time is charged (deferred, not saved) -- the slope is a prompt token's
+    f = cm.functions(0.0, backlog=5000, budget=2048, batch_size=64)
+    d = f.verify_s(np.array([300]))[0] - f.verify_s(np.array([200]))[0]
+    assert d == pytest.approx(100 * 4e-5, rel=2e-2)
+    assert f.verify_slope(np.array([250]))[0] == pytest.approx(4e-5, rel=2e-2)
 
 
 def test_cost_model_learns_a_roofline_turn_and_tracks_a_step_change():
