@@ -26,6 +26,8 @@ class Counters:
     preemptions: int = 0  # requests preempted (KV freed, to be recomputed)
     recomputed_tokens: int = 0  # KV tokens discarded by preemptions (computed again later)
     prefill_computed: int = 0  # prompt (and recompute) tokens processed by prefill passes
+    prefix_cache_hit_tokens: int = 0  # prompt tokens whose KV the prefix cache held
+    drafter_catchup_tokens: int = 0  # tokens drafters prefilled after rounds at k = 0
 
 
 class Ledger:

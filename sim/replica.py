@@ -28,7 +28,9 @@ A round (:meth:`Replica.begin_round`, then one SimPy timeout, then :meth:`Replic
 in order: decide (each sequence's controller, or the replica's round planner, gives a Decision;
 the engine caps k, and under paged KV the free memory does), draw acceptance (whole-batch numpy
 draws), time the round (the draft phase lasts the batch's largest draft-step count × one
-drafter step, its first step also carries the step's prompt chunks; one target pass verifies
+drafter step, its first step also carries the step's prompt chunks and the drafter catch-up:
+a row that drafts after rounds at k = 0 first prefills the tokens its drafter missed, one per
+such round; :meth:`Replica.catch_up`; one target pass verifies
 Σ(k_i + 1) tokens with the chunks), then observe (each controller gets its Observation with the
 modelled times and the batch context; the planner gets the round's RoundStats) and advance
 (positions move; a request ends when it has emitted its output length, the last round's
@@ -98,14 +100,17 @@ class BatchView:
     positions (numpy; authoritative while the view lives, written back to the ledger by
     :meth:`Replica.flush`), context lengths and remaining tokens (lists); under paged KV the
     KV tokens each row holds (``cap``, authoritative while the view lives) and its prompt +
-    output (``total``)."""
+    output (``total``); the tokens each row's drafter has not seen (``behind``, authoritative
+    while the view lives)."""
 
     __slots__ = (
+        "behind",
         "cap",
         "context",
         "controllers",
         "decide",
         "ids",
+        "lagging",
         "observe",
         "positions",
         "remaining",
@@ -114,6 +119,8 @@ class BatchView:
     )
     cap: list[int]  # empty unless paged
     total: list[int]  # empty unless paged
+    behind: list[int]  # tokens each row's drafter has not seen (see Replica.catch_up)
+    lagging: bool  # some row's drafter is behind
 
     def __init__(
         self,
@@ -124,6 +131,7 @@ class BatchView:
         output: list[int],
         kv_cap: dict[int, int] | None = None,
         total: list[int] | None = None,
+        behind: dict[int, int] | None = None,
     ) -> None:
         self.request_ids = request_ids
         self.ids = ids = np.array(request_ids, dtype=np.int64)
@@ -139,6 +147,8 @@ class BatchView:
             self.total = [total[i] for i in request_ids]
         else:
             self.cap, self.total = [], []
+        self.behind = [behind.get(i, 0) for i in request_ids] if behind else [0] * len(pos)
+        self.lagging = any(self.behind)
 
 
 class Round:
@@ -227,6 +237,10 @@ class Replica:
         self.max_tokens = p.kv_blocks * p.kv_block_tokens
         self.kv_cap: dict[int, int] = {}
         self.rows_short = False  # some running row may hold less KV than its context
+        # drafter catch-up: tokens a request's drafter has not seen (nonzero entries; a live
+        # batch view holds the running rows'); only with a drafter deployed
+        self.catches_up = shared.cluster.use_drafter
+        self.behind: dict[int, int] = {}
         self.preempted_now = False  # a preemption in this step (no admissions then)
 
     # -- arrivals and the process -------------------------------------------------------------
@@ -458,6 +472,7 @@ class Replica:
             self.kv_used -= self.ledger.kv_need[i]
         self.outstanding -= 1
         self.controllers.pop(i, None)
+        self.behind.pop(i, None)
 
     def flush(self) -> None:
         """Write the batch view's positions (and KV capacities) back and drop it (the running
@@ -467,6 +482,12 @@ class Replica:
             self.ledger.emitted[b.ids] = b.positions
             if b.cap:
                 self.kv_cap.update(zip(b.request_ids, b.cap))
+            if b.lagging or self.behind:
+                for i, x in zip(b.request_ids, b.behind):
+                    if x:
+                        self.behind[i] = x
+                    else:
+                        self.behind.pop(i, None)
             self.batch = None
 
     def view(self) -> BatchView:
@@ -482,6 +503,7 @@ class Replica:
                 ledger.output,
                 self.kv_cap if self.paged else None,
                 ledger.total,
+                self.behind,
             )
         return batch
 
@@ -530,6 +552,7 @@ class Replica:
             self.running.remove(v)
             lost = self.prefill_length(v)
         self.target.pop(v, None)
+        self.behind.pop(v, None)  # the recompute prefills the drafter too
         self.free_blocks += self.kv_cap.pop(v, 0) // self.block
         cnt.preemptions += 1
         cnt.recomputed_tokens += lost
@@ -716,32 +739,18 @@ class Replica:
         """The round's modelled seconds (draft phase, verify pass with the step's prompt
         chunks, fixed overhead); counts GPU time and bytes moved."""
         cl, cnt = self.cluster, self.counters
-        size, steps = rnd.size, rnd.draft_steps
+        size = rnd.size
         context = rnd.context_tokens = sum(batch.context)
-        drafting = rnd.drafting = size - rnd.k.count(0)
+        rnd.drafting = size - rnd.k.count(0)
         tokens = rnd.verify_tokens = sum(rnd.drafted) + size
-        draft_s = 0.0
         rnd.prefill_tokens = 0
+        stats = None
         if chunks:
-            count, ctok, pairs, prefix = self.chunk_stats(chunks)
-            rnd.prefill_tokens = ctok
-            if steps:
-                draft_context = float(
-                    context
-                    if drafting == size
-                    else sum([c for c, x in zip(batch.context, rnd.k) if x])
-                )
-                # the first drafter step also prefills the chunks
-                draft_s = cl.lat_d.pass_seconds(
-                    drafting, drafting, draft_context, count, ctok, pairs, prefix
-                ) + (steps - 1) * cl.lat_d.seconds(drafting, drafting, draft_context)
-                cnt.bytes_moved += (
-                    cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context + prefix)
-                    + (steps - 1) * cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context)
-                ) * cl.dtp
-            elif cl.use_drafter:
-                draft_s = cl.lat_d.pass_seconds(0, 0, 0.0, count, ctok, pairs, prefix)
-                cnt.bytes_moved += cl.roof_d.bytes_per_gpu(count, ctok, prefix) * cl.dtp
+            stats = self.chunk_stats(chunks)
+            rnd.prefill_tokens = stats[1]
+        draft_s = self.draft_seconds(batch, rnd, stats)
+        if stats is not None:
+            count, ctok, pairs, prefix = stats
             verify_s = cl.lat_t.pass_seconds(
                 size, tokens, float(context), count, ctok, pairs, prefix
             )
@@ -749,16 +758,6 @@ class Replica:
                 cl.roof_t.bytes_per_gpu(size, tokens, float(context + prefix)) * cl.tp
             )
         else:
-            if steps:
-                draft_context = float(
-                    context
-                    if drafting == size
-                    else sum([c for c, x in zip(batch.context, rnd.k) if x])
-                )
-                draft_s = steps * cl.lat_d.seconds(drafting, drafting, draft_context)
-                cnt.bytes_moved += (
-                    steps * cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context) * cl.dtp
-                )
             verify_s = cl.lat_t.seconds(size, tokens, float(context))
             cnt.bytes_moved += cl.roof_t.bytes_per_gpu(size, tokens, float(context)) * cl.tp
         cnt.gpu_busy_s += (
@@ -766,6 +765,72 @@ class Replica:
         )
         rnd.draft_s, rnd.verify_s = draft_s, verify_s
         return draft_s + verify_s + self.round_overhead_s
+
+    def draft_seconds(
+        self, batch: BatchView, rnd: Round, stats: tuple[int, int, int, int] | None
+    ) -> float:
+        """The draft phase: ``draft_steps`` drafter steps over the drafting rows; the first also
+        carries the drafter's share of the step's prompt chunks (``stats``) and the drafting
+        rows' catch-up (:meth:`catch_up`). Without drafting, the prompt chunks' drafter pass."""
+        cl, cnt = self.cluster, self.counters
+        steps, size, drafting = rnd.draft_steps, rnd.size, rnd.drafting
+        if self.catches_up and (batch.lagging or drafting < size):
+            stats = self.catch_up(batch, rnd, stats)
+        if not steps:
+            if stats is None or not cl.use_drafter:
+                return 0.0
+            count, ctok, pairs, prefix = stats
+            cnt.bytes_moved += cl.roof_d.bytes_per_gpu(count, ctok, prefix) * cl.dtp
+            return cl.lat_d.pass_seconds(0, 0, 0.0, count, ctok, pairs, prefix)
+        draft_context = float(
+            rnd.context_tokens
+            if drafting == size
+            else sum([c for c, x in zip(batch.context, rnd.k) if x])
+        )
+        if stats is None:
+            cnt.bytes_moved += (
+                steps * cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context) * cl.dtp
+            )
+            return steps * cl.lat_d.seconds(drafting, drafting, draft_context)
+        count, ctok, pairs, prefix = stats
+        cnt.bytes_moved += (
+            cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context + prefix)
+            + (steps - 1) * cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context)
+        ) * cl.dtp
+        return cl.lat_d.pass_seconds(
+            drafting, drafting, draft_context, count, ctok, pairs, prefix
+        ) + (steps - 1) * cl.lat_d.seconds(drafting, drafting, draft_context)
+
+    def catch_up(
+        self, batch: BatchView, rnd: Round, stats: tuple[int, int, int, int] | None
+    ) -> tuple[int, int, int, int] | None:
+        """Drafter catch-up: a row that drafted nothing in a round (k = 0) fed its token to the
+        target alone, so the drafter falls one token behind; the next round it drafts in, its
+        drafter first prefills the tokens it missed (a chunk of ``behind`` tokens after the
+        ``context - 1 - behind`` it holds), batched into the first drafter step with the
+        prompt chunks. Returns the step's chunk stats with the catch-up added; counts
+        ``drafter_catchup_tokens``; moves each row's ``behind`` past this round."""
+        count = tokens = pairs = prefix = 0
+        behind = []
+        for b, k, c in zip(batch.behind, rnd.k, batch.context):
+            if not k:
+                behind.append(b + 1)
+                continue
+            behind.append(0)
+            if b:
+                p = c - 1 - b
+                count += 1
+                tokens += b
+                pairs += causal_pairs(b, p)
+                prefix += p
+        batch.behind, batch.lagging = behind, rnd.drafting < rnd.size
+        if not count:
+            return stats
+        self.counters.drafter_catchup_tokens += tokens
+        if stats is not None:
+            count, tokens = count + stats[0], tokens + stats[1]
+            pairs, prefix = pairs + stats[2], prefix + stats[3]
+        return count, tokens, pairs, prefix
 
     def settle(self, batch: BatchView, rnd: Round, end: float) -> None:
         """After the round's timeout: emit, count, observe, advance."""
