@@ -148,7 +148,7 @@ class Block(nn.Module):
         self.down = nn.Linear(cfg.d_ff, d, bias=False)
 
     def forward(self, x, cos, sin, cache=None, pos=0, mask=None):
-        B, T, D = x.shape
+        B, T, _ = x.shape
         qkv = (
             self.qkv(self.input_layernorm(x)).view(B, T, 3, self.h, self.hd).permute(2, 0, 3, 1, 4)
         )
@@ -163,13 +163,13 @@ class Block(nn.Module):
             a = F.scaled_dot_product_attention(
                 q, kc[:, :, : pos + T], vc[:, :, : pos + T], attn_mask=mask
             )
-        x = x + self.o(a.transpose(1, 2).reshape(B, T, D))
+        x = x + self.o(a.transpose(1, 2).reshape(B, T, self.h * self.hd))
         g, u = self.gate_up(self.post_attention_layernorm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(g) * u)
 
     def forward_packed(self, x, cos, sin, cache, segs: Segments, causal):
         """``x``: ``[N, D]`` packed new tokens of several sequences (see :class:`Segments`)."""
-        N, D = x.shape
+        N, _ = x.shape
         qkv = self.qkv(self.input_layernorm(x)).view(N, 3, self.h, self.hd)
         qk = _rope(qkv[:, :2], cos, sin)  # [N, 2, H, hd]; cos/sin: [N, 1, 1, hd]
         kc, vc = cache  # the cache may hold another dtype than x (``kv_dtype``)
@@ -187,7 +187,7 @@ class Block(nn.Module):
             )
             outs.append(a[0])
         a = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)  # [H, N, hd]
-        x = x + self.o(a.transpose(0, 1).reshape(N, D).to(x.dtype))
+        x = x + self.o(a.transpose(0, 1).reshape(N, self.h * self.hd).to(x.dtype))
         g, u = self.gate_up(self.post_attention_layernorm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(g) * u)
 
@@ -251,10 +251,11 @@ class Transformer(nn.Module):
             raise ValueError(
                 f"cache of {length} positions exceeds the RoPE table ({c.max_seq_len})"
             )
+        h = self.layers[0].h  # the heads this process holds (a shard of them under real.tp)
         kv = [
             (
-                torch.zeros(slots, c.n_heads, length, hd, dtype=kvd, device=device),
-                torch.zeros(slots, c.n_heads, length, hd, dtype=kvd, device=device),
+                torch.zeros(slots, h, length, hd, dtype=kvd, device=device),
+                torch.zeros(slots, h, length, hd, dtype=kvd, device=device),
             )
             for _ in range(c.n_layers)
         ]

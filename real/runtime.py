@@ -13,6 +13,7 @@ from real.drafters import HybridDrafter, ModelDrafter, NgramDrafter
 from real.engine import Engine, EngineConfig
 from real.store import load_bundle
 from real.tokenizer import EOT, sentence_end_ids
+from real.tp import shard_engine
 
 DRAFTER_MODELS = {"conv": "drafter_conv", "tf": "drafter_tf", "feat": "drafter_feat"}
 
@@ -32,7 +33,7 @@ def build_engine(
         )
     tok = bundle.tokenizer
     target = bundle.models["target"].to(device=cfg.device, dtype=DTYPES[cfg.target_dtype])
-    return Engine(
+    engine = Engine(
         target,
         build_drafter(cfg, bundle, cfg.drafter),
         cfg,
@@ -40,6 +41,8 @@ def build_engine(
         eot_id=tok.token_to_id(EOT),
         sentence_end_ids=sentence_end_ids(tok),
     )
+    shard_engine(engine)  # under --tp N: the target sharded over the ranks (real.tp)
+    return engine
 
 
 def load_engine_config(
