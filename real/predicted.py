@@ -145,7 +145,7 @@ def fit_calibration(
         kx, ky = pav(_logit(c[m]), a[m])
         out[f"after_{g}"] = {"logit": kx.tolist(), "p": ky.tolist(), "n": int((prev == g).sum())}
     qs = np.linspace(0.0, 1.0, cfg.quantiles)
-    roll = np.concatenate([np.asarray(x, dtype=float) for x in rollout_confs])
+    roll = np.asarray([float(x) for xs in rollout_confs for x in xs])
     if cfg.map_confidences and len(roll):
         src, dst = np.quantile(_logit(roll), qs), np.quantile(_logit(c), qs)
         out["map"] = {
