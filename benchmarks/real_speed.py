@@ -162,6 +162,12 @@ def ratios(summary: dict) -> dict[str, float | None]:
     return out
 
 
+def held_prompt(tok, n: int) -> list[int]:
+    from real.bench import held_out_prompts
+
+    return held_out_prompts(tok, "code", 1, n)[0]
+
+
 def _load() -> str:
     la = os.getloadavg()
     return f"load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f} on {os.cpu_count()} CPUs"
@@ -185,6 +191,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--target-dtype", default=None, help="default: the engine's default")
     p.add_argument("--checkpoints", default=None)
     p.add_argument("--out", default="runs/real-speed")
+    p.add_argument(
+        "--c-prompt-tokens", type=int, default=128, help="context of the c measurement (0: skip)"
+    )
     return p.parse_args(argv)
 
 
@@ -221,6 +230,46 @@ def run_one(args, name: str, temperature: float, prompt_file: Path | None) -> di
     return r
 
 
+def step_costs(args, prompt: list[int], reps: int = 60) -> dict[str, float]:
+    """c per model drafter: the median time of one single-token drafter step over the median
+    time of one single-token target step (no drafting), both at ``prompt``'s length, measured
+    alternately in one loop (the engine's dtypes, 1 thread)."""
+    import statistics
+
+    import torch
+
+    from real.bench import BenchConfig, bench_engine
+    from real.models import Segments
+    from real.runtime import load_engine_config
+
+    models = [d for d in args.drafters.split() if d in ("feat", "conv", "tf")]
+    cfg = load_engine_config(None, {"target_dtype": args.target_dtype}, stop_at_eot=False)
+    engine, drafters = bench_engine(cfg, BenchConfig(drafters=" ".join(models)), args.checkpoints)
+    L = len(prompt)
+    ids = torch.tensor(prompt)
+    out: dict[str, float] = {}
+    with torch.inference_mode():
+        engine.target.step_packed(ids, Segments.one(0, 0, L), engine.state)
+        for name, d in (drafters or {}).items():
+            m = d.model
+            st = m.new_state(L + 2, d.dtype, "cpu")
+            if "known" in st:  # features of the prompt: the target's hidden states
+                st["feat"][0, :L] = engine.state["hidden"].to(d.dtype)
+                st["known"][0] = L - 1
+            m.step_packed(ids[:-1], Segments.one(0, 0, L - 1), st)
+            one, seg_d, seg_t = ids[-1:], Segments.one(0, L - 1, 1), Segments.one(0, L, 1)
+            td, tt = [], []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                m.step_packed(one, seg_d, st)
+                t1 = time.perf_counter()
+                engine.target.step_packed(one, seg_t, engine.state)
+                tt.append(time.perf_counter() - t1)
+                td.append(t1 - t0)
+            out[name] = statistics.median(td) / statistics.median(tt)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
@@ -244,6 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     except DSparkError as e:
         print(f"real_speed: error: {e}", file=sys.stderr)
         return 2
+        if args.c_prompt_tokens:
+            c = step_costs(args, held_prompt(tok, args.c_prompt_tokens))
+            print(
+                f"c (one drafter step / one target step, {args.c_prompt_tokens} tokens of "
+                f"context, {_load()}): " + ", ".join(f"{k} {v:.3f}" for k, v in c.items())
+            )
     g = results.get(("unseen", 0.0), {})
     s = results.get(("unseen", args.temperature), {})
 
