@@ -12,7 +12,7 @@ from dspark.args import add_out_args, run_folder
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    from dspark.cmd_real import add_engine_args
+    from dspark.cmd_real import add_engine_args, add_tp_args
 
     p = subparsers.add_parser(
         "profile", help="measure the latency table for the simulator", description=__doc__
@@ -34,6 +34,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "(default 0..k_max; e.g. 0,1,2,4,8,16 for a batched grid)",
     )
     add_engine_args(p)
+    add_tp_args(p)
     return p
 
 
@@ -58,6 +59,13 @@ def build(args: argparse.Namespace, **overrides: Any):
 
 
 def run(args: argparse.Namespace) -> int:
+    """``_run`` on one process, or on ``--tp N`` ranks (``real.tp``: rank 0 prints and writes)."""
+    from real.tp import run_sharded
+
+    return run_sharded(args, _run, ("out",))
+
+
+def _run(args: argparse.Namespace) -> int:
     import dataclasses
     import json
     import sys

@@ -273,8 +273,12 @@ def _report(err_path: str, rank: int, msg: str) -> None:
 def launch(args, size: int, timeout_s: float) -> int:
     """Spawn ``size`` ranks of this command on localhost; a failed or dead rank is one
     DSparkError line (the others are stopped)."""
+    import logging
+
     import torch.multiprocessing as mp
 
+    # the launcher's own "Terminating process ..." warning would be a second line
+    logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     if getattr(args, "device", None) == "cuda" and torch.cuda.device_count() < size:
         raise DSparkError(
             f"--tp {size} on cuda needs {size} GPUs, found {torch.cuda.device_count()}"
