@@ -263,4 +263,11 @@ def _print_batch1(summary: dict, out: str) -> None:
         f"{summary['headline_errors_with_spread']} ({summary['headline_errors']} rows in all); "
         f"largest spread {summary['max_real_spread_pct']:.1f}%"
     )
+    lc = summary.get("latency_check_by_k") or {}
+    if lc.get("max_abs_round_error_pct") is not None:
+        print(
+            f"per-k round cost (draft + verify) of the held-out real rounds against the "
+            f"simulator's table: max |error| {lc['max_abs_round_error_pct']:.1f}% over k with "
+            f">= {lc['min_rounds']} rounds"
+        )
     print(f"runtime: {summary['runtime_s']:.0f} s; run folder: {out}")

@@ -82,6 +82,11 @@ def test_error_table_columns_and_finite(run):
     tc = json.loads((out / "profile" / "summary.json").read_text())["trace_correction"]
     for k in tc["verify_scale_by_k"]:
         assert tc["after"][k]["verify_ratio"] == pytest.approx(1.0, rel=1e-9)
+    # the per-k check reads the held-out real runs' rounds (those without a τ stop)
+    rounds = pd.read_csv(out / "rounds.csv")
+    counts = rounds[rounds.tau == 0].groupby("drafted").size()
+    lc = s["latency_check_by_k"]["by_k"]
+    assert {int(k): v["rounds"] for k, v in lc.items()} == counts.to_dict()
 
 
 def test_predicted_positions_are_drawn_from_the_rollout(run):
