@@ -56,6 +56,7 @@ import numpy as np
 import simpy
 
 from control.batch import BatchContext, RoundStats
+from control.errors import ConfigError
 from control.types import Observation
 from sim.acceptance import AcceptanceModel, lossy_probability
 from sim.cluster import Cluster
@@ -63,6 +64,7 @@ from sim.drafting import cap_draft_lengths, confidence_stop, resample_lossy
 from sim.latency import causal_pairs
 from sim.ledger import Ledger
 from sim.params import EngineParams
+from sim.prefix_cache import PrefixCache
 from sim.trace import RoundTrace
 
 
@@ -236,6 +238,7 @@ class Replica:
         self.free_blocks = p.kv_blocks
         self.max_tokens = p.kv_blocks * p.kv_block_tokens
         self.kv_cap: dict[int, int] = {}
+        self.prefix = self.prefix_cache(p)
         self.rows_short = False  # some running row may hold less KV than its context
         # drafter catch-up: tokens a request's drafter has not seen (nonzero entries; a live
         # batch view holds the running rows'); only with a drafter deployed
@@ -270,7 +273,12 @@ class Replica:
                 admitted = self.admit() if self.waiting else None
                 if admitted:
                     yield env.timeout(
-                        self.prefill_seconds([(i, self.target[i], 0) for i in admitted])
+                        self.prefill_seconds(
+                            [
+                                (i, self.target[i] - self.computed[i], self.computed[i])
+                                for i in admitted
+                            ]
+                        )
                     )
                     self.prefilled(admitted, env.now)
                     continue
@@ -337,22 +345,31 @@ class Replica:
                 self.reject(i)
                 continue
             t = self.prefill_length(i)
-            if not self.reserve_kv(i, t):
+            s = self.cache_lookup(i, t)
+            if not self.reserve_kv(i, t - s, s):
                 break
             waiting.popleft()
-            self.target[i] = t
+            self.target[i], self.computed[i] = t, s
             admitted.append(i)
         return admitted
 
-    def reserve_kv(self, i: int, tokens: int) -> bool:
-        """KV memory for admitting request ``i``: paged, the blocks of its first ``tokens``;
-        reserve, prompt + output at once. False (nothing taken) when it does not fit now."""
+    def reserve_kv(self, i: int, tokens: int, cached: int = 0) -> bool:
+        """KV memory for admitting request ``i``: paged, the blocks of its first ``tokens``
+        after the ``cached`` prefix tokens it shares with the prefix cache (evicting unused
+        cache blocks when short); reserve, prompt + output at once. False (nothing taken, the
+        cached prefix released) when it does not fit now."""
         if self.paged:
             blocks = -(-tokens // self.block)
+            if blocks > self.free_blocks and self.prefix is not None:
+                self.reclaim(blocks)
             if blocks > self.free_blocks:
+                if self.prefix is not None:
+                    self.prefix.release(i)
                 return False
             self.free_blocks -= blocks
-            self.kv_cap[i] = blocks * self.block
+            self.kv_cap[i] = cached + blocks * self.block
+            if cached:
+                self.counters.prefix_cache_hit_tokens += cached
             return True
         need = self.ledger.kv_need[i]
         if self.kv_used + need > self.params.kv_budget_bytes:
@@ -389,13 +406,14 @@ class Replica:
                 self.reject(i)
                 continue
             t = self.prefill_length(i)
-            n = min(t, budget, cap)
-            if not self.reserve_kv(i, n):
+            s = self.cache_lookup(i, t)
+            n = min(t - s, budget, cap)
+            if not self.reserve_kv(i, n, s):
                 break
             waiting.popleft()
             prefilling.append(i)
-            self.target[i], self.computed[i] = t, 0
-            chunks.append((i, n, 0))
+            self.target[i], self.computed[i] = t, s
+            chunks.append((i, n, s))
             budget -= n
             room -= 1
         return chunks
@@ -434,6 +452,8 @@ class Replica:
             computed[i] += n
             if computed[i] >= target[i]:
                 done.append(i)
+            if self.prefix is not None:
+                self.prefix.register(i, computed[i], self.ledger.prompt[i])
         if done:
             for i in done:
                 self.prefilling.remove(i)
@@ -446,6 +466,8 @@ class Replica:
         ledger, cnt, warmup_s = self.ledger, self.counters, self.params.warmup_s
         first, emitted, output = ledger.first_token_s, ledger.emitted, ledger.output
         for i in ids:
+            if self.prefix is not None:
+                self.prefix.register(i, self.target[i], ledger.prompt[i])
             del self.target[i]
             self.computed.pop(i, None)
             if first[i] != first[i]:  # NaN: the first prefill
@@ -467,7 +489,7 @@ class Replica:
     def finish(self, i: int, t: float) -> None:
         self.ledger.finish(i, t)
         if self.paged:
-            self.free_blocks += self.kv_cap.pop(i, 0) // self.block
+            self.free_kv(i)
         else:
             self.kv_used -= self.ledger.kv_need[i]
         self.outstanding -= 1
@@ -519,6 +541,9 @@ class Replica:
                 self.free_blocks -= blocks
                 cap += blocks * bs
                 break
+            if self.prefix is not None and self.prefix.lru:
+                self.reclaim(blocks)
+                continue
             victim = self.victim(i)
             if victim is None:
                 cap += self.free_blocks * bs
@@ -553,11 +578,45 @@ class Replica:
             lost = self.prefill_length(v)
         self.target.pop(v, None)
         self.behind.pop(v, None)  # the recompute prefills the drafter too
-        self.free_blocks += self.kv_cap.pop(v, 0) // self.block
+        self.free_kv(v)
         cnt.preemptions += 1
         cnt.recomputed_tokens += lost
         self.waiting.appendleft(v)
         self.preempted_now = True
+
+    def prefix_cache(self, p: EngineParams) -> PrefixCache | None:
+        """The replica's prefix cache: paged KV, ``prefix_caching`` on and a trace with hash
+        ids; else None."""
+        hashes = self.ledger.hash_ids
+        if not (self.paged and p.prefix_caching and hashes is not None):
+            return None
+        if p.hash_block_tokens % p.kv_block_tokens:
+            raise ConfigError(
+                f"workload.trace_hash_block_tokens = {p.hash_block_tokens} is not a multiple of "
+                f"deployment.kv_block_tokens = {p.kv_block_tokens}; prefix caching shares whole "
+                "KV blocks (or set deployment.prefix_caching = false)"
+            )
+        return PrefixCache(hashes, p.hash_block_tokens, p.kv_block_tokens)
+
+    def cache_lookup(self, i: int, tokens: int) -> int:
+        """Prefix tokens of request ``i``'s prefill of ``tokens`` held by the prefix cache
+        (pinned until it leaves; 0 without a cache)."""
+        if self.prefix is None:
+            return 0
+        return self.prefix.lookup(i, tokens, self.ledger.prompt[i])
+
+    def reclaim(self, blocks: int) -> None:
+        """Evicts unused prefix-cache blocks until ``blocks`` KV blocks are free (or none is
+        left to evict)."""
+        assert self.prefix is not None
+        freed = self.prefix.evict(blocks - self.free_blocks)
+        self.free_blocks += freed
+        self.counters.prefix_cache_evictions += freed // self.prefix.blocks
+
+    def free_kv(self, i: int) -> None:
+        """Paged: request ``i``'s own KV blocks are freed; those it shares stay cached."""
+        cached = self.prefix.release(i) if self.prefix is not None else 0
+        self.free_blocks += (self.kv_cap.pop(i, 0) - cached) // self.block
 
     def ensure_rows(self) -> None:
         """Paged: every running row holds KV for its context (its next round at k = 0); rows
@@ -588,6 +647,8 @@ class Replica:
             if n <= c:
                 continue
             blocks = -(-(n - c) // bs)
+            if blocks > self.free_blocks and self.prefix is not None:
+                self.reclaim(blocks)
             if blocks > self.free_blocks:
                 blocks = self.free_blocks
                 room = c + blocks * bs - batch.context[j] - 1  # drafts that fit
