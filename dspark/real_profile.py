@@ -105,6 +105,7 @@ def _run(args: argparse.Namespace) -> int:
         out / "config.toml",
     )
     (out / "summary.json").write_text(json.dumps({"kind": "profile", **details}, indent=1))
+    _collectives(engine, pcfg, ecfg, out)
     b1 = df["batch"] == min(pcfg.batches)
     t = df[(df["model"] == "target") & (df["new_tokens"] == 1) & b1]
     d = df[(df["model"] == "drafter") & (df["new_tokens"] == 1) & b1]
@@ -123,3 +124,22 @@ def _run(args: argparse.Namespace) -> int:
                 f"({b / tb['seconds'].median():8.1f} plain tokens/s)"
             )
     return 0
+
+
+def _collectives(engine, pcfg, ecfg, out) -> None:
+    """Under ``--tp N``: the target's all-reduces timed alone, ``collectives.csv``."""
+    from real.tp import current
+
+    if current() is None:
+        return
+    from real.tp_profile import message_tokens, profile_collectives
+
+    df = profile_collectives(
+        engine, message_tokens(pcfg.batches, ecfg.k_max), pcfg.repeats, pcfg.warmup
+    )
+    df.to_csv(out / "collectives.csv", index=False)
+    one = df[df["tokens"] == df["tokens"].min()].set_index("kind")["seconds"]
+    print(
+        f"wrote {out / 'collectives.csv'}: all-reduce of {int(df['tokens'].min())} token(s) "
+        f"{one['all_reduce'] * 1e6:.0f} us, TP cost per layer {one['layer'] * 1e6:.0f} us"
+    )
