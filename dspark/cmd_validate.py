@@ -48,7 +48,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--part",
-        choices=("all", "batch1", "batched"),
+        choices=("all", "batch1", "batched", "tp"),
         default=None,
         help="run only this part (default: the config's parts; all = both)",
     )
@@ -80,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
     path = args.config
     if args.reanalyze:
         return _reanalyze(args)
+    if args.part == "tp":  # tensor parallelism (issue 16): its own part, dspark/validation/tp.py
+        from dspark.validation.tp import run_tp_command
+
+        return run_tp_command(args)
     if path is None and args.fast:
         path = str(Path(__file__).resolve().parents[1] / "configs" / "validate_tiny.toml")
     ov = parse_sets(args.set)

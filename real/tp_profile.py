@@ -5,10 +5,15 @@ Written to ``collectives.csv`` beside ``latency.csv`` (``sim.collectives`` reads
 values of the target's dtype; ``tokens`` = batch × new tokens of the profiled grid):
 
 - ``all_reduce``: ``torch.distributed.all_reduce`` of that tensor (the collective alone);
-- ``layer``: what tensor parallelism adds to one decoder layer: its four projections through the
-  sharded modules (``parallelize_module``: DTensor dispatch, the two all-reduces) minus the same
-  local shard matmuls as plain tensors (same shapes, no DTensor, no communication). This is the
-  all-reduce "as seen by a layer", which the simulator's TP model charges per layer.
+- ``sharded``: one decoder layer's four projections (q/k/v, out, gate/up, down) through the
+  sharded modules (``parallelize_module``: DTensor dispatch and the layer's two all-reduces);
+- ``local``: the same local shard matmuls as plain tensors (same shapes, no DTensor, no
+  communication);
+- ``layer``: ``sharded - local``, what tensor parallelism adds to one layer: the all-reduce "as
+  seen by a layer", which the simulator's TP model charges per layer.
+
+:func:`time_projections` times the four projections at full width on one process (TP = 1), the
+part of a TP = 1 forward that sharding replaces by ``sharded``.
 
 Every rank runs the same loop (collectives); repeats are interleaved over the sizes, the first
 ``warmup`` discarded; medians and p10/p90 are written (rank 0's clock).
@@ -80,9 +85,9 @@ def profile_collectives(engine, tokens: list[int], repeats: int = 20, warmup: in
     rows = []
     size = torch.tensor([], dtype=dt).element_size()
     for t in tokens:
-        a = np.array(times[("all_reduce", t)])
-        lay = np.array(times[("sharded", t)]) - np.array(times[("local", t)])
-        for kind, xs in (("all_reduce", a), ("layer", lay)):
+        sh, lo = np.array(times[("sharded", t)]), np.array(times[("local", t)])
+        kinds = (("all_reduce", np.array(times[("all_reduce", t)])), ("sharded", sh))
+        for kind, xs in kinds + (("local", lo), ("layer", sh - lo)):
             rows.append(
                 {
                     "kind": kind,
@@ -103,3 +108,21 @@ def message_tokens(batches, k_max: int) -> list[int]:
     tokens for new tokens 1, 2, 4, .. up to k_max + 1."""
     news = sorted({1, k_max + 1} | {2**i for i in range(1, 8) if 2**i < k_max + 1})
     return sorted({b * n for b in batches for n in news})
+
+
+def time_projections(engine, tokens: list[int], repeats: int = 20, warmup: int = 3) -> dict:
+    """Median seconds of one layer's four projections at full width (one process), by tokens."""
+    from real.engine import sync
+
+    layer = engine.target.layers[0]
+    d, dt, dev = engine.target.cfg.d_model, engine.dtype, engine.device
+    ws = [getattr(layer, n).weight for n in ("qkv", "o", "gate_up", "down")]
+    times: dict[int, list[float]] = {t: [] for t in tokens}
+    with torch.inference_mode():
+        for r in range(warmup + repeats):
+            for t in tokens:
+                x = torch.randn(t, d, dtype=dt, device=dev)
+                s = _timed(lambda x=x: _local_pair(ws, x, d), lambda: sync(dev))
+                if r >= warmup:
+                    times[t].append(s)
+    return {t: float(np.median(v)) for t, v in times.items()}
