@@ -1,45 +1,317 @@
-"""Real-engine speed benchmark (batch 1, held-out code prompts, same weights for everyone).
+"""Real-engine speed benchmark at batch 1 on two prompt sets, greedy and sampled.
 
-Measures tokens/s of target-only decoding, of the engine with every controller (fixed k 1..8,
-hf-heuristic, confidence-stop, ema-hysteresis, analytic, dspark) with every drafter (transformer,
-conv, n-gram lookup and the two lookup+model hybrids), and of Hugging Face generation on the same
-target (assisted generation with the same transformer drafter exported to LlamaForCausalLM at
-k 4/6/8/12 and its heuristic schedule; prompt lookup at 4 and 10 tokens), all interleaved in one
-run. Prints the table and, as its last line, ``real_speedup_vs_ar=<x> real_speedup_vs_hf=<y>``
-(the best engine method over target-only, and over the best HF setting).
+Prompt sets (both alternate code and prose windows, code first):
+
+- ``heldout``: the corpus's own held-out test split (stdlib source and its docstrings; never
+  trained on, but the same distribution as the training text);
+- ``unseen``: text the corpus has never seen, chosen by a FIXED RULE from the running Python's
+  site-packages (third-party packages; the corpus is the stdlib without site-packages):
+  code = every ``*.py`` file there of at least ``--min-bytes`` bytes, prose = every dist-info
+  ``METADATA`` and every ``README*`` / ``*.md`` / ``*.rst`` file of at least ``--min-bytes``
+  (LICENSE files are left out: a few licence texts recur verbatim across packages). Each list
+  is sorted by path relative to site-packages; ``n`` files are taken at evenly spaced indices
+  (``numpy.linspace(0, len - 1, n)``, rounded down), and from each the ``--prompt-tokens``
+  tokens centred on the middle of the file (past licence headers and imports).
+
+For each set, greedy (temperature 0) and sampled (``--temperature``, 0.8), ``real.bench`` runs
+target-only decoding, the engine with every drafter x controller, and Hugging Face generation on
+the same target (assisted generation with the SAME transformer drafter ``tf`` exported to
+LlamaForCausalLM, and HF's prompt lookup, the same idea as the engine's ``ngram``), all
+interleaved in one run per set and temperature. Sampled runs sample everywhere (target-only
+included, HF at the same temperature).
+
+Printed per run: the table, then speedups over target-only, and every "vs HF" ratio for the same
+drafter on both sides (engine ``tf/*`` vs HF assisted with that drafter; engine ``ngram/*`` vs HF
+prompt lookup) and for the best setting of any kind. The conv drafters (``feat``: conditioned
+on the target's hidden states; ``conv``: token-only) have no HF counterpart (HF assists with
+causal LMs only). Last line::
+
+    real_unseen_speedup_vs_ar=... real_unseen_speedup_vs_hf=... real_unseen_conv_vs_ar=...
+    real_sampled_speedup_vs_ar=...
+
+(unseen set; greedy unless named sampled; ``conv`` = the best method of the seed-style conv
+drafter, feature-conditioned, model only; ``vs_hf`` = best engine method of any kind over the
+best HF setting of any kind). Machine load matters on a shared box: it is printed beside the
+results; compare ratios measured side by side in one run.
 
     .venv/bin/python benchmarks/real_speed.py [--repeats 3] [--prompts 8] [--new-tokens 128]
-        [--drafters "tf conv ngram ngram+tf ngram+conv"]
+        [--drafters "feat conv tf ngram ngram+feat ngram+tf"] [--k-values "2 4 6"]
+        [--controllers "dspark hf-heuristic"] [--sets "unseen heldout"] [--no-sampled]
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import numpy as np
 
 from control.errors import DSparkError
 
+CODE_SUFFIXES = (".py",)
+PROSE_SUFFIXES = (".md", ".rst")
+
+
+def _is_prose(rel: Path) -> bool:
+    return (
+        rel.name == "METADATA"
+        or rel.name.upper().startswith("README")
+        or rel.suffix in PROSE_SUFFIXES
+    )
+
+
+def unseen_files(root: Path, kind: str, min_bytes: int) -> list[Path]:
+    """Every code (``*.py``) or prose file of ``root`` of at least ``min_bytes``, sorted by
+    relative path (the rule in the module docstring)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for f in filenames:
+            p = Path(dirpath) / f
+            rel = p.relative_to(root)
+            if rel.name.upper().startswith("LICENSE"):
+                continue
+            ok = p.suffix in CODE_SUFFIXES if kind == "code" else _is_prose(rel)
+            if ok and p.is_file() and p.stat().st_size >= min_bytes:
+                out.append(rel)
+    return sorted(out, key=str)
+
+
+def _window(tok, text: str, length: int) -> list[int] | None:
+    ids = tok.encode(text).ids
+    if len(ids) < length:
+        return None
+    s = (len(ids) - length) // 2
+    return ids[s : s + length]
+
+
+def unseen_prompts(tok, n: int, length: int, min_bytes: int, root: Path) -> list[dict]:
+    """``n`` prompts alternating code and prose (code first): the rule of the module docstring.
+    A file whose text is not UTF-8 or too short in tokens is replaced by the next one."""
+    picks: dict[str, list[dict]] = {}
+    for kind, want in (("code", (n + 1) // 2), ("prose", n // 2)):
+        files = unseen_files(root, kind, min_bytes)
+        if len(files) < want:
+            raise DSparkError(f"{root}: only {len(files)} {kind} files of >= {min_bytes} bytes")
+        got: list[dict] = []
+        for i in np.linspace(0, len(files) - 1, max(want, 1)).astype(int)[:want]:
+            for j in range(int(i), len(files)):
+                try:
+                    text = (root / files[j]).read_text(encoding="utf-8")
+                except (UnicodeDecodeError, OSError):
+                    continue
+                ids = _window(tok, text, length)
+                if ids is not None and str(files[j]) not in {g["file"] for g in got}:
+                    got.append({"file": str(files[j]), "kind": kind, "ids": ids})
+                    break
+        picks[kind] = got
+    code, prose = picks["code"], picks["prose"]
+    return [p for pair in zip(code, prose + [None]) for p in pair if p is not None][:n]
+
+
+def write_prompt_file(tok, prompts: list[dict], path: Path) -> None:
+    """A JSONL prompt file for ``real.bench`` (``bench.prompt_file``): the windows' texts."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for p in prompts:
+            f.write(json.dumps({"prompt": tok.decode(p["ids"]), "file": p["file"]}) + "\n")
+
+
+def _best(rows: list[dict], prefix: str) -> dict | None:
+    cand = [r for r in rows if r["controller"].startswith(prefix)]
+    return max(cand, key=lambda r: r["tokens_per_s"]) if cand else None
+
+
+def ratios(summary: dict) -> dict[str, float | None]:
+    """Speedups over target-only per drafter family, and the vs-HF ratios with the same drafter
+    on both sides and for the best settings of any kind."""
+    rows = [r for r in summary["rows"] if "tokens_per_s" in r]
+    hf = [r for r in rows if r["controller"].startswith("transformers-")]
+    hf_spec = [r for r in hf if r["controller"] != "transformers-target-only"]
+    eng = [r for r in rows if r not in hf and r["controller"] != "target-only"]
+    ar = _best(rows, "target-only")
+    out: dict[str, float | None] = {}
+
+    def tps(r):
+        return r["tokens_per_s"] if r else None
+
+    def div(a, b):
+        return a / b if a is not None and b else None
+
+    for fam in sorted({r["controller"].split("/")[0] for r in eng}):
+        out[f"{fam}_vs_ar"] = div(tps(_best(eng, fam + "/")), tps(ar))
+    best = max(eng, key=lambda r: r["tokens_per_s"])
+    best_hf = max(hf_spec, key=lambda r: r["tokens_per_s"]) if hf_spec else None
+    out["best_vs_ar"] = div(tps(best), tps(ar))
+    out["best_vs_hf_best"] = div(tps(best), tps(best_hf))
+    out["tf_vs_hf_assisted_same_drafter"] = div(
+        tps(_best(eng, "tf/")), tps(_best(hf, "transformers-assisted"))
+    )
+    out["ngram_vs_hf_prompt_lookup"] = div(
+        tps(_best(eng, "ngram/")), tps(_best(hf, "transformers-prompt-lookup"))
+    )
+    out["hf_best_vs_ar"] = div(tps(best_hf), tps(ar))
+    out["hf_target_only_vs_ar"] = div(tps(_best(hf, "transformers-target-only")), tps(ar))
+    out["best"] = best["controller"]  # type: ignore[assignment]
+    out["best_hf"] = best_hf["controller"] if best_hf else None  # type: ignore[assignment]
+    return out
+
+
+def held_prompt(tok, n: int) -> list[int]:
+    from real.bench import held_out_prompts
+
+    return held_out_prompts(tok, "code", 1, n)[0]
+
+
+def _load() -> str:
+    la = os.getloadavg()
+    return f"load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f} on {os.cpu_count()} CPUs"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="real_speed", description=__doc__.split("\n\n")[0])
+    p.add_argument("--sets", default="unseen heldout", help="prompt sets, space separated")
+    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--prompt-tokens", type=int, default=128)
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--drafters", default="feat conv tf ngram ngram+feat ngram+tf")
+    p.add_argument("--k-values", default="2 4 6 8")
+    p.add_argument("--controllers", default="dspark hf-heuristic confidence-stop")
+    p.add_argument("--temperature", type=float, default=0.8, help="the sampled runs' temperature")
+    p.add_argument("--no-sampled", action="store_true", help="greedy runs only")
+    p.add_argument("--no-hf", action="store_true")
+    p.add_argument("--min-bytes", type=int, default=4096, help="unseen rule: smallest file")
+    p.add_argument("--site-packages", default=sysconfig.get_paths()["purelib"])
+    p.add_argument("--target-dtype", default=None, help="default: the engine's default")
+    p.add_argument("--checkpoints", default=None)
+    p.add_argument("--out", default="runs/real-speed")
+    p.add_argument(
+        "--c-prompt-tokens", type=int, default=128, help="context of the c measurement (0: skip)"
+    )
+    return p.parse_args(argv)
+
+
+def run_one(args, name: str, temperature: float, prompt_file: Path | None) -> dict:
+    """One interleaved ``real.bench`` run of a prompt set at one temperature."""
+    from real.bench import bench_main, summary_lines
+
+    overrides = {
+        "prompts": args.prompts,
+        "prompt_tokens": args.prompt_tokens,
+        "new_tokens": args.new_tokens,
+        "repeats": args.repeats,
+        "drafters": args.drafters,
+        "k_values": args.k_values,
+        "controllers": args.controllers,
+        "hf": not args.no_hf,
+    }
+    if prompt_file is None:
+        overrides["workload"] = "mixed"
+    else:
+        overrides["prompt_file"] = str(prompt_file)
+    flags = {"temperature": temperature, "target_dtype": args.target_dtype}
+    out = Path(args.out) / f"{name}-t{temperature:g}"
+    print(f"== {name} prompts, temperature {temperature:g} ({_load()})", file=sys.stderr)
+    t0 = time.perf_counter()
+    summary = bench_main(None, args.checkpoints, out, flags, overrides)
+    r = ratios(summary)
+    print(
+        f"\n== {name} prompt set, temperature {temperature:g}: {_load()} at the end, "
+        f"{time.perf_counter() - t0:.0f} s"
+    )
+    print("\n".join(summary_lines(summary, out)[:-1]))
+    print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+    return r
+
+
+def step_costs(args, prompt: list[int], reps: int = 60) -> dict[str, float]:
+    """c per model drafter: the median time of one single-token drafter step over the median
+    time of one single-token target step (no drafting), both at ``prompt``'s length, measured
+    alternately in one loop (the engine's dtypes, 1 thread)."""
+    import statistics
+
+    import torch
+
+    from real.bench import BenchConfig, bench_engine
+    from real.models import Segments
+    from real.runtime import load_engine_config
+
+    models = [d for d in args.drafters.split() if d in ("feat", "conv", "tf")]
+    cfg = load_engine_config(None, {"target_dtype": args.target_dtype}, stop_at_eot=False)
+    engine, drafters = bench_engine(cfg, BenchConfig(drafters=" ".join(models)), args.checkpoints)
+    L = len(prompt)
+    ids = torch.tensor(prompt)
+    out: dict[str, float] = {}
+    with torch.inference_mode():
+        engine.target.step_packed(ids, Segments.one(0, 0, L), engine.state)
+        for name, d in (drafters or {}).items():
+            m = d.model
+            st = m.new_state(L + 2, d.dtype, "cpu")
+            if "known" in st:  # features of the prompt: the target's hidden states
+                st["feat"][0, :L] = engine.state["hidden"].to(d.dtype)
+                st["known"][0] = L - 1
+            m.step_packed(ids[:-1], Segments.one(0, 0, L - 1), st)
+            one, seg_d, seg_t = ids[-1:], Segments.one(0, L - 1, 1), Segments.one(0, L, 1)
+            td, tt = [], []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                m.step_packed(one, seg_d, st)
+                t1 = time.perf_counter()
+                engine.target.step_packed(one, seg_t, engine.state)
+                tt.append(time.perf_counter() - t1)
+                td.append(t1 - t0)
+            out[name] = statistics.median(td) / statistics.median(tt)
+    return out
+
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    from dspark.real_bench import add_parser
-
-    parser = argparse.ArgumentParser(prog="real_speed")
-    sub = parser.add_subparsers(dest="cmd")
-    add_parser(sub)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not any(a.startswith("--drafter") for a in argv):  # --drafter X or --drafters "X Y"
-        from real import DRAFTERS
-
-        argv += ["--drafters", " ".join(DRAFTERS)]
-    args = parser.parse_args(["bench", *argv])
-    from dspark.real_bench import run
-
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        return run(args)
+        from real.store import load_bundle
+
+        tok = load_bundle(args.checkpoints, names=()).tokenizer
+        results: dict[tuple[str, float], dict] = {}
+        temps = [0.0] + ([] if args.no_sampled else [args.temperature])
+        for name in args.sets.split():
+            if name not in ("unseen", "heldout"):
+                raise DSparkError(f"--sets: unknown set {name!r}; allowed unseen, heldout")
+            pf = None
+            if name == "unseen":
+                root = Path(args.site_packages)
+                ps = unseen_prompts(tok, args.prompts, args.prompt_tokens, args.min_bytes, root)
+                pf = Path(args.out) / "unseen_prompts.jsonl"
+                write_prompt_file(tok, ps, pf)
+                print("unseen prompts: " + ", ".join(p["file"] for p in ps))
+            for t in temps:
+                results[(name, t)] = run_one(args, name, t, pf)
     except DSparkError as e:
         print(f"real_speed: error: {e}", file=sys.stderr)
         return 2
+        if args.c_prompt_tokens:
+            c = step_costs(args, held_prompt(tok, args.c_prompt_tokens))
+            print(
+                f"c (one drafter step / one target step, {args.c_prompt_tokens} tokens of "
+                f"context, {_load()}): " + ", ".join(f"{k} {v:.3f}" for k, v in c.items())
+            )
+    g = results.get(("unseen", 0.0), {})
+    s = results.get(("unseen", args.temperature), {})
+
+    def f(v):
+        return "nan" if v is None else f"{v:.3f}"
+
+    print(
+        f"real_unseen_speedup_vs_ar={f(g.get('best_vs_ar'))} "
+        f"real_unseen_speedup_vs_hf={f(g.get('best_vs_hf_best'))} "
+        f"real_unseen_conv_vs_ar={f(g.get('feat_vs_ar'))} "
+        f"real_sampled_speedup_vs_ar={f(s.get('best_vs_ar'))}"
+    )
+    return 0
 
 
 if __name__ == "__main__":

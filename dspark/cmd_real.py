@@ -63,6 +63,28 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1)")
 
 
+def add_tp_args(p: argparse.ArgumentParser) -> None:
+    """``--tp N``: the target sharded over N ranks (``real.tp``; spawned here, or torchrun's)."""
+    from real.tp import TPConfig
+
+    p.add_argument(
+        "--tp",
+        type=int,
+        default=TPConfig.size,
+        metavar="N",
+        help="tensor-parallel ranks: spawns N processes on this machine (gloo on cpu, nccl on "
+        "cuda), or joins torchrun's group (default 1)",
+    )
+    p.add_argument(
+        "--tp-timeout",
+        type=float,
+        default=TPConfig.timeout_s,
+        metavar="S",
+        help=f"process-group timeout in seconds: a dead rank ends the run (default "
+        f"{TPConfig.timeout_s:g})",
+    )
+
+
 def engine_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The engine options given on the command line (None: not given)."""
     return {

@@ -4,8 +4,12 @@ measure them, and write the error table (``kind = "validate"`` run folder).
 Exit status 1 when a headline is above its configured tolerance (``max_error_pct``,
 ``batched.max_error_pct``, or ``--max-error`` for both; 0 = off), after the full report.
 
-The last line printed is ``validate_max_abs_error_pct=<x>``: the largest |error| over held-out
-controllers x workloads, for throughput and mean accepted length; with the batched part
+The last line printed is ``validate_max_abs_error_pct=<x> validate_latency_only_max_abs_error_pct=<z>``:
+x is the largest |error| over held-out controllers x workloads, for throughput and mean accepted
+length, of the PREDICTIVE variant (acceptance predicted from the drafter's confidences on the
+held-out prompts, calibrated on the calibration prompts); z the largest throughput |error| with
+acceptance replayed from the target's own traces of the held-out prompts (latency only: its
+accepted lengths are exact by construction and not counted); with the batched part
 (``parts`` holds ``batched``, or ``--part batched``) it also holds
 ``validate_batched_max_abs_error_pct=<y>``: the largest |error| over held-out controllers x
 loads for throughput, TPOT p50 and TTFT p50 (alone when only the batched part runs).
@@ -44,7 +48,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--part",
-        choices=("all", "batch1", "batched"),
+        choices=("all", "batch1", "batched", "tp"),
         default=None,
         help="run only this part (default: the config's parts; all = both)",
     )
@@ -76,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
     path = args.config
     if args.reanalyze:
         return _reanalyze(args)
+    if args.part == "tp":  # tensor parallelism (issue 16): its own part, dspark/validation/tp.py
+        from dspark.validation.tp import run_tp_command
+
+        return run_tp_command(args)
     if path is None and args.fast:
         path = str(Path(__file__).resolve().parents[1] / "configs" / "validate_tiny.toml")
     ov = parse_sets(args.set)
@@ -90,6 +98,10 @@ def run(args: argparse.Namespace) -> int:
     if "batch1" in cfg.parts:
         _print_batch1(summary, args.out)
         last.append(f"validate_max_abs_error_pct={summary['max_abs_error_pct']:.3f}")
+        last.append(
+            "validate_latency_only_max_abs_error_pct="
+            f"{summary['latency_only_max_abs_error_pct']:.3f}"
+        )
     if "batched" in cfg.parts:
         _print_batched(summary["batched"], args.out)
         last.append(
@@ -236,16 +248,30 @@ def _print_batch1(summary: dict, out: str) -> None:
 
     from dspark.validation.run import format_table
 
-    err = pd.read_csv(Path(out) / "errors.csv")
-    print(format_table(err))
-    fitted = Path(out) / "errors_fitted.csv"
-    if fitted.is_file():
-        print("\n# statistical acceptance model fitted on the calibration traces (separate):")
-        print(format_table(pd.read_csv(fitted)))
-    print(f"\nrank agreement (throughput): {summary['rank_agreement']}")
+    print("# predicted: acceptance from the drafter's confidences on the held-out prompts")
+    print(format_table(pd.read_csv(Path(out) / "errors.csv")))
+    for name, title in (
+        ("errors_replay.csv", "latency only: acceptance replayed from the target's own traces"),
+        ("errors_fitted.csv", "i.i.d. acceptance model fitted on the calibration traces"),
+    ):
+        if (Path(out) / name).is_file():
+            print(f"\n# {title} ({name}):")
+            print(format_table(pd.read_csv(Path(out) / name)))
+    print(f"\nrank agreement (throughput, predicted): {summary['rank_agreement']}")
+    for w, r in summary["rank_orders"].items():
+        print(f"  {w}: sim {r['sim_order']} real {r['real_order']}")
+    print(f"rank agreement (throughput, replay): {summary['rank_agreement_replay']}")
     print(
-        f"headline errors within the real runs' spread: "
-        f"{summary['headline_errors_within_real_spread']} of {summary['headline_errors']}; "
+        f"headline errors within the real runs' spread (rows with spread > 0): "
+        f"{summary['headline_errors_within_real_spread']} of "
+        f"{summary['headline_errors_with_spread']} ({summary['headline_errors']} rows in all); "
         f"largest spread {summary['max_real_spread_pct']:.1f}%"
     )
+    lc = summary.get("latency_check_by_k") or {}
+    if lc.get("max_abs_round_error_pct") is not None:
+        print(
+            f"per-k round cost (draft + verify) of the held-out real rounds against the "
+            f"simulator's table: max |error| {lc['max_abs_round_error_pct']:.1f}% over k with "
+            f">= {lc['min_rounds']} rounds"
+        )
     print(f"runtime: {summary['runtime_s']:.0f} s; run folder: {out}")

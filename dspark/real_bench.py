@@ -11,7 +11,7 @@ from dspark.args import add_out_args, run_folder
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    from dspark.cmd_real import add_engine_args
+    from dspark.cmd_real import add_engine_args, add_tp_args
 
     p = subparsers.add_parser(
         "bench", help="benchmark the engine's controllers (batch 1)", description=__doc__
@@ -43,10 +43,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "ngram+conv ngram+tf); methods are named drafter/controller",
     )
     add_engine_args(p)
+    add_tp_args(p)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    """``_run`` on one process, or on ``--tp N`` ranks (``real.tp``: rank 0 prints and writes)."""
+    from real.tp import run_sharded
+
+    return run_sharded(args, _run, ("out",))
+
+
+def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from dspark.cmd_real import engine_flags
@@ -66,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         }.items()
         if v is not None
     }
-    if args.no_hf:
+    if args.no_hf or args.tp > 1:  # HF's model is not sharded: no assisted generation under TP
         overrides["hf"] = False
     out = Path(run_folder(args.out, args.overwrite, "real-bench"))
     summary = bench_main(args.config, args.checkpoints, out, engine_flags(args), overrides)

@@ -9,7 +9,7 @@ from typing import Any
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    from dspark.cmd_real import add_engine_args
+    from dspark.cmd_real import add_engine_args, add_tp_args
 
     p = subparsers.add_parser("generate", help="generate text for one prompt", description=__doc__)
     p.add_argument("--prompt", required=True, help="prompt text")
@@ -18,6 +18,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--stream", action="store_true", help="print text as each round commits it")
     p.add_argument("--trace", default=None, help="write the round trace to this CSV")
     add_engine_args(p)
+    add_tp_args(p)
     return p
 
 
@@ -32,6 +33,13 @@ def stats_line(n: int, records: list, seconds: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``_run`` on one process, or on ``--tp N`` ranks (``real.tp``: rank 0 prints and writes)."""
+    from real.tp import run_sharded
+
+    return run_sharded(args, _run, ("trace",))
+
+
+def _run(args: argparse.Namespace) -> int:
     import pandas as pd
     import torch
 

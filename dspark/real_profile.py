@@ -12,7 +12,7 @@ from dspark.args import add_out_args, run_folder
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    from dspark.cmd_real import add_engine_args
+    from dspark.cmd_real import add_engine_args, add_tp_args
 
     p = subparsers.add_parser(
         "profile", help="measure the latency table for the simulator", description=__doc__
@@ -34,6 +34,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "(default 0..k_max; e.g. 0,1,2,4,8,16 for a batched grid)",
     )
     add_engine_args(p)
+    add_tp_args(p)
     return p
 
 
@@ -58,6 +59,13 @@ def build(args: argparse.Namespace, **overrides: Any):
 
 
 def run(args: argparse.Namespace) -> int:
+    """``_run`` on one process, or on ``--tp N`` ranks (``real.tp``: rank 0 prints and writes)."""
+    from real.tp import run_sharded
+
+    return run_sharded(args, _run, ("out",))
+
+
+def _run(args: argparse.Namespace) -> int:
     import dataclasses
     import json
     import sys
@@ -97,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         out / "config.toml",
     )
     (out / "summary.json").write_text(json.dumps({"kind": "profile", **details}, indent=1))
+    _collectives(engine, pcfg, ecfg, out)
     b1 = df["batch"] == min(pcfg.batches)
     t = df[(df["model"] == "target") & (df["new_tokens"] == 1) & b1]
     d = df[(df["model"] == "drafter") & (df["new_tokens"] == 1) & b1]
@@ -115,3 +124,22 @@ def run(args: argparse.Namespace) -> int:
                 f"({b / tb['seconds'].median():8.1f} plain tokens/s)"
             )
     return 0
+
+
+def _collectives(engine, pcfg, ecfg, out) -> None:
+    """Under ``--tp N``: the target's all-reduces timed alone, ``collectives.csv``."""
+    from real.tp import current
+
+    if current() is None:
+        return
+    from real.tp_profile import message_tokens, profile_collectives
+
+    df = profile_collectives(
+        engine, message_tokens(pcfg.batches, ecfg.k_max), pcfg.repeats, pcfg.warmup
+    )
+    df.to_csv(out / "collectives.csv", index=False)
+    one = df[df["tokens"] == df["tokens"].min()].set_index("kind")["seconds"]
+    print(
+        f"wrote {out / 'collectives.csv'}: all-reduce of {int(df['tokens'].min())} token(s) "
+        f"{one['all_reduce'] * 1e6:.0f} us, TP cost per layer {one['layer'] * 1e6:.0f} us"
+    )

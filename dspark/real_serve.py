@@ -11,7 +11,7 @@ from dspark.args import add_out_args, run_folder
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    from dspark.cmd_real import add_engine_args
+    from dspark.cmd_real import add_engine_args, add_tp_args
 
     p = subparsers.add_parser(
         "serve", help="serve arrivals with continuous batching", description=__doc__
@@ -52,6 +52,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--tiny", action="store_true", help="tiny random models (no checkpoint)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     add_engine_args(p)
+    add_tp_args(p)
     return p
 
 
@@ -87,6 +88,7 @@ def _serve_all(engine, stream, specs, scfg, log) -> tuple:
     from control.configio import to_dict
     from control.registry import make_config, make_controller, make_planner
     from real.serve import serve
+    from real.tp import clock
 
     reqs, recs, bts, sums, tables = [], [], [], [], {}
     for spec in specs:
@@ -103,6 +105,7 @@ def _serve_all(engine, stream, specs, scfg, log) -> tuple:
             scfg.drain_s,
             log,
             scfg.progress_s,
+            clock=clock(),  # under --tp, rank 0's clock on every rank (arrivals, admission)
         )
         for m in res.rejected:
             print(m, file=sys.stderr)
@@ -148,6 +151,13 @@ def _write_results(args, out, scfg, ecfg, reqs, recs, bts, sums, tables) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    """``_run`` on one process, or on ``--tp N`` ranks (``real.tp``: rank 0 prints and writes)."""
+    from real.tp import run_sharded
+
+    return run_sharded(args, _run, ("out",))
+
+
+def _run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 

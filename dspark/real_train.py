@@ -23,6 +23,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--drafter-steps", type=int, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument(
+        "--feature-drafter",
+        action="store_true",
+        help="only distil the feature conv drafter from the target in --out (default: the "
+        "shipped one) and add it to that folder's manifest",
+    )
+    p.add_argument("--feat-steps", type=int, default=None)
     return p
 
 
@@ -34,12 +41,20 @@ def run(args: argparse.Namespace) -> int:
     from real.train import TrainConfig, run_training
 
     data = dict(read_toml(args.config).get("train", {})) if args.config else {}
-    for key in ("target_steps", "drafter_steps", "seed", "threads"):
+    for key in ("target_steps", "drafter_steps", "seed", "threads", "feat_steps"):
         v = getattr(args, key)
         if v is not None:
             data[key] = v
     cfg = from_mapping(TrainConfig, data, source=args.config or "<command line>", prefix="train")
     command = "dspark real train " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+    if args.feature_drafter:
+        from real.train import train_feature_drafter
+
+        out = Path(args.out) if args.out else CHECKPOINT_DIR
+        e = train_feature_drafter(Path(args.work_dir), out, cfg, command.strip())
+        e = e["models"]["drafter_feat"]
+        print(f"drafter_feat: {e['params']} parameters, validation {e['validation']}")
+        return 0
     m = run_training(
         Path(args.work_dir), Path(args.out) if args.out else CHECKPOINT_DIR, cfg, command.strip()
     )

@@ -153,10 +153,13 @@ def _run_method(engine, m: str, method, prompts, n_new: int, hf_pair) -> tuple[f
     for i, p in enumerate(prompts):
         if m == "target-only":
             t0 = time.perf_counter()
-            toks_i = engine.greedy_reference(p, n_new)
+            if engine.cfg.sampling.greedy:
+                toks_i = engine.greedy_reference(p, n_new)
+            else:  # the sampled baseline samples too
+                toks_i = engine.sample_reference(p, n_new)
             total_s += time.perf_counter() - t0
         elif m in HF_SETTINGS:
-            toks_i, s = hf_generate(hf_pair, p, n_new, HF_SETTINGS[m])
+            toks_i, s = hf_generate(hf_pair, p, n_new, HF_SETTINGS[m], engine.cfg.sampling)
             total_s += s
         else:
             name, cfg, engine.drafter = method
@@ -397,7 +400,10 @@ def hf_pair_for(engine, drafter_model) -> dict:
 
 
 @torch.inference_mode()
-def hf_generate(pair: dict, prompt: list[int], n: int, setting) -> tuple[list[int], float]:
+def hf_generate(pair: dict, prompt: list[int], n: int, setting, sp=None) -> tuple[list[int], float]:
+    """HF generation of ``n`` tokens; ``sp`` (``real.sampling.SamplingParams``, None = greedy):
+    the engine's sampling parameters, so that a sampled engine run is compared with HF
+    sampling at the same temperature / top-k / top-p."""
     ids = torch.tensor([prompt])
     # an explicit all-ones mask: pad_token_id is the end-of-text id, and without a mask HF
     # treats every end-of-text token inside a prompt (held-out windows cross document
@@ -409,6 +415,8 @@ def hf_generate(pair: dict, prompt: list[int], n: int, setting) -> tuple[list[in
         use_cache=True,
         attention_mask=torch.ones_like(ids),
     )
+    if sp is not None and not sp.greedy:
+        kw.update(do_sample=True, temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p)
     if setting is not None and setting[0] == "lookup":
         kw["prompt_lookup_num_tokens"] = setting[1]  # HF's n-gram drafter (no model)
     elif setting is not None:

@@ -3,7 +3,10 @@
 A drafter proposes up to ``k`` tokens after a sequence's first ``L`` tokens, for one sequence
 (``propose``) or for several engine slots at once (``propose_batch``), and is told how many of
 its tokens the target accepted (``accept`` / ``accept_batch``) so it can roll its own state back.
-A :class:`CachedDrafter` also holds a per-slot cache (a model drafter's KV cache) that the engine
+A drafter whose ``wants_hidden`` attribute is true (:class:`HiddenStateDrafter`, the feature
+conv drafter) is also handed the target's last hidden states after every target pass (prefill and
+verify): ``observe_hidden(segs, hidden)``, ``hidden[i]`` belonging to the packed token i of
+``segs``. A :class:`CachedDrafter` also holds a per-slot cache (a model drafter's KV cache) that the engine
 sizes with ``allocate`` and checks through ``state``.
 """
 
@@ -64,3 +67,16 @@ class CachedDrafter(Drafter, Protocol):
     """A drafter with a per-slot cache: ``state["length"]`` positions, ``state["slots"]``."""
 
     state: Any
+
+
+@runtime_checkable
+class HiddenStateDrafter(Drafter, Protocol):
+    """A drafter conditioned on the target's hidden states (``wants_hidden`` true): after each
+    target pass the engine calls ``observe_hidden(segs, hidden)`` with that pass's packed
+    ``real.models.Segments`` and the target's last-layer output ``[N, D]`` (before its final
+    norm). Positions the round rejects are overwritten by later passes; the drafter must use
+    only positions below the committed length minus one."""
+
+    wants_hidden: bool
+
+    def observe_hidden(self, segs: Any, hidden: torch.Tensor) -> None: ...

@@ -285,6 +285,14 @@ class HybridDrafter(_OneRow):
         return self.model.state
 
     @property
+    def wants_hidden(self) -> bool:
+        return bool(getattr(self.model, "wants_hidden", False))
+
+    def observe_hidden(self, segs, hidden: torch.Tensor) -> None:
+        """Lookup rounds too: the model drafter's features must cover every committed token."""
+        self.model.observe_hidden(segs, hidden)  # type: ignore[attr-defined]
+
+    @property
     def length(self) -> int:
         return self.model.length
 

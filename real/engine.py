@@ -172,6 +172,9 @@ class Engine:
         #: RoundStats of every round (plus the prefill passes in ``prefills``) when not None
         self.round_log: list[RoundStats] | None = None
         self.prefills: list[dict] = []
+        #: tensor parallelism (``real.tp``): maps this rank's time readings to rank 0's, so that
+        #: every rank's controllers see the same times; None on one process
+        self.agree = None
 
     # ------------------------------------------------------------------ drafter
     @property
@@ -277,7 +280,14 @@ class Engine:
             self.target.step_packed(
                 self.seq[segs.slot_idx, segs.pos_idx], segs, self.state, logits=False
             )
+            self._hand_hidden(segs)
         sync(self.device)
+
+    def _hand_hidden(self, segs: Segments) -> None:
+        """Give a feature drafter the target's hidden states of the pass just run."""
+        d = self._drafter
+        if d is not None and getattr(d, "wants_hidden", False):
+            d.observe_hidden(segs, self.state["hidden"])
 
     def abort(self) -> None:
         """Drop every running sequence (frees their slots)."""
@@ -298,6 +308,8 @@ class Engine:
         Ls = [s.L for s in run]
         ctx_sum = sum(Ls)
         now = time.perf_counter() - origin
+        if self.agree is not None:
+            (now,) = self.agree([now])
         decs, ks = self._plan_round(run, planner, now, ctx_sum)
         drafter = self._drafter
         t0 = time.perf_counter()
@@ -311,6 +323,8 @@ class Engine:
         if drafter is not None and any(drafted):
             drafter.accept_batch(slots, Ls, drafted, ns)
         draft_s, verify_s, end_s = t1 - t0, t2 - t1, t2 - origin
+        if self.agree is not None:
+            draft_s, verify_s, end_s = self.agree([draft_s, verify_s, end_s])
         verify_tokens = segs.n
         events, emitted_sum = self._commit_rows(
             run,
@@ -327,9 +341,12 @@ class Engine:
         self._retire_done(run)
         stats = None
         if planner is not None or self.round_log is not None:
+            stats_end = time.perf_counter() - origin
+            if self.agree is not None:
+                (stats_end,) = self.agree([stats_end])
             stats = RoundStats(
                 start_s=now,
-                end_s=time.perf_counter() - origin,
+                end_s=stats_end,
                 batch_size=B,
                 drafting=sum(1 for d in drafted if d),
                 draft_steps=max(drafted),
@@ -432,6 +449,7 @@ class Engine:
         segs = Segments(slots, [L - 1 for L in Ls], [d + 1 for d in drafted], dev)
         ids = seq[segs.slot_idx, segs.pos_idx]
         logits = self.target.step_packed(ids, segs, self.state)
+        self._hand_hidden(segs)
         if sp.greedy and all(d.mode == "strict" for d in decs):
             # the whole batch in one host transfer
             am, idl = torch.stack([logits.argmax(-1), ids]).tolist()
@@ -560,6 +578,7 @@ class Engine:
         self.seq[0, :L] = torch.tensor(ids, dtype=torch.long, device=self.device)
         if L > 1:
             self.target.step(self.seq[:1, : L - 1], 0, self.state)
+            self._hand_hidden(Segments.one(0, 0, L - 1, self.device))
         if self._drafter is not None:
             self._drafter.reset()
         return L

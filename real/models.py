@@ -148,7 +148,7 @@ class Block(nn.Module):
         self.down = nn.Linear(cfg.d_ff, d, bias=False)
 
     def forward(self, x, cos, sin, cache=None, pos=0, mask=None):
-        B, T, D = x.shape
+        B, T, _ = x.shape
         qkv = (
             self.qkv(self.input_layernorm(x)).view(B, T, 3, self.h, self.hd).permute(2, 0, 3, 1, 4)
         )
@@ -163,13 +163,13 @@ class Block(nn.Module):
             a = F.scaled_dot_product_attention(
                 q, kc[:, :, : pos + T], vc[:, :, : pos + T], attn_mask=mask
             )
-        x = x + self.o(a.transpose(1, 2).reshape(B, T, D))
+        x = x + self.o(a.transpose(1, 2).reshape(B, T, self.h * self.hd))
         g, u = self.gate_up(self.post_attention_layernorm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(g) * u)
 
     def forward_packed(self, x, cos, sin, cache, segs: Segments, causal):
         """``x``: ``[N, D]`` packed new tokens of several sequences (see :class:`Segments`)."""
-        N, D = x.shape
+        N, _ = x.shape
         qkv = self.qkv(self.input_layernorm(x)).view(N, 3, self.h, self.hd)
         qk = _rope(qkv[:, :2], cos, sin)  # [N, 2, H, hd]; cos/sin: [N, 1, 1, hd]
         kc, vc = cache  # the cache may hold another dtype than x (``kv_dtype``)
@@ -187,7 +187,7 @@ class Block(nn.Module):
             )
             outs.append(a[0])
         a = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)  # [H, N, hd]
-        x = x + self.o(a.transpose(0, 1).reshape(N, D).to(x.dtype))
+        x = x + self.o(a.transpose(0, 1).reshape(N, self.h * self.hd).to(x.dtype))
         g, u = self.gate_up(self.post_attention_layernorm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(g) * u)
 
@@ -228,13 +228,18 @@ class Transformer(nn.Module):
         return F.linear(self.norm(x), self.embed_tokens.weight)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.logits(self.hidden(ids))
+
+    def hidden(self, ids: torch.Tensor) -> torch.Tensor:
+        """The last layer's output before the final norm, ``[B, T, D]`` (what a feature
+        drafter is conditioned on; ``logits(hidden(ids)) == forward(ids)``)."""
         T = ids.shape[1]
         x = self.embed_tokens(ids)
         cos, sin = self.tables(x.dtype if x.dtype != torch.float32 else torch.float32, x.device)
         cos, sin = cos[:T].to(x.dtype), sin[:T].to(x.dtype)
         for layer in self.layers:
             x = layer(x, cos, sin)
-        return self.logits(x)
+        return x
 
     # --- incremental decoding: slotted static cache, packed sequences ---
     def new_state(self, length: int, dtype, device, slots: int = 1, kv_dtype=None) -> dict:
@@ -246,10 +251,11 @@ class Transformer(nn.Module):
             raise ValueError(
                 f"cache of {length} positions exceeds the RoPE table ({c.max_seq_len})"
             )
+        h = self.layers[0].h  # the heads this process holds (a shard of them under real.tp)
         kv = [
             (
-                torch.zeros(slots, c.n_heads, length, hd, dtype=kvd, device=device),
-                torch.zeros(slots, c.n_heads, length, hd, dtype=kvd, device=device),
+                torch.zeros(slots, h, length, hd, dtype=kvd, device=device),
+                torch.zeros(slots, h, length, hd, dtype=kvd, device=device),
             )
             for _ in range(c.n_layers)
         ]
@@ -268,13 +274,16 @@ class Transformer(nn.Module):
         self, ids: torch.Tensor, segs: Segments, state: dict, logits: bool = True
     ) -> torch.Tensor | None:
         """Logits ``[N, V]`` of the packed new tokens ``ids`` (shape ``[N]``) of ``segs``
-        (None with ``logits=False``: a prefill only fills the cache)."""
+        (None with ``logits=False``: a prefill only fills the cache). The last layer's output
+        of these tokens (before the final norm, ``[N, D]``) is left in ``state["hidden"]`` for
+        a feature drafter (a reference, no copy)."""
         segs.check(state)
         x = self.embed_tokens(ids)
         cos = state["cos"][segs.pos_idx][:, None, None, :]
         sin = state["sin"][segs.pos_idx][:, None, None, :]
         for layer, cache in zip(self.layers, state["kv"]):
             x = layer.forward_packed(x, cos, sin, cache, segs, state["causal"])
+        state["hidden"] = x
         return self.logits(x) if logits else None
 
     def step(self, ids: torch.Tensor, pos: int, state: dict, slot: int = 0) -> torch.Tensor:
@@ -308,17 +317,28 @@ class ConvDrafter(nn.Module):
         self.blocks = nn.ModuleList(ConvBlock(cfg, cfg.dilation(i)) for i in range(cfg.n_blocks))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
 
+    def inputs(self, ids: torch.Tensor, segs: Segments, state: dict) -> torch.Tensor:
+        """The first block's input for packed tokens (a feature drafter adds the target's
+        hidden states here)."""
+        return self.embed_tokens(ids)
+
     def _mix(self, blk: ConvBlock, x: torch.Tensor, u_conv: torch.Tensor) -> torch.Tensor:
         a, g = blk.proj_in(u_conv).chunk(2, dim=-1)
         return x + blk.proj_out(a * torch.sigmoid(g))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        x = self.embed_tokens(ids)
+        return self.head(self.run_blocks(self.embed_tokens(ids)))
+
+    def run_blocks(self, x: torch.Tensor) -> torch.Tensor:
+        """The blocks over whole sequences ``[B, T, d]`` (teacher-forced, causal)."""
         K = self.cfg.kernel
         for blk in self.blocks:
             u = blk.norm(x).transpose(1, 2)
             c = blk.conv(F.pad(u, ((K - 1) * blk.dil, 0))).transpose(1, 2)
             x = self._mix(blk, x, c)
+        return x
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(self.norm(x), self.embed_tokens.weight)
 
     def new_state(self, length: int, dtype, device, slots: int = 1) -> dict:
@@ -344,7 +364,7 @@ class ConvDrafter(nn.Module):
         (None with ``logits=False``)."""
         segs.check(state)
         K, d = self.cfg.kernel, self.cfg.d_model
-        x = self.embed_tokens(ids)  # [N, d]
+        x = self.inputs(ids, segs, state)  # [N, d]
         si, pi = segs.slot_idx, segs.pos_idx
         one = len(segs.slots) == 1
         for blk, buf in zip(self.blocks, state["buf"]):
@@ -382,6 +402,10 @@ def build_model(kind: str, cfg) -> nn.Module:
         return Transformer(cfg)
     if kind == "conv":
         return ConvDrafter(cfg)
+    if kind == "featconv":  # real.feature_drafter builds on this module: imported on demand
+        from real.feature_drafter import FeatureConvDrafter
+
+        return FeatureConvDrafter(cfg)
     raise ValueError(f"unknown model kind {kind!r}")
 
 

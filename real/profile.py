@@ -480,3 +480,99 @@ def round_overhead_s(df, column: str = "seconds", batch: int = 1) -> float:
         return 0.0
     at = r[r["batch"] == batch]
     return float((at if len(at) else r)[column].iloc[0])
+
+
+# ---------------------------------------------------------------- corrected from engine rounds
+class CycleK:
+    """A controller that asks k = ``ks[0]``, ``ks[1]``, ... round after round (cycling, from
+    ``offset``): the engine's own rounds at every draft length, in the engine's alternation of
+    draft and verify, for :func:`correct_from_trace`."""
+
+    def __init__(self, ks, offset: int = 0) -> None:
+        self.ks = [int(k) for k in ks]
+        if not self.ks or min(self.ks) < 0:
+            raise DSparkError(f"CycleK needs draft lengths >= 0, got {ks!r}")
+        self.offset = int(offset)
+        self.i = self.offset
+
+    def decide(self, now_s: float) -> Decision:
+        return Decision(k=self.ks[self.i % len(self.ks)])
+
+    def observe(self, obs) -> None:
+        self.i += 1
+
+    def reset(self) -> None:
+        self.i = self.offset
+
+
+def _at_context(df, model: str, new_tokens: int, ctx, column: str) -> np.ndarray:
+    """The table's value for batch-1 rows of ``model`` at ``new_tokens``, linear over context
+    and clamped at the grid's edges (as ``sim.latency.Table``); nan when the row is missing."""
+    r = df[(df["model"] == model) & (df["batch"] == 1) & (df["new_tokens"] == new_tokens)]
+    if not len(r):
+        return np.full(np.shape(ctx), np.nan)
+    r = r.sort_values("context_tokens")
+    return np.interp(
+        np.asarray(ctx, dtype=float), r["context_tokens"].to_numpy(float), r[column].to_numpy(float)
+    )
+
+
+def trace_ratios(df, records, column: str = "seconds", intercept_s: float = 0.0) -> dict:
+    """Per draft length k of batch-1 engine rounds (``RoundRecord``s): the median of measured
+    over tabled verify time (target row ``k + 1`` at the round's context) and of measured draft
+    time over ``intercept_s + k x`` the drafter step; and their round sum. ``{k: {...}}``."""
+    by_k: dict[int, list] = {}
+    for r in records:
+        if r.batch_size == 1:
+            by_k.setdefault(int(r.drafted), []).append(r)
+    out = {}
+    for k, rs in sorted(by_k.items()):
+        ctx = np.array([r.context_tokens for r in rs], dtype=float)
+        v = np.array([r.verify_s for r in rs])
+        d = np.array([r.draft_s for r in rs])
+        pv = _at_context(df, TARGET, k + 1, ctx, column)
+        pd_ = intercept_s + k * _at_context(df, DRAFTER, 1, ctx, column) if k else np.zeros_like(d)
+        out[k] = {
+            "rounds": len(rs),
+            "verify_ratio": float(np.median(v / pv)),
+            "draft_ratio": float(np.median(d / pd_)) if k else float("nan"),
+            "round_ratio": float(np.median((v + d) / (pv + pd_))),
+        }
+    return out
+
+
+def correct_from_trace(
+    df, records, column: str = "seconds", intercept_s: float = 0.0, min_rounds: int = 5
+) -> tuple[object, dict]:
+    """The table corrected by the engine's own batch-1 rounds: every target row of verify size
+    ``k + 1`` scaled by the median measured / tabled verify time of the rounds that drafted k
+    (k with at least ``min_rounds`` rounds), every batch-1 drafter row by the median measured /
+    tabled draft time of the rounds that drafted. After it, the median measured / tabled verify
+    time of each corrected k is exactly 1 on these rounds (``trace_ratios``)."""
+    out = df.copy()
+    before = trace_ratios(df, records, column, intercept_s)
+    scale = {}
+    for k, r in before.items():
+        if r["rounds"] >= min_rounds and np.isfinite(r["verify_ratio"]) and r["verify_ratio"] > 0:
+            rows = (out["model"] == TARGET) & (out["batch"] == 1) & (out["new_tokens"] == k + 1)
+            out.loc[rows, column] = out.loc[rows, column] * r["verify_ratio"]
+            scale[k] = r["verify_ratio"]
+    drafting = [r for r in records if r.batch_size == 1 and r.drafted > 0]
+    d_scale = float("nan")
+    if len(drafting) >= min_rounds:
+        ctx = np.array([r.context_tokens for r in drafting], dtype=float)
+        k = np.array([r.drafted for r in drafting], dtype=float)
+        step = _at_context(df, DRAFTER, 1, ctx, column)
+        # (draft - intercept) / (k x step): the step's share only (the intercept is overhead)
+        d = np.array([r.draft_s for r in drafting]) - intercept_s
+        d_scale = float(np.median(d / (k * step)))
+        if np.isfinite(d_scale) and d_scale > 0:
+            rows = (out["model"] == DRAFTER) & (out["batch"] == 1)
+            out.loc[rows, column] = out.loc[rows, column] * d_scale
+    after = trace_ratios(out, records, column, intercept_s)
+    return out, {
+        "verify_scale_by_k": scale,
+        "drafter_scale": d_scale,
+        "before": before,
+        "after": after,
+    }

@@ -13,8 +13,9 @@ from real.drafters import HybridDrafter, ModelDrafter, NgramDrafter
 from real.engine import Engine, EngineConfig
 from real.store import load_bundle
 from real.tokenizer import EOT, sentence_end_ids
+from real.tp import shard_engine
 
-DRAFTER_MODELS = {"conv": "drafter_conv", "tf": "drafter_tf"}
+DRAFTER_MODELS = {"conv": "drafter_conv", "tf": "drafter_tf", "feat": "drafter_feat"}
 
 
 def build_engine(
@@ -32,7 +33,7 @@ def build_engine(
         )
     tok = bundle.tokenizer
     target = bundle.models["target"].to(device=cfg.device, dtype=DTYPES[cfg.target_dtype])
-    return Engine(
+    engine = Engine(
         target,
         build_drafter(cfg, bundle, cfg.drafter),
         cfg,
@@ -40,6 +41,8 @@ def build_engine(
         eot_id=tok.token_to_id(EOT),
         sentence_end_ids=sentence_end_ids(tok),
     )
+    shard_engine(engine)  # under --tp N: the target sharded over the ranks (real.tp)
+    return engine
 
 
 def load_engine_config(
@@ -70,7 +73,10 @@ def build_drafter(cfg: EngineConfig, bundle, drafter: str) -> Drafter:
     if kind not in DRAFTER_MODELS or DRAFTER_MODELS[kind] not in bundle.models:
         raise DSparkError(f"drafter {drafter!r} needs the {kind!r} drafter checkpoint")
     m = bundle.models[DRAFTER_MODELS[kind]].to(device=cfg.device, dtype=DTYPES[cfg.drafter_dtype])
-    d = ModelDrafter(m, cfg.max_len + cfg.k_max + 1, DTYPES[cfg.drafter_dtype], cfg.device)
+    cls = ModelDrafter
+    if m.kind == "featconv":  # conditioned on the target's hidden states
+        from real.feature_drafter import FeatureDrafter as cls
+    d = cls(m, cfg.max_len + cfg.k_max + 1, DTYPES[cfg.drafter_dtype], cfg.device)
     if kind != drafter:
         n = cfg.lookup_min_match
         d = HybridDrafter(d, NgramDrafter(max_ngram=n, min_ngram=n, vocab_size=vocab), n)

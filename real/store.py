@@ -23,8 +23,48 @@ from real.models import ConvConfig, TransformerConfig, build_model, count_params
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
 MANIFEST = "manifest.json"
 #: model name -> dtype it is shipped in (the target in bf16; drafters fp16, run in fp32).
-SHIP_DTYPES = {"target": "bfloat16", "drafter_conv": "float16", "drafter_tf": "float16"}
+SHIP_DTYPES = {
+    "target": "bfloat16",
+    "drafter_conv": "float16",
+    "drafter_tf": "float16",
+    "drafter_feat": "float16",
+}
 CONFIG_CLASSES = {"transformer": TransformerConfig, "conv": ConvConfig}
+
+
+def _config_class(kind: str):
+    if kind == "featconv":  # real.feature_drafter imports real.drafters: loaded on demand
+        from real.feature_drafter import FeatureConvConfig
+
+        return FeatureConvConfig
+    return CONFIG_CLASSES[kind]
+
+
+def _model_entry(path: Path, name: str, kind: str, cfg, model, res: dict) -> dict:
+    return {
+        "file": path.name,
+        "sha256": ck.sha256_file(path),
+        "kind": kind,
+        "config": dataclasses.asdict(cfg),
+        "dtype": SHIP_DTYPES[name],
+        "params": count_params(model),
+        "steps": res["step"],
+        "train_seconds": round(res["seconds"], 1),
+        "final_train_loss": res["losses"][-1],
+        "validation": res["eval"],
+    }
+
+
+def add_model(out: Path, name: str, kind: str, cfg, model, res: dict, command: str) -> dict:
+    """Save one more model into ``out`` (shipped dtype) and add its entry to the manifest there,
+    with the command that made it (the other entries stay as they are)."""
+    m = read_manifest(out)
+    path = out / f"{name}.safetensors"
+    dtype = ck.DTYPES[SHIP_DTYPES[name]]
+    ck.save_tensors({k: v.to(dtype) for k, v in model.state_dict().items()}, path)
+    m["models"][name] = {**_model_entry(path, name, kind, cfg, model, res), "command": command}
+    ck.write_json(m, out / MANIFEST)
+    return m
 
 
 def export_checkpoints(out: Path, tok, specs: dict, results: dict, train_cfg, command: str) -> dict:
@@ -47,19 +87,7 @@ def export_checkpoints(out: Path, tok, specs: dict, results: dict, train_cfg, co
         dtype = ck.DTYPES[SHIP_DTYPES[name]]
         path = out / f"{name}.safetensors"
         ck.save_tensors({k: v.to(dtype) for k, v in model.state_dict().items()}, path)
-        res = results[name]
-        manifest["models"][name] = {
-            "file": path.name,
-            "sha256": ck.sha256_file(path),
-            "kind": kind,
-            "config": dataclasses.asdict(cfg),
-            "dtype": SHIP_DTYPES[name],
-            "params": count_params(model),
-            "steps": res["step"],
-            "train_seconds": round(res["seconds"], 1),
-            "final_train_loss": res["losses"][-1],
-            "validation": res["eval"],
-        }
+        manifest["models"][name] = _model_entry(path, name, kind, cfg, model, results[name])
     ck.write_json(manifest, out / MANIFEST)
     return manifest
 
@@ -94,7 +122,7 @@ def load_model(
         raise DSparkError(f"{d / MANIFEST}: no model '{name}'; has {', '.join(m['models'])}")
     entry = m["models"][name]
     try:
-        cls = CONFIG_CLASSES[entry["kind"]]
+        cls = _config_class(entry["kind"])
         cfg = from_mapping(
             cls, entry["config"], source=str(d / MANIFEST), prefix=f"models.{name}.config"
         )

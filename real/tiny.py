@@ -17,6 +17,7 @@ from real.checkpoint import DTYPES
 from real.drafters import ModelDrafter
 from real.engine import Engine, EngineConfig
 from real.models import Transformer, TransformerConfig
+from real.tp import shard_engine
 
 
 @dataclass(frozen=True)
@@ -59,4 +60,6 @@ def tiny_engine(cfg: TinyModelsConfig, engine_cfg: EngineConfig) -> Engine:
     length = engine_cfg.max_len + engine_cfg.k_max + 1
     d = ModelDrafter(drafter, length, ddt, engine_cfg.device)
     d.name = "drafter-tf"
-    return Engine(target, d, engine_cfg, sentence_end_ids=frozenset(cfg.sentence_end_ids))
+    engine = Engine(target, d, engine_cfg, sentence_end_ids=frozenset(cfg.sentence_end_ids))
+    shard_engine(engine)  # under --tp N: the target sharded over the ranks (real.tp)
+    return engine

@@ -27,7 +27,7 @@ from real import checkpoint as ck
 from real import corpus, tokenizer
 from real.models import ConvConfig, TransformerConfig, build_model
 
-STAGES = ("target", "drafter_conv", "drafter_tf")
+STAGES = ("target", "drafter_conv", "drafter_tf", "drafter_feat")
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,13 @@ class TrainConfig:
     tf_lr: float = param(3e-3, lo=1e-6, hi=1.0, doc="transformer drafter peak learning rate")
     # small decoupled weight decay, Llama-style betas.
     weight_decay: float = param(0.1, lo=0.0, hi=1.0, doc="AdamW weight decay (matrices only)")
+    # the feature drafter (real.feature_drafter), distilled from the shipped target.
+    feat_steps: int = param(600, lo=1, hi=100000, doc="feature conv drafter optimizer steps")
+    feat_lr: float = param(3e-3, lo=1e-6, hi=1.0, doc="feature conv drafter peak learning rate")
+    # 8: drafts rarely survive past 8 tokens; every window trains depths 1..8 past its cut.
+    feat_depth: int = param(8, lo=1, hi=64, doc="feature drafter: draft depths trained per cut")
+    # start from the token-only conv drafter's weights (its blocks, embeddings, norms).
+    feat_warm_start: bool = param(True, doc="feature drafter: start from the conv drafter")
     eval_windows: int = param(24, lo=1, hi=10000, doc="validation windows per workload")
     save_every: int = param(25, lo=1, hi=100000, doc="steps between resumable checkpoints")
 
@@ -224,7 +231,11 @@ def train_stage(
     seq: int,
     bf16: bool,
     teacher=None,
+    loss_fn=None,
+    eval_fn=None,
 ) -> dict:
+    """``loss_fn(model, teacher, window, step)`` / ``eval_fn(model, windows, teacher)`` replace
+    the default loss and evaluation (the feature drafter's)."""
     from tqdm import tqdm
 
     ckpt, state_path = work / f"{name}.ckpt.safetensors", work / f"{name}.state.json"
@@ -249,7 +260,10 @@ def train_stage(
         x, y = w[:, :-1], w[:, 1:]
         for g in opt.param_groups:
             g["lr"] = lr_at(step, lr, c.warmup_steps, steps)
-        loss = _stage_loss(model, teacher, x, y, bf16)
+        if loss_fn is None:
+            loss = _stage_loss(model, teacher, x, y, bf16)
+        else:
+            loss = loss_fn(model, teacher, w, step)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -268,7 +282,8 @@ def train_stage(
             )
             ck.write_json(state, state_path)
     bar.close()
-    state["eval"] = {wl: evaluate(model, win, teacher, bf16) for wl, win in windows.items()}
+    ev = eval_fn or (lambda m, win, t: evaluate(m, win, t, bf16))
+    state["eval"] = {wl: ev(model, win, teacher) for wl, win in windows.items()}
     state["step"] = step
     ck.write_json(state, state_path)
     _log(f"{name}: done, eval {json.dumps(state['eval'])}")
@@ -348,3 +363,107 @@ def run_training(work: Path, out: Path, c: TrainConfig, command: str) -> dict:
     from real.store import export_checkpoints
 
     return export_checkpoints(out, tok, specs, results, c, command)
+
+
+# ---------------------------------------------------------------- the feature drafter
+def feature_batch(model, teacher, w: torch.Tensor, depth: int, offset: int):
+    """Student and teacher logits ``[M, depth, V]`` (plus the true next tokens ``[M, depth]``)
+    of the windows of ``w`` (``[B, T+1]`` tokens): cuts c = R-1+offset, +depth, ... ; the
+    window of cut c holds positions c-R+1 .. c+depth-1 (R: the drafter's receptive field, so
+    its outputs equal full-sequence ones), features present at positions <= c (the committed
+    prefix of a round), missing after (tokens drafted in that round); loss at c .. c+depth-1."""
+    x, y = w[:, :-1], w[:, 1:]
+    T, R = x.shape[1], model.receptive_field()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        h = teacher.hidden(x)
+        tl = teacher.logits(h)
+    cuts = torch.arange(R - 1 + offset, T - depth + 1, depth)
+    idx = cuts[:, None] - (R - 1) + torch.arange(R - 1 + depth)  # [C, W]
+    present = ((idx <= cuts[:, None]) & (idx >= 1)).expand(x.shape[0], -1, -1)
+    f = model.feat_proj(model.feat_norm(h.float()))  # project once, then gather
+    f = torch.where(present[..., None], f[:, (idx - 1).clamp_min(0)], model.missing)
+    xin = model.embed_tokens(x[:, idx]) + f  # [B, C, W, d]
+    out = model.run_blocks(xin.flatten(0, 1))[:, R - 1 :]
+    lp = cuts[:, None] + torch.arange(depth)  # loss positions [C, depth]
+    V = tl.shape[-1]
+    return model.head(out), tl[:, lp].reshape(-1, depth, V), y[:, lp].reshape(-1, depth)
+
+
+def feature_loss(model, teacher, w: torch.Tensor, step: int, depth: int) -> torch.Tensor:
+    student, tl, _ = feature_batch(model, teacher, w, depth, step % depth)
+    return distill_loss(student, tl)
+
+
+@torch.no_grad()
+def evaluate_feature(model, windows: torch.Tensor, teacher, depth: int) -> dict:
+    """Teacher-forced agreement by draft depth (1 = the first draft token, the target's state
+    known), its mean over depths 1..depth, KL and cross-entropy."""
+    model.eval()
+    agree = torch.zeros(depth)
+    kl = ce = n = 0.0
+    for i in range(0, len(windows), 8):
+        for off in range(depth):
+            s, tl, y = feature_batch(model, teacher, windows[i : i + 8], depth, off)
+            agree += (s.argmax(-1) == tl.argmax(-1)).float().sum(0)
+            kl += distill_loss(s, tl).item() * y.numel()
+            ce += F.cross_entropy(s.float().flatten(0, 1), y.flatten(), reduction="sum").item()
+            n += y.numel()
+    model.train()
+    by_depth = (agree / (n / depth)).tolist()
+    return {
+        "val_ce": ce / n,
+        "val_kl": kl / n,
+        "val_greedy_agreement": by_depth[0],
+        "val_greedy_agreement_mean_depth": sum(by_depth) / depth,
+        "val_greedy_agreement_by_depth": [round(a, 4) for a in by_depth],
+    }
+
+
+def feat_config(c: TrainConfig, d_feature: int):
+    from real.feature_drafter import FeatureConvConfig
+
+    return FeatureConvConfig(
+        vocab_size=c.vocab_size, dilation_base=c.conv_dilation_base, d_feature=d_feature
+    )
+
+
+def train_feature_drafter(work: Path, ckpt_dir: Path, c: TrainConfig, command: str) -> dict:
+    """Distil the feature conv drafter from the shipped target (``ckpt_dir``), warm-started
+    from the shipped conv drafter, and add it to ``ckpt_dir``'s manifest as ``drafter_feat``."""
+    from functools import partial
+
+    from real.feature_drafter import FeatureConvDrafter
+    from real.store import add_model, load_bundle
+
+    torch.set_num_threads(c.threads)
+    work.mkdir(parents=True, exist_ok=True)
+    bundle = load_bundle(ckpt_dir, names=("target", "drafter_conv"))
+    teacher = bundle.models["target"].eval()  # bf16 weights, held in fp32
+    arrays = token_arrays(work, bundle.tokenizer)
+    train_tokens = np.concatenate([arrays["code_train"], arrays["prose_train"]])
+    dw = {
+        wl: eval_windows(arrays[f"{wl}_val"], c.eval_windows, c.drafter_seq_len)
+        for wl in corpus.WORKLOADS
+    }
+    torch.manual_seed(c.seed + 1 + STAGES.index("drafter_feat"))
+    cfg = feat_config(c, teacher.cfg.d_model)
+    model = FeatureConvDrafter(cfg)
+    if c.feat_warm_start:
+        model.load_state_dict(bundle.models["drafter_conv"].float().state_dict(), strict=False)
+    res = train_stage(
+        "drafter_feat",
+        model,
+        train_tokens,
+        dw,
+        work,
+        c,
+        steps=c.feat_steps,
+        lr=c.feat_lr,
+        bsz=c.drafter_batch,
+        seq=c.drafter_seq_len,
+        bf16=False,
+        teacher=teacher,
+        loss_fn=partial(feature_loss, depth=c.feat_depth),
+        eval_fn=partial(evaluate_feature, depth=c.feat_depth),
+    )
+    return add_model(ckpt_dir, "drafter_feat", "featconv", cfg, model, res, command)

@@ -158,7 +158,7 @@ def _run(
     acc = AcceptanceModel(scn.acceptance, len(reqs), st["acceptance_init"], st["acceptance"])
     lens = acc.output_lengths()
     if lens is not None:
-        reqs = Requests(reqs.arrival_s, reqs.prompt_tokens, lens)
+        reqs = Requests(reqs.arrival_s, reqs.prompt_tokens, lens, reqs.extra)
     cluster = Cluster(scn, use_drafter=use_drafter)
     check_requests(scn, reqs, cluster, warn=label not in (BASELINE, BASELINE_RESIDENT))
     probe = make_controller(name, cfg_obj)  # checks the config once

@@ -70,6 +70,11 @@ class DeploymentConfig:
     )
     # vLLM's default block size.
     kv_block_tokens: int = param(16, lo=1, hi=1 << 20, doc="tokens per KV block (paged)")
+    # on: vLLM V1 and SGLang cache prompt prefixes by default; it acts only on traces with
+    # hash_ids (JSONL) under paged KV, so other workloads are unchanged.
+    prefix_caching: bool = param(
+        True, doc="reuse resident KV blocks of equal prompt hashes (JSONL hash_ids, paged KV)"
+    )
 
 
 @dataclass(frozen=True)

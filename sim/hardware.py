@@ -97,9 +97,22 @@ class HardwareConfig:
     attention_floor_s: float = param(
         0.0, lo=0.0, hi=1e-2, doc="least time of one layer's attention kernel, s"
     )
+    # None: the preset's fitted all-reduce latency and datasheet NVLink. A path: the
+    # collectives.csv of `dspark real profile --tp N` (sim.collectives.fit_allreduce) gives
+    # the all-reduce latency (unless allreduce_latency_s is set) and the achieved bandwidth.
+    collectives_path: str | None = param(
+        None, doc="measured collectives.csv: all-reduce latency and bandwidth"
+    )
 
     def resolved(self) -> Hardware:
         bw, tf, tf8, nv, mem = HARDWARE_PRESETS[self.preset]
+        lat, nv_eff = ALLREDUCE_LATENCY_S[self.preset], self.nvlink_efficiency
+        nv_bytes_s = (self.nvlink_gbps or nv) * 1e9
+        if self.collectives_path is not None:  # measured: achieved bandwidth, efficiency 1
+            from sim.collectives import fit_allreduce
+
+            lat, nv_bytes_s = fit_allreduce(self.collectives_path)
+            nv_eff = 1.0
         return Hardware(
             name=self.preset,
             bandwidth_bytes_s=(self.bandwidth_gbps or bw) * 1e9,
@@ -108,17 +121,15 @@ class HardwareConfig:
                 "fp16": (self.peak_tflops or tf) * 1e12,
                 "fp8": (self.fp8_tflops or tf8) * 1e12,
             },
-            nvlink_bytes_s=(self.nvlink_gbps or nv) * 1e9,
+            nvlink_bytes_s=nv_bytes_s,
             mem_bytes=(self.mem_gb or mem) * 1e9,
             bw_efficiency=self.bw_efficiency,
             compute_efficiency=self.compute_efficiency,
             launch_overhead_s=self.launch_overhead_s,
             allreduce_latency_s=(
-                self.allreduce_latency_s
-                if self.allreduce_latency_s is not None
-                else ALLREDUCE_LATENCY_S[self.preset]
+                self.allreduce_latency_s if self.allreduce_latency_s is not None else lat
             ),
-            nvlink_efficiency=self.nvlink_efficiency,
+            nvlink_efficiency=nv_eff,
             layer_overhead_s=self.layer_overhead_s,
             weight_read_growth=self.weight_read_growth,
             attention_floor_s=self.attention_floor_s,

@@ -26,13 +26,16 @@ class Counters:
     preemptions: int = 0  # requests preempted (KV freed, to be recomputed)
     recomputed_tokens: int = 0  # KV tokens discarded by preemptions (computed again later)
     prefill_computed: int = 0  # prompt (and recompute) tokens processed by prefill passes
+    prefix_cache_hit_tokens: int = 0  # prompt tokens whose KV the prefix cache held
+    drafter_catchup_tokens: int = 0  # tokens drafters prefilled after rounds at k = 0
+    prefix_cache_evictions: int = 0  # cached prompt blocks evicted for memory
 
 
 class Ledger:
     """Per-request outcomes shared by all replicas of a run, the run's :class:`Counters`, and
     the per-request constants the loop indexes one by one (as Python lists: ``kv_need`` bytes
     reserved on admission under full reservation, ``prompt``, ``output`` and ``total`` =
-    prompt + output tokens). ``emitted`` is authoritative only for
+    prompt + output tokens; ``hash_ids``: prompt block hashes or None). ``emitted`` is authoritative only for
     requests outside a live batch view (a view holds the running ones' positions)."""
 
     def __init__(
@@ -50,6 +53,8 @@ class Ledger:
         self.prompt = reqs.prompt_tokens.tolist()
         self.output = reqs.output_tokens.tolist()
         self.total = (reqs.prompt_tokens + reqs.output_tokens).tolist()
+        # each request's prompt block hashes (JSONL traces with hash_ids), else None
+        self.hash_ids: list[tuple[int, ...]] | None = reqs.extra.get("hash_ids")
         self.finished = 0
         self.last_finish_s = 0.0
         self.progress = progress

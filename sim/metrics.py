@@ -7,9 +7,10 @@ counts only requests meeting both SLOs; speedup = token-weighted mean TPOT of th
 without the drafter (plain serving) with the same seed and arrivals / this run's, and
 speedup_resident the same over the k = 0 run with the drafter resident (filled in by
 ``sim.api``); preemptions / recomputed_tokens: paged-KV preemptions and the prefill work they
-sent back; gpu_busy_fraction = busy GPU-seconds / (GPUs × end); bandwidth_utilization = bytes
-read (roofline byte model) / (GPUs × end × datasheet bandwidth); lossy_accept_fraction = lossy
-accepts / output tokens.
+sent back; prefix_cache_hit_tokens: prompt tokens found in the prefix cache (not prefilled);
+drafter_catchup_tokens: tokens drafters prefilled after rounds at k = 0; gpu_busy_fraction =
+busy GPU-seconds / (GPUs × end); bandwidth_utilization = bytes read (roofline byte model) /
+(GPUs × end × datasheet bandwidth); lossy_accept_fraction = lossy accepts / output tokens.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ SUMMARY_KEYS = (
     "requests_rejected",
     "preemptions",
     "recomputed_tokens",
+    "prefix_cache_hit_tokens",
+    "drafter_catchup_tokens",
     "output_tokens",
     "sim_time_s",
     "num_gpus",
@@ -124,6 +127,8 @@ def summarize(
         "requests_rejected": int(np.count_nonzero(run.rejected)),
         "preemptions": int(c.preemptions),
         "recomputed_tokens": int(c.recomputed_tokens),
+        "prefix_cache_hit_tokens": int(c.prefix_cache_hit_tokens),
+        "drafter_catchup_tokens": int(c.drafter_catchup_tokens),
         "output_tokens": int(c.round_tokens + c.prefill_tokens),
         "sim_time_s": float(run.end_s),
         "num_gpus": int(cluster.num_gpus),

@@ -27,6 +27,8 @@ class EngineParams:
     KV: ``kv_allocation`` 'reserve' (a request reserves ``kv_bytes_per_token`` × (prompt +
     output) bytes of ``kv_budget_bytes`` on admission) or 'paged' (``kv_blocks`` blocks of
     ``kv_block_tokens`` tokens, allocated as tokens are computed; preemption by recompute).
+    ``prefix_caching`` (paged only, requests with hash ids): prompt blocks of
+    ``hash_block_tokens`` tokens whose hash is resident are not computed again.
     """
 
     replicas: int
@@ -45,6 +47,8 @@ class EngineParams:
     prefill_chunk_tokens: int = 0
     kv_allocation: str = "paged"
     kv_block_tokens: int = 16
+    prefix_caching: bool = True
+    hash_block_tokens: int = 512
 
     @classmethod
     def of(cls, scn, cluster: Cluster) -> EngineParams:
@@ -66,6 +70,8 @@ class EngineParams:
             prefill_chunk_tokens=dep.prefill_chunk_tokens,
             kv_allocation=dep.kv_allocation,
             kv_block_tokens=dep.kv_block_tokens,
+            prefix_caching=dep.prefix_caching,
+            hash_block_tokens=scn.workload.trace_hash_block_tokens,
         )
 
     @property

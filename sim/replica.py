@@ -28,7 +28,9 @@ A round (:meth:`Replica.begin_round`, then one SimPy timeout, then :meth:`Replic
 in order: decide (each sequence's controller, or the replica's round planner, gives a Decision;
 the engine caps k, and under paged KV the free memory does), draw acceptance (whole-batch numpy
 draws), time the round (the draft phase lasts the batch's largest draft-step count × one
-drafter step, its first step also carries the step's prompt chunks; one target pass verifies
+drafter step, its first step also carries the step's prompt chunks and the drafter catch-up:
+a row that drafts after rounds at k = 0 first prefills the tokens its drafter missed, one per
+such round; :meth:`Replica.catch_up`; one target pass verifies
 Σ(k_i + 1) tokens with the chunks), then observe (each controller gets its Observation with the
 modelled times and the batch context; the planner gets the round's RoundStats) and advance
 (positions move; a request ends when it has emitted its output length, the last round's
@@ -54,6 +56,7 @@ import numpy as np
 import simpy
 
 from control.batch import BatchContext, RoundStats
+from control.errors import ConfigError
 from control.types import Observation
 from sim.acceptance import AcceptanceModel, lossy_probability
 from sim.cluster import Cluster
@@ -61,6 +64,7 @@ from sim.drafting import cap_draft_lengths, confidence_stop, resample_lossy
 from sim.latency import causal_pairs
 from sim.ledger import Ledger
 from sim.params import EngineParams
+from sim.prefix_cache import PrefixCache
 from sim.trace import RoundTrace
 
 
@@ -98,14 +102,17 @@ class BatchView:
     positions (numpy; authoritative while the view lives, written back to the ledger by
     :meth:`Replica.flush`), context lengths and remaining tokens (lists); under paged KV the
     KV tokens each row holds (``cap``, authoritative while the view lives) and its prompt +
-    output (``total``)."""
+    output (``total``); the tokens each row's drafter has not seen (``behind``, authoritative
+    while the view lives)."""
 
     __slots__ = (
+        "behind",
         "cap",
         "context",
         "controllers",
         "decide",
         "ids",
+        "lagging",
         "observe",
         "positions",
         "remaining",
@@ -114,6 +121,8 @@ class BatchView:
     )
     cap: list[int]  # empty unless paged
     total: list[int]  # empty unless paged
+    behind: list[int]  # tokens each row's drafter has not seen (see Replica.catch_up)
+    lagging: bool  # some row's drafter is behind
 
     def __init__(
         self,
@@ -124,6 +133,7 @@ class BatchView:
         output: list[int],
         kv_cap: dict[int, int] | None = None,
         total: list[int] | None = None,
+        behind: dict[int, int] | None = None,
     ) -> None:
         self.request_ids = request_ids
         self.ids = ids = np.array(request_ids, dtype=np.int64)
@@ -139,6 +149,8 @@ class BatchView:
             self.total = [total[i] for i in request_ids]
         else:
             self.cap, self.total = [], []
+        self.behind = [behind.get(i, 0) for i in request_ids] if behind else [0] * len(pos)
+        self.lagging = any(self.behind)
 
 
 class Round:
@@ -226,7 +238,12 @@ class Replica:
         self.free_blocks = p.kv_blocks
         self.max_tokens = p.kv_blocks * p.kv_block_tokens
         self.kv_cap: dict[int, int] = {}
+        self.prefix = self.prefix_cache(p)
         self.rows_short = False  # some running row may hold less KV than its context
+        # drafter catch-up: tokens a request's drafter has not seen (nonzero entries; a live
+        # batch view holds the running rows'); only with a drafter deployed
+        self.catches_up = shared.cluster.use_drafter
+        self.behind: dict[int, int] = {}
         self.preempted_now = False  # a preemption in this step (no admissions then)
 
     # -- arrivals and the process -------------------------------------------------------------
@@ -256,7 +273,12 @@ class Replica:
                 admitted = self.admit() if self.waiting else None
                 if admitted:
                     yield env.timeout(
-                        self.prefill_seconds([(i, self.target[i], 0) for i in admitted])
+                        self.prefill_seconds(
+                            [
+                                (i, self.target[i] - self.computed[i], self.computed[i])
+                                for i in admitted
+                            ]
+                        )
                     )
                     self.prefilled(admitted, env.now)
                     continue
@@ -323,22 +345,31 @@ class Replica:
                 self.reject(i)
                 continue
             t = self.prefill_length(i)
-            if not self.reserve_kv(i, t):
+            s = self.cache_lookup(i, t)
+            if not self.reserve_kv(i, t - s, s):
                 break
             waiting.popleft()
-            self.target[i] = t
+            self.target[i], self.computed[i] = t, s
             admitted.append(i)
         return admitted
 
-    def reserve_kv(self, i: int, tokens: int) -> bool:
-        """KV memory for admitting request ``i``: paged, the blocks of its first ``tokens``;
-        reserve, prompt + output at once. False (nothing taken) when it does not fit now."""
+    def reserve_kv(self, i: int, tokens: int, cached: int = 0) -> bool:
+        """KV memory for admitting request ``i``: paged, the blocks of its first ``tokens``
+        after the ``cached`` prefix tokens it shares with the prefix cache (evicting unused
+        cache blocks when short); reserve, prompt + output at once. False (nothing taken, the
+        cached prefix released) when it does not fit now."""
         if self.paged:
             blocks = -(-tokens // self.block)
+            if blocks > self.free_blocks and self.prefix is not None:
+                self.reclaim(blocks)
             if blocks > self.free_blocks:
+                if self.prefix is not None:
+                    self.prefix.release(i)
                 return False
             self.free_blocks -= blocks
-            self.kv_cap[i] = blocks * self.block
+            self.kv_cap[i] = cached + blocks * self.block
+            if cached:
+                self.counters.prefix_cache_hit_tokens += cached
             return True
         need = self.ledger.kv_need[i]
         if self.kv_used + need > self.params.kv_budget_bytes:
@@ -375,13 +406,14 @@ class Replica:
                 self.reject(i)
                 continue
             t = self.prefill_length(i)
-            n = min(t, budget, cap)
-            if not self.reserve_kv(i, n):
+            s = self.cache_lookup(i, t)
+            n = min(t - s, budget, cap)
+            if not self.reserve_kv(i, n, s):
                 break
             waiting.popleft()
             prefilling.append(i)
-            self.target[i], self.computed[i] = t, 0
-            chunks.append((i, n, 0))
+            self.target[i], self.computed[i] = t, s
+            chunks.append((i, n, s))
             budget -= n
             room -= 1
         return chunks
@@ -420,6 +452,8 @@ class Replica:
             computed[i] += n
             if computed[i] >= target[i]:
                 done.append(i)
+            if self.prefix is not None:
+                self.prefix.register(i, computed[i], self.ledger.prompt[i])
         if done:
             for i in done:
                 self.prefilling.remove(i)
@@ -432,6 +466,8 @@ class Replica:
         ledger, cnt, warmup_s = self.ledger, self.counters, self.params.warmup_s
         first, emitted, output = ledger.first_token_s, ledger.emitted, ledger.output
         for i in ids:
+            if self.prefix is not None:
+                self.prefix.register(i, self.target[i], ledger.prompt[i])
             del self.target[i]
             self.computed.pop(i, None)
             if first[i] != first[i]:  # NaN: the first prefill
@@ -453,11 +489,12 @@ class Replica:
     def finish(self, i: int, t: float) -> None:
         self.ledger.finish(i, t)
         if self.paged:
-            self.free_blocks += self.kv_cap.pop(i, 0) // self.block
+            self.free_kv(i)
         else:
             self.kv_used -= self.ledger.kv_need[i]
         self.outstanding -= 1
         self.controllers.pop(i, None)
+        self.behind.pop(i, None)
 
     def flush(self) -> None:
         """Write the batch view's positions (and KV capacities) back and drop it (the running
@@ -467,6 +504,12 @@ class Replica:
             self.ledger.emitted[b.ids] = b.positions
             if b.cap:
                 self.kv_cap.update(zip(b.request_ids, b.cap))
+            if b.lagging or self.behind:
+                for i, x in zip(b.request_ids, b.behind):
+                    if x:
+                        self.behind[i] = x
+                    else:
+                        self.behind.pop(i, None)
             self.batch = None
 
     def view(self) -> BatchView:
@@ -482,6 +525,7 @@ class Replica:
                 ledger.output,
                 self.kv_cap if self.paged else None,
                 ledger.total,
+                self.behind,
             )
         return batch
 
@@ -497,6 +541,9 @@ class Replica:
                 self.free_blocks -= blocks
                 cap += blocks * bs
                 break
+            if self.prefix is not None and self.prefix.lru:
+                self.reclaim(blocks)
+                continue
             victim = self.victim(i)
             if victim is None:
                 cap += self.free_blocks * bs
@@ -530,11 +577,46 @@ class Replica:
             self.running.remove(v)
             lost = self.prefill_length(v)
         self.target.pop(v, None)
-        self.free_blocks += self.kv_cap.pop(v, 0) // self.block
+        self.behind.pop(v, None)  # the recompute prefills the drafter too
+        self.free_kv(v)
         cnt.preemptions += 1
         cnt.recomputed_tokens += lost
         self.waiting.appendleft(v)
         self.preempted_now = True
+
+    def prefix_cache(self, p: EngineParams) -> PrefixCache | None:
+        """The replica's prefix cache: paged KV, ``prefix_caching`` on and a trace with hash
+        ids; else None."""
+        hashes = self.ledger.hash_ids
+        if not (self.paged and p.prefix_caching and hashes is not None):
+            return None
+        if p.hash_block_tokens % p.kv_block_tokens:
+            raise ConfigError(
+                f"workload.trace_hash_block_tokens = {p.hash_block_tokens} is not a multiple of "
+                f"deployment.kv_block_tokens = {p.kv_block_tokens}; prefix caching shares whole "
+                "KV blocks (or set deployment.prefix_caching = false)"
+            )
+        return PrefixCache(hashes, p.hash_block_tokens, p.kv_block_tokens)
+
+    def cache_lookup(self, i: int, tokens: int) -> int:
+        """Prefix tokens of request ``i``'s prefill of ``tokens`` held by the prefix cache
+        (pinned until it leaves; 0 without a cache)."""
+        if self.prefix is None:
+            return 0
+        return self.prefix.lookup(i, tokens, self.ledger.prompt[i])
+
+    def reclaim(self, blocks: int) -> None:
+        """Evicts unused prefix-cache blocks until ``blocks`` KV blocks are free (or none is
+        left to evict)."""
+        assert self.prefix is not None
+        freed = self.prefix.evict(blocks - self.free_blocks)
+        self.free_blocks += freed
+        self.counters.prefix_cache_evictions += freed // self.prefix.blocks
+
+    def free_kv(self, i: int) -> None:
+        """Paged: request ``i``'s own KV blocks are freed; those it shares stay cached."""
+        cached = self.prefix.release(i) if self.prefix is not None else 0
+        self.free_blocks += (self.kv_cap.pop(i, 0) - cached) // self.block
 
     def ensure_rows(self) -> None:
         """Paged: every running row holds KV for its context (its next round at k = 0); rows
@@ -565,6 +647,8 @@ class Replica:
             if n <= c:
                 continue
             blocks = -(-(n - c) // bs)
+            if blocks > self.free_blocks and self.prefix is not None:
+                self.reclaim(blocks)
             if blocks > self.free_blocks:
                 blocks = self.free_blocks
                 room = c + blocks * bs - batch.context[j] - 1  # drafts that fit
@@ -716,32 +800,18 @@ class Replica:
         """The round's modelled seconds (draft phase, verify pass with the step's prompt
         chunks, fixed overhead); counts GPU time and bytes moved."""
         cl, cnt = self.cluster, self.counters
-        size, steps = rnd.size, rnd.draft_steps
+        size = rnd.size
         context = rnd.context_tokens = sum(batch.context)
-        drafting = rnd.drafting = size - rnd.k.count(0)
+        rnd.drafting = size - rnd.k.count(0)
         tokens = rnd.verify_tokens = sum(rnd.drafted) + size
-        draft_s = 0.0
         rnd.prefill_tokens = 0
+        stats = None
         if chunks:
-            count, ctok, pairs, prefix = self.chunk_stats(chunks)
-            rnd.prefill_tokens = ctok
-            if steps:
-                draft_context = float(
-                    context
-                    if drafting == size
-                    else sum([c for c, x in zip(batch.context, rnd.k) if x])
-                )
-                # the first drafter step also prefills the chunks
-                draft_s = cl.lat_d.pass_seconds(
-                    drafting, drafting, draft_context, count, ctok, pairs, prefix
-                ) + (steps - 1) * cl.lat_d.seconds(drafting, drafting, draft_context)
-                cnt.bytes_moved += (
-                    cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context + prefix)
-                    + (steps - 1) * cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context)
-                ) * cl.dtp
-            elif cl.use_drafter:
-                draft_s = cl.lat_d.pass_seconds(0, 0, 0.0, count, ctok, pairs, prefix)
-                cnt.bytes_moved += cl.roof_d.bytes_per_gpu(count, ctok, prefix) * cl.dtp
+            stats = self.chunk_stats(chunks)
+            rnd.prefill_tokens = stats[1]
+        draft_s = self.draft_seconds(batch, rnd, stats)
+        if stats is not None:
+            count, ctok, pairs, prefix = stats
             verify_s = cl.lat_t.pass_seconds(
                 size, tokens, float(context), count, ctok, pairs, prefix
             )
@@ -749,16 +819,6 @@ class Replica:
                 cl.roof_t.bytes_per_gpu(size, tokens, float(context + prefix)) * cl.tp
             )
         else:
-            if steps:
-                draft_context = float(
-                    context
-                    if drafting == size
-                    else sum([c for c, x in zip(batch.context, rnd.k) if x])
-                )
-                draft_s = steps * cl.lat_d.seconds(drafting, drafting, draft_context)
-                cnt.bytes_moved += (
-                    steps * cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context) * cl.dtp
-                )
             verify_s = cl.lat_t.seconds(size, tokens, float(context))
             cnt.bytes_moved += cl.roof_t.bytes_per_gpu(size, tokens, float(context)) * cl.tp
         cnt.gpu_busy_s += (
@@ -766,6 +826,72 @@ class Replica:
         )
         rnd.draft_s, rnd.verify_s = draft_s, verify_s
         return draft_s + verify_s + self.round_overhead_s
+
+    def draft_seconds(
+        self, batch: BatchView, rnd: Round, stats: tuple[int, int, int, int] | None
+    ) -> float:
+        """The draft phase: ``draft_steps`` drafter steps over the drafting rows; the first also
+        carries the drafter's share of the step's prompt chunks (``stats``) and the drafting
+        rows' catch-up (:meth:`catch_up`). Without drafting, the prompt chunks' drafter pass."""
+        cl, cnt = self.cluster, self.counters
+        steps, size, drafting = rnd.draft_steps, rnd.size, rnd.drafting
+        if self.catches_up and (batch.lagging or drafting < size):
+            stats = self.catch_up(batch, rnd, stats)
+        if not steps:
+            if stats is None or not cl.use_drafter:
+                return 0.0
+            count, ctok, pairs, prefix = stats
+            cnt.bytes_moved += cl.roof_d.bytes_per_gpu(count, ctok, prefix) * cl.dtp
+            return cl.lat_d.pass_seconds(0, 0, 0.0, count, ctok, pairs, prefix)
+        draft_context = float(
+            rnd.context_tokens
+            if drafting == size
+            else sum([c for c, x in zip(batch.context, rnd.k) if x])
+        )
+        if stats is None:
+            cnt.bytes_moved += (
+                steps * cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context) * cl.dtp
+            )
+            return steps * cl.lat_d.seconds(drafting, drafting, draft_context)
+        count, ctok, pairs, prefix = stats
+        cnt.bytes_moved += (
+            cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context + prefix)
+            + (steps - 1) * cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context)
+        ) * cl.dtp
+        return cl.lat_d.pass_seconds(
+            drafting, drafting, draft_context, count, ctok, pairs, prefix
+        ) + (steps - 1) * cl.lat_d.seconds(drafting, drafting, draft_context)
+
+    def catch_up(
+        self, batch: BatchView, rnd: Round, stats: tuple[int, int, int, int] | None
+    ) -> tuple[int, int, int, int] | None:
+        """Drafter catch-up: a row that drafted nothing in a round (k = 0) fed its token to the
+        target alone, so the drafter falls one token behind; the next round it drafts in, its
+        drafter first prefills the tokens it missed (a chunk of ``behind`` tokens after the
+        ``context - 1 - behind`` it holds), batched into the first drafter step with the
+        prompt chunks. Returns the step's chunk stats with the catch-up added; counts
+        ``drafter_catchup_tokens``; moves each row's ``behind`` past this round."""
+        count = tokens = pairs = prefix = 0
+        behind = []
+        for b, k, c in zip(batch.behind, rnd.k, batch.context):
+            if not k:
+                behind.append(b + 1)
+                continue
+            behind.append(0)
+            if b:
+                p = c - 1 - b
+                count += 1
+                tokens += b
+                pairs += causal_pairs(b, p)
+                prefix += p
+        batch.behind, batch.lagging = behind, rnd.drafting < rnd.size
+        if not count:
+            return stats
+        self.counters.drafter_catchup_tokens += tokens
+        if stats is not None:
+            count, tokens = count + stats[0], tokens + stats[1]
+            pairs, prefix = pairs + stats[2], prefix + stats[3]
+        return count, tokens, pairs, prefix
 
     def settle(self, batch: BatchView, rnd: Round, end: float) -> None:
         """After the round's timeout: emit, count, observe, advance."""

@@ -76,13 +76,17 @@ class WorkloadConfig:
     trace_path: str = param(
         DEFAULT_TRACE,
         doc="Azure-format CSV trace, or a .jsonl trace of {timestamp, input_length, "
-        "output_length} records (relative to scenario file)",
+        "output_length, optional hash_ids} records (relative to scenario file)",
     )
     # datetime strings (the Azure traces) need no unit; numbers need one (JSONL traces: ms).
     trace_timestamp_unit: str = param(
         "auto",
         choices=("auto", "s", "ms", "us", "ns"),
         doc="unit of numeric trace timestamps (auto: datetimes as text, JSONL numbers in ms)",
+    )
+    # Mooncake's public traces hash prompts in blocks of 512 tokens.
+    trace_hash_block_tokens: int = param(
+        512, lo=1, hi=1 << 20, doc="prompt tokens per hash_ids entry of a JSONL trace"
     )
     # 1 = real time; 0.1 = ten times faster.
     time_scale: float = param(1.0, lo=1e-6, hi=1e6, doc="multiplies trace inter-arrival times")
@@ -109,14 +113,25 @@ class Requests:
         return len(self.arrival_s)
 
 
+def _hash_ids(rec: dict, path: str, line_no: int) -> tuple[int, ...]:
+    """A record's ``hash_ids`` (one id per block of prompt tokens; () when it has none)."""
+    h = rec.get("hash_ids", [])
+    if not isinstance(h, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) for x in h
+    ):
+        raise DSparkError(f"{path}: line {line_no}: hash_ids must be a list of integers")
+    return tuple(h)
+
+
 def _read_jsonl(path: str):
-    """A JSONL trace (one record a line: ``timestamp``, ``input_length``, ``output_length``, the
-    form public long-context traces use) as the Azure columns."""
+    """A JSONL trace (one record a line: ``timestamp``, ``input_length``, ``output_length``,
+    optional ``hash_ids``, the form public long-context traces use) as the Azure columns, and
+    the records' hash ids (None when no record has any)."""
     import json
 
     import pandas as pd
 
-    rows = []
+    rows, hashes = [], []
     with open(path, encoding="utf-8") as fh:
         for line_no, line in enumerate(fh, 1):
             if not line.strip():
@@ -131,7 +146,9 @@ def _read_jsonl(path: str):
                     f"{path}: line {line_no} has no {e}; a record needs timestamp, input_length "
                     "and output_length"
                 ) from None
-    return pd.DataFrame(rows, columns=list(AZURE_COLUMNS)).astype(str)
+            hashes.append(_hash_ids(rec, path, line_no))
+    df = pd.DataFrame(rows, columns=list(AZURE_COLUMNS)).astype(str)
+    return df, (hashes if any(hashes) else None)
 
 
 def _numeric_times(df, path: str, unit: str):
@@ -150,14 +167,19 @@ def _numeric_times(df, path: str, unit: str):
     return pd.to_timedelta(v, unit=unit)
 
 
-@functools.lru_cache(maxsize=8)
-def _read_trace(
-    path: str, mtime: float, unit: str = "auto"
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    import pandas as pd
+#: a trace: arrival seconds from the first request, context tokens, generated tokens (sorted
+#: by time) and, for a JSONL trace with ``hash_ids``, each request's hash ids (else None)
+Trace = tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, ...]] | None]
 
+
+@functools.lru_cache(maxsize=8)
+def _read_trace(path: str, mtime: float, unit: str = "auto") -> Trace:
     jsonl = path.endswith(".jsonl")
-    df = _read_jsonl(path) if jsonl else read_table(path, "trace", AZURE_COLUMNS)
+    hashes = None
+    if jsonl:
+        df, hashes = _read_jsonl(path)
+    else:
+        df = read_table(path, "trace", AZURE_COLUMNS)
     if df.empty:
         raise DSparkError(f"{path}: trace has no requests (only a header); need at least one row")
     numeric = (
@@ -165,8 +187,16 @@ def _read_trace(
         if unit != "auto" or jsonl
         else None
     )
-    if numeric is not None:
-        return _trace_arrays(df, path, numeric)
+    t, ctx, gen, order = _trace_arrays(
+        df, path, numeric if numeric is not None else _times(df, path)
+    )
+    return t, ctx, gen, ([hashes[j] for j in order] if hashes is not None else None)
+
+
+def _times(df, path: str):
+    """Datetime-text ``TIMESTAMP`` values as timestamps (one-line errors for bad ones)."""
+    import pandas as pd
+
     text = df["TIMESTAMP"].astype(str).str.strip()
     aware = text.str.contains(_TZ_SUFFIX, regex=True)
     if aware.any() and not aware.all():
@@ -188,11 +218,12 @@ def _read_trace(
             f"{path}: column 'TIMESTAMP' has a garbled value at row {row + 2}: "
             f"{df['TIMESTAMP'].iloc[row]!r}"
         )
-    return _trace_arrays(df, path, ts)
+    return ts
 
 
-def _trace_arrays(df, path: str, ts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(seconds from the first request, context tokens, generated tokens), sorted by time."""
+def _trace_arrays(df, path: str, ts) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(seconds from the first request, context tokens, generated tokens), sorted by time, and
+    the sorting order."""
     import pandas as pd
 
     out = []
@@ -214,17 +245,24 @@ def _trace_arrays(df, path: str, ts) -> tuple[np.ndarray, np.ndarray, np.ndarray
         out.append(v.to_numpy(dtype=np.int64))
     t = (ts - ts.min()).dt.total_seconds().to_numpy()
     order = np.argsort(t, kind="stable")
-    return t[order], out[0][order], out[1][order]
+    return t[order], out[0][order], out[1][order], order
 
 
-def read_trace(path: str, unit: str = "auto") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(arrival seconds from the first request, context tokens, generated tokens); ``unit``:
-    that of numeric timestamps (``auto``: datetime text, or milliseconds in a .jsonl trace)."""
+def read_trace_with_hashes(path: str, unit: str = "auto") -> Trace:
+    """:func:`read_trace` and each request's ``hash_ids`` (None unless a JSONL trace has
+    them)."""
     try:
         mtime = os.path.getmtime(path)
     except OSError:
         raise DSparkError(f"{path}: trace file not found") from None
     return _read_trace(path, mtime, unit)
+
+
+def read_trace(path: str, unit: str = "auto") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(arrival seconds from the first request, context tokens, generated tokens); ``unit``:
+    that of numeric timestamps (``auto``: datetime text, or milliseconds in a .jsonl trace)."""
+    t, ctx, gen, _ = read_trace_with_hashes(path, unit)
+    return t, ctx, gen
 
 
 @functools.lru_cache(maxsize=8)
@@ -257,7 +295,7 @@ def generate(
     """Arrivals and lengths; ``load_scale`` multiplies the arrival rate (trace: compresses time)."""
     ra, rl = streams["arrivals"], streams["lengths"]
     if cfg.arrival == "trace":
-        t, ctx, gen = read_trace(cfg.trace_path, cfg.trace_timestamp_unit)
+        t, ctx, gen, hashes = read_trace_with_hashes(cfg.trace_path, cfg.trace_timestamp_unit)
         n = len(t)
         for lim in (cfg.max_requests, cfg.num_requests):
             if lim is not None:
@@ -266,13 +304,16 @@ def generate(
         if cfg.horizon_s is not None:
             n = int(np.searchsorted(arr, cfg.horizon_s, side="right"))
             arr = arr[:n]
+        extra: dict = {}
         if cfg.trace_lengths:
             prompt = np.maximum(ctx[:n], 1)
             out = np.maximum(gen[:n], 1)
+            if hashes is not None:  # the prompts' block hashes (prefix caching)
+                extra["hash_ids"] = hashes[:n]
         else:
             prompt = draw_lengths(cfg.prompt, n, rl, "workload.prompt")
             out = draw_lengths(cfg.output, n, rl, "workload.output")
-        return Requests(arr.astype(float), prompt.astype(np.int64), out.astype(np.int64))
+        return Requests(arr.astype(float), prompt.astype(np.int64), out.astype(np.int64), extra)
     rate = cfg.rate_rps * load_scale
     h = cfg.horizon_s
     if cfg.num_requests is not None:

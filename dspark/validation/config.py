@@ -18,6 +18,7 @@ from control.configio import from_mapping, param, read_toml
 from control.errors import ConfigError
 from control.registry import ENGINE_CONTROLLERS, make_config
 from real.engine import EngineConfig
+from real.predicted import PredictConfig
 from real.profile import ProfileConfig
 from real.tiny import TinyModelsConfig
 from real.tracing import PromptSetConfig
@@ -175,6 +176,12 @@ class ValidateConfig:
     # spread the profile's cells between the real runs, so that a change of the machine's
     # background load reaches the calibration and the measurement alike.
     interleave_profile: bool = param(True, doc="profile cells interleaved with the real runs")
+    # the profile's cells corrected by the engine's own rounds: a k-cycling generation of one
+    # calibration prompt after every profile slice (real.profile.correct_from_trace).
+    correct_profile: bool = param(True, doc="correct the profile by engine rounds (cycling k)")
+    # acceptance predicted from the drafter's confidences on each held-out workload
+    # (real.predicted), calibrated on the calibration workload only: the headline.
+    predict: PredictConfig = param(default_factory=PredictConfig)
     models: ModelsConfig = param(default_factory=ModelsConfig)
     engine: EngineConfig = param(default_factory=lambda: EngineConfig(stop_at_eot=False))
     profile: ProfileConfig = param(default_factory=ProfileConfig)

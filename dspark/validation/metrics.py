@@ -23,6 +23,9 @@ METRICS = (
 )
 #: the metrics whose largest |error| is the headline number.
 HEADLINE = ("throughput_tokens_per_s", "mean_accepted_length")
+#: the latency-only (replay) headline: replayed acceptance is exact by construction, so only
+#: throughput says how far the latency model is off
+LATENCY_ONLY = ("throughput_tokens_per_s",)
 
 
 def compute(accepted, drafted, tokens, request_s, decode_s) -> dict[str, float]:

@@ -5,16 +5,21 @@
    reaches the profile and the measurement alike); the simulator uses the mean of the repeats
    (``latency_statistic``), ``latency.csv`` keeps the median as its ``seconds``;
 2. position traces: the greedy position trace of every prompt of every workload (recorded once
-   per workload, controller-independent);
+   per workload, controller-independent), and the drafter's own rollout of every prompt (the
+   cheap evidence of the predicted acceptance);
 3. calibration trace: controller X on workload A, run on the engine; a statistical acceptance
    model is fitted on its rounds, and the mirror is checked on it;
 4. measurement: the engine runs every held-out pair ``repeats`` times, interleaved;
 5. prediction (from calibration data only): the simulator mirrors the engine
-   (``dspark.validation.mirror``) for every held-out controller Y x workload B: acceptance
-   replayed from B's position traces, and (separately reported) the statistical model fitted
-   on A;
-6. ``errors.csv`` (+ ``errors_fitted.csv``), rank agreement, a latency breakdown that says which
-   part of the model is off, ``summary.json`` and the resolved ``config.toml``.
+   (``dspark.validation.mirror``) for every held-out controller Y x workload B, on the profile
+   corrected by the engine's own k-cycling rounds of A's prompts (``correct_profile``), with
+   acceptance PREDICTED from the drafter's confidences on B's prompts (``real.predicted``,
+   calibrated on A; the headline), and, as diagnostics, replayed from B's target-measured
+   position traces (latency only: acceptance is exact by construction) and the i.i.d. model
+   fitted on A;
+6. ``errors.csv`` (predicted; + ``errors_replay.csv``, ``errors_fitted.csv``), rank agreement,
+   a latency breakdown that says which part of the model is off, ``summary.json`` and the
+   resolved ``config.toml``.
 """
 
 from __future__ import annotations
@@ -210,9 +215,32 @@ class _Batch1:
         ]
         self.slices = iter(self.per_slice)
         gp.run_cells(next(self.slices))
+        self.cycle_recs: list = []
         self.log(
             f"profile: {len(gp.cells)} cells x {cfg.profile.repeats} repeats in {n_slices} slices"
         )
+
+    def profile_slice(self) -> None:
+        """The next slice of profile cells, then (``correct_profile``) one generation of a
+        calibration prompt whose controller cycles k over 0..k_max: engine rounds at every k."""
+        self.gp.run_cells(next(self.slices))
+        if self.cfg.correct_profile:
+            self.cycle_generation()
+
+    def cycle_generation(self) -> None:
+        """One k-cycling generation of the next calibration prompt (its rounds are kept)."""
+        from real.profile import CycleK
+
+        A = self.cfg.calibration.workload
+        i = len(self.cycle_recs)
+        prompts = self.prompts[A]
+        g = self.engine.generate(
+            prompts[i % len(prompts)],
+            self.cfg.prompt_set(A).max_new_tokens,
+            CycleK(range(self.kmax + 1), offset=i),
+            request_id=i,
+        )
+        self.cycle_recs.append(g.records)
 
     def record_positions(self) -> None:
         """2. prompts and greedy position traces, once per workload."""
@@ -237,6 +265,28 @@ class _Batch1:
                 f"positions {w}: {len(self.prompts[w])} prompts, mean run length "
                 f"{np.mean(runs):.2f}"
             )
+        self.record_rollouts()
+
+    def record_rollouts(self) -> None:
+        """2b. the cheap evidence: the drafter's own continuation of every prompt and its
+        confidences (the target is not run), once per workload."""
+        import pandas as pd
+
+        from real.predicted import drafter_rollout
+
+        cfg, engine = self.cfg, self.engine
+        self.rollouts: dict = {}
+        for w in [cfg.calibration.workload, *cfg.heldout.workloads]:
+            n = cfg.prompt_set(w).max_new_tokens + self.kmax + 1
+            t0 = time.perf_counter()
+            self.rollouts[w] = [drafter_rollout(engine, p, n) for p in self.prompts[w]]
+            rows = [
+                {"request_id": i, "position": t, "token": tok, "confidence": c}
+                for i, (toks, confs) in enumerate(self.rollouts[w])
+                for t, (tok, c) in enumerate(zip(toks, confs))
+            ]
+            pd.DataFrame(rows).to_csv(self.out / "traces" / w / "rollout.csv", index=False)
+            self.log(f"drafter rollout {w}: {time.perf_counter() - t0:.1f} s")
 
     def calibrate(self) -> None:
         """3. the calibration trace: controller X on workload A, and the model fitted on it."""
@@ -261,6 +311,14 @@ class _Batch1:
             d / "requests.csv", index=False
         )
         self.fitted = fit_acceptance(self.cal_recs)
+        if self.cfg.correct_profile and not self.cfg.interleave_profile:
+            for _ in self.prompts[A]:
+                self.cycle_generation()
+        from real.predicted import fit_calibration
+
+        self.pred_cal = fit_calibration(
+            self.positions[A], [c for _, c in self.rollouts[A]], self.cfg.predict
+        )
         self.cal_real = M.real_metrics(self.cal_recs, self.cal_reqs)
         self.log(
             f"calibration {x_label} on {A}: â {self.cal_real['acceptance_rate']:.3f}, "
@@ -308,7 +366,7 @@ class _Batch1:
             same = sum(q.tokens == g for q, g in zip(reqs, self.greedy[w]))
             self.greedy_eq[c, w] = same / len(reqs)
         if self.cfg.interleave_profile:
-            self.gp.run_cells(next(self.slices))
+            self.profile_slice()
         return (
             pd.DataFrame(records_to_columns(recs)).assign(workload=w, repeat=rep),
             pd.DataFrame(_requests_rows(reqs, controller=c, workload=w, repeat=rep)),
@@ -316,18 +374,29 @@ class _Batch1:
 
     def latency_table(self) -> None:
         """5a. the latency table (+ round overhead measured now) the simulator reads."""
-        from real.profile import finish_table, round_overhead_s, with_statistic
+        from real.profile import (
+            correct_from_trace,
+            finish_table,
+            round_overhead_s,
+            with_statistic,
+        )
 
         cfg, gp = self.cfg, self.gp
         rows, fit = gp.rows()
         lat, details = finish_table(self.engine, cfg.profile, rows, fit)
         lat.to_csv(self.prof_dir / "latency.csv", index=False)
         sim_lat = with_statistic(lat, cfg.latency_statistic)
-        self.sim_lat_csv = self.prof_dir / f"latency_sim_{cfg.latency_statistic}.csv"
-        sim_lat.to_csv(self.sim_lat_csv, index=False)
         self.overhead_s = round_overhead_s(sim_lat)
         ro = details["round_overhead"]
         self.icpt = ro["intercept_mean_s"] if cfg.latency_statistic == "mean" else ro["intercept_s"]
+        recs = [r for g in self.cycle_recs for r in g]
+        if recs:
+            sim_lat, details["trace_correction"] = correct_from_trace(
+                sim_lat, recs, "seconds", self.icpt
+            )
+            _write_rounds(self.prof_dir / "cycle_rounds.csv", recs)
+        self.sim_lat_csv = self.prof_dir / f"latency_sim_{cfg.latency_statistic}.csv"
+        sim_lat.to_csv(self.sim_lat_csv, index=False)
         (self.prof_dir / "summary.json").write_text(
             json.dumps(
                 json_safe(
@@ -363,6 +432,42 @@ class _Batch1:
             ctrls,
         )
 
+    def predictive_scenario(self, w: str, ctrls: dict) -> Path:
+        """The mirror scenario of workload ``w`` with acceptance PREDICTED from its drafter
+        rollouts (``predict.samples`` drawn position traces per prompt, as that many copies of
+        the request set; the calibration fitted on the calibration workload only)."""
+        from real.predicted import synthetic_positions
+
+        pc = self.cfg.predict
+        n_new = self.cfg.prompt_set(w).max_new_tokens
+        rng = np.random.default_rng(pc.seed)
+        ends = self.engine.sentence_end_ids
+        positions, lens = [], []
+        for s in range(pc.samples):
+            for i, (toks, confs) in enumerate(self.rollouts[w]):
+                rid = s * len(self.prompts[w]) + i
+                positions.append(
+                    synthetic_positions(
+                        self.pred_cal, toks, confs, n_new, self.kmax + 1, ends, rng, rid
+                    )
+                )
+                lens.append(len(self.prompts[w][i]))
+        folder = self.out / "sim" / w / "predicted"
+        folder.mkdir(parents=True, exist_ok=True)
+        _write_positions(folder / "positions_predicted.csv", positions)
+        return write_scenario(
+            folder,
+            f"{self.cfg.name}-{w}-predicted",
+            self.sim_lat_csv,
+            self.overhead_s,
+            self.kmax,
+            lens,
+            [n_new] * len(lens),
+            positions,
+            None,
+            ctrls,
+        )
+
     def calibration_check(self) -> dict:
         """5b. the mirror replayed on the calibration trace itself."""
         cal = self.cfg.calibration
@@ -386,9 +491,12 @@ class _Batch1:
         """5c. the simulator's predictions of every held-out pair (replayed, and fitted)."""
         cfg = self.cfg
         ctrl_tables = {c: to_dict(v) for c, v in self.ctrl_cfgs.items()}
-        self.preds, self.fitted_preds, self.sim_runs = {}, {}, {}
+        self.preds, self.fitted_preds, self.sim_runs, self.predicted = {}, {}, {}, {}
         for w in cfg.heldout.workloads:
             scn = self.scenario(w, self.out / "sim" / w / "replay", None, ctrl_tables)
+            scn_p = self.predictive_scenario(w, ctrl_tables)
+            for c in cfg.heldout.controllers:
+                self.predicted[c, w], _ = predict(scn_p, c, self.ctrl_cfgs[c])
             scn_f = (
                 self.scenario(w, self.out / "sim" / w / "fitted", self.fitted, ctrl_tables)
                 if w in cfg.heldout.fitted_workloads
@@ -422,6 +530,29 @@ class _Batch1:
             }
         return diag
 
+    def latency_check(self, min_rounds: int = 20) -> dict:
+        """Per k, the held-out real runs' own rounds (no τ stop: its extra drafter step is
+        charged apart) against the simulator's table: median measured / tabled verify, draft
+        and draft + verify (the issue's per-k round cost, target within 3%). A check, not an
+        input: the table was corrected on the calibration prompts' k-cycling rounds only."""
+        import pandas as pd
+
+        from real.profile import trace_ratios
+
+        lat = pd.read_csv(self.sim_lat_csv)
+        recs = [
+            r for runs in self.real_recs.values() for recs, _ in runs for r in recs if r.tau == 0
+        ]
+        by_k = trace_ratios(lat, recs, "seconds", self.icpt)
+        ok = {k: v for k, v in by_k.items() if v["rounds"] >= min_rounds}
+        return {
+            "by_k": by_k,
+            "max_abs_round_error_pct": (
+                max(abs(v["round_ratio"] - 1) * 100 for v in ok.values()) if ok else None
+            ),
+            "min_rounds": min_rounds,
+        }
+
     def calibrated_on(self) -> dict:
         """What every part of the prediction was calibrated on, in words."""
         cfg, cal = self.cfg, self.cfg.calibration
@@ -429,7 +560,18 @@ class _Batch1:
             "latency": "a separate profiling pass over the engine's own verify/draft code paths "
             "(profile/latency.csv, medians of interleaved repeats); round overhead "
             "from fixed-k generations of random prompts in that pass",
-            "acceptance_replay": "greedy position traces recorded once per workload (the "
+            "acceptance_predicted": f"the headline (errors.csv): the drafter's own greedy "
+            f"continuation of every held-out prompt and its confidences (the target never "
+            f"runs on them), mapped to per-position acceptance by isotonic fits "
+            f"P(accept | confidence, previous position accepted) and a rollout -> text "
+            f"confidence quantile map learned on workload A = {cal.workload} only "
+            f"(real.predicted); {cfg.predict.samples} drawn position traces per prompt",
+            "latency_correction": "profile cells corrected per k by the engine's own rounds of "
+            "k-cycling generations of the calibration prompts (profile/cycle_rounds.csv)"
+            if cfg.correct_profile
+            else "none",
+            "acceptance_replay": "latency-only diagnostic (errors_replay.csv): "
+            "greedy position traces recorded once per workload (the "
             "held-out prompts' own, controller-independent: the target's "
             "greedy continuation and the drafter's proposals from each "
             "position do not depend on any controller)",
@@ -482,6 +624,41 @@ def _rank_orders(err, workloads) -> dict:
     return ranks
 
 
+def _headline(err, err_replay, err_f) -> dict:
+    """The batch-1 headline numbers (issue 19): ``max_abs_error_pct`` over the PREDICTIVE
+    variant's throughput and accepted-length rows (``errors.csv``); beside it the latency-only
+    error, the replay variant's throughput rows (``errors_replay.csv``; its accepted-length rows
+    are exact by construction under greedy replay and are not counted); "within spread" only
+    for rows whose real spread is above zero (a spread of 0 would pass every exact row)."""
+    head = err[err["metric"].isin(M.HEADLINE)]
+    lat = err_replay[err_replay["metric"].isin(M.LATENCY_ONLY)]
+    spread = head[head["real_spread"] > 0]
+    within = head.assign(ok=head["error_pct"].abs() <= 10.0).groupby("controller")["ok"]
+    return {
+        "max_abs_error_pct": float(head["error_pct"].abs().max()),
+        "max_abs_error_metrics": list(M.HEADLINE),
+        "max_abs_error_variant": "predicted (acceptance from the drafter's rollout confidences)",
+        "latency_only_max_abs_error_pct": float(lat["error_pct"].abs().max()),
+        "latency_only_metrics": list(M.LATENCY_ONLY),
+        "controllers_within_10pct_on_all_workloads": sorted(
+            c for c, ok in within.all().items() if ok
+        ),
+        "max_abs_error_pct_fitted": (
+            float(err_f[err_f["metric"].isin(M.HEADLINE)]["error_pct"].abs().max())
+            if err_f is not None
+            else None
+        ),
+        "max_real_spread_pct": float(head["real_spread"].max()),
+        # an error no larger than the real runs' own spread cannot be told from noise; rows of
+        # zero spread (deterministic greedy acceptance) are not counted
+        "headline_errors_within_real_spread": int(
+            (spread["error_pct"].abs() <= spread["real_spread"]).sum()
+        ),
+        "headline_errors_with_spread": len(spread),
+        "headline_errors": len(head),
+    }
+
+
 def _run_batch1(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> dict:
     t_start = time.perf_counter()
     b = _Batch1(cfg, out, log)
@@ -492,40 +669,29 @@ def _run_batch1(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> d
     b.latency_table()
     cal_check = b.calibration_check()
     b.predict_heldout()
-    err = _error_table(b.preds, b.real)
+    err = _error_table(b.predicted, b.real)
     err.to_csv(out / "errors.csv", index=False)
+    err_replay = _error_table(b.preds, b.real)
+    err_replay.to_csv(out / "errors_replay.csv", index=False)
     err_f = _error_table(b.fitted_preds, b.real) if b.fitted_preds else None
     if err_f is not None:
         err_f.to_csv(out / "errors_fitted.csv", index=False)
-    head = err[err["metric"].isin(M.HEADLINE)]
     ranks = _rank_orders(err, cfg.heldout.workloads)
-    within = head.assign(ok=head["error_pct"].abs() <= 5.0).groupby("controller")["ok"]
+    ranks_replay = _rank_orders(err_replay, cfg.heldout.workloads)
     summary = {
         "kind": "validate",
         "name": cfg.name,
-        "max_abs_error_pct": float(head["error_pct"].abs().max()),
-        "max_abs_error_metrics": list(M.HEADLINE),
+        **_headline(err, err_replay, err_f),
         "rank_agreement": {w: r["agree"] for w, r in ranks.items()},
         "rank_orders": ranks,
-        "controllers_within_5pct_on_all_workloads": sorted(
-            c for c, ok in within.all().items() if ok
-        ),
-        "max_abs_error_pct_fitted": (
-            float(err_f[err_f["metric"].isin(M.HEADLINE)]["error_pct"].abs().max())
-            if err_f is not None
-            else None
-        ),
+        "rank_agreement_replay": {w: r["agree"] for w, r in ranks_replay.items()},
         "repeats": cfg.repeats,
-        "max_real_spread_pct": float(head["real_spread"].max()),
-        # an error no larger than the real runs' own spread cannot be told from noise
-        "headline_errors_within_real_spread": int(
-            (head["error_pct"].abs() <= head["real_spread"]).sum()
-        ),
-        "headline_errors": len(head),
         "calibrated_on": b.calibrated_on(),
         "fitted_acceptance": b.fitted,
+        "predicted_acceptance_calibration": b.pred_cal,
         "calibration_check": cal_check,
         "diagnostics": b.diagnostics(),
+        "latency_check_by_k": b.latency_check(),
         "engine": dataclasses.asdict(cfg.engine),
         "models": cfg.models.source,
         "threads": cfg.threads,

@@ -44,30 +44,70 @@ def test_error_table_columns_and_finite(run):
     assert set(err.workload) == {"random-b", "random-c"}
     assert len(err) == 3 * 2 * len(METRICS)
     assert np.isfinite(err[["sim", "real", "real_spread", "error_pct"]].to_numpy()).all()
-    # acceptance is replayed exactly from the greedy position traces (float64 tiny models) for
+    # errors.csv is the PREDICTED variant; the replay (latency-only) diagnostic beside it:
+    # acceptance replayed exactly from the greedy position traces (float64 tiny models) for
     # controllers whose decisions do not read time; the goodput dspark plans from the costs it
     # measures (real) or is modelled to see (sim), so its rounds follow the latency model too
-    acc = err[
-        err.metric.isin(["mean_accepted_length", "acceptance_rate"]) & (err.controller != "dspark")
+    rep = pd.read_csv(out / "errors_replay.csv")
+    assert list(rep.columns) == list(err.columns) and len(rep) == len(err)
+    acc = rep[
+        rep.metric.isin(["mean_accepted_length", "acceptance_rate"]) & (rep.controller != "dspark")
     ]
     assert np.abs(acc.error_pct).max() < 1e-9
     s = json.loads((out / "summary.json").read_text())
     assert s["kind"] == "validate" and set(s["rank_agreement"]) == {"random-b", "random-c"}
+    # the headline: predicted throughput and accepted length; latency-only: replay throughput
     head = err[err.metric.isin(["throughput_tokens_per_s", "mean_accepted_length"])]
     assert s["max_abs_error_pct"] == pytest.approx(np.abs(head.error_pct).max())
+    lat = rep[rep.metric == "throughput_tokens_per_s"]
+    assert s["latency_only_max_abs_error_pct"] == pytest.approx(np.abs(lat.error_pct).max())
+    # "within spread" counts only rows whose spread is above zero
+    spread = head[head.real_spread > 0]
+    assert s["headline_errors_with_spread"] == len(spread)
+    assert s["headline_errors_within_real_spread"] == int(
+        (np.abs(spread.error_pct) <= spread.real_spread).sum()
+    )
     last = stdout.strip().splitlines()[-1]
-    assert last == f"validate_max_abs_error_pct={s['max_abs_error_pct']:.3f}"
+    assert last == (
+        f"validate_max_abs_error_pct={s['max_abs_error_pct']:.3f} "
+        f"validate_latency_only_max_abs_error_pct={s['latency_only_max_abs_error_pct']:.3f}"
+    )
     assert all(
         v["replay_exact_requests"] == 1.0
         for k, v in s["diagnostics"].items()
         if not k.startswith("dspark")
     )
     assert (out / "errors_fitted.csv").is_file() and (out / "profile" / "latency.csv").is_file()
+    # the profile was corrected by the engine's own k-cycling rounds (every k, exactly 1 after)
+    tc = json.loads((out / "profile" / "summary.json").read_text())["trace_correction"]
+    for k in tc["verify_scale_by_k"]:
+        assert tc["after"][k]["verify_ratio"] == pytest.approx(1.0, rel=1e-9)
+    # the per-k check reads the held-out real runs' rounds (those without a τ stop)
+    rounds = pd.read_csv(out / "rounds.csv")
+    counts = rounds[rounds.tau == 0].groupby("drafted").size()
+    lc = s["latency_check_by_k"]["by_k"]
+    assert {int(k): v["rounds"] for k, v in lc.items()} == counts.to_dict()
+
+
+def test_predicted_positions_are_drawn_from_the_rollout(run):
+    _, out, _ = run
+    cfg = load_validate(out / "config.toml")
+    w = "random-b"
+    roll = pd.read_csv(out / "traces" / w / "rollout.csv")
+    pos = pd.read_csv(out / "sim" / w / "predicted" / "positions_predicted.csv")
+    n = cfg.workloads[w].n_prompts
+    assert roll.request_id.nunique() == n
+    assert pos.request_id.nunique() == n * cfg.predict.samples
+    # run lengths are runs of drawn acceptance bits: L(t) = L(t+1) + 1 whenever L(t) >= 1
+    for _, g in pos.groupby("request_id"):
+        L = g.sort_values("position").run_length.to_numpy()
+        ok = (L[:-1] == 0) | (L[:-1] == np.minimum(L[1:] + 1, cfg.engine.k_max + 1))
+        assert ok.all()
 
 
 def test_one_value_against_an_independent_computation(run):
     _, out, _ = run
-    err = pd.read_csv(out / "errors.csv")
+    err = pd.read_csv(out / "errors_replay.csv")
     cfg = load_validate(out / "config.toml")
     k = cfg.controller["fixed"]["k"]
     # sim: walk the recorded position trace with fixed k (no simulator involved)

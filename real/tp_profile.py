@@ -1,0 +1,128 @@
+"""``dspark real profile --tp N``: the collectives of the sharded target, timed alone.
+
+Written to ``collectives.csv`` beside ``latency.csv`` (``sim.collectives`` reads it), one row per
+(kind, tokens), every message the size the target's all-reduces carry (``tokens × d_model``
+values of the target's dtype; ``tokens`` = batch × new tokens of the profiled grid):
+
+- ``all_reduce``: ``torch.distributed.all_reduce`` of that tensor (the collective alone);
+- ``sharded``: one decoder layer's four projections (q/k/v, out, gate/up, down) through the
+  sharded modules (``parallelize_module``: DTensor dispatch and the layer's two all-reduces);
+- ``local``: the same local shard matmuls as plain tensors (same shapes, no DTensor, no
+  communication);
+- ``layer``: ``sharded - local``, what tensor parallelism adds to one layer: the all-reduce "as
+  seen by a layer", which the simulator's TP model charges per layer.
+
+:func:`time_projections` times the four projections at full width on one process (TP = 1), the
+part of a TP = 1 forward that sharding replaces by ``sharded``.
+
+Every rank runs the same loop (collectives); repeats are interleaved over the sizes, the first
+``warmup`` discarded; medians and p10/p90 are written (rank 0's clock).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+COLUMNS = ("kind", "tp", "tokens", "elements", "bytes", "seconds", "seconds_p10", "seconds_p90")
+
+
+def _layer_pair(layer, x: torch.Tensor, d_local: int) -> torch.Tensor:
+    """A layer's four projections (attention's qkv -> out, MLP gate/up -> down), no attention."""
+    y = layer.o(layer.qkv(x)[:, :d_local])
+    g, u = layer.gate_up(x).chunk(2, dim=-1)
+    return y + layer.down(F.silu(g) * u)
+
+
+def _local_pair(ws: list[torch.Tensor], x: torch.Tensor, d_local: int) -> torch.Tensor:
+    qkv, o, gate_up, down = ws
+    y = F.linear(F.linear(x, qkv)[:, :d_local], o)
+    g, u = F.linear(x, gate_up).chunk(2, dim=-1)
+    return y + F.linear(F.silu(g) * u, down)
+
+
+def _timed(fn, sync) -> float:
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - t0
+
+
+def profile_collectives(engine, tokens: list[int], repeats: int = 20, warmup: int = 3):
+    """Rows (``COLUMNS``) for the sharded ``engine`` (``real.tp.shard_engine`` done)."""
+    import pandas as pd
+    import torch.distributed as dist
+
+    from real.engine import sync
+    from real.tp import current
+
+    ctx = current()
+    if ctx is None:
+        raise RuntimeError("profile_collectives needs an active tensor-parallel context")
+    layer = engine.target.layers[0]
+    d, dt, dev = engine.target.cfg.d_model, engine.dtype, engine.device
+    d_local = layer.h * layer.hd
+    ws = [getattr(layer, n).weight.to_local().contiguous() for n in ("qkv", "o", "gate_up", "down")]
+    times: dict[tuple[str, int], list[float]] = {}
+    with torch.inference_mode():
+        for r in range(warmup + repeats):
+            for t in tokens:
+                x = torch.randn(t, d, dtype=dt, device=dev)
+                msg = x.clone()
+                ops = {
+                    "all_reduce": lambda m=msg: dist.all_reduce(m),
+                    "sharded": lambda x=x: _layer_pair(layer, x, d_local),
+                    "local": lambda x=x: _local_pair(ws, x, d_local),
+                }
+                for kind, fn in ops.items():
+                    dist.barrier()
+                    s = _timed(fn, lambda: sync(dev))
+                    if r >= warmup:
+                        times.setdefault((kind, t), []).append(s)
+    rows = []
+    size = torch.tensor([], dtype=dt).element_size()
+    for t in tokens:
+        sh, lo = np.array(times[("sharded", t)]), np.array(times[("local", t)])
+        kinds = (("all_reduce", np.array(times[("all_reduce", t)])), ("sharded", sh))
+        for kind, xs in kinds + (("local", lo), ("layer", sh - lo)):
+            rows.append(
+                {
+                    "kind": kind,
+                    "tp": ctx.size,
+                    "tokens": t,
+                    "elements": t * d,
+                    "bytes": t * d * size,
+                    "seconds": float(np.median(xs)),
+                    "seconds_p10": float(np.percentile(xs, 10)),
+                    "seconds_p90": float(np.percentile(xs, 90)),
+                }
+            )
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def message_tokens(batches, k_max: int) -> list[int]:
+    """Tokens per forward the target's all-reduces carry over a profile grid: batch × new
+    tokens for new tokens 1, 2, 4, .. up to k_max + 1."""
+    news = sorted({1, k_max + 1} | {2**i for i in range(1, 8) if 2**i < k_max + 1})
+    return sorted({b * n for b in batches for n in news})
+
+
+def time_projections(engine, tokens: list[int], repeats: int = 20, warmup: int = 3) -> dict:
+    """Median seconds of one layer's four projections at full width (one process), by tokens."""
+    from real.engine import sync
+
+    layer = engine.target.layers[0]
+    d, dt, dev = engine.target.cfg.d_model, engine.dtype, engine.device
+    ws = [getattr(layer, n).weight for n in ("qkv", "o", "gate_up", "down")]
+    times: dict[int, list[float]] = {t: [] for t in tokens}
+    with torch.inference_mode():
+        for r in range(warmup + repeats):
+            for t in tokens:
+                x = torch.randn(t, d, dtype=dt, device=dev)
+                s = _timed(lambda x=x: _local_pair(ws, x, d), lambda: sync(dev))
+                if r >= warmup:
+                    times[t].append(s)
+    return {t: float(np.median(v)) for t, v in times.items()}

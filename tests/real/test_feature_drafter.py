@@ -1,0 +1,188 @@
+"""The feature-conditioned conv drafter (``real.feature_drafter``): causality, incremental =
+teacher-forced, the engine's hidden-state hook, greedy equality, training windows, manifest."""
+
+import json
+
+import pytest
+import torch
+
+from control import make_controller
+from real import checkpoint as ck
+from real.drafters import HybridDrafter, NgramDrafter
+from real.engine import Engine
+from real.feature_drafter import FeatureConvConfig, FeatureConvDrafter, FeatureDrafter
+from real.models import Segments
+from tests.real.conftest import CFG, V, prompt, tiny_target
+
+D_TARGET = 32  # tiny_target's d_model
+
+
+def tiny_feat(seed: int = 3) -> FeatureConvDrafter:
+    torch.manual_seed(seed)
+    m = FeatureConvDrafter(
+        FeatureConvConfig(
+            vocab_size=V, d_model=16, n_blocks=2, kernel=4, d_hidden=32, d_feature=D_TARGET
+        )
+    )
+    with torch.no_grad():  # the feature path is zero at init: give it weight
+        m.feat_proj.weight.normal_(0.0, 0.3)
+        m.missing.normal_(0.0, 0.3)
+    return m.double().eval()
+
+
+def feat_engine(hybrid: bool = False) -> Engine:
+    length = CFG.max_len + CFG.k_max + 1
+    d = FeatureDrafter(tiny_feat(), length, torch.float64, "cpu")
+    if hybrid:
+        d = HybridDrafter(d, NgramDrafter(vocab_size=V), min_match=1)
+    return Engine(tiny_target(), d, CFG)
+
+
+def test_receptive_field_and_causality():
+    m = tiny_feat()
+    assert m.receptive_field() == 1 + 2 * 3
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, V, (2, 20), generator=g)
+    feats = torch.randn(2, 20, D_TARGET, generator=g, dtype=torch.float64)
+    present = torch.rand(2, 20, generator=g) < 0.5
+    out = m(ids, feats, present)
+    assert out.shape == (2, 20, V)
+    t = 11
+    ids2, feats2, present2 = ids.clone(), feats.clone(), present.clone()
+    ids2[:, t + 1 :] = (ids2[:, t + 1 :] + 1) % V
+    feats2[:, t + 1 :] += 1.0
+    present2[:, t + 1 :] = ~present2[:, t + 1 :]
+    out2 = m(ids2, feats2, present2)
+    assert torch.equal(out[:, : t + 1], out2[:, : t + 1])
+    assert not torch.allclose(out[:, t + 1 :], out2[:, t + 1 :])
+    # the feature matters where present (and the missing vector where not)
+    feats3 = feats.clone()
+    feats3[:, 5] += 1.0
+    out3 = m(ids, feats3, present)
+    assert torch.allclose(out3[:, :5], out[:, :5])
+    assert torch.allclose(out3[~present[:, 5], 5:], out[~present[:, 5], 5:])
+    assert not torch.allclose(out3[present[:, 5], 5], out[present[:, 5], 5])
+
+
+def test_incremental_steps_equal_teacher_forced_forward():
+    """Packed steps with the known-feature prefix set reproduce ``forward`` with the same
+    presence pattern (features known below ``known``, missing from there on)."""
+    m = tiny_feat()
+    g = torch.Generator().manual_seed(1)
+    T, known = 18, 9
+    ids = torch.randint(0, V, (T,), generator=g)
+    h = torch.randn(T, D_TARGET, generator=g, dtype=torch.float64)  # hidden at each position
+    feats = torch.cat([torch.zeros(1, D_TARGET, dtype=torch.float64), h[:-1]])[None]
+    pos = torch.arange(T)
+    present = ((pos >= 1) & (pos - 1 < known))[None]
+    want = m(ids[None], feats, present)[0]
+    st = m.new_state(32, torch.float64, "cpu", slots=2)
+    st["feat"][1, :T] = h
+    st["known"][1] = known
+    got = [m.step_packed(ids[:5], Segments.one(1, 0, 5), st)]
+    for p in range(5, T):
+        got.append(m.step_packed(ids[p : p + 1], Segments.one(1, p, 1), st))
+    assert torch.allclose(torch.cat(got), want, atol=1e-10)
+
+
+@pytest.mark.parametrize("hybrid", [False, True])
+def test_greedy_equality_in_the_engine(hybrid):
+    eng = feat_engine(hybrid)
+    for s in range(2):
+        p = prompt(s)
+        ref = eng.greedy_reference(p, 40)
+        for k in (1, 2, 4, 8):
+            g = eng.generate(p, 40, make_controller("fixed", {"k": k}))
+            assert g.tokens == ref, (hybrid, k)
+            assert sum(r.emitted for r in g.records) == 40
+
+
+def test_engine_hands_the_committed_hidden_states():
+    """After a run, the drafter's features of every committed position but the last equal the
+    target's own hidden states of the committed sequence (teacher-forced, float64)."""
+    eng = feat_engine(hybrid=True)  # lookup rounds get accepted: a prefix moves forward
+    p = prompt(0) * 2
+    g = eng.generate(p, 40, make_controller("fixed", {"k": 4}))
+    assert any(r.accepted > 0 for r in g.records)
+    assert any(r.accepted < r.drafted for r in g.records)  # rejected positions were verified
+    seq = torch.tensor(p + g.tokens)[None]
+    h = eng.target.hidden(seq)[0]
+    L = seq.shape[1]
+    feat = eng.drafter.state["feat"][0]
+    assert torch.allclose(feat[: L - 1], h[: L - 1], atol=1e-9)
+
+
+def test_drafted_positions_are_refed_after_acceptance():
+    """Tokens drafted without features are not kept in the cache even when all are accepted
+    (a token-only drafter keeps the ones it fed: all but the last drafted token)."""
+    from real.drafters import ModelDrafter
+    from real.sampling import SamplingParams
+
+    p = prompt(2)
+    L = len(p)
+    for cls, want in ((FeatureDrafter, L), (ModelDrafter, L + 3)):
+        d = cls(tiny_feat(), 64, torch.float64, "cpu")
+        seq = torch.zeros(1, 64, dtype=torch.long)
+        seq[0, :L] = torch.tensor(p)
+        n, confs, _ = d.propose(seq, L, 4, 0.0, SamplingParams(0.0, 0, 1.0), None)
+        assert n == 4 and len(confs) == 4
+        d.accept(L, n, n)
+        assert d.valid == want, cls
+
+
+def test_training_windows_match_the_decode_pattern():
+    """``real.train.feature_batch``: student logits equal the drafter's own forward on the full
+    sequence with features present up to the cut, at every depth."""
+    from real.train import feature_batch
+
+    m = tiny_feat().float()
+    teacher = tiny_target().float()
+    g = torch.Generator().manual_seed(4)
+    w = torch.randint(0, V, (2, 41), generator=g)
+    depth, off = 3, 1
+    s, tl, y = feature_batch(m, teacher, w, depth, off)
+    R = m.receptive_field()
+    x = w[:, :-1]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = teacher.hidden(x)
+    feats = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], 1).float()
+    pos = torch.arange(x.shape[1])
+    cuts = list(range(R - 1 + off, x.shape[1] - depth + 1, depth))
+    assert s.shape == (2 * len(cuts), depth, V) and tl.shape == s.shape
+    for ci, c in enumerate(cuts[:3]):
+        present = ((pos >= 1) & (pos <= c))[None].expand(2, -1)
+        full = m(x, feats, present)
+        for b in range(2):
+            got = s[b * len(cuts) + ci]
+            assert torch.allclose(got, full[b, c : c + depth], atol=1e-4)
+            assert torch.equal(y[b * len(cuts) + ci], w[b, c + 1 : c + 1 + depth])
+
+
+def test_manifest_round_trip(tmp_path, monkeypatch):
+    from real import corpus, store
+    from real.models import TransformerConfig, build_model
+    from real.train import TrainConfig
+    from tests.real.test_checkpoints import _Tok
+
+    monkeypatch.setattr(corpus, "corpus_hash", lambda root=None: "test")
+    tcfg = TransformerConfig(
+        vocab_size=300, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_seq_len=64
+    )
+    torch.manual_seed(0)
+    specs = {"target": ("transformer", tcfg, build_model("transformer", tcfg))}
+    res = {"step": 3, "seconds": 1.0, "losses": [1.0], "eval": {"code": {"x": 0.5}}}
+    store.export_checkpoints(tmp_path, _Tok(), specs, {"target": res}, TrainConfig(), "t")
+    fcfg = FeatureConvConfig(vocab_size=300, d_model=8, n_blocks=1, kernel=3, d_hidden=8)
+    model = build_model("featconv", fcfg)
+    with torch.no_grad():
+        model.feat_proj.weight.normal_()
+    store.add_model(tmp_path, "drafter_feat", "featconv", fcfg, model, res, "cmd")
+    m = json.loads((tmp_path / "manifest.json").read_text())
+    e = m["models"]["drafter_feat"]
+    assert e["kind"] == "featconv" and e["dtype"] == "float16" and e["command"] == "cmd"
+    assert e["sha256"] == ck.sha256_file(tmp_path / "drafter_feat.safetensors")
+    assert e["params"] == sum(p.numel() for p in model.parameters())
+    assert e["validation"] == {"code": {"x": 0.5}} and "target" in m["models"]
+    got = store.load_model("drafter_feat", tmp_path).state_dict()
+    for k, v in model.state_dict().items():
+        assert torch.equal(got[k], v.to(torch.float16).float()), k
