@@ -4,8 +4,10 @@ Once per round, for the batch's sequences (each a :class:`~control.dspark.DSpark
 
 1. **Evidence per sequence.** ``â_i = (Σn_i + w·p) / (Σn_i + Σrej_i + w)``: the sequence's own
    acceptance counts (forgotten at ``1/memory_rounds`` per round) shrunk toward the pool ``p``
-   of the batch (``w`` = ``prior_trials``), so a new request starts at what its batch-mates see;
-   times a pooled factor per draft position (see :meth:`DSparkPlanner.acceptance`).
+   of the batch (``w`` = ``prior_trials``), so a new request starts at what its batch-mates see,
+   then moved by its recent rounds; a Beta belief whose predictive rate rises along the draft
+   while the sequence's rate is uncertain; times a pooled factor per draft position that holds
+   the beliefs to what the plans predicted (see :meth:`DSparkPlanner.acceptance`).
 2. **Costs** from :class:`~control.costmodel.RoundCostModel`, fitted on the rounds observed by
    this planner (``observe_round``), never on the simulator's latency model.
 3. **Choice** by :func:`~control.goodput.plan_round_lengths`: one cap for the round, each sequence
