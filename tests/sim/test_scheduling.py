@@ -4,7 +4,7 @@ baselines (issue 13)."""
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import scenario
+from conftest import h100_8b_scenario, prefill_pass
 
 from control.registry import make_config
 from sim import compare, simulate
@@ -23,23 +23,7 @@ def trace_scenario(tmp_path, rows, **sections):
         stamp = pd.Timestamp("2024-01-01") + pd.Timedelta(seconds=t)
         lines.append(f"{stamp.isoformat(sep=' ')},{p},{o}")
     (tmp_path / "trace.csv").write_text("\n".join(lines) + "\n")
-    data = {
-        "target": {"preset": "Llama-3.1-8B"},
-        "drafter": {"preset": "Llama-3.2-1B"},
-        "workload": {"arrival": "trace", "trace_path": "trace.csv"},
-        "acceptance": {"model": "iid", "rate": 0.8},
-    }
-    for k, v in sections.items():
-        data.setdefault(k, {}).update(v)
-    return scenario(data, base=tmp_path)
-
-
-def prefill_pass(cl, n, prefix):
-    """A pass of one prompt chunk alone: target, then the colocated drafter."""
-    pairs = causal_pairs(n, prefix)
-    return cl.lat_t.pass_seconds(0, 0, 0.0, 1, n, pairs, prefix) + cl.lat_d.pass_seconds(
-        0, 0, 0.0, 1, n, pairs, prefix
-    )
+    return h100_8b_scenario(tmp_path, "trace.csv", **sections)
 
 
 def test_causal_pairs_add_up_over_chunks():
