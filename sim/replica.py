@@ -363,6 +363,9 @@ class Replica:
                 return None
             waiting.popleft()
             self.target[i], self.computed[i] = t, s
+            admitted = self.ledger.admitted_s
+            if admitted[i] != admitted[i]:  # NaN: the first admission
+                admitted[i] = self.env.now
             return i, n, s
         return None
 

@@ -155,3 +155,22 @@ def test_two_speedup_baselines(tiny):
     # simulate alone runs the plain baseline only, unless asked
     s = simulate(tiny, "fixed", {"k": 0}, seed=1).summary
     assert np.isnan(s["speedup_resident"]) and s["speedup"] == k0["speedup"]
+
+
+def test_queueing_and_prefill_add_up_to_ttft(tmp_path):
+    """Head-of-line under the token budget: a short prompt arriving with a long one is admitted
+    only when the long one's last chunk leaves room in a step (vLLM's FCFS order)."""
+    scn = trace_scenario(tmp_path, [(0.0, 5000, 3), (0.0, 100, 3)])
+    res = simulate(scn, "fixed", {"k": 0}, baseline=False)
+    cl = Cluster(scn)
+    r = res.requests
+    step1, step2 = prefill_pass(cl, BUDGET, 0), prefill_pass(cl, BUDGET, BUDGET)
+    pairs = causal_pairs(904, 2 * BUDGET) + causal_pairs(100, 0)
+    step3 = cl.lat_t.pass_seconds(0, 0, 0.0, 2, 1004, pairs, 2 * BUDGET) + cl.lat_d.pass_seconds(
+        0, 0, 0.0, 2, 1004, pairs, 2 * BUDGET
+    )
+    assert r["admitted_s"].tolist() == pytest.approx([0.0, step1 + step2], rel=1e-12)
+    assert r["first_token_s"].tolist() == pytest.approx([step1 + step2 + step3] * 2, rel=1e-12)
+    queueing = r["admitted_s"] - r["arrival_s"]
+    prefill = r["first_token_s"] - r["admitted_s"]
+    assert (queueing + prefill).to_numpy() == pytest.approx(r["ttft_s"].to_numpy(), rel=1e-12)
