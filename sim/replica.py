@@ -24,6 +24,12 @@ that completes emits one token, as a first prefill does). A row whose drafts do 
 k cut (no preemption for drafts). Counted: ``preemptions``, ``recomputed_tokens`` (prefill work
 a preemption sends back: the lost KV and the token the row was about to feed).
 
+Prefix caching (paged KV, ``deployment.prefix_caching``, a trace with ``hash_ids``;
+:mod:`sim.prefix_cache`): an admitted request's leading prompt blocks whose hashes are resident
+are not prefilled (its first chunk starts after them and reads their KV); blocks a prefill
+completes become resident; unreferenced ones are evicted, least recently released first,
+before any preemption. Counted: ``prefix_cache_hit_tokens``.
+
 A round (:meth:`Replica.begin_round`, then one SimPy timeout, then :meth:`Replica.settle`) is,
 in order: decide (each sequence's controller, or the replica's round planner, gives a Decision;
 the engine caps k, and under paged KV the free memory does), draw acceptance (whole-batch numpy
