@@ -9,6 +9,11 @@ inputs (mean ~14k, clipped to 121k), lognormal outputs (mean ~340), gamma arriva
     .venv/bin/python benchmarks/long_context_trace.py --out runs/long_context.csv
     .venv/bin/dspark simulate configs/azure_conv.toml --set workload.trace_path=... \
         --controller fixed:k=0 --controller fixed:k=4 --loads 0.25,1
+
+``--diagnose`` runs the trace on configs/azure_conv.toml (fixed k = 0 and 4 at ``--loads``) and
+splits TTFT into queueing (arrival to the first prompt chunk, ``admitted_s``) and prefill (first
+chunk to first token), each against the request's isolated prefill (its prompt alone, chunked
+under the same token budget, target + colocated drafter).
 """
 
 from __future__ import annotations
@@ -39,17 +44,70 @@ def make_trace(n: int = 400, rate_rps: float = 3.0, seed: int = 13) -> str:
     return "\n".join(lines) + "\n"
 
 
+def isolated_prefill_s(cluster, budget: int, prompt: int) -> float:
+    """A prompt prefilled alone: chunks of ``budget`` tokens, each attending to its prefix,
+    target then colocated drafter."""
+    from sim.latency import causal_pairs
+
+    t, done = 0.0, 0
+    while done < prompt:
+        n = min(budget, prompt - done)
+        pairs = causal_pairs(n, done)
+        t += cluster.lat_t.pass_seconds(0, 0, 0.0, 1, n, pairs, done)
+        t += cluster.lat_d.pass_seconds(0, 0, 0.0, 1, n, pairs, done)
+        done += n
+    return t
+
+
+def diagnose(trace: Path, n: int, loads: list[float]) -> None:
+    """TTFT against isolated prefill, split into queueing and prefill, per controller x load."""
+    import sys
+
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from sim import compare_runs, load_scenario
+    from sim.cluster import Cluster
+
+    root = Path(__file__).resolve().parents[1]
+    scn = load_scenario(
+        root / "configs" / "azure_conv.toml",
+        {"workload.trace_path": str(trace), "workload.num_requests": n},
+    )
+    ctrls = [("fixed", {"k": 0}, "fixed:k=0"), ("fixed", {"k": 4}, "fixed:k=4")]
+    rq = compare_runs(scn, ctrls, seed=0, load_scales=loads, baseline=False).requests
+    cl, budget = Cluster(scn), scn.deployment.max_num_batched_tokens
+    iso = {p: isolated_prefill_s(cl, budget, p) for p in set(rq["prompt_tokens"].tolist())}
+    for (name, load), g in rq.groupby(["controller", "load_scale"], sort=False):
+        alone = g["prompt_tokens"].map(iso).to_numpy()
+        queue = (g["admitted_s"] - g["arrival_s"]).to_numpy()
+        prefill = (g["first_token_s"] - g["admitted_s"]).to_numpy()
+        ttft = g["ttft_s"].to_numpy()
+        print(
+            f"load={load:g} {name:10s} ttft_p50={np.median(ttft):.3f} "
+            f"isolated_p50={np.median(alone):.3f} ratio={np.median(ttft) / np.median(alone):.2f} "
+            f"per_request_ratio_p50={np.median(ttft / alone):.2f} "
+            f"queue_p50={np.median(queue):.3f} queue_mean={queue.mean():.3f} "
+            f"prefill_over_isolated_p50={np.median(prefill / alone):.2f}",
+            flush=True,
+        )
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="runs/long_context.csv")
     ap.add_argument("--n", type=int, default=400)
     ap.add_argument("--rate", type=float, default=3.0, help="mean arrival rate, requests/s")
     ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--diagnose", action="store_true", help="split TTFT (see above)")
+    ap.add_argument("--loads", default="0.05,0.25,1", help="load scales of --diagnose")
     args = ap.parse_args(argv)
     p = Path(args.out)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(make_trace(args.n, args.rate, args.seed))
     print(p)
+    if args.diagnose:
+        diagnose(p.resolve(), args.n, [float(x) for x in args.loads.split(",")])
     return 0
 
 

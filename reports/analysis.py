@@ -59,14 +59,21 @@ def modal_value(s: pd.Series):
     return sorted(counts[counts == counts.max()].index)[0]
 
 
+def at_modal_gpus(results: pd.DataFrame) -> tuple[pd.DataFrame, float | None]:
+    """Rows at the most common GPU count when the table spans several (a scaling sweep), with
+    that count; the table itself and None when it spans one."""
+    if "num_gpus" in results.columns and results["num_gpus"].nunique() > 1:
+        g = modal_value(results["num_gpus"])
+        return results[results["num_gpus"] == g], g
+    return results, None
+
+
 def reference_slice(results: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """Rows at the nominal operating point: the load scale closest to 1 at the most common GPU
     count; returns them with a sentence saying which point that is."""
-    df = results
+    df, g = at_modal_gpus(results)
     where = []
-    if "num_gpus" in df.columns and df["num_gpus"].nunique() > 1:
-        g = modal_value(df["num_gpus"])
-        df = df[df["num_gpus"] == g]
+    if g is not None:
         where.append(f"{g:g} GPU{'s' if g != 1 else ''}")
     if df["load_scale"].nunique() > 1:
         scales = np.array(sorted(df["load_scale"].dropna().unique()), dtype=float)
@@ -351,12 +358,8 @@ def answer_sentence(a: Answer) -> str:
 
 def operating_points(results: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """(description, rows) per load scale at the most common GPU count, in load order."""
-    df = results
-    where = ""
-    if "num_gpus" in df.columns and df["num_gpus"].nunique() > 1:
-        g = modal_value(df["num_gpus"])
-        df = df[df["num_gpus"] == g]
-        where = f", {g:g} GPUs"
+    df, g = at_modal_gpus(results)
+    where = f", {g:g} GPUs" if g is not None else ""
     out = []
     for ls, rows in df.groupby("load_scale", sort=True):
         out.append((f"load scale {float(ls):g}{where}", rows))

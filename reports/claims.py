@@ -525,46 +525,32 @@ def _quality_verdict(thr: pd.DataFrame, seed: str, finds: str, strict: str) -> C
     """Choose the verdict from which threshold β stay within ±0.3%."""
     ok_thr = thr[thr["_ok"]]
     bad_thr = thr[~thr["_ok"]]
+    verdict = HOLDS_UNDER
     if thr.empty:
-        return Claim(
-            "quality within ±0.3%",
-            seed,
-            finds,
-            HOLDS_UNDER,
-            strict + " Only strict rows were measured: run threshold mode "
-            "(`dspark real bench --quality-betas ...`) to test the claim where it bites.",
+        note = (
+            " Only strict rows were measured: run threshold mode "
+            "(`dspark real bench --quality-betas ...`) to test the claim where it bites."
         )
-    if bad_thr.empty:
-        return Claim(
-            "quality within ±0.3%",
-            seed,
-            finds,
-            HOLDS_UNDER,
-            strict
-            + " Every threshold β measured ("
+    elif bad_thr.empty:
+        note = (
+            " Every threshold β measured ("
             + ", ".join(f"{b:g}" for b in thr["_beta"].dropna())
-            + ") stays within; this holds only for the models and prompts of that run.",
+            + ") stays within; this holds only for the models and prompts of that run."
         )
-    if ok_thr.empty:
-        return Claim(
-            "quality within ±0.3%",
-            seed,
-            finds,
-            DOES_NOT_HOLD,
-            strict + " No threshold β measured stays within ±0.3%; only strict mode "
-            "(no speed from threshold acceptance) does.",
+    elif ok_thr.empty:
+        verdict = DOES_NOT_HOLD
+        note = (
+            " No threshold β measured stays within ±0.3%; only strict mode "
+            "(no speed from threshold acceptance) does."
         )
-    lo = float(ok_thr["_beta"].min())
-    return Claim(
-        "quality within ±0.3%",
-        seed,
-        finds,
-        HOLDS_UNDER,
-        strict
-        + f" In threshold mode it holds for β ≥ {lo:g} and not for β = "
-        + ", ".join(f"{b:g}" for b in bad_thr["_beta"].dropna())
-        + ": the claim needs that assumption, for the models and prompts of that run.",
-    )
+    else:
+        note = (
+            f" In threshold mode it holds for β ≥ {float(ok_thr['_beta'].min()):g} and not for "
+            "β = "
+            + ", ".join(f"{b:g}" for b in bad_thr["_beta"].dropna())
+            + ": the claim needs that assumption, for the models and prompts of that run."
+        )
+    return Claim("quality within ±0.3%", seed, finds, verdict, strict + note)
 
 
 def claim_quality(runs: list[Run]) -> Claim:

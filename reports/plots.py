@@ -15,10 +15,10 @@ from matplotlib.lines import Line2D
 
 from reports.analysis import (
     acceptance_by_position,
+    at_modal_gpus,
     at_reference_load,
     ecdf,
     feasible_mask,
-    modal_value,
     objective_columns,
     objective_label,
 )
@@ -48,12 +48,8 @@ def _colors(colors, names) -> dict[str, str]:
 @styled
 def plot_throughput_vs_load(results: pd.DataFrame, colors: dict | None = None) -> Figure:
     """Throughput (mean over seeds, min–max band) against offered load, one line per controller."""
-    df = results
-    note = ""
-    if "num_gpus" in df.columns and df["num_gpus"].nunique() > 1:
-        g = modal_value(df["num_gpus"])
-        df = df[df["num_gpus"] == g]
-        note = f" ({g:g} GPUs)"
+    df, g = at_modal_gpus(results)
+    note = f" ({g:g} GPUs)" if g is not None else ""
     use_rps = "offered_rps" in df.columns and df["offered_rps"].notna().all()
     xcol = "offered_rps" if use_rps else "load_scale"
     colors = _colors(colors, df["controller"].unique())

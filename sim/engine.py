@@ -36,6 +36,7 @@ class RunData:
     rounds: dict | None  # RECORD_COLUMNS columns (trace=True)
     ctrl_trace: dict | None
     rejected: np.ndarray
+    admitted_s: np.ndarray  # when each request's prefill first started (NaN: never)
 
 
 def run(
@@ -126,6 +127,7 @@ def _simulate(
         tracer.round_columns() if tracer else None,
         tracer.controllers if tracer else None,
         ledger.rejected,
+        ledger.admitted_s,
     )
 
 

@@ -44,6 +44,7 @@ class Ledger:
         n = len(reqs)
         self.reqs = reqs
         self.first_token_s = np.full(n, np.nan)
+        self.admitted_s = np.full(n, np.nan)  # first admitted to prefill (first chunk)
         self.finish_s = np.full(n, np.nan)
         self.emitted = np.zeros(n, dtype=np.int64)
         self.replica = np.full(n, -1, dtype=np.int64)

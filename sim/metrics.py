@@ -157,5 +157,6 @@ def requests_table(run: RunData, controller: str):
             "finished": m["finished"],
             "replica": run.replica,
             "emitted_tokens": run.emitted,
+            "admitted_s": run.admitted_s,
         }
     )

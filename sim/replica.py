@@ -24,6 +24,12 @@ that completes emits one token, as a first prefill does). A row whose drafts do 
 k cut (no preemption for drafts). Counted: ``preemptions``, ``recomputed_tokens`` (prefill work
 a preemption sends back: the lost KV and the token the row was about to feed).
 
+Prefix caching (paged KV, ``deployment.prefix_caching``, a trace with ``hash_ids``;
+:mod:`sim.prefix_cache`): an admitted request's leading prompt blocks whose hashes are resident
+are not prefilled (its first chunk starts after them and reads their KV); blocks a prefill
+completes become resident; unreferenced ones are evicted, least recently released first,
+before any preemption. Counted: ``prefix_cache_hit_tokens``.
+
 A round (:meth:`Replica.begin_round`, then one SimPy timeout, then :meth:`Replica.settle`) is,
 in order: decide (each sequence's controller, or the replica's round planner, gives a Decision;
 the engine caps k, and under paged KV the free memory does), draw acceptance (whole-batch numpy
@@ -336,22 +342,38 @@ class Replica:
         """Prefill-first: waiting requests admitted whole in FIFO order while the batch has room
         and their KV fits (reserve: prompt + output; paged: the prefill's blocks); one that can
         never fit is rejected (reported unfinished)."""
-        waiting = self.waiting
         room = self.params.max_batch - len(self.running)
         admitted: list[int] = []
-        while waiting and len(admitted) < room:
+        while len(admitted) < room:
+            head = self.admit_head(None)
+            if head is None:
+                break
+            admitted.append(head[0])
+        return admitted
+
+    def admit_head(self, limit: int | None) -> tuple[int, int, int] | None:
+        """Admits the head of the queue for its first ``limit`` prefill tokens (None: all):
+        heads that can never fit are rejected; the one admitted takes its cached prefix and the
+        KV of its first tokens. Returns (request, tokens, prefix), None when the queue is empty
+        or its head does not fit now."""
+        waiting = self.waiting
+        while waiting:
             i = waiting[0]
             if self.never_fits(i):
                 self.reject(i)
                 continue
             t = self.prefill_length(i)
             s = self.cache_lookup(i, t)
-            if not self.reserve_kv(i, t - s, s):
-                break
+            n = t - s if limit is None else min(t - s, limit)
+            if not self.reserve_kv(i, n, s):
+                return None
             waiting.popleft()
             self.target[i], self.computed[i] = t, s
-            admitted.append(i)
-        return admitted
+            admitted = self.ledger.admitted_s
+            if admitted[i] != admitted[i]:  # NaN: the first admission
+                admitted[i] = self.env.now
+            return i, n, s
+        return None
 
     def reserve_kv(self, i: int, tokens: int, cached: int = 0) -> bool:
         """KV memory for admitting request ``i``: paged, the blocks of its first ``tokens``
@@ -398,23 +420,14 @@ class Replica:
             budget -= n
         if self.preempted_now:
             return chunks
-        waiting = self.waiting
         room = self.params.max_batch - len(self.running) - len(prefilling)
-        while waiting and room > 0 and budget > 0:
-            i = waiting[0]
-            if self.never_fits(i):
-                self.reject(i)
-                continue
-            t = self.prefill_length(i)
-            s = self.cache_lookup(i, t)
-            n = min(t - s, budget, cap)
-            if not self.reserve_kv(i, n, s):
+        while room > 0 and budget > 0:
+            head = self.admit_head(min(budget, cap))
+            if head is None:
                 break
-            waiting.popleft()
-            prefilling.append(i)
-            self.target[i], self.computed[i] = t, s
-            chunks.append((i, n, s))
-            budget -= n
+            prefilling.append(head[0])
+            chunks.append(head)
+            budget -= head[1]
             room -= 1
         return chunks
 

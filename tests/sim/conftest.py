@@ -47,6 +47,30 @@ def constant_scenario(
     return scenario(data)
 
 
+def h100_8b_scenario(base: Path, trace_file: str, **sections) -> SimConfig:
+    """One H100 serving Llama-3.1-8B (Llama-3.2-1B drafter, i.i.d. acceptance 0.8) on the trace
+    ``trace_file`` in ``base``; ``sections`` update the scenario's tables."""
+    data: dict = {
+        "target": {"preset": "Llama-3.1-8B"},
+        "drafter": {"preset": "Llama-3.2-1B"},
+        "workload": {"arrival": "trace", "trace_path": trace_file},
+        "acceptance": {"model": "iid", "rate": 0.8},
+    }
+    for k, v in sections.items():
+        data.setdefault(k, {}).update(v)
+    return scenario(data, base=base)
+
+
+def prefill_pass(cl, n: int, prefix: int) -> float:
+    """A pass of one prompt chunk alone: target, then the colocated drafter."""
+    from sim.latency import causal_pairs
+
+    pairs = causal_pairs(n, prefix)
+    return cl.lat_t.pass_seconds(0, 0, 0.0, 1, n, pairs, prefix) + cl.lat_d.pass_seconds(
+        0, 0, 0.0, 1, n, pairs, prefix
+    )
+
+
 @pytest.fixture
 def tiny():
     from sim import load_scenario

@@ -3,7 +3,7 @@ rounds fed the target; the next round it drafts in, it first prefills them (batc
 first step). Exact event times and a per-round check of every draft phase."""
 
 import pytest
-from conftest import scenario
+from conftest import h100_8b_scenario
 
 import sim.api
 from control.fixed import FixedConfig, FixedController
@@ -34,15 +34,7 @@ def two_requests(tmp_path):
         "2024-01-01 00:00:00.000,100,12\n"
         "2024-01-01 00:00:00.000,120,12\n"
     )
-    return scenario(
-        {
-            "target": {"preset": "Llama-3.1-8B"},
-            "drafter": {"preset": "Llama-3.2-1B"},
-            "workload": {"arrival": "trace", "trace_path": "trace.csv"},
-            "acceptance": {"model": "iid", "rate": 0.7},
-        },
-        base=tmp_path,
-    )
+    return h100_8b_scenario(tmp_path, "trace.csv", acceptance={"rate": 0.7})
 
 
 def test_catch_up_is_a_batched_drafter_prefill_of_the_missed_tokens(tmp_path, monkeypatch):

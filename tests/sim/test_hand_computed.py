@@ -21,12 +21,13 @@ def write_inputs(tmp_path):
     )
 
 
-def test_exact_event_times(tmp_path):
-    """The prefill-first scheduler (a whole prefill pass while the batch waits)."""
+def two_request_scenario(tmp_path, deployment: dict):
+    """The two requests of :func:`write_inputs` on constant latencies (target 0.01 s, drafter
+    step 0.001 s, prefill 0.02 s) with their scripted acceptance."""
     write_inputs(tmp_path)
-    scn = scenario(
+    return scenario(
         {
-            "deployment": {"max_batch": 2, "scheduler": "prefill-first"},
+            "deployment": {"max_batch": 2, **deployment},
             "latency": {
                 "backend": "constant",
                 "constant_target_s": 0.01,
@@ -38,6 +39,11 @@ def test_exact_event_times(tmp_path):
         },
         base=tmp_path,
     )
+
+
+def test_exact_event_times(tmp_path):
+    """The prefill-first scheduler (a whole prefill pass while the batch waits)."""
+    scn = two_request_scenario(tmp_path, {"scheduler": "prefill-first"})
     res = simulate(scn, "fixed", {"k": 2}, trace=True, baseline=False)
     r = res.requests.set_index("request_id")
     # t=0 A arrives, prefill [0, 0.02]; B (t=0.005) prefill [0.02, 0.04];
@@ -74,21 +80,7 @@ def test_exact_event_times_chunked(tmp_path):
     step costs the target forward (0.01) when it has decode rows, plus the prefill (0.02) when
     it carries prompt chunks; the drafter's first step carries the chunks at no extra cost
     (constant drafter prefill 0)."""
-    write_inputs(tmp_path)
-    scn = scenario(
-        {
-            "deployment": {"max_batch": 2},
-            "latency": {
-                "backend": "constant",
-                "constant_target_s": 0.01,
-                "constant_drafter_s": 0.001,
-                "constant_prefill_s": 0.02,
-            },
-            "workload": {"arrival": "trace", "trace_path": "trace.csv"},
-            "acceptance": {"model": "replay", "replay_path": "positions.csv"},
-        },
-        base=tmp_path,
-    )
+    scn = two_request_scenario(tmp_path, {})
     assert scn.deployment.scheduler == "chunked"  # the default
     res = simulate(scn, "fixed", {"k": 2}, trace=True, baseline=False)
     r = res.requests.set_index("request_id")

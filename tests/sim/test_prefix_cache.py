@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import scenario
+from conftest import h100_8b_scenario, prefill_pass
 
 import sim.engine
 from control.errors import DSparkError
@@ -14,7 +14,6 @@ from control.registry import make_config
 from sim import simulate
 from sim.api import _run
 from sim.cluster import Cluster
-from sim.latency import causal_pairs
 from sim.replica import Replica
 
 H = 512  # tokens per hash block (Mooncake's traces)
@@ -28,23 +27,7 @@ def jsonl_scenario(tmp_path, records, **sections):
         for t, p, o, h in records
     ]
     (tmp_path / "trace.jsonl").write_text("\n".join(lines) + "\n")
-    data = {
-        "target": {"preset": "Llama-3.1-8B"},
-        "drafter": {"preset": "Llama-3.2-1B"},
-        "workload": {"arrival": "trace", "trace_path": "trace.jsonl"},
-        "acceptance": {"model": "iid", "rate": 0.8},
-    }
-    for k, v in sections.items():
-        data.setdefault(k, {}).update(v)
-    return scenario(data, base=tmp_path)
-
-
-def prefill_pass(cl, n, prefix):
-    """A pass of one prompt chunk alone: target, then the colocated drafter."""
-    pairs = causal_pairs(n, prefix)
-    return cl.lat_t.pass_seconds(0, 0, 0.0, 1, n, pairs, prefix) + cl.lat_d.pass_seconds(
-        0, 0, 0.0, 1, n, pairs, prefix
-    )
+    return h100_8b_scenario(tmp_path, "trace.jsonl", **sections)
 
 
 # request 0 makes blocks 1, 2 resident (1100 tokens: 2 full blocks); each later request arrives

@@ -4,7 +4,7 @@ baselines (issue 13)."""
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import scenario
+from conftest import h100_8b_scenario, prefill_pass
 
 from control.registry import make_config
 from sim import compare, simulate
@@ -23,23 +23,7 @@ def trace_scenario(tmp_path, rows, **sections):
         stamp = pd.Timestamp("2024-01-01") + pd.Timedelta(seconds=t)
         lines.append(f"{stamp.isoformat(sep=' ')},{p},{o}")
     (tmp_path / "trace.csv").write_text("\n".join(lines) + "\n")
-    data = {
-        "target": {"preset": "Llama-3.1-8B"},
-        "drafter": {"preset": "Llama-3.2-1B"},
-        "workload": {"arrival": "trace", "trace_path": "trace.csv"},
-        "acceptance": {"model": "iid", "rate": 0.8},
-    }
-    for k, v in sections.items():
-        data.setdefault(k, {}).update(v)
-    return scenario(data, base=tmp_path)
-
-
-def prefill_pass(cl, n, prefix):
-    """A pass of one prompt chunk alone: target, then the colocated drafter."""
-    pairs = causal_pairs(n, prefix)
-    return cl.lat_t.pass_seconds(0, 0, 0.0, 1, n, pairs, prefix) + cl.lat_d.pass_seconds(
-        0, 0, 0.0, 1, n, pairs, prefix
-    )
+    return h100_8b_scenario(tmp_path, "trace.csv", **sections)
 
 
 def test_causal_pairs_add_up_over_chunks():
@@ -171,3 +155,22 @@ def test_two_speedup_baselines(tiny):
     # simulate alone runs the plain baseline only, unless asked
     s = simulate(tiny, "fixed", {"k": 0}, seed=1).summary
     assert np.isnan(s["speedup_resident"]) and s["speedup"] == k0["speedup"]
+
+
+def test_queueing_and_prefill_add_up_to_ttft(tmp_path):
+    """Head-of-line under the token budget: a short prompt arriving with a long one is admitted
+    only when the long one's last chunk leaves room in a step (vLLM's FCFS order)."""
+    scn = trace_scenario(tmp_path, [(0.0, 5000, 3), (0.0, 100, 3)])
+    res = simulate(scn, "fixed", {"k": 0}, baseline=False)
+    cl = Cluster(scn)
+    r = res.requests
+    step1, step2 = prefill_pass(cl, BUDGET, 0), prefill_pass(cl, BUDGET, BUDGET)
+    pairs = causal_pairs(904, 2 * BUDGET) + causal_pairs(100, 0)
+    step3 = cl.lat_t.pass_seconds(0, 0, 0.0, 2, 1004, pairs, 2 * BUDGET) + cl.lat_d.pass_seconds(
+        0, 0, 0.0, 2, 1004, pairs, 2 * BUDGET
+    )
+    assert r["admitted_s"].tolist() == pytest.approx([0.0, step1 + step2], rel=1e-12)
+    assert r["first_token_s"].tolist() == pytest.approx([step1 + step2 + step3] * 2, rel=1e-12)
+    queueing = r["admitted_s"] - r["arrival_s"]
+    prefill = r["first_token_s"] - r["admitted_s"]
+    assert (queueing + prefill).to_numpy() == pytest.approx(r["ttft_s"].to_numpy(), rel=1e-12)
