@@ -22,13 +22,14 @@ def run(tmp_path_factory):
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        rc = main(["validate", "--fast", "--out", str(out), "--quiet"])
+        # a tolerance no run meets: the full report, then exit status 1
+        rc = main(["validate", "--fast", "--out", str(out), "--quiet", "--max-error", "1e-9"])
     return rc, out, buf.getvalue()
 
 
 def test_error_table_columns_and_finite(run):
     rc, out, stdout = run
-    assert rc == 0
+    assert rc == 1  # the headline is above the (impossible) tolerance of --max-error 1e-9
     err = pd.read_csv(out / "errors.csv")
     assert list(err.columns) == [
         "controller",
