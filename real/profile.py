@@ -517,10 +517,22 @@ def _at_context(df, model: str, new_tokens: int, ctx, column: str) -> np.ndarray
     )
 
 
-def trace_ratios(df, records, column: str = "seconds", intercept_s: float = 0.0) -> dict:
-    """Per draft length k of batch-1 engine rounds (``RoundRecord``s): the median of measured
-    over tabled verify time (target row ``k + 1`` at the round's context) and of measured draft
-    time over ``intercept_s + k x`` the drafter step; and their round sum. ``{k: {...}}``."""
+def _ratio(measured, tabled, statistic: str) -> float:
+    """Median of measured / tabled, or (``"mean"``) the ratio of their sums: a run's time is a
+    sum of rounds, so under a changing background load its expectation is the sum's."""
+    m, t = np.asarray(measured, dtype=float), np.asarray(tabled, dtype=float)
+    if statistic == "mean":
+        return float(m.sum() / t.sum()) if t.sum() > 0 else float("nan")
+    return float(np.median(m / t))
+
+
+def trace_ratios(
+    df, records, column: str = "seconds", intercept_s: float = 0.0, statistic: str = "median"
+) -> dict:
+    """Per draft length k of batch-1 engine rounds (``RoundRecord``s): measured over tabled
+    verify time (target row ``k + 1`` at the round's context), measured draft time over
+    ``intercept_s + k x`` the drafter step, and their round sum; each the median of the
+    per-round ratios or (``statistic = "mean"``) the ratio of the sums. ``{k: {...}}``."""
     by_k: dict[int, list] = {}
     for r in records:
         if r.batch_size == 1:
@@ -534,23 +546,29 @@ def trace_ratios(df, records, column: str = "seconds", intercept_s: float = 0.0)
         pd_ = intercept_s + k * _at_context(df, DRAFTER, 1, ctx, column) if k else np.zeros_like(d)
         out[k] = {
             "rounds": len(rs),
-            "verify_ratio": float(np.median(v / pv)),
-            "draft_ratio": float(np.median(d / pd_)) if k else float("nan"),
-            "round_ratio": float(np.median((v + d) / (pv + pd_))),
+            "verify_ratio": _ratio(v, pv, statistic),
+            "draft_ratio": _ratio(d, pd_, statistic) if k else float("nan"),
+            "round_ratio": _ratio(v + d, pv + pd_, statistic),
         }
     return out
 
 
 def correct_from_trace(
-    df, records, column: str = "seconds", intercept_s: float = 0.0, min_rounds: int = 5
+    df,
+    records,
+    column: str = "seconds",
+    intercept_s: float = 0.0,
+    min_rounds: int = 5,
+    statistic: str = "median",
 ) -> tuple[object, dict]:
     """The table corrected by the engine's own batch-1 rounds: every target row of verify size
-    ``k + 1`` scaled by the median measured / tabled verify time of the rounds that drafted k
-    (k with at least ``min_rounds`` rounds), every batch-1 drafter row by the median measured /
-    tabled draft time of the rounds that drafted. After it, the median measured / tabled verify
-    time of each corrected k is exactly 1 on these rounds (``trace_ratios``)."""
+    ``k + 1`` scaled by the measured / tabled verify time of the rounds that drafted k (k with
+    at least ``min_rounds`` rounds), every batch-1 drafter row by the measured / tabled step
+    share of the draft time of the rounds that drafted (``statistic``: median of the per-round
+    ratios, or ratio of the sums). After it, that ratio of each corrected k is exactly 1 on
+    these rounds (``trace_ratios``)."""
     out = df.copy()
-    before = trace_ratios(df, records, column, intercept_s)
+    before = trace_ratios(df, records, column, intercept_s, statistic)
     scale = {}
     for k, r in before.items():
         if r["rounds"] >= min_rounds and np.isfinite(r["verify_ratio"]) and r["verify_ratio"] > 0:
@@ -565,12 +583,13 @@ def correct_from_trace(
         step = _at_context(df, DRAFTER, 1, ctx, column)
         # (draft - intercept) / (k x step): the step's share only (the intercept is overhead)
         d = np.array([r.draft_s for r in drafting]) - intercept_s
-        d_scale = float(np.median(d / (k * step)))
+        d_scale = _ratio(d, k * step, statistic)
         if np.isfinite(d_scale) and d_scale > 0:
             rows = (out["model"] == DRAFTER) & (out["batch"] == 1)
             out.loc[rows, column] = out.loc[rows, column] * d_scale
-    after = trace_ratios(out, records, column, intercept_s)
+    after = trace_ratios(out, records, column, intercept_s, statistic)
     return out, {
+        "statistic": statistic,
         "verify_scale_by_k": scale,
         "drafter_scale": d_scale,
         "before": before,

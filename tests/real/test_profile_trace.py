@@ -60,16 +60,20 @@ def test_lookup_is_the_simulators_table(profiled, tmp_path):
     p = tmp_path / "latency.csv"
     df.to_csv(p, index=False)
     tab = Table(p, TARGET)
-    r = trace_ratios(df, recs)
-    for k, v in r.items():
+    med, tot = trace_ratios(df, recs), trace_ratios(df, recs, statistic="mean")
+    for k in med:
         rs = [x for x in recs if x.drafted == k]
-        want = np.median([x.verify_s / tab.lookup(1, k + 1, x.context_tokens) for x in rs])
-        assert v["verify_ratio"] == pytest.approx(want, rel=1e-12)
+        tabled = [tab.lookup(1, k + 1, x.context_tokens) for x in rs]
+        want = np.median([x.verify_s / t for x, t in zip(rs, tabled)])
+        assert med[k]["verify_ratio"] == pytest.approx(want, rel=1e-12)
+        want = sum(x.verify_s for x in rs) / sum(tabled)
+        assert tot[k]["verify_ratio"] == pytest.approx(want, rel=1e-12)
 
 
-def test_correction_makes_the_table_match_the_trace_exactly(profiled):
+@pytest.mark.parametrize("statistic", ["median", "mean"])
+def test_correction_makes_the_table_match_the_trace_exactly(profiled, statistic):
     df, recs = profiled
-    out, det = correct_from_trace(df, recs, intercept_s=1e-5, min_rounds=3)
+    out, det = correct_from_trace(df, recs, intercept_s=1e-5, min_rounds=3, statistic=statistic)
     assert det["verify_scale_by_k"]  # some k were corrected
     for k in det["verify_scale_by_k"]:
         assert det["after"][k]["verify_ratio"] == pytest.approx(1.0, rel=1e-9)
@@ -83,7 +87,7 @@ def test_correction_makes_the_table_match_the_trace_exactly(profiled):
     # drafter rows: one scale, and after it the median step share is exactly 1
     d = df.model == DRAFTER
     np.testing.assert_allclose(out.loc[d, "seconds"], df.loc[d, "seconds"] * det["drafter_scale"])
-    _, det2 = correct_from_trace(out, recs, intercept_s=1e-5, min_rounds=3)
+    _, det2 = correct_from_trace(out, recs, intercept_s=1e-5, min_rounds=3, statistic=statistic)
     assert det2["drafter_scale"] == pytest.approx(1.0, rel=1e-9)
     assert all(v == pytest.approx(1.0, rel=1e-9) for v in det2["verify_scale_by_k"].values())
 
@@ -103,7 +107,8 @@ def _rec(k: int, ctx: int, draft_s: float, verify_s: float) -> RoundRecord:
     )
 
 
-def test_known_scales_are_recovered():
+@pytest.mark.parametrize("statistic", ["median", "mean"])
+def test_known_scales_are_recovered(statistic):
     rows = []
     for T in (1, 2, 3):
         for c in (0, 100):
@@ -124,7 +129,7 @@ def test_known_scales_are_recovered():
     # k = 0 rounds verify 0.8 x the table, k = 1 rounds 1.25 x; drafts 2 x the step + 0.1
     recs = [_rec(0, c, 0.0, 0.8 * (1 + c / 100)) for c in (10, 50, 90)]
     recs += [_rec(1, c, 0.1 + 2 * 0.5, 1.25 * (2 + c / 100)) for c in (10, 50, 90)]
-    out, det = correct_from_trace(df, recs, intercept_s=0.1, min_rounds=3)
+    out, det = correct_from_trace(df, recs, intercept_s=0.1, min_rounds=3, statistic=statistic)
     assert det["verify_scale_by_k"] == {0: pytest.approx(0.8), 1: pytest.approx(1.25)}
     assert det["drafter_scale"] == pytest.approx(2.0)
     k2 = out[(out.model == TARGET) & (out.new_tokens == 3)]
