@@ -272,6 +272,7 @@ def _print_batch1(summary: dict, out: str) -> None:
         print(
             f"per-k round cost (draft + verify) of the held-out real rounds against the "
             f"simulator's table: max |error| {lc['max_abs_round_error_pct']:.1f}% over k with "
-            f">= {lc['min_rounds']} rounds"
+            f">= {lc['min_rounds']} rounds (uncorrected profile: "
+            f"{lc['max_abs_round_error_pct_uncorrected']:.1f}%)"
         )
     print(f"runtime: {summary['runtime_s']:.0f} s; run folder: {out}")
