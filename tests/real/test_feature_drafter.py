@@ -186,3 +186,25 @@ def test_manifest_round_trip(tmp_path, monkeypatch):
     got = store.load_model("drafter_feat", tmp_path).state_dict()
     for k, v in model.state_dict().items():
         assert torch.equal(got[k], v.to(torch.float16).float()), k
+
+
+def test_shipped_feature_drafter_is_exact_and_small():
+    """The shipped ``drafter_feat``: <= 1.5 M parameters, its manifest entry matches the file,
+    and the engine with it is token-identical to target-only greedy decoding in float32."""
+    from real.bench import held_out_prompts
+    from real.engine import EngineConfig
+    from real.runtime import build_engine
+    from real.store import CHECKPOINT_DIR, read_manifest
+
+    e = read_manifest()["models"]["drafter_feat"]
+    assert e["kind"] == "featconv" and e["params"] <= 1_500_000
+    assert e["sha256"] == ck.sha256_file(CHECKPOINT_DIR / e["file"])
+    eng = build_engine(
+        EngineConfig(target_dtype="float32", drafter="ngram+feat", stop_at_eot=False, max_len=256)
+    )
+    assert isinstance(eng.drafter.model, FeatureDrafter)
+    p = held_out_prompts(eng.tokenizer, "code", 1, 64)[0]
+    ref = eng.greedy_reference(p, 32)
+    g = eng.generate(p, 32, make_controller("fixed", {"k": 4}))
+    assert g.tokens == ref
+    assert sum(r.accepted for r in g.records) > 0
