@@ -290,15 +290,15 @@ def main(argv: list[str] | None = None) -> int:
                 print("unseen prompts: " + ", ".join(p["file"] for p in ps))
             for t in temps:
                 results[(name, t)] = run_one(args, name, t, pf)
-    except DSparkError as e:
-        print(f"real_speed: error: {e}", file=sys.stderr)
-        return 2
         if args.c_prompt_tokens:
             c = step_costs(args, held_prompt(tok, args.c_prompt_tokens))
             print(
                 f"c (one drafter step / one target step, {args.c_prompt_tokens} tokens of "
                 f"context, {_load()}): " + ", ".join(f"{k} {v:.3f}" for k, v in c.items())
             )
+    except DSparkError as e:
+        print(f"real_speed: error: {e}", file=sys.stderr)
+        return 2
     g = results.get(("unseen", 0.0), {})
     s = results.get(("unseen", args.temperature), {})
 
