@@ -53,6 +53,8 @@ class RoundStats:
     ``end_s - start_s`` also holds the round's fixed overheads. ``prefill_tokens``: prompt
     tokens that shared the round's forward passes (chunked prefill: they are in ``verify_s`` and,
     for the drafter's own prefill, in ``draft_s``); 0 when the engine prefills separately.
+    ``catchup_tokens``: tokens the drafter fed in ``draft_s`` beyond one per drafting row, i.e.
+    those it missed while its row drafted nothing (k = 0 rounds); they are in ``draft_s`` only.
     """
 
     start_s: float
@@ -67,6 +69,7 @@ class RoundStats:
     accepted: int = 0
     emitted: int = 0
     prefill_tokens: int = 0
+    catchup_tokens: int = 0
 
 
 class RoundPlanner:

@@ -12,8 +12,10 @@ statistics so it stays well conditioned) with a small ridge pull toward a prior:
   from memory-bound to compute-bound) plus the context read. A hinge that no observed round
   reached keeps its prior (0), so the cost beyond the observed range extends the last observed
   slope: the roofline is convex, so this under-estimates there and the planner goes and looks.
-- **draft phase**: ``x = steps · [1, drafting sequences, ctx/1000]`` plus the prompt tokens the
-  drafter prefills in the same round (chunked prefill), fitted on ``draft_s``.
+- **draft phase**: ``x = steps · [1, drafting sequences, ctx/1000]`` plus the tokens the
+  drafter prefills in the same round (prompt chunks under chunked prefill, and its catch-up
+  on tokens it missed in rounds it did not draft), fitted on ``draft_s``; left out, the
+  catch-up inflates the per-step cost and the planner drafts ever less.
 - **prefill sharing the pass**: a round's verify features use every token of its target pass,
   the drafts' ``Σ(k_i + 1)`` and ``prefill_tokens`` of prompt chunks alike.
 - **overhead**: an exponential average of ``(end − start) − draft_s − verify_s``.
@@ -163,7 +165,7 @@ class RoundCostModel:
                 s.draft_steps,
                 s.drafting,
                 s.draft_s,
-                s.prefill_tokens,
+                s.prefill_tokens + s.catchup_tokens,
             )
         )
         if len(self.token_levels) < 4:

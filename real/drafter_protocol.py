@@ -64,9 +64,13 @@ class Drafter(Protocol):
 
 @runtime_checkable
 class CachedDrafter(Drafter, Protocol):
-    """A drafter with a per-slot cache: ``state["length"]`` positions, ``state["slots"]``."""
+    """A drafter with a per-slot cache: ``state["length"]`` positions, ``state["slots"]``;
+    ``valid_of(slot)``: how many positions of that slot's cache hold what it has seen (a row that
+    drafted nothing for a while is behind and catches up when it next drafts)."""
 
     state: Any
+
+    def valid_of(self, slot: int) -> int: ...
 
 
 @runtime_checkable

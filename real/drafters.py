@@ -299,6 +299,9 @@ class HybridDrafter(_OneRow):
     def allocate(self, slots: int) -> None:
         self.model.allocate(slots)
 
+    def valid_of(self, slot: int) -> int:
+        return self.model.valid_of(slot)
+
     def reset_slot(self, slot: int) -> None:
         self.model.reset_slot(slot)
 

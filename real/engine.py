@@ -312,6 +312,7 @@ class Engine:
             (now,) = self.agree([now])
         decs, ks = self._plan_round(run, planner, now, ctx_sum)
         drafter = self._drafter
+        catchup = self._catchup_tokens(slots, Ls, ks)
         t0 = time.perf_counter()
         props = self.draft(slots, Ls, ks, [d.tau for d in decs], [s.gen for s in run])
         t1 = time.perf_counter()
@@ -356,6 +357,7 @@ class Engine:
                 verify_s=verify_s,
                 accepted=sum(ns),
                 emitted=emitted_sum,
+                catchup_tokens=catchup,
             )
         if planner is not None:
             planner.observe_round(stats)
@@ -431,6 +433,14 @@ class Engine:
                 if s.done:
                     self._release(s)
             self.running = [s for s in run if not s.done]
+
+    def _catchup_tokens(self, slots, Ls, ks) -> int:
+        """Tokens a cached drafter will feed beyond one per drafting row this round: those its
+        row committed while drafting nothing (the planner's cost model prices them apart)."""
+        d = self._drafter
+        if not isinstance(d, CachedDrafter):
+            return 0
+        return sum(max(L - 1 - d.valid_of(s), 0) for s, L, k in zip(slots, Ls, ks) if k > 0)
 
     def draft(self, slots, Ls, ks, taus, gens) -> list:
         """The draft phase of a round: per row (count, confidences, q rows), device-synced."""

@@ -167,6 +167,7 @@ class Round:
 
     __slots__ = (
         "accepted",
+        "catchup_tokens",
         "confidences",
         "context_tokens",
         "decisions",
@@ -185,6 +186,7 @@ class Round:
         "verify_tokens",
     )
     accepted: list[int]
+    catchup_tokens: int
     confidences: np.ndarray | None
     context_tokens: int
     decisions: list[Any]
@@ -817,7 +819,7 @@ class Replica:
         context = rnd.context_tokens = sum(batch.context)
         rnd.drafting = size - rnd.k.count(0)
         tokens = rnd.verify_tokens = sum(rnd.drafted) + size
-        rnd.prefill_tokens = 0
+        rnd.prefill_tokens = rnd.catchup_tokens = 0
         stats = None
         if chunks:
             stats = self.chunk_stats(chunks)
@@ -901,6 +903,7 @@ class Replica:
         if not count:
             return stats
         self.counters.drafter_catchup_tokens += tokens
+        rnd.catchup_tokens = tokens
         if stats is not None:
             count, tokens = count + stats[0], tokens + stats[1]
             pairs, prefix = pairs + stats[2], prefix + stats[3]
@@ -933,6 +936,7 @@ class Replica:
                     accepted,
                     emitted_total,
                     rnd.prefill_tokens,
+                    rnd.catchup_tokens,
                 )
             )
         self.advance(batch, emitted, ended, end)

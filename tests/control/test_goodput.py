@@ -390,3 +390,19 @@ def test_alpha_trim_has_a_feedback_path():
     w = np.array([ok.alpha, slow.alpha])
     p = plan_round_lengths(a, np.array([10, 10]), costs, 10, weight=w)
     assert p.k[1] < p.k[0]
+
+
+def test_drafter_catchup_is_priced_apart_from_the_step():
+    """Tokens a drafter catches up on after rounds at k = 0 are in ``draft_s``; the fit prices
+    them as drafter prefill, so the per-step cost a plan reads stays the step's own."""
+    rng = np.random.default_rng(4)
+    cm = RoundCostModel(forget=1.0)
+    for _ in range(300):
+        steps, d = int(rng.integers(1, 6)), int(rng.integers(1, 64))
+        lag = int(rng.choice([0, 0, 5, 40, 200]))
+        draft = steps * (1e-3 + 2e-5 * d) + 3e-6 * lag
+        cm.observe(
+            RoundStats(0.0, 1.0, d, d, steps, d * (steps + 1), 0, draft, 0.01, catchup_tokens=lag)
+        )
+    assert cm.step_s(np.array([10]), 0)[0] == pytest.approx(1e-3 + 2e-4, rel=1e-6)
+    assert cm.step.theta[3] == pytest.approx(3e-3, rel=1e-6)  # seconds per 1000 tokens
