@@ -17,7 +17,8 @@ N = 1200 tokens and 5 bins, the expected TV between the u-bin histogram and unif
 ~0.5·sqrt(2·5/(π·N)) ≈ 0.026 (printed in failures).
 
 ``test_tuned_config_first_two_tokens_match_target``: the shipped tuned controller
-(``configs/dspark_tuned.toml`` via ``tuning.export.load_best_config``: dspark, τ ≈ 0.086, k = 3),
+(``configs/dspark_tuned.toml`` via ``tuning.export.load_best_config``; its τ, or 0.1 where the
+shipped τ is 0 — τ is tuned for the seed policy only),
 1000 independent runs from one prompt; the first and second emitted tokens against the target's
 exact distribution and exact second-token marginal (χ² over the vocabulary, p = 0.001); the old
 rule's exact first-token distortion at that prompt is asserted > 4 noise floors (power).
@@ -206,12 +207,14 @@ def _old_rule_first_token(p: torch.Tensor, q: torch.Tensor, tau: float) -> torch
 
 @pytest.mark.parametrize("kind", ["conv", "tf"])
 def test_tuned_config_first_two_tokens_match_target(kind):
-    """The shipped tuned controller (its τ ≈ 0.086, k = 3), 1000 runs from one prompt: the
+    """The shipped tuned controller (its τ, or 0.1 if that is 0), 1000 runs from one prompt: the
     first and the second emitted token against the target's exact distributions (χ² over the
     vocabulary, p = 0.001; TV against its noise floor). The old rule's exact first-token
     distortion at this prompt is asserted to be > 4 noise floors, so the test has power."""
     name, cfg = load_best_config(ROOT / "configs" / "dspark_tuned.toml")
-    assert name == "dspark" and cfg.tau > 0
+    assert name == "dspark"
+    if cfg.tau == 0:  # τ is tuned for the seed policy only now; test the shipped config's
+        cfg = dataclasses.replace(cfg, tau=0.1)  # every other setting with a τ that bites
     eng, dm = _engine(kind)
     prompt, n = [3, 14, 1, 5, 9, 2], 1000
     sp = CFG.sampling
