@@ -133,6 +133,21 @@ def draft_features(
     return out
 
 
+def _prompt_penalty(chunk, backlog: int, cap: float, batch_size: int, value: float):
+    """Output tokens that the prompt tokens drafts push out of the pass are worth (against a
+    round of ``batch_size`` plain steps), and its slope in the verified tokens."""
+    free = min(float(backlog), max(cap - batch_size, 0.0))
+
+    def penalty(n):
+        return value * np.maximum(free - chunk(np.asarray(n, dtype=float)), 0.0)
+
+    def penalty_slope(n):
+        n = np.asarray(n, dtype=float)
+        return np.where(n + backlog < cap, 0.0, value)
+
+    return penalty, penalty_slope
+
+
 class RoundCostModel:
     """Draft-step, verify and overhead costs of a batched round, learned from ``RoundStats``."""
 
@@ -279,15 +294,9 @@ class RoundCostModel:
                 return np.where((p < backlog) & (n < cap), raw_slope(p), raw_slope(n + p))
 
             if prompt_value > 0.0:
-                free = min(float(backlog), max(cap - batch_size, 0.0))
-
-                def penalty(n):  # output tokens that the pushed-out prompt tokens are worth
-                    return prompt_value * np.maximum(free - chunk(np.asarray(n, dtype=float)), 0.0)
-
-                def penalty_slope(n):
-                    n = np.asarray(n, dtype=float)
-                    return np.where(n + backlog < cap, 0.0, prompt_value)
-
+                penalty, penalty_slope = _prompt_penalty(
+                    chunk, backlog, cap, batch_size, prompt_value
+                )
         else:
             if prefill_tokens is not None:
                 pre = float(prefill_tokens)
