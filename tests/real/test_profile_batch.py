@@ -40,9 +40,8 @@ def test_batched_profile_is_a_full_grid_the_simulator_reads(tmp_path):
     # the backend's query is (batch, Σ new tokens, Σ context): per-sequence values x batch
     assert tab.seconds(4, 16, 120.0) == pytest.approx(row.seconds)
     Table(p, "drafter")
-    # a 4-row verify pass of 4 tokens each costs more than one row's
-    one = t[(t.batch == 1) & (t.new_tokens == 4) & (t.context_tokens == 30)].seconds.iloc[0]
-    assert row.seconds > one
+    # (no timing comparison here: which of two measured cells is slower is a benchmark's
+    # question on a machine shared with other jobs, not a unit test's)
 
 
 def test_profile_needs_enough_slots():
