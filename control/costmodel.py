@@ -19,6 +19,8 @@ statistics so it stays well conditioned) with a small ridge pull toward a prior:
 - **prefill sharing the pass**: a round's verify features use every token of its target pass,
   the drafts' ``Σ(k_i + 1)`` and ``prefill_tokens`` of prompt chunks alike.
 - **overhead**: an exponential average of ``(end − start) − draft_s − verify_s``.
+- **robust**: both fits weight a round down when its residual is far beyond the typical one
+  (Huber), so an engine's occasional slow round does not tilt the costs.
 
 ``seed`` takes rows of a measured table (e.g. the engine's ``latency.csv``) as prior rounds.
 """
@@ -37,9 +39,25 @@ KNOTS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
 class LinearCost:
-    """Exponentially weighted least squares with a ridge pull toward ``prior``."""
+    """Exponentially weighted least squares with a ridge pull toward ``prior``, robust to
+    outliers: a row whose residual against the current fit exceeds ``huber`` times the typical
+    absolute residual (an exponential average, ``scale``) is weighted down in proportion
+    (Huber's weights), so one slow round of a noisy machine (a page fault, another process)
+    does not tilt the fit; a lasting change moves ``scale`` and is followed within tens of
+    rounds. ``huber = 0``: plain least squares."""
 
-    __slots__ = ("_A", "_b", "_dirty", "_theta", "count", "forget", "prior", "ridge")
+    __slots__ = (
+        "_A",
+        "_b",
+        "_dirty",
+        "_theta",
+        "count",
+        "forget",
+        "huber",
+        "prior",
+        "ridge",
+        "scale",
+    )
 
     def __init__(
         self,
@@ -47,10 +65,11 @@ class LinearCost:
         forget: float = 0.99,
         ridge: float | Sequence[float] = 1e-10,
         prior: Sequence[float] | None = None,
+        huber: float = 3.0,
     ) -> None:
         if not 0.0 < forget <= 1.0:
             raise ValueError(f"forgetting factor must be in (0, 1], got {forget}")
-        self.forget = forget
+        self.forget, self.huber = forget, huber
         self.ridge = np.broadcast_to(np.asarray(ridge, dtype=float), (n_features,)).copy()
         self.prior = np.zeros(n_features) if prior is None else np.asarray(prior, float)
         self.reset()
@@ -62,17 +81,21 @@ class LinearCost:
         self._theta = self.prior.copy()
         self._dirty = False
         self.count = 0.0  # effective number of observations (decays with forgetting)
+        self.scale = 0.0  # typical |residual| against the fit (0: none yet)
 
     def update(self, x: np.ndarray, y: float) -> None:
         self.update_many(np.asarray(x, dtype=float)[None, :], np.array([y], dtype=float))
 
     def update_many(self, X: np.ndarray, y: np.ndarray) -> None:
-        """Rows ``X`` (oldest first) with targets ``y``: the same as one ``update`` per row."""
+        """Rows ``X`` (oldest first) with targets ``y``: one ``update`` per row, except that
+        the robust weights of the rows are taken against the fit before all of them."""
         n = len(y)
         if not n:
             return
         f = self.forget
         w = f ** np.arange(n - 1, -1, -1, dtype=float)  # the newest row weighs 1
+        if self.huber > 0.0:
+            w = w * self._robust_weights(X, y)
         fn = f**n
         Xw = X * w[:, None]
         self._A *= fn
@@ -81,6 +104,21 @@ class LinearCost:
         self._b += Xw.T @ y
         self.count = self.count * fn + float(w.sum())
         self._dirty = True
+
+    def _robust_weights(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Huber weights of the rows against the current fit; moves ``scale`` (1/20 a row)."""
+        r = np.abs(y - X @ self.theta) if self.count > 0.0 else np.zeros(len(y))
+        s = self.scale
+        w = np.ones(len(y))
+        if s > 0.0:
+            # never finer than 0.5% of the rows' own size: exact data must not make every
+            # later change an outlier
+            c = self.huber * max(s, 0.005 * float(np.abs(y).mean()))
+            big = r > c
+            w[big] = c / r[big]
+        keep = 0.95 ** len(y)
+        self.scale = keep * s + (1.0 - keep) * float(np.median(r)) if s > 0.0 else float(r.mean())
+        return w
 
     @property
     def theta(self) -> np.ndarray:

@@ -206,7 +206,8 @@ class DSparkPlanner(RoundPlanner):
             self.last_goodput = float(p.goodput.max())
             k = p.k
             if probe:  # one round at the neighbouring cap; the next round re-plans
-                alt = p.cap + 1 if (self.rounds // c.explore_every) % 2 == 0 else p.cap - 1
+                up = (self.rounds // c.explore_every) % 2 == 0 or p.cap == 0  # no cap −1
+                alt = p.cap + 1 if up else p.cap - 1
                 rows = np.flatnonzero(p.caps == alt)
                 if len(rows):
                     k = p.k_by_cap[rows[0]]
