@@ -122,9 +122,8 @@ def k0_capacity_rps(base) -> float:
 
 def cell_seeds(seeds: list[int], ov: dict, min_requests: int) -> list[int]:
     """``seeds``, extended by the next integers until the cell sees ``min_requests``."""
-    need = math.ceil(min_requests / ov["workload.num_requests"])
-    extra = [s for s in range(max(seeds) + 1, max(seeds) + 1 + need) if s not in seeds]
-    return seeds + extra[: max(0, need - len(seeds))]
+    more = math.ceil(min_requests / ov["workload.num_requests"]) - len(seeds)
+    return seeds + list(range(max(seeds) + 1, max(seeds) + 1 + max(0, more)))
 
 
 def run_cell(base, ov: dict, metric: str, entries: dict, seeds: list[int]) -> dict[str, dict]:
@@ -197,38 +196,9 @@ def main(argv=None) -> int:
     return 0
 
 
-def best_fixed_k_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The best fixed k of every condition (hindsight) and every fixed k's value relative to it."""
-    rows = []
-    for (reg, load), g in df.groupby(["regime", "load"], sort=False):
-        metric = g["metric"].iloc[0]
-        v = dict(zip(g["controller"], g["value"]))
-        fixed = {k: v[f"fixed:k={k}"] for k in FIXED_K}
-        best = max(fixed, key=lambda k: ratio(fixed[k], fixed[0], metric))
-        row = {
-            "regime": reg,
-            "load": load,
-            "metric": metric,
-            "best_k": best,
-            "best_value": fixed[best],
-        }
-        row.update({f"k{k}_vs_best": ratio(fixed[k], fixed[best], metric) for k in FIXED_K})
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def paired_se(per_seed: dict, a: str, b: str, metric: str) -> float:
-    """Standard error of ``a``'s ratio to ``b`` over the seeds they share (NaN with < 2)."""
-    try:
-        x = np.array([float(v) for v in str(per_seed[a]).split(";")])
-        y = np.array([float(v) for v in str(per_seed[b]).split(";")])
-    except (KeyError, ValueError):
-        return float("nan")
-    r = ratio(x, y, metric)
-    return float(np.std(r, ddof=1) / np.sqrt(len(r))) if len(r) > 1 else float("nan")
-
-
-def summarize(df: pd.DataFrame) -> None:
+def cells_of(df: pd.DataFrame) -> list[dict]:
+    """Per condition: its metric, every controller's value, the fixed k's values and the best
+    fixed k (hindsight), and the tuned dspark's paired standard error against that k."""
     cells = []
     for (reg, load), g in df.groupby(["regime", "load"], sort=False):
         metric = g["metric"].iloc[0]
@@ -248,6 +218,40 @@ def summarize(df: pd.DataFrame) -> None:
                 "se": paired_se(per_seed, "dspark-tuned", f"fixed:k={best_k}", metric),
             }
         )
+    return cells
+
+
+def best_fixed_k_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The best fixed k of every condition (hindsight) and every fixed k's value relative to it."""
+    rows = []
+    for c in cells_of(df):
+        row = {
+            "regime": c["regime"],
+            "load": c["load"],
+            "metric": c["metric"],
+            "best_k": c["best_k"],
+            "best_value": c["best"],
+        }
+        row.update(
+            {f"k{k}_vs_best": ratio(x, c["best"], c["metric"]) for k, x in c["fixed"].items()}
+        )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def paired_se(per_seed: dict, a: str, b: str, metric: str) -> float:
+    """Standard error of ``a``'s ratio to ``b`` over the seeds they share (NaN with < 2)."""
+    try:
+        x = np.array([float(v) for v in str(per_seed[a]).split(";")])
+        y = np.array([float(v) for v in str(per_seed[b]).split(";")])
+    except (KeyError, ValueError):
+        return float("nan")
+    r = ratio(x, y, metric)
+    return float(np.std(r, ddof=1) / np.sqrt(len(r))) if len(r) > 1 else float("nan")
+
+
+def summarize(df: pd.DataFrame) -> None:
+    cells = cells_of(df)
     # the best single global fixed k: best geometric mean of its ratios to each cell's best
     glob = max(
         FIXED_K, key=lambda k: geo(ratio(c["fixed"][k], c["best"], c["metric"]) for c in cells)

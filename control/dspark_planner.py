@@ -77,7 +77,7 @@ class DSparkPlanner(RoundPlanner):
         likely accepted and a well-known one's hardly move (the easy/hard regimes of real text;
         an i.i.d. sequence known exactly stays flat).
 
-        That is times a pooled position factor ``r_j`` = successes at position j / what the
+        That, times a pooled position factor ``r_j`` = successes at position j / what the
         plans predicted there (each sequence's rounds are held to the rates of the plan they ran
         under, read at the next plan), over every sequence this planner served (forgotten by
         halves every ``memory_rounds`` rounds). Holding each round to its own prediction keeps
@@ -88,22 +88,24 @@ class DSparkPlanner(RoundPlanner):
         K = c.k_max
         belief = self._beliefs(members)
         self._hold_to_plans(members, belief)
-        prof, expd = self.profile, self.expected
-        rej = np.asarray(prof[: K + 1])
-        full = np.asarray(prof[K + 1 :])
+        rej, full = self._pooled()
         succ = np.cumsum((rej + full)[::-1])[::-1][1:]  # S_j: rounds with n ≥ j, j = 1..K
         factor = np.empty(K)
         prior = 1.0  # each position shrunk toward the one before it (the first toward 1)
-        for j, (sj, ej) in enumerate(zip(succ.tolist(), expd)):
+        for j, (sj, ej) in enumerate(zip(succ.tolist(), self.expected)):
             prior = factor[j] = (sj + 2.0 * prior) / (ej + 2.0)
         return np.minimum(factor[:, None] * belief, 0.999)
+
+    def _pooled(self) -> tuple[np.ndarray, np.ndarray]:
+        """The pooled rounds by accepted n: those refused after n, those that accepted all n."""
+        K = self.config.k_max
+        return np.asarray(self.profile[: K + 1]), np.asarray(self.profile[K + 1 :])
 
     def _beliefs(self, members: Sequence[Any]) -> np.ndarray:
         """The per-position predictive rates ``(K, B)`` of each sequence's Beta belief."""
         c = self.config
         K = c.k_max
-        rej = np.asarray(self.profile[: K + 1])
-        full = np.asarray(self.profile[K + 1 :])
+        rej, full = self._pooled()
         succ = float((rej + full)[1:] @ np.arange(1, K + 1))  # accepted tokens, pooled
         pool = (succ + 2.0 * c.a_prior) / (succ + rej.sum() + 2.0)
         sn = np.array([m.sum_n for m in members], dtype=float)

@@ -170,19 +170,23 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+#: the replay table's columns: what was observed (k drafted, n accepted), then what dspark decided
+TABLE_COLUMNS = (
+    "request",
+    "round",
+    "k_obs",
+    "n_obs",
+    "k",
+    "mode",
+    "beta",
+    "alpha",
+    "a_hat",
+    "block_end",
+)
+
+
 def format_table(rows: list[dict], every: int = 1) -> str:
-    cols = [
-        "request",
-        "round",
-        "k_obs",
-        "n_obs",
-        "k",
-        "mode",
-        "beta",
-        "alpha",
-        "a_hat",
-        "block_end",
-    ]
+    cols = TABLE_COLUMNS
     shown = [r for i, r in enumerate(rows) if i % every == 0 or r["block_end"]]
     cells = [[_fmt(r[c]) for c in cols] for r in shown]
     widths = [

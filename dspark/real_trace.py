@@ -77,23 +77,12 @@ def _write_traces(args, out, engine, prompts, pcfg, recs, reqs) -> None:
     import pandas as pd
 
     from control.types import PositionRecord, records_to_columns
-    from real.tracing import record_positions_full
+    from real.tracing import record_positions_full, request_rows
 
     pd.DataFrame(records_to_columns(recs)).to_csv(out / "rounds.csv", index=False)
-    pd.DataFrame(
-        [
-            {
-                "controller": args.controller,
-                "request_id": q.request_id,
-                "prompt_tokens": q.prompt_tokens,
-                "output_tokens": q.output_tokens,
-                "seconds": q.seconds,
-                "decode_s": q.decode_s,
-                "rounds": q.rounds,
-            }
-            for q in reqs
-        ]
-    ).to_csv(out / "requests.csv", index=False)
+    pd.DataFrame(request_rows(reqs, controller=args.controller)).to_csv(
+        out / "requests.csv", index=False
+    )
     if not args.no_positions:
         pos = []
         for i, p in enumerate(prompts):

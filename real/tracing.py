@@ -126,6 +126,22 @@ class RequestRun:
     tokens: list
 
 
+def request_rows(reqs: list[RequestRun], **extra) -> list[dict]:
+    """``requests.csv`` rows of served requests (``extra`` columns first, e.g. the controller)."""
+    return [
+        {
+            **extra,
+            "request_id": q.request_id,
+            "prompt_tokens": q.prompt_tokens,
+            "output_tokens": q.output_tokens,
+            "seconds": q.seconds,
+            "decode_s": q.decode_s,
+            "rounds": q.rounds,
+        }
+        for q in reqs
+    ]
+
+
 def run_requests(
     engine,
     prompts: list[list[int]],

@@ -79,21 +79,6 @@ def _write_positions(path: Path, positions: list[list[PositionRecord]]) -> None:
     pd.DataFrame(records_to_columns(flat, PositionRecord)).to_csv(path, index=False)
 
 
-def _requests_rows(reqs, **extra) -> list[dict]:
-    return [
-        {
-            **extra,
-            "request_id": q.request_id,
-            "prompt_tokens": q.prompt_tokens,
-            "output_tokens": q.output_tokens,
-            "seconds": q.seconds,
-            "decode_s": q.decode_s,
-            "rounds": q.rounds,
-        }
-        for q in reqs
-    ]
-
-
 def _split_rounds(records) -> dict[int, list]:
     out: dict[int, list] = {}
     for r in records:
@@ -292,7 +277,7 @@ class _Batch1:
         """3. the calibration trace: controller X on workload A, and the model fitted on it."""
         import pandas as pd
 
-        from real.tracing import run_requests
+        from real.tracing import request_rows, run_requests
 
         cal = self.cfg.calibration
         A = cal.workload
@@ -307,7 +292,7 @@ class _Batch1:
         )
         d = self.out / "traces" / A
         _write_rounds(d / "rounds.csv", self.cal_recs)
-        pd.DataFrame(_requests_rows(self.cal_reqs, controller=x_label)).to_csv(
+        pd.DataFrame(request_rows(self.cal_reqs, controller=x_label)).to_csv(
             d / "requests.csv", index=False
         )
         self.fitted = fit_acceptance(self.cal_recs)
@@ -354,7 +339,7 @@ class _Batch1:
         """One real run of controller ``c`` on workload ``w``: its rounds and requests tables."""
         import pandas as pd
 
-        from real.tracing import run_requests
+        from real.tracing import request_rows, run_requests
 
         n_new = self.cfg.prompt_set(w).max_new_tokens
         recs, reqs = run_requests(
@@ -369,7 +354,7 @@ class _Batch1:
             self.profile_slice()
         return (
             pd.DataFrame(records_to_columns(recs)).assign(workload=w, repeat=rep),
-            pd.DataFrame(_requests_rows(reqs, controller=c, workload=w, repeat=rep)),
+            pd.DataFrame(request_rows(reqs, controller=c, workload=w, repeat=rep)),
         )
 
     def latency_table(self) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from control.types import RECORD_COLUMNS
 from dspark.cli import main
+from dspark.cmd_replay import TABLE_COLUMNS
 
 TRACE = Path(__file__).parents[2] / "examples" / "trace_small.csv"
 
@@ -32,18 +33,7 @@ def test_replay_prints_table(capsys, tmp_path):
     cfg.write_text("[controller.dspark]\nblock_tokens = 32\nwarmup_rounds = 4\n")
     assert main(["replay", str(TRACE), "--config", str(cfg), "--every", "10"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == [
-        "request",
-        "round",
-        "k_obs",
-        "n_obs",
-        "k",
-        "mode",
-        "beta",
-        "alpha",
-        "a_hat",
-        "block_end",
-    ]
+    assert out[0].split() == list(TABLE_COLUMNS)
     assert out[-1].startswith("90 rounds replayed through dspark;")
     ends = int(out[-1].split(";")[1].split()[0])
     assert ends >= 5 and sum(1 for line in out if line.endswith("yes")) == ends
