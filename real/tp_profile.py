@@ -16,7 +16,8 @@ values of the target's dtype; ``tokens`` = batch × new tokens of the profiled g
 part of a TP = 1 forward that sharding replaces by ``sharded``.
 
 Every rank runs the same loop (collectives); repeats are interleaved over the sizes, the first
-``warmup`` discarded; medians and p10/p90 are written (rank 0's clock).
+``warmup`` discarded; medians, means and p10/p90 are written (rank 0's clock). The mean is what a
+run pays: gloo's all-reduce on a shared CPU has a heavy tail (p90 several times the median).
 """
 
 from __future__ import annotations
@@ -27,7 +28,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-COLUMNS = ("kind", "tp", "tokens", "elements", "bytes", "seconds", "seconds_p10", "seconds_p90")
+COLUMNS = (
+    "kind",
+    "tp",
+    "tokens",
+    "elements",
+    "bytes",
+    "seconds",
+    "seconds_mean",
+    "seconds_p10",
+    "seconds_p90",
+)
 
 
 def _layer_pair(layer, x: torch.Tensor, d_local: int) -> torch.Tensor:
@@ -96,6 +107,7 @@ def profile_collectives(engine, tokens: list[int], repeats: int = 20, warmup: in
                     "elements": t * d,
                     "bytes": t * d * size,
                     "seconds": float(np.median(xs)),
+                    "seconds_mean": float(np.mean(xs)),
                     "seconds_p10": float(np.percentile(xs, 10)),
                     "seconds_p90": float(np.percentile(xs, 90)),
                 }
@@ -111,7 +123,7 @@ def message_tokens(batches, k_max: int) -> list[int]:
 
 
 def time_projections(engine, tokens: list[int], repeats: int = 20, warmup: int = 3) -> dict:
-    """Median seconds of one layer's four projections at full width (one process), by tokens."""
+    """Mean seconds of one layer's four projections at full width (one process), by tokens."""
     from real.engine import sync
 
     layer = engine.target.layers[0]
@@ -125,4 +137,4 @@ def time_projections(engine, tokens: list[int], repeats: int = 20, warmup: int =
                 s = _timed(lambda x=x: _local_pair(ws, x, d), lambda: sync(dev))
                 if r >= warmup:
                     times[t].append(s)
-    return {t: float(np.median(v)) for t, v in times.items()}
+    return {t: float(np.mean(v)) for t, v in times.items()}

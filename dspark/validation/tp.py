@@ -80,6 +80,8 @@ def _measure(engine, cfg: TPValidateConfig, prompts) -> dict:
     from control import make_controller
 
     out: dict = {c: {"tps": [], "tpot": [], "rounds": []} for c in cfg.controllers}
+    for c in cfg.controllers:  # one untimed pass: first-call dispatch and allocator warm-up
+        engine.generate(prompts[0], cfg.new_tokens, make_controller(c), request_id=0)
     for r in range(cfg.repeats):
         for c in cfg.controllers:
             toks = secs = pre = 0.0
@@ -144,47 +146,69 @@ def _spawn(cfg: TPValidateConfig, path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def predict(rounds, prefills: list[int], table, proj1: dict, coll, layers: int) -> tuple:
-    """Predicted (TPOT, tokens/s) at TP = N for the TP = 1 run's ``rounds`` ((drafted,
-    emitted, context) each) after prefills of ``prefills`` tokens; ``table`` the TP = 1 latency
-    DataFrame, ``proj1`` the full-width projection seconds by tokens, ``coll`` the TP = N
-    collectives DataFrame."""
-    from real.profile import round_overhead_s
-    from sim.latency import Table
-
-    with _tmp_csv(table) as p:
-        tgt, dft = Table(p, "target"), Table(p, "drafter")
+def tp_table(table, proj1: dict, coll, layers: int):
+    """The TP = N latency table: the TP = 1 ``table`` (DataFrame) with every target pass of T
+    tokens (batch × new tokens) charged ``layers × (sharded(T) - full(T))`` more, the sharded
+    layer's projections (``coll``, TP = N, all-reduces included) in place of the full-width ones
+    (``proj1``, seconds by tokens). The drafter is replicated: its rows stand. Means, not
+    medians, of the collectives: a run pays every slow all-reduce."""
     sh = coll[coll["kind"] == "sharded"].sort_values("tokens")
-    ar = coll[coll["kind"] == "all_reduce"]["seconds"].min()
+    col = "seconds_mean" if "seconds_mean" in coll else "seconds"
     t1 = np.array(sorted(proj1))
     full = np.array([proj1[t] for t in t1])
-
-    def verify(tokens: int, ctx: int) -> float:
-        d = np.interp(tokens, sh["tokens"], sh["seconds"]) - np.interp(tokens, t1, full)
-        return tgt.seconds(1, tokens, ctx) + layers * float(d)
-
-    overhead = round_overhead_s(table) + 3 * ar
-    total = sum(dft.seconds(1, 1, c) * d + verify(d + 1, c) + overhead for d, _, c in rounds)
-    tokens = sum(e for _, e, _ in rounds)
-    prefill = sum(verify(n, 0) for n in prefills)
-    return total / tokens, tokens / (total + prefill)
+    out = table.copy()
+    tgt = out["model"].astype(str) == "target"
+    toks = (out.loc[tgt, "batch"] * out.loc[tgt, "new_tokens"]).to_numpy(dtype=float)
+    extra = layers * (np.interp(toks, sh["tokens"], sh[col]) - np.interp(toks, t1, full))
+    for c in ("seconds", "seconds_mean", "seconds_p10", "seconds_p90"):
+        if c in out:
+            out.loc[tgt, c] = out.loc[tgt, c].to_numpy(dtype=float) + extra
+    return out
 
 
-class _tmp_csv:
-    """A DataFrame as a temporary CSV path (``sim.latency.Table`` reads files)."""
+def agree_overhead_s(coll) -> float:
+    """The engine's three agreed time readings per round (``Engine.agree``), each priced as the
+    smallest all-reduce (its mean)."""
+    ar = coll[coll["kind"] == "all_reduce"].sort_values("tokens")
+    col = "seconds_mean" if "seconds_mean" in ar else "seconds"
+    return 3 * float(ar[col].iloc[0])
 
-    def __init__(self, df) -> None:
-        import tempfile
 
-        fd, self.path = tempfile.mkstemp(suffix=".csv")
-        os.close(fd)
-        df.to_csv(self.path, index=False)
+def predict(folder: Path, table, overhead_s: float, k_max: int, cfg, positions) -> dict:
+    """(TPOT, tokens/s) by controller: the simulator replays the greedy acceptance ``positions``
+    (identical at every TP: greedy TP = N commits TP = 1's tokens) with each controller deciding
+    its own draft lengths on ``table`` (a timing-fed controller drafts differently at TP = N)."""
+    from control.configio import to_dict
+    from control.registry import make_config
+    from dspark.validation.mirror import predict as sim_predict
+    from dspark.validation.mirror import write_scenario
 
-    def __enter__(self) -> str:
-        return self.path
-
-    def __exit__(self, *exc) -> None:
-        os.unlink(self.path)
+    folder.mkdir(parents=True, exist_ok=True)
+    lat = folder / "latency.csv"
+    table.to_csv(lat, index=False)
+    ctrls = {c: make_config(c) for c in cfg.controllers}
+    n = len(positions)
+    scn = write_scenario(
+        folder,
+        folder.name,
+        lat,
+        overhead_s,
+        k_max,
+        [cfg.prompt_tokens] * n,
+        [cfg.new_tokens] * n,
+        positions,
+        None,
+        {c: to_dict(v) for c, v in ctrls.items()},
+    )
+    out = {}
+    for c, ccfg in ctrls.items():
+        _, res = sim_predict(scn, c, ccfg)
+        rq = res.requests
+        tokens = float((rq["output_tokens"] - 1).sum())  # minus the mapped prompt token
+        decode = float((rq["finish_s"] - rq["first_token_s"]).sum())
+        busy = float(rq["finish_s"].max())  # requests run back to back from t = 0
+        out[c] = (decode / tokens, tokens / busy)
+    return out
 
 
 def _calibrate(engine, cfg: TPValidateConfig):
@@ -212,21 +236,31 @@ def run_tp(cfg: TPValidateConfig, out: Path, log=print) -> dict:
     import pandas as pd
     import torch
 
+    from real.profile import round_overhead_s
+    from real.tracing import record_positions_full
+
     torch.set_num_threads(1)
     (out / "tp").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     engine = _engine(cfg)
     prompts = _prompts(engine, cfg)
-    log("TP = 1: profile and projections")
+    log("TP = 1: profile, projections and greedy position traces")
     table, proj1 = _calibrate(engine, cfg)
     table.to_csv(out / "tp" / "latency_tp1.csv", index=False)
+    pos = [record_positions_full(engine, p, cfg.new_tokens, i)[0] for i, p in enumerate(prompts)]
     log("TP = 1: measured generations")
     one = _measure(engine, cfg, prompts)
     log(f"TP = {cfg.tp}: spawning the ranks (collectives, then the generations)")
     res = _spawn(cfg, out / "tp" / "measure_tp.json")
     coll = pd.DataFrame(res["collectives"])
     coll.to_csv(out / "tp" / "collectives.csv", index=False)
-    rows = _rows(cfg, one, res["measure"], table, proj1, coll, engine.target.cfg.n_layers)
+    k_max, ro = engine.cfg.k_max, round_overhead_s(table)
+    pred1 = predict(out / "tp" / "sim_tp1", table, ro, k_max, cfg, pos)
+    tab_n = tp_table(table, proj1, coll, engine.target.cfg.n_layers)
+    predn = predict(
+        out / "tp" / f"sim_tp{cfg.tp}", tab_n, ro + agree_overhead_s(coll), k_max, cfg, pos
+    )
+    rows = _rows(cfg, one, res["measure"], pred1, predn)
     err = pd.DataFrame(rows)
     err.to_csv(out / "errors_tp.csv", index=False)
     worst = float(err["abs_error_pct"].max())
@@ -241,26 +275,26 @@ def run_tp(cfg: TPValidateConfig, out: Path, log=print) -> dict:
     return summary
 
 
-def _rows(cfg, one, tpn, table, proj1, coll, layers) -> list[dict]:
+def _rows(cfg, one, tpn, pred1: dict, predn: dict) -> list[dict]:
+    """One row per (controller, metric): TP = N predicted against measured (the headline), with
+    the same simulator's TP = 1 prediction against the TP = 1 run beside it (the control)."""
     rows = []
     for c in cfg.controllers:
-        pre = [cfg.prompt_tokens - 1] * cfg.prompts
-        tpot, tps = predict(one[c]["rounds"], pre, table, proj1, coll, layers)
-        for metric, pred, real, base in (
-            ("tpot_s", tpot, tpn[c]["tpot"], one[c]["tpot"]),
-            ("throughput_tokens_per_s", tps, tpn[c]["tps"], one[c]["tps"]),
-        ):
-            m = float(np.mean(real))
+        for i, (metric, key) in enumerate((("tpot_s", "tpot"), ("throughput_tokens_per_s", "tps"))):
+            m, m1 = float(np.mean(tpn[c][key])), float(np.mean(one[c][key]))
+            pred = predn[c][i]
             rows.append(
                 {
                     "controller": c,
                     "metric": metric,
-                    "tp1_measured": float(np.mean(base)),
+                    "tp1_measured": m1,
+                    "tp1_predicted": pred1[c][i],
+                    "tp1_error_pct": (pred1[c][i] - m1) / m1 * 100,
                     "tp_measured": m,
                     "tp_predicted": pred,
                     "error_pct": (pred - m) / m * 100,
                     "abs_error_pct": abs(pred - m) / m * 100,
-                    "real_spread_pct": _spread(real),
+                    "real_spread_pct": _spread(tpn[c][key]),
                 }
             )
     return rows
