@@ -12,10 +12,14 @@ statistics so it stays well conditioned) with a small ridge pull toward a prior:
   from memory-bound to compute-bound) plus the context read. A hinge that no observed round
   reached keeps its prior (0), so the cost beyond the observed range extends the last observed
   slope: the roofline is convex, so this under-estimates there and the planner goes and looks.
-- **draft phase**: ``x = steps · [1, drafting sequences, ctx/1000]`` plus the tokens the
+- **draft phase**: ``x = [1, steps · [1, drafting sequences, ctx/1000]]`` plus the tokens the
   drafter prefills in the same round (prompt chunks under chunked prefill, and its catch-up
-  on tokens it missed in rounds it did not draft), fitted on ``draft_s``; left out, the
-  catch-up inflates the per-step cost and the planner drafts ever less.
+  on tokens it missed in rounds it did not draft), fitted on ``draft_s``. The leading 1 is
+  the phase's fixed cost, paid once by a round that drafts at all (a real engine's launch,
+  the feed of the last committed tokens, the host sync: ~0.8 ms against a 0.5 ms step on the
+  CPU engine); left out, it and the catch-up inflate the per-step cost and the planner drafts
+  ever less. It is pulled toward 0 (10⁻³ of its data weight) so that rounds at one draft
+  length alone, which cannot tell it from the step, charge the step as before.
 - **prefill sharing the pass**: a round's verify features use every token of its target pass,
   the drafts' ``Σ(k_i + 1)`` and ``prefill_tokens`` of prompt chunks alike.
 - **overhead**: an exponential average of ``(end − start) − draft_s − verify_s``.
@@ -48,7 +52,9 @@ class LinearCost:
 
     __slots__ = (
         "_A",
+        "_A0",
         "_b",
+        "_b0",
         "_dirty",
         "_theta",
         "count",
@@ -72,14 +78,28 @@ class LinearCost:
         self.forget, self.huber = forget, huber
         self.ridge = np.broadcast_to(np.asarray(ridge, dtype=float), (n_features,)).copy()
         self.prior = np.zeros(n_features) if prior is None else np.asarray(prior, float)
+        self._A0 = np.zeros((n_features, n_features))  # a measured profile, never forgotten
+        self._b0 = np.zeros(n_features)
         self.reset()
+
+    def set_prior_rows(self, X: np.ndarray, y: np.ndarray, weight: float) -> None:
+        """Rows of a measured profile as a prior worth ``weight`` observations in all, spread
+        over the rows and never forgotten (``reset`` keeps it): where the observed rounds span
+        a feature widely they outweigh it, where they crowd at one value (a planner that drafts
+        the same length round after round) the profile keeps that coefficient where it was
+        measured. ``weight = 0`` removes it."""
+        X, y = np.asarray(X, dtype=float), np.asarray(y, dtype=float)
+        w = float(weight) / max(len(y), 1)
+        self._A0 = w * (X.T @ X)
+        self._b0 = w * (X.T @ y)
+        self._dirty = True
 
     def reset(self) -> None:
         n = len(self.prior)
         self._A = np.zeros((n, n))
         self._b = np.zeros(n)
         self._theta = self.prior.copy()
-        self._dirty = False
+        self._dirty = bool(self._A0.any())
         self.count = 0.0  # effective number of observations (decays with forgetting)
         self.scale = 0.0  # typical |residual| against the fit (0: none yet)
 
@@ -125,10 +145,13 @@ class LinearCost:
         if self._dirty:
             # ridge per feature, relative to that feature's own weight in the data (scale
             # free); a feature never seen keeps its prior exactly
-            diag = np.diagonal(self._A)
+            A = self._A + self._A0
+            diag = np.diagonal(A)
             rho = self.ridge * np.maximum(diag, 1e-12 * max(float(diag.max()), 1e-300))
             try:
-                self._theta = np.linalg.solve(self._A + np.diag(rho), self._b + rho * self.prior)
+                self._theta = np.linalg.solve(
+                    A + np.diag(rho), self._b + self._b0 + rho * self.prior
+                )
             except np.linalg.LinAlgError:
                 self._theta = self.prior.copy()
             self._dirty = False
@@ -157,17 +180,20 @@ def draft_features(
     drafting: np.ndarray | float,
     context_tokens: np.ndarray | float,
     prefill_tokens: np.ndarray | float = 0.0,
+    phase: float | None = None,
 ) -> np.ndarray:
-    """Feature rows of a draft phase: ``steps · [1, drafting sequences, ctx/1000]`` (each step
-    one drafter forward over the drafting rows) and ``prefill/1000`` (prompt chunks the drafter
-    also prefills in the round's first step); ``steps = 1``, no prefill: one step's features."""
+    """Feature rows of a draft phase: ``1`` (the phase's fixed cost, when it drafts: ``phase``
+    overrides), ``steps · [1, drafting sequences, ctx/1000]`` (each step one drafter forward
+    over the drafting rows) and ``prefill/1000`` (prompt chunks the drafter also prefills in
+    the round's first step); ``steps = 1, phase = 0``, no prefill: one step's own features."""
     d = np.atleast_1d(np.asarray(drafting, dtype=float))
     k = np.broadcast_to(np.asarray(steps, dtype=float), d.shape)
-    out = np.empty((len(d), 4))
-    out[:, 0] = k
-    out[:, 1] = k * d
-    out[:, 2] = k * np.asarray(context_tokens, dtype=float) / 1000.0
-    out[:, 3] = np.asarray(prefill_tokens, dtype=float) / 1000.0
+    out = np.empty((len(d), 5))
+    out[:, 0] = k > 0 if phase is None else phase
+    out[:, 1] = k
+    out[:, 2] = k * d
+    out[:, 3] = k * np.asarray(context_tokens, dtype=float) / 1000.0
+    out[:, 4] = np.asarray(prefill_tokens, dtype=float) / 1000.0
     return out
 
 
@@ -193,8 +219,10 @@ class RoundCostModel:
         # a hinge is a change of slope: held near 0 (10⁻⁴ of its data weight) unless the rounds
         # demand it, so two token counts give a straight line, not an arbitrary kink
         self.verify = LinearCost(3 + len(KNOTS), forget, [1e-10] * 3 + [1e-4] * len(KNOTS))
-        self.step = LinearCost(4, forget, 1e-10)
+        # the phase's fixed cost is told from the step only by rounds at several lengths
+        self.step = LinearCost(5, forget, [1e-3] + [1e-10] * 4)
         self.overhead_ema = overhead_ema
+        self._seed_levels: set[int] = set()  # token counts of a seeded profile (kept by reset)
         self.reset()
 
     def reset(self) -> None:
@@ -240,25 +268,45 @@ class RoundCostModel:
         # the draft fit forgets per observed draft phase (one update per round that had one)
         self.step.update_many(draft_features(d[:, 3], d[:, 4], d[:, 1], d[:, 6]), d[:, 5])
 
-    def seed(self, rows: Iterable[tuple[str, int, int, float, float]]) -> None:
-        """Prior rounds from a measured table: ``(path, batch, tokens, context, seconds)`` with
-        path ``"verify"`` (``tokens`` verified) or ``"draft"`` (one step; ``batch`` drafting)."""
+    def seed(
+        self, rows: Iterable[tuple[str, int, int, float, float]], weight: float = 32.0
+    ) -> None:
+        """A measured profile (e.g. the engine's ``latency.csv``, or an engine timing itself at
+        start-up) as the fits' prior, worth ``weight`` rounds in all and never forgotten
+        (:meth:`LinearCost.set_prior_rows`; ``reset`` keeps it). Rows ``(path, batch, tokens,
+        context, seconds)``: path ``"verify"`` (a pass of ``tokens`` verified tokens),
+        ``"draft"`` (a draft phase of ``tokens`` steps over ``batch`` drafting rows) or ``"drafter_prefill"``
+        (the drafter fed ``tokens`` tokens in one pass). Rounds then refine it: the slope of the
+        verify cost, which rounds crowded at one draft length cannot measure, stays the
+        profile's until they spread."""
         self.fold()
+        vx, vy, dx, dy = [], [], [], []
         for path, batch, tokens, ctx, seconds in rows:
             if path == "verify":
-                self.verify.update(verify_features(tokens, ctx)[0], seconds)
-                self.token_levels.add(int(tokens))
+                vx.append(verify_features(tokens, ctx)[0])
+                vy.append(seconds)
+                self._seed_levels.add(int(tokens))
             elif path == "draft":
-                self.step.update(draft_features(1.0, batch, ctx)[0], seconds)
+                dx.append(draft_features(float(tokens), batch, ctx)[0])
+                dy.append(seconds)
+            elif path == "drafter_prefill":
+                dx.append(draft_features(0.0, 0.0, ctx, tokens, phase=0.0)[0])
+                dy.append(seconds)
             else:
-                raise ValueError(f"unknown cost path {path!r}; allowed: verify, draft")
+                raise ValueError(
+                    f"unknown cost path {path!r}; allowed: verify, draft, drafter_prefill"
+                )
+        if vy:
+            self.verify.set_prior_rows(np.array(vx), np.array(vy), weight)
+        if dy:
+            self.step.set_prior_rows(np.array(dx), np.array(dy), weight)
 
     @property
     def ready(self) -> bool:
         """True once the verify slope is identifiable (rounds at ≥ 2 token counts), or after 16
         rounds at one count (a driver that never varies it, e.g. a replayed trace): the slope
         then keeps its prior, 0 — verification flat in tokens, as small batches are."""
-        return len(self.token_levels) >= 2 or self.rounds >= 16
+        return len(self.token_levels | self._seed_levels) >= 2 or self.rounds >= 16
 
     def verify_s(self, tokens: np.ndarray, context_tokens: float) -> np.ndarray:
         self.fold()
@@ -275,7 +323,8 @@ class RoundCostModel:
     def step_s(self, drafting: np.ndarray, context_tokens: float) -> np.ndarray:
         """One drafter step over ``drafting`` rows (no prefill)."""
         self.fold()
-        return np.maximum(self.step.predict(draft_features(1.0, drafting, context_tokens)), 0.0)
+        x = draft_features(1.0, drafting, context_tokens, phase=0.0)
+        return np.maximum(self.step.predict(x), 0.0)
 
     def functions(
         self,
@@ -306,8 +355,8 @@ class RoundCostModel:
         tv, ts = self.verify.theta, self.step.theta
         v0 = float(tv[0] + tv[2] * context_tokens / 1000.0)
         v1, hinge = float(tv[1]), tv[3:]
-        s0 = float(ts[0] + ts[2] * context_tokens / 1000.0)
-        s1 = float(ts[1])
+        s0 = float(ts[1] + ts[3] * context_tokens / 1000.0)
+        s1 = float(ts[2])
 
         def raw(n):
             return np.maximum(
@@ -353,7 +402,13 @@ class RoundCostModel:
             return raw(n + p) - (raw(p) - base)
 
         return CostFunctions(
-            verify_s, slope, self._step_fn(s0, s1), self.overhead_s, penalty, penalty_slope
+            verify_s,
+            slope,
+            self._step_fn(s0, s1),
+            self.overhead_s,
+            penalty,
+            penalty_slope,
+            max(float(ts[0]), 0.0),
         )
 
     @staticmethod

@@ -150,6 +150,16 @@ class DSparkConfig:
         tune=(0.9, 0.999),
         when={"policy": ("goodput",)},
     )
+    # 32 rounds: an engine's measured profile (its start-up timing, or a latency.csv) counts as
+    # a third of the rounds the fit remembers: rounds spread over many draft lengths outweigh
+    # it; rounds crowded at one length (whose noise would set the slope) cannot. 0 = ignore.
+    profile_prior_rounds: float = param(
+        32.0,
+        lo=0.0,
+        hi=1e6,
+        doc="goodput: weight of a seeded cost profile, in rounds",
+        when={"policy": ("goodput",)},
+    )
     # 1: a prompt token that drafts push out of a full chunked-prefill pass is worth one output
     # token (the request it belongs to joins the batch that much later); 0 = only its time.
     prompt_token_value: float = param(

@@ -59,6 +59,12 @@ class DSparkPlanner(RoundPlanner):
         self._since = 0  # rounds since the last full plan
         self._planned_b = 0  # batch size of the last full plan
 
+    def seed_costs(self, rows) -> None:
+        """A measured cost profile (``RoundCostModel.seed`` rows) as the cost fits' prior,
+        worth ``profile_prior_rounds`` rounds; an engine hands its own before the first
+        round."""
+        self.costs.seed(rows, self.config.profile_prior_rounds)
+
     def set_rates(self, rates: Sequence[float]) -> None:
         """True per-sequence rates (the rate oracle only; a causal planner never gets them)."""
         self._rates = list(rates)
@@ -164,6 +170,7 @@ class DSparkPlanner(RoundPlanner):
         probe = bool(e) and self.rounds % e == e - 1
         if (
             self._since < c.replan_rounds - 1
+            and self.last_cap >= 0
             and self.costs.ready
             and not probe
             and self._rates is None

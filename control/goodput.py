@@ -6,9 +6,10 @@ With per-token acceptance rate ``a`` and draft length ``k``, a round emits in ex
 
 tokens (the accepted prefix plus the target's bonus or correction token). A batched round lasts
 
-    T = steps · step_s(drafting, ctx) + verify_s(N, ctx) + overhead,   N = Σ_i (k_i + 1),
+    T = [steps > 0] · draft_fixed + steps · step_s(drafting, ctx) + verify_s(N, ctx) + overhead,
 
-with ``steps = max_i k_i``: the draft phase lasts the longest draft. The planner maximises the
+with ``N = Σ_i (k_i + 1)`` and ``steps = max_i k_i``: the draft phase lasts the longest draft,
+and a round that drafts at all pays the phase's fixed cost once. The planner maximises the
 batch's goodput ``G = Σ_i E(a_i, k_i) / T``. For each cap ``m`` (the round's longest draft) it
 lets each sequence stop below ``m`` on its own evidence: drafted token ``j`` of sequence ``i``
 adds ``a_i^j`` expected tokens and ``v = ∂T/∂N`` seconds, so it pays iff ``a_i^j ≥ G · v``
@@ -57,6 +58,7 @@ class CostFunctions:
     # N -> output tokens forgone (prompt work pushed out of the pass), and its slope; None = 0
     token_penalty: Callable[[np.ndarray], np.ndarray] | None = None
     penalty_slope: Callable[[np.ndarray], np.ndarray] | None = None
+    draft_fixed_s: float = 0.0  # paid once by a round that drafts at all
 
 
 def round_seconds(k: np.ndarray, costs: CostFunctions) -> np.ndarray:
@@ -64,7 +66,8 @@ def round_seconds(k: np.ndarray, costs: CostFunctions) -> np.ndarray:
     tokens = (k + 1).sum(axis=1)
     steps = k.max(axis=1)
     drafting = (k > 0).sum(axis=1)
-    draft = np.where(steps > 0, steps * costs.step_s(np.maximum(drafting, 1)), 0.0)
+    step = costs.step_s(np.maximum(drafting, 1))
+    draft = np.where(steps > 0, costs.draft_fixed_s + steps * step, 0.0)
     return draft + costs.verify_s(tokens) + costs.overhead_s
 
 

@@ -169,6 +169,11 @@ class Engine:
         self._free = list(range(self.slots))
         self.running: list[Sequence] = []
         self.drafter = drafter
+        #: the batch-1 path's round planners, one per (controller class, config), kept for the
+        #: engine's life as a simulated replica keeps its own (``planner_for``)
+        self._planners: dict = {}
+        self._cost_rows: list | None = None  # the start-up cost profile (``seed_planner``)
+        self._seeded: dict[int, object] = {}
         #: RoundStats of every round (plus the prefill passes in ``prefills``) when not None
         self.round_log: list[RoundStats] | None = None
         self.prefills: list[dict] = []
@@ -504,6 +509,7 @@ class Engine:
             self.check_request(r.prompt, r.max_new_tokens)
         if self.running:
             raise DSparkError("run_batch needs an idle engine")
+        self.seed_planner(planner)
         origin = time.perf_counter()
         waiting = list(requests)
         done: list[Sequence] = []
@@ -522,6 +528,36 @@ class Engine:
         return sorted(done, key=lambda s: order[id(s.req)])
 
     # ------------------------------------------------------------------ one request
+    def planner_for(self, controller):
+        """The round planner that drives ``controller`` in ``stream``/``generate``: one per
+        (controller class, config) for the engine's life, or None for a controller that decides
+        alone. As in the simulator (one planner per replica for the whole run), what it learns —
+        the hardware's round costs, the workload's pooled acceptance — outlives one request; a
+        planner made per request would re-learn its costs from a few noisy rounds every time."""
+        cfg = getattr(controller, "config", None)
+        key = (type(controller), repr(cfg))
+        if key not in self._planners:
+            make = getattr(type(controller), "make_planner", None)
+            p = make(cfg) if make is not None and cfg is not None else None
+            # references that must be told the future (clairvoyant, rate oracle) are the
+            # simulator's: here their sequences decide alone, as before
+            hindsight = getattr(p, "needs_future", False) or getattr(p, "needs_rates", False)
+            self._planners[key] = None if hindsight else p
+        return self._planners[key]
+
+    def seed_planner(self, planner) -> None:
+        """Hand a planner that takes one (``seed_costs``) this engine's start-up cost profile
+        (``real.profile.startup_cost_rows``, measured once per engine, ~1 s on this CPU) as
+        the prior of its cost fits; once per planner. The engine must be idle."""
+        if planner is None or not hasattr(planner, "seed_costs") or id(planner) in self._seeded:
+            return
+        if self._cost_rows is None:
+            from real.profile import startup_cost_rows
+
+            self._cost_rows = startup_cost_rows(self)
+        planner.seed_costs(self._cost_rows)
+        self._seeded[id(planner)] = planner  # held: an id is never reused while seeded
+
     @torch.inference_mode()
     def stream(
         self,
@@ -538,6 +574,8 @@ class Engine:
         if self.running:
             raise DSparkError("stream/generate need an idle engine (sequences are running)")
         controller.reset()
+        planner = self.planner_for(controller)
+        self.seed_planner(planner)
         (s,) = self.admit(
             [Request(request_id, ids, max_new_tokens, controller, seed=self.cfg.seed)]
         )
@@ -545,7 +583,7 @@ class Engine:
         origin = time.perf_counter()
         try:
             while self.running:
-                for _, out in self.round(origin):
+                for _, out in self.round(origin, planner):
                     yield out
         finally:
             self.abort()
@@ -554,6 +592,7 @@ class Engine:
         self, prompt_ids, max_new_tokens: int, controller, request_id: int = 0
     ) -> Generation:
         records: list[RoundRecord] = []
+        self.seed_planner(self.planner_for(controller))  # a one-time start-up cost, untimed
         t0 = time.perf_counter()
         toks: list[int] = []
         for piece in self.stream(prompt_ids, max_new_tokens, controller, request_id, records):

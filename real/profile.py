@@ -595,3 +595,35 @@ def correct_from_trace(
         "before": before,
         "after": after,
     }
+
+
+# ---------------------------------------------------------------- a planner's start-up prior
+def startup_cost_rows(engine, repeats: int = 3) -> list[tuple[str, int, int, float, float]]:
+    """A few seconds' worth of the engine timing itself, as ``RoundCostModel.seed`` rows: the
+    verify pass (``Engine.verify``, what a round's ``verify_s`` holds) at 1 and all slots
+    over draft lengths up to ``k_max``, and draft phases (``propose_batch``, what ``draft_s``
+    holds) of 1..k_max steps. Medians of ``repeats`` after one discarded pass. The engine must
+    be idle: the buffers of its slots are overwritten with filler (as ``dspark real profile``
+    does)."""
+    if engine.running:
+        raise DSparkError("a start-up profile needs an idle engine")
+    k_max, S = engine.cfg.k_max, engine.slots
+    ctx = max(1, min(64, engine.cfg.max_len // 2))
+    t = _Timer(engine, ProfileConfig(repeats=repeats, warmup=1))
+    ks = sorted({0, 1, 2, 3, 5, 7, k_max // 2, k_max})
+    batches = sorted({1, S})
+    cells: list[tuple[str, int, int]] = [("verify", B, k + 1) for B in batches for k in ks]
+    if engine.drafter is not None and t.md is not None:
+        cells += [("draft", B, k) for B in batches for k in ks if k > 0]
+    times: dict[tuple[str, int, int], list[float]] = {c: [] for c in cells}
+    with torch.inference_mode():
+        for r in range(repeats + 1):
+            for c in cells:
+                path, B, n = c
+                s = t.verify(B, n, ctx) if path == "verify" else t.propose(B, n, ctx)
+                if r:
+                    times[c].append(s)
+    secs = [float(np.median(times[c])) for c in cells]
+    if engine.agree is not None:  # tensor parallel: every rank's planner gets rank 0's numbers
+        secs = list(engine.agree(secs))
+    return [(p, B, n, float(B * ctx), s) for (p, B, n), s in zip(cells, secs)]

@@ -397,6 +397,7 @@ def serve(
     engine.prefills = []
     if planner is not None:
         planner.reset()
+        engine.seed_planner(planner)
     origin = clock()
     last_print = 0.0
     try:

@@ -78,6 +78,23 @@ class Cluster:
             self.lat_t = Constant(lat.constant_target_s, lat.constant_prefill_s)
             self.lat_d = Constant(lat.constant_drafter_s, 0.0)
 
+    def cost_seed_rows(
+        self, max_batch: int, max_draft: int | None, ctx_per_row: int = 64
+    ) -> list[tuple[str, int, int, float, float]]:
+        """The real engine's start-up cost profile (``real.profile.startup_cost_rows``) on the
+        latency model: verify passes and draft phases at batch 1 and ``max_batch`` over draft
+        lengths up to the cap (16 when none), ``ctx_per_row`` tokens of context per row."""
+        k_max = 16 if max_draft is None else max(1, min(max_draft, 64))
+        ks = sorted({0, 1, 2, 3, 5, 7, k_max // 2, k_max})
+        rows = []
+        for B in sorted({1, max_batch}):
+            ctx = float(B * ctx_per_row)
+            for k in ks:
+                rows.append(("verify", B, k + 1, ctx, self.lat_t.seconds(B, B * (k + 1), ctx)))
+                if k and self.use_drafter:
+                    rows.append(("draft", B, k, ctx, k * self.lat_d.seconds(B, B, ctx)))
+        return rows
+
     def provenance(self) -> dict:
         """What a run folder's ``summary.json`` records about the deployment (reports read it):
         GPU, target and drafter (name, parameters), tensor parallelism, GPU count."""

@@ -63,6 +63,12 @@ class DeploymentConfig:
     prefill_chunk_tokens: int = param(
         0, lo=0, hi=1 << 24, doc="largest prompt chunk of one request per forward"
     )
+    # off: the round planner learns its costs from rounds alone; on mirrors the real engine,
+    # which times itself at start-up and hands its planner that profile as a prior
+    # (real.profile.startup_cost_rows): here the same grid read from the latency model.
+    seed_planner_costs: bool = param(
+        False, doc="give the round planner a start-up cost profile as its prior"
+    )
     # vLLM's PagedAttention: blocks as tokens are produced, preemption by recompute;
     # 'reserve' holds prompt + full output from admission (knows the output length).
     kv_allocation: str = param(

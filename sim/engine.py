@@ -100,8 +100,7 @@ def _simulate(
         confidences_to_controllers=bool(getattr(probe, "reads_confidences", True)) or trace,
     )
     replicas = [
-        Replica(i, shared, make_planner() if make_planner is not None else None)
-        for i in range(params.replicas)
+        Replica(i, shared, _planner(make_planner, params, cluster)) for i in range(params.replicas)
     ]
     env.process(arrivals(env, reqs.arrival_s, replicas, params.routing, ledger.replica))
     for r in replicas:
@@ -155,3 +154,12 @@ def arrivals(
 
 
 __all__ = ["Counters", "Decision", "RunData", "run"]
+
+
+def _planner(make_planner: Callable[[], Any] | None, params: EngineParams, cluster: Cluster):
+    """A replica's round planner (or None), seeded with the modelled start-up profile when
+    ``seed_planner_costs`` asks (as the real engine seeds its own)."""
+    p = make_planner() if make_planner is not None else None
+    if p is not None and params.seed_planner_costs and hasattr(p, "seed_costs"):
+        p.seed_costs(cluster.cost_seed_rows(params.max_batch, params.max_draft))
+    return p

@@ -29,6 +29,7 @@ class EngineParams:
     ``kv_block_tokens`` tokens, allocated as tokens are computed; preemption by recompute).
     ``prefix_caching`` (paged only, requests with hash ids): prompt blocks of
     ``hash_block_tokens`` tokens whose hash is resident are not computed again.
+    ``seed_planner_costs``: each round planner gets :meth:`Cluster.cost_seed_rows` first.
     """
 
     replicas: int
@@ -49,6 +50,7 @@ class EngineParams:
     kv_block_tokens: int = 16
     prefix_caching: bool = True
     hash_block_tokens: int = 512
+    seed_planner_costs: bool = False
 
     @classmethod
     def of(cls, scn, cluster: Cluster) -> EngineParams:
@@ -72,6 +74,7 @@ class EngineParams:
             kv_block_tokens=dep.kv_block_tokens,
             prefix_caching=dep.prefix_caching,
             hash_block_tokens=scn.workload.trace_hash_block_tokens,
+            seed_planner_costs=dep.seed_planner_costs,
         )
 
     @property

@@ -114,13 +114,14 @@ def engine_deployment() -> dict:
     """Deployment keys that make the simulator schedule like the engine, where this simulator
     has them: one prefill pass for every admitted prompt while the running rows wait
     (``scheduler = "prefill-first"``), and a slot's KV held from admission
-    (``kv_allocation = "reserve"``)."""
+    (``kv_allocation = "reserve"``), and a round planner seeded with a start-up cost profile
+    (``seed_planner_costs``, as the engine seeds its own)."""
     import dataclasses
 
     from sim.config import DeploymentConfig
 
     have = {f.name for f in dataclasses.fields(DeploymentConfig)}
-    want = {"scheduler": "prefill-first", "kv_allocation": "reserve"}
+    want = {"scheduler": "prefill-first", "kv_allocation": "reserve", "seed_planner_costs": True}
     return {k: v for k, v in want.items() if k in have}
 
 

@@ -52,8 +52,9 @@ def test_cost_model_recovers_a_known_linear_cost():
     for ctx in (0.0, 5000.0, 150_000.0):
         assert cm.verify_s(n, ctx) == pytest.approx(a + b * n + c * ctx / 1000, rel=1e-6)
     assert cm.verify_slope(n[2:]) == pytest.approx(np.full(len(n) - 2, b), rel=1e-4)
-    assert cm.step.theta[:3] == pytest.approx([s0, s1, s2], rel=1e-6)
-    assert abs(cm.step.theta[3]) < 1e-9  # no prompt chunk shared these rounds
+    assert cm.step.theta[1:4] == pytest.approx([s0, s1, s2], rel=1e-6)
+    assert abs(cm.step.theta[0]) < 1e-9  # no fixed cost per draft phase here
+    assert abs(cm.step.theta[4]) < 1e-9  # no prompt chunk shared these rounds
     assert cm.overhead_s == pytest.approx(0.002, rel=1e-6)
 
 
@@ -405,4 +406,71 @@ def test_drafter_catchup_is_priced_apart_from_the_step():
             RoundStats(0.0, 1.0, d, d, steps, d * (steps + 1), 0, draft, 0.01, catchup_tokens=lag)
         )
     assert cm.step_s(np.array([10]), 0)[0] == pytest.approx(1e-3 + 2e-4, rel=1e-6)
-    assert cm.step.theta[3] == pytest.approx(3e-3, rel=1e-6)  # seconds per 1000 tokens
+    assert cm.step.theta[4] == pytest.approx(3e-3, rel=1e-6)  # seconds per 1000 tokens
+
+
+def test_draft_phase_fixed_cost_is_priced_apart_from_the_step():
+    """A real engine's draft phase costs a fixed part (launch, feeding the last committed
+    tokens, the host sync) plus its steps; the fit recovers both exactly, so a plan charges a
+    longer draft only its steps, and a round that drafts at all the fixed part once."""
+    rng = np.random.default_rng(5)
+    cm = RoundCostModel(forget=1.0)
+    fixed, s0 = 8e-4, 5e-4
+    for _ in range(200):
+        steps = int(rng.integers(1, 9))
+        cm.observe(stats(steps + 1, 64, 0.006, steps, 1, fixed + steps * s0))
+    cm.fold()
+    # exact but for the fixed part's ridge (10^-3 of its data weight)
+    assert cm.step.theta[0] == pytest.approx(fixed, rel=1e-2)
+    assert cm.step_s(np.array([1]), 64)[0] == pytest.approx(s0, rel=1e-2)
+    f = cm.functions(64.0)
+    assert f.draft_fixed_s == pytest.approx(fixed, rel=1e-2)
+    t = round_seconds(np.array([[0], [1], [4]]), f)
+    assert t[1] - t[0] == pytest.approx(fixed + s0, rel=1e-2)
+    assert t[2] - t[1] == pytest.approx(3 * s0, rel=1e-2)
+
+
+def profile_rows(slope, intercept=0.006, step=5e-4):
+    """A measured start-up profile: verify over N = 1..16, draft phases of 1..8 steps."""
+    rows = [("verify", 1, n, 64.0, intercept + slope * n) for n in range(1, 17)]
+    return rows + [("draft", 1, k, 64.0, k * step) for k in range(1, 9)]
+
+
+def test_a_seeded_profile_holds_the_slope_rounds_crowded_at_one_length_cannot_measure():
+    """Rounds at N in {2, 3} with noise measure the verify slope badly; the profile's prior
+    keeps it near the profile's. Rounds spread over N = 1..16 at another slope outweigh it.
+    ``reset`` forgets the rounds, not the profile."""
+    rng = np.random.default_rng(6)
+    true = 2e-4
+    noisy = RoundCostModel(forget=0.99)
+    seeded = RoundCostModel(forget=0.99)
+    seeded.seed(profile_rows(true), weight=32.0)
+    assert seeded.ready and seeded.verify_slope(np.array([5]))[0] == pytest.approx(true, rel=1e-6)
+    for _ in range(300):
+        n = int(rng.integers(2, 4))
+        y = 0.006 + true * n + rng.normal(0.0, 1e-3)
+        for cm in (noisy, seeded):
+            cm.observe(stats(n, 64, y))
+    err = lambda cm: abs(cm.verify_slope(np.array([5]))[0] - true)  # noqa: E731
+    assert err(seeded) < 0.5 * err(noisy)
+    # rounds over the profile's whole range at 3x the slope: ~100 remembered rounds (forget
+    # 0.99) against the profile's 32, spread alike, so the fit sits at their weighted mean
+    for _ in range(600):
+        n = int(rng.integers(1, 17))
+        seeded.observe(stats(n, 64, 0.006 + 3 * true * n))
+    mixed = (100 * 3 * true + 32 * true) / 132
+    assert seeded.verify_slope(np.array([5]))[0] == pytest.approx(mixed, rel=0.05)
+    seeded.reset()
+    assert seeded.verify_slope(np.array([5]))[0] == pytest.approx(true, rel=1e-6)
+    with pytest.raises(ValueError, match="unknown cost path"):
+        seeded.seed([("prefill", 1, 1, 0.0, 1.0)])
+
+
+def test_planner_seed_uses_its_configured_weight():
+    p = DSparkPlanner(DSparkConfig(profile_prior_rounds=0.0))
+    p.seed_costs(profile_rows(2e-4))
+    # weight 0: no prior at all, the levels only make the fit "ready" on the prior's slope 0
+    assert p.costs.verify_slope(np.array([5]))[0] == 0.0
+    q = DSparkPlanner(DSparkConfig())
+    q.seed_costs(profile_rows(2e-4))
+    assert q.costs.verify_slope(np.array([5]))[0] == pytest.approx(2e-4, rel=1e-6)

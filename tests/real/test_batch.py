@@ -233,3 +233,29 @@ def test_slots_are_freed_and_requests_checked():
     assert eng.free_slots == 3 and not eng.running
     s = eng.run_batch([Request(0, prompt(3), 0, make_controller("fixed"))])[0]
     assert s.tokens == [] and s.done and eng.free_slots == 3
+
+
+@pytest.mark.parametrize("drafter", ["tf", "ngram"])
+def test_batch1_planner_outlives_a_request_and_is_seeded_once(drafter):
+    """``generate`` drives a round-planning controller (dspark) through one planner per
+    (class, config) for the engine's life, as a simulated replica does: handed the engine's
+    start-up cost profile once (the cells a round times: verify passes at batch 1 and all
+    slots, draft phases when a model drafter is present), learning across requests; and the
+    output is still the target's greedy output (float64)."""
+    eng = make_engine(drafter)
+    outs = []
+    for i in range(3):
+        p = prompt(40 + i)
+        outs.append((eng.generate(p, 20, make_controller("dspark")).tokens, p))
+    (planner,) = [v for v in eng._planners.values() if v is not None]
+    assert planner.rounds > 20  # one planner saw every request's rounds
+    rows = eng._cost_rows
+    paths = {(r[0], r[1]) for r in rows}
+    assert {("verify", 1), ("verify", eng.slots)} <= paths
+    assert (("draft", 1) in paths) == (drafter == "tf")  # the n-gram lookup has no model step
+    assert all(r[4] > 0 for r in rows)
+    assert len(eng._seeded) == 1  # seeded once, not per request
+    for toks, p in outs:
+        assert toks == eng.greedy_reference(p, 20)
+    # a controller that decides alone gets no planner
+    assert eng.planner_for(make_controller("fixed")) is None

@@ -252,3 +252,41 @@ def test_true_rates_of_a_replayed_trace(tmp_path):
     # request 0: 5 accepted, 3 rejections; 1: 65 accepted, 1 rejection (64 hit the cap);
     # 2: nothing accepted; request 3 replays request 0
     assert rates.tolist() == [5 / 8, 65 / 66, 0.0, 5 / 8]
+
+
+def test_seeded_planner_gets_the_modelled_startup_profile(tiny, monkeypatch):
+    """``deployment.seed_planner_costs``: every replica's planner is handed the engine's start-up
+    profile read off the latency model (verify passes and draft phases at batch 1 and
+    max_batch), exactly those modelled seconds; off (the default) it is handed nothing."""
+    from control.dspark import DSparkConfig
+    from control.dspark_planner import DSparkPlanner
+    from sim.cluster import Cluster
+
+    class Seeded(DSparkPlanner):
+        def __init__(self):
+            super().__init__(DSparkConfig())
+            self.seeds = []
+
+        def seed_costs(self, rows):
+            self.seeds.append(list(rows))
+            super().seed_costs(rows)
+
+    _, planners = _run(tiny, monkeypatch, Seeded)
+    assert all(p.seeds == [] for p in planners)
+    on = tiny.with_overrides({"deployment.seed_planner_costs": True})
+    res, planners = _run(on, monkeypatch, Seeded)
+    assert len(planners) == on.deployment.replicas
+    cl = Cluster(on)
+    B = on.deployment.max_batch
+    for p in planners:
+        (rows,) = p.seeds
+        assert {(r[0], r[1]) for r in rows} == {(w, b) for w in ("verify", "draft") for b in (1, B)}
+        for path, b, n, ctx, s in rows:
+            want = (
+                cl.lat_t.seconds(b, b * n, ctx)
+                if path == "verify"
+                else n * cl.lat_d.seconds(b, b, ctx)
+            )
+            assert s == want and ctx == 64 * b
+    again, _ = _run(on, monkeypatch, Seeded)
+    _same(res, again)
