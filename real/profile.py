@@ -45,6 +45,7 @@ a plain mean of a few repeats follows single preemption spikes of several millis
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -616,13 +617,18 @@ def startup_cost_rows(engine, repeats: int = 3) -> list[tuple[str, int, int, flo
     if engine.drafter is not None and t.md is not None:
         cells += [("draft", B, k) for B in batches for k in ks if k > 0]
     times: dict[tuple[str, int, int], list[float]] = {c: [] for c in cells}
-    with torch.inference_mode():
-        for r in range(repeats + 1):
-            for c in cells:
-                path, B, n = c
-                s = t.verify(B, n, ctx) if path == "verify" else t.propose(B, n, ctx)
-                if r:
-                    times[c].append(s)
+    ecfg = engine.cfg
+    engine.cfg = dataclasses.replace(ecfg, temperature=0.0)  # greedy: proposals carry no q
+    try:
+        with torch.inference_mode():
+            for r in range(repeats + 1):
+                for c in cells:
+                    path, B, n = c
+                    s = t.verify(B, n, ctx) if path == "verify" else t.propose(B, n, ctx)
+                    if r:
+                        times[c].append(s)
+    finally:
+        engine.cfg = ecfg
     secs = [float(np.median(times[c])) for c in cells]
     if engine.agree is not None:  # tensor parallel: every rank's planner gets rank 0's numbers
         secs = list(engine.agree(secs))
