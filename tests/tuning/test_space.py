@@ -58,11 +58,14 @@ def test_dspark_space_covers_its_knobs_with_log_gains_and_block_range():
     assert dims["block_tokens"].kind == "int" and dims["block_tokens"].log
     assert dims["k_max"].lo_from == ("k_min", 0)
     assert dims["alpha_min"].hi_from == ("alpha0", 0) and dims["alpha_max"].lo_from == ("alpha0", 0)
-    # not knobs: the service's SLO, how TPOT is measured, the model's attention span
-    assert not {"slo_tpot_s", "tpot_source", "span_tokens"} & set(dims)
+    # not knobs: the service's SLO, how TPOT is measured, the model's attention span, the
+    # weight of a measured cost profile (it acts only where an engine seeds one, and the
+    # tuning scenarios' simulated engines do not)
+    fixed = {"slo_tpot_s", "tpot_source", "span_tokens", "profile_prior_rounds"}
+    assert not fixed & set(dims)
     # every other field of the config is tuned, but the policy (a study pins it)
     names = {f.name for f in dataclasses.fields(controller_config_class("dspark"))}
-    assert names - set(dims) == {"slo_tpot_s", "tpot_source", "span_tokens", "policy"}
+    assert names - set(dims) == fixed | {"policy"}
     # the seed policy's α → k fields only under the seed policy, goodput's only under goodput
     assert dict(dims["k_ref"].when) == {"policy": ("seed",)}
     assert dict(dims["prior_trials"].when) == {"policy": ("goodput",)}
