@@ -59,6 +59,12 @@ class DSparkPlanner(RoundPlanner):
         self._since = 0  # rounds since the last full plan
         self._planned_b = 0  # batch size of the last full plan
 
+    @property
+    def wants_costs_seed(self) -> bool:
+        """Whether a measured cost profile would be used (``profile_prior_rounds`` > 0): an
+        engine need not time itself for nothing."""
+        return self.config.profile_prior_rounds > 0
+
     def seed_costs(self, rows) -> None:
         """A measured cost profile (``RoundCostModel.seed`` rows) as the cost fits' prior,
         worth ``profile_prior_rounds`` rounds; an engine hands its own before the first

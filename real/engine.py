@@ -549,7 +549,11 @@ class Engine:
         """Hand a planner that takes one (``seed_costs``) this engine's start-up cost profile
         (``real.profile.startup_cost_rows``, measured once per engine, ~1 s on this CPU) as
         the prior of its cost fits; once per planner. The engine must be idle."""
-        if planner is None or not hasattr(planner, "seed_costs") or id(planner) in self._seeded:
+        if (
+            planner is None
+            or not getattr(planner, "wants_costs_seed", False)
+            or id(planner) in self._seeded
+        ):
             return
         if self._cost_rows is None:
             from real.profile import startup_cost_rows

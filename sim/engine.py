@@ -160,6 +160,6 @@ def _planner(make_planner: Callable[[], Any] | None, params: EngineParams, clust
     """A replica's round planner (or None), seeded with the modelled start-up profile when
     ``seed_planner_costs`` asks (as the real engine seeds its own)."""
     p = make_planner() if make_planner is not None else None
-    if p is not None and params.seed_planner_costs and hasattr(p, "seed_costs"):
+    if p is not None and params.seed_planner_costs and getattr(p, "wants_costs_seed", False):
         p.seed_costs(cluster.cost_seed_rows(params.max_batch, params.max_draft))
     return p

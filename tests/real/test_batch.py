@@ -244,9 +244,10 @@ def test_batch1_planner_outlives_a_request_and_is_seeded_once(drafter):
     output is still the target's greedy output (float64)."""
     eng = make_engine(drafter)
     outs = []
+    seeded = {"profile_prior_rounds": 32.0}  # off by default: the engine then times nothing
     for i in range(3):
         p = prompt(40 + i)
-        outs.append((eng.generate(p, 20, make_controller("dspark")).tokens, p))
+        outs.append((eng.generate(p, 20, make_controller("dspark", seeded)).tokens, p))
     (planner,) = [v for v in eng._planners.values() if v is not None]
     assert planner.rounds > 20  # one planner saw every request's rounds
     rows = eng._cost_rows
@@ -257,5 +258,8 @@ def test_batch1_planner_outlives_a_request_and_is_seeded_once(drafter):
     assert len(eng._seeded) == 1  # seeded once, not per request
     for toks, p in outs:
         assert toks == eng.greedy_reference(p, 20)
-    # a controller that decides alone gets no planner
+    # a controller that decides alone gets no planner; an unseeded dspark planner no profile
     assert eng.planner_for(make_controller("fixed")) is None
+    fresh = make_engine(drafter)
+    fresh.generate(prompt(40), 5, make_controller("dspark"))
+    assert fresh._cost_rows is None and not fresh._seeded

@@ -264,7 +264,7 @@ def test_seeded_planner_gets_the_modelled_startup_profile(tiny, monkeypatch):
 
     class Seeded(DSparkPlanner):
         def __init__(self):
-            super().__init__(DSparkConfig())
+            super().__init__(DSparkConfig(profile_prior_rounds=32.0))
             self.seeds = []
 
         def seed_costs(self, rows):
