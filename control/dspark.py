@@ -150,14 +150,13 @@ class DSparkConfig:
         tune=(0.9, 0.999),
         when={"policy": ("goodput",)},
     )
-    # 0: off. With w > 0 an engine's measured profile (its start-up timing) counts as w of the
-    # ~100 rounds the fit remembers: rounds spread over many draft lengths outweigh it, rounds
-    # crowded at one length cannot move the slope. Measured on the CPU engine (session 5): at
-    # batch 1 it changed nothing measurable (1.62x vs 1.63x over plain), at batch 4-16 w = 32
-    # cost 0.77-0.94x against 0.99-1.15x without; so off until a profile that matches the
-    # engine's batched rounds exists.
+    # 32 rounds: an engine's measured start-up profile counts as a third of the ~100 rounds
+    # the fit remembers: rounds spread over many draft lengths outweigh it, rounds crowded at
+    # one length (whose timing noise would set the slope) cannot. Session 5, shipped models on
+    # the CPU engine: TP = 2 dspark 60-65 tok/s with it against 43-49 without (3 runs),
+    # batch 1 and batched within run-to-run noise. 0 = off (the engine then times nothing).
     profile_prior_rounds: float = param(
-        0.0,
+        32.0,
         lo=0.0,
         hi=1e6,
         doc="goodput: weight of a seeded cost profile, in rounds",

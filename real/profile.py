@@ -601,35 +601,41 @@ def correct_from_trace(
 # ---------------------------------------------------------------- a planner's start-up prior
 def startup_cost_rows(engine, repeats: int = 3) -> list[tuple[str, int, int, float, float]]:
     """A few seconds' worth of the engine timing itself, as ``RoundCostModel.seed`` rows: the
-    verify pass (``Engine.verify``, what a round's ``verify_s`` holds) at 1 and all slots
-    over draft lengths up to ``k_max``, and draft phases (``propose_batch``, what ``draft_s``
-    holds) of 1..k_max steps. Medians of ``repeats`` after one discarded pass. The engine must
+    verify pass (``Engine.verify``, what a round's ``verify_s`` holds) and draft phases
+    (``propose_batch``, what ``draft_s`` holds) over :func:`startup_grid`. Medians of ``repeats`` after one discarded pass. The engine must
     be idle: the buffers of its slots are overwritten with filler (as ``dspark real profile``
     does)."""
     if engine.running:
         raise DSparkError("a start-up profile needs an idle engine")
-    k_max, S = engine.cfg.k_max, engine.slots
-    ctx = max(1, min(64, engine.cfg.max_len // 2))
+    k_max = engine.cfg.k_max
     t = _Timer(engine, ProfileConfig(repeats=repeats, warmup=1))
-    ks = sorted({0, 1, 2, 3, 5, 7, k_max // 2, k_max})
-    batches = sorted({1, S})
-    cells: list[tuple[str, int, int]] = [("verify", B, k + 1) for B in batches for k in ks]
+    batches, ctxs, ks = startup_grid(engine.slots, k_max, engine.cfg.max_len)
+    cells = [("verify", B, k + 1, c) for B in batches for c in ctxs for k in ks]
     if engine.drafter is not None and t.md is not None:
-        cells += [("draft", B, k) for B in batches for k in ks if k > 0]
-    times: dict[tuple[str, int, int], list[float]] = {c: [] for c in cells}
+        cells += [("draft", B, k, c) for B in batches for c in ctxs for k in ks if k > 0]
+    times: dict[tuple[str, int, int, int], list[float]] = {c: [] for c in cells}
     ecfg = engine.cfg
     engine.cfg = dataclasses.replace(ecfg, temperature=0.0)  # greedy: proposals carry no q
     try:
         with torch.inference_mode():
             for r in range(repeats + 1):
-                for c in cells:
-                    path, B, n = c
-                    s = t.verify(B, n, ctx) if path == "verify" else t.propose(B, n, ctx)
+                for cell in cells:
+                    path, B, n, c = cell
+                    s = t.verify(B, n, c) if path == "verify" else t.propose(B, n, c)
                     if r:
-                        times[c].append(s)
+                        times[cell].append(s)
     finally:
         engine.cfg = ecfg
     secs = [float(np.median(times[c])) for c in cells]
     if engine.agree is not None:  # tensor parallel: every rank's planner gets rank 0's numbers
         secs = list(engine.agree(secs))
-    return [(p, B, n, float(B * ctx), s) for (p, B, n), s in zip(cells, secs)]
+    return [(p, B, n, float(B * c), s) for (p, B, n, c), s in zip(cells, secs)]
+
+
+def startup_grid(slots: int, k_max: int, max_len: int) -> tuple[list[int], list[int], list[int]]:
+    """(batch sizes, context tokens per row, draft lengths) of the start-up profile: batches
+    1, 2, 4, .. up to ``slots`` and two contexts, so that the fit can tell the context read
+    from the verified tokens (one context would tie them to the batch size)."""
+    batches = sorted({1, slots} | {2**i for i in range(1, 12) if 2**i < slots})
+    ctxs = sorted({max(1, min(64, max_len // 4)), max(1, min(192, max_len // 2))})
+    return batches, ctxs, sorted({0, 1, 2, 3, 5, k_max // 2, k_max})

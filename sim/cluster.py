@@ -79,20 +79,23 @@ class Cluster:
             self.lat_d = Constant(lat.constant_drafter_s, 0.0)
 
     def cost_seed_rows(
-        self, max_batch: int, max_draft: int | None, ctx_per_row: int = 64
+        self, max_batch: int, max_draft: int | None, ctxs: tuple[int, ...] = (64, 192)
     ) -> list[tuple[str, int, int, float, float]]:
-        """The real engine's start-up cost profile (``real.profile.startup_cost_rows``) on the
-        latency model: verify passes and draft phases at batch 1 and ``max_batch`` over draft
-        lengths up to the cap (16 when none), ``ctx_per_row`` tokens of context per row."""
+        """The real engine's start-up cost profile (``real.profile.startup_cost_rows``, the
+        same grid: batches 1, 2, 4, .. up to ``max_batch``, two contexts per row, draft
+        lengths up to the cap, 16 when none) read off the latency model."""
         k_max = 16 if max_draft is None else max(1, min(max_draft, 64))
-        ks = sorted({0, 1, 2, 3, 5, 7, k_max // 2, k_max})
+        ks = sorted({0, 1, 2, 3, 5, k_max // 2, k_max})
+        batches = sorted({1, max_batch} | {2**i for i in range(1, 12) if 2**i < max_batch})
         rows = []
-        for B in sorted({1, max_batch}):
-            ctx = float(B * ctx_per_row)
-            for k in ks:
-                rows.append(("verify", B, k + 1, ctx, self.lat_t.seconds(B, B * (k + 1), ctx)))
-                if k and self.use_drafter:
-                    rows.append(("draft", B, k, ctx, k * self.lat_d.seconds(B, B, ctx)))
+        for B in batches:
+            for c in ctxs:
+                ctx = float(B * c)
+                for k in ks:
+                    v = self.lat_t.seconds(B, B * (k + 1), ctx)
+                    rows.append(("verify", B, k + 1, ctx, v))
+                    if k and self.use_drafter:
+                        rows.append(("draft", B, k, ctx, k * self.lat_d.seconds(B, B, ctx)))
         return rows
 
     def provenance(self) -> dict:

@@ -471,8 +471,7 @@ def test_planner_seed_uses_its_configured_weight():
     p.seed_costs(profile_rows(2e-4))
     # weight 0: no prior at all, the levels only make the fit "ready" on the prior's slope 0
     assert p.costs.verify_slope(np.array([5]))[0] == 0.0
-    assert not DSparkPlanner(DSparkConfig()).wants_costs_seed  # off by default
-    q = DSparkPlanner(DSparkConfig(profile_prior_rounds=32.0))
+    q = DSparkPlanner(DSparkConfig())  # on by default
     assert q.wants_costs_seed
     q.seed_costs(profile_rows(2e-4))
     assert q.costs.verify_slope(np.array([5]))[0] == pytest.approx(2e-4, rel=1e-6)

@@ -244,7 +244,7 @@ def test_batch1_planner_outlives_a_request_and_is_seeded_once(drafter):
     output is still the target's greedy output (float64)."""
     eng = make_engine(drafter)
     outs = []
-    seeded = {"profile_prior_rounds": 32.0}  # off by default: the engine then times nothing
+    seeded = {"profile_prior_rounds": 32.0}  # the default, spelled out
     for i in range(3):
         p = prompt(40 + i)
         outs.append((eng.generate(p, 20, make_controller("dspark", seeded)).tokens, p))
@@ -261,5 +261,5 @@ def test_batch1_planner_outlives_a_request_and_is_seeded_once(drafter):
     # a controller that decides alone gets no planner; an unseeded dspark planner no profile
     assert eng.planner_for(make_controller("fixed")) is None
     fresh = make_engine(drafter)
-    fresh.generate(prompt(40), 5, make_controller("dspark"))
+    fresh.generate(prompt(40), 5, make_controller("dspark", {"profile_prior_rounds": 0.0}))
     assert fresh._cost_rows is None and not fresh._seeded

@@ -278,15 +278,18 @@ def test_seeded_planner_gets_the_modelled_startup_profile(tiny, monkeypatch):
     assert len(planners) == on.deployment.replicas
     cl = Cluster(on)
     B = on.deployment.max_batch
+    batches = {1, B} | {b for b in (2, 4, 8, 16, 32, 64, 128) if b < B}
     for p in planners:
         (rows,) = p.seeds
-        assert {(r[0], r[1]) for r in rows} == {(w, b) for w in ("verify", "draft") for b in (1, B)}
+        assert {(r[0], r[1]) for r in rows} == {
+            (w, b) for w in ("verify", "draft") for b in batches
+        }
         for path, b, n, ctx, s in rows:
             want = (
                 cl.lat_t.seconds(b, b * n, ctx)
                 if path == "verify"
                 else n * cl.lat_d.seconds(b, b, ctx)
             )
-            assert s == want and ctx == 64 * b
+            assert s == want and ctx in (64 * b, 192 * b)
     again, _ = _run(on, monkeypatch, Seeded)
     _same(res, again)
