@@ -326,7 +326,9 @@ class Engine:
             slots, Ls, drafted, decs, props, [s.gen for s in run]
         )
         t2 = time.perf_counter()
-        if drafter is not None and any(drafted):
+        if drafter is not None and any(ks):
+            # every row whose drafter ran, a τ stop before its first token included: the
+            # committed tokens it fed stay valid (else the next round feeds them again)
             drafter.accept_batch(slots, Ls, drafted, ns)
         draft_s, verify_s, end_s = t1 - t0, t2 - t1, t2 - origin
         if self.agree is not None:

@@ -263,3 +263,18 @@ def test_batch1_planner_outlives_a_request_and_is_seeded_once(drafter):
     fresh = make_engine(drafter)
     fresh.generate(prompt(40), 5, make_controller("dspark", {"profile_prior_rounds": 0.0}))
     assert fresh._cost_rows is None and not fresh._seeded
+
+
+def test_a_drafter_stopped_before_its_first_token_keeps_what_it_fed():
+    """A τ stop before the first draft token still ran the drafter over the committed tokens:
+    they stay valid in its cache, so the next round feeds only the new one (no catch-up that
+    grows round after round), and the output is still the target's greedy output."""
+    eng = make_engine("tf")
+    eng.round_log = []
+    p = prompt(7)
+    ctrl = make_controller("confidence-stop", {"tau": 0.999999, "k_max": 4})
+    out = eng.generate(p, 30, ctrl).tokens
+    assert out == eng.greedy_reference(p, 30)
+    stopped = [s for s in eng.round_log if s.draft_steps == 0 and s.draft_s > 0]
+    assert len(stopped) >= 10  # the perturbed drafter is never that sure
+    assert all(s.catchup_tokens == 0 for s in eng.round_log[1:])
