@@ -276,11 +276,61 @@ def sim_metrics(res) -> dict[str, float]:
     )
 
 
-def predict(scenario_path: Path, controller: str, config, seeds=(0,)) -> tuple[dict, object]:
-    """Mean metrics over ``seeds`` (replay is deterministic: one seed), first run's result."""
+def decision_cpu_s(name: str, config, records, k_max: int) -> float:
+    """Seconds of CPU one batch-1 round of controller ``name`` (with ``config``) costs on this
+    machine: its round planner's ``plan`` and ``observe_round`` and its own ``observe``, replayed
+    over ``records`` (``RoundRecord``s of a calibration run, by request; a fresh controller
+    per request, one planner for all, as the engine keeps them). The engine runs them between
+    its forward passes; a profile's round overhead, measured with fixed k, holds only fixed k's."""
+    import time
+
+    from control.batch import BatchContext, RoundStats, plan_round
+    from control.registry import make_controller, make_planner
+
+    planner = make_planner(name, config)
+    by_req: dict[int, list] = {}
+    for r in records:
+        by_req.setdefault(r.request_id, []).append(r)
+    spent, n = 0.0, 0
+    for recs in by_req.values():
+        ctrl = make_controller(name, config)
+        for r in recs:
+            obs = r.observation()
+            stats = RoundStats(
+                r.now_s - r.draft_s - r.verify_s,
+                r.now_s,
+                1,
+                1 if r.drafted else 0,
+                r.drafted,
+                r.drafted + 1,
+                r.context_tokens,
+                r.draft_s,
+                r.verify_s,
+                r.accepted,
+                r.emitted,
+            )
+            t0 = time.perf_counter()
+            plan_round(planner, [ctrl], r.now_s, BatchContext(1, r.context_tokens, k_max))
+            ctrl.observe(obs)
+            if planner is not None:
+                planner.observe_round(stats)
+            spent += time.perf_counter() - t0
+            n += 1
+    return spent / max(n, 1)
+
+
+def predict(
+    scenario_path: Path, controller: str, config, seeds=(0,), extra_overhead_s: float = 0.0
+) -> tuple[dict, object]:
+    """Mean metrics over ``seeds`` (replay is deterministic: one seed), first run's result;
+    ``extra_overhead_s`` is added to the scenario's round overhead (a controller's own CPU per
+    round beyond the profile's, :func:`decision_cpu_s`)."""
     from sim import load_scenario, simulate
 
     scn = load_scenario(scenario_path)
+    if extra_overhead_s > 0.0:
+        base = scn.latency.round_overhead_s
+        scn = scn.with_overrides({"latency.round_overhead_s": base + extra_overhead_s})
     ms, first = [], None
     for s in seeds:
         res = simulate(scn, controller, config, seed=int(s), trace=True, baseline=False)

@@ -477,26 +477,50 @@ class _Batch1:
         cfg = self.cfg
         ctrl_tables = {c: to_dict(v) for c, v in self.ctrl_cfgs.items()}
         self.preds, self.fitted_preds, self.sim_runs, self.predicted = {}, {}, {}, {}
+        x = self.decision_overheads()
         for w in cfg.heldout.workloads:
             scn = self.scenario(w, self.out / "sim" / w / "replay", None, ctrl_tables)
             scn_p = self.predictive_scenario(w, ctrl_tables)
             for c in cfg.heldout.controllers:
-                self.predicted[c, w], _ = predict(scn_p, c, self.ctrl_cfgs[c])
+                self.predicted[c, w], _ = predict(
+                    scn_p, c, self.ctrl_cfgs[c], extra_overhead_s=x[c]
+                )
             scn_f = (
                 self.scenario(w, self.out / "sim" / w / "fitted", self.fitted, ctrl_tables)
                 if w in cfg.heldout.fitted_workloads
                 else None
             )
             for c in cfg.heldout.controllers:
-                self.preds[c, w], self.sim_runs[c, w] = predict(scn, c, self.ctrl_cfgs[c])
+                self.preds[c, w], self.sim_runs[c, w] = predict(
+                    scn, c, self.ctrl_cfgs[c], extra_overhead_s=x[c]
+                )
                 if scn_f is not None:
                     self.fitted_preds[c, w], _ = predict(
-                        scn_f, c, self.ctrl_cfgs[c], seeds=(0, 1, 2)
+                        scn_f, c, self.ctrl_cfgs[c], seeds=(0, 1, 2), extra_overhead_s=x[c]
                     )
         self.log(
             f"predicted {len(self.preds)} controller x workload pairs "
             f"(+{len(self.fitted_preds)} fitted)"
         )
+
+    def decision_overheads(self) -> dict[str, float]:
+        """Per held-out controller: its CPU per round beyond the profile's fixed-k controller
+        (``mirror.decision_cpu_s`` over the calibration rounds, never the held-out ones), which
+        the simulator adds to that controller's round overhead."""
+        from dspark.validation.mirror import decision_cpu_s
+
+        k = self.cfg.profile.overhead_k
+        base = decision_cpu_s("fixed", make_config("fixed", {"k": k}), self.cal_recs, self.kmax)
+        self.decision_cpu = {
+            c: decision_cpu_s(c, self.ctrl_cfgs[c], self.cal_recs, self.kmax)
+            for c in self.cfg.heldout.controllers
+        }
+        self.log(
+            "controller CPU per round (calibration rounds): "
+            + ", ".join(f"{c} {v * 1e3:.3f} ms" for c, v in self.decision_cpu.items())
+            + f" (fixed k = {k}: {base * 1e3:.3f} ms, in the profile's overhead)"
+        )
+        return {c: max(v - base, 0.0) for c, v in self.decision_cpu.items()}
 
     def diagnostics(self) -> dict:
         """Per pair: replay exactness, equality with greedy, and the latency breakdown."""
@@ -569,6 +593,7 @@ class _Batch1:
             f"{list(cfg.heldout.fitted_workloads)} "
             f"(errors_fitted.csv), never on their traces",
             "controllers_heldout": {c: self.ctrl_src[c] for c in cfg.heldout.controllers},
+            "decision_cpu_s_per_round": getattr(self, "decision_cpu", {}),
             "controllers_seen_in_calibration": [
                 cal.controller + " " + json.dumps(to_dict(self.x_cfg))
             ],
