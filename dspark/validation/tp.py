@@ -75,7 +75,7 @@ def _prompts(engine, cfg: TPValidateConfig) -> list[list[int]]:
     return _windows([cfg.prompt_tokens] * cfg.prompts, kind, "test", engine.tokenizer, vocab, rng)
 
 
-def _measure(engine, cfg: TPValidateConfig, prompts) -> dict:
+def _measure(engine, cfg: TPValidateConfig, prompts, keep_records: bool = False) -> dict:
     """Per controller: tokens/s and TPOT of every repeat (interleaved), rounds of the first."""
     from control import make_controller
 
@@ -94,6 +94,8 @@ def _measure(engine, cfg: TPValidateConfig, prompts) -> dict:
                     out[c]["rounds"] += [
                         (x.drafted, x.emitted, x.context_tokens) for x in g.records
                     ]
+                    if keep_records:
+                        out[c].setdefault("records", []).extend(g.records)
             out[c]["tps"].append(toks / secs)
             out[c]["tpot"].append((secs - pre) / toks)
     return out
@@ -174,10 +176,13 @@ def agree_overhead_s(coll) -> float:
     return 3 * float(ar[col].iloc[0])
 
 
-def predict(folder: Path, table, overhead_s: float, k_max: int, cfg, positions) -> dict:
+def predict(
+    folder: Path, table, overhead_s: float, k_max: int, cfg, positions, extra: dict | None = None
+) -> dict:
     """(TPOT, tokens/s) by controller: the simulator replays the greedy acceptance ``positions``
     (identical at every TP: greedy TP = N commits TP = 1's tokens) with each controller deciding
-    its own draft lengths on ``table`` (a timing-fed controller drafts differently at TP = N)."""
+    its own draft lengths on ``table`` (a timing-fed controller drafts differently at TP = N);
+    ``extra``: seconds per round added to a controller's overhead (its own CPU)."""
     from control.configio import to_dict
     from control.registry import make_config
     from dspark.validation.mirror import predict as sim_predict
@@ -202,7 +207,7 @@ def predict(folder: Path, table, overhead_s: float, k_max: int, cfg, positions) 
     )
     out = {}
     for c, ccfg in ctrls.items():
-        _, res = sim_predict(scn, c, ccfg)
+        _, res = sim_predict(scn, c, ccfg, extra_overhead_s=(extra or {}).get(c, 0.0))
         rq = res.requests
         tokens = float((rq["output_tokens"] - 1).sum())  # minus the mapped prompt token
         decode = float((rq["finish_s"] - rq["first_token_s"]).sum())
@@ -249,17 +254,17 @@ def run_tp(cfg: TPValidateConfig, out: Path, log=print) -> dict:
     table.to_csv(out / "tp" / "latency_tp1.csv", index=False)
     pos = [record_positions_full(engine, p, cfg.new_tokens, i)[0] for i, p in enumerate(prompts)]
     log("TP = 1: measured generations")
-    one = _measure(engine, cfg, prompts)
+    one = _measure(engine, cfg, prompts, keep_records=True)
     log(f"TP = {cfg.tp}: spawning the ranks (collectives, then the generations)")
     res = _spawn(cfg, out / "tp" / "measure_tp.json")
     coll = pd.DataFrame(res["collectives"])
     coll.to_csv(out / "tp" / "collectives.csv", index=False)
     k_max, ro = engine.cfg.k_max, round_overhead_s(table)
-    pred1 = predict(out / "tp" / "sim_tp1", table, ro, k_max, cfg, pos)
+    extra = _decision_overheads(cfg, one, k_max)
+    pred1 = predict(out / "tp" / "sim_tp1", table, ro, k_max, cfg, pos, extra)
     tab_n = tp_table(table, proj1, coll, engine.target.cfg.n_layers)
-    predn = predict(
-        out / "tp" / f"sim_tp{cfg.tp}", tab_n, ro + agree_overhead_s(coll), k_max, cfg, pos
-    )
+    ro_n = ro + agree_overhead_s(coll)
+    predn = predict(out / "tp" / f"sim_tp{cfg.tp}", tab_n, ro_n, k_max, cfg, pos, extra)
     rows = _rows(cfg, one, res["measure"], pred1, predn)
     err = pd.DataFrame(rows)
     err.to_csv(out / "errors_tp.csv", index=False)
@@ -273,6 +278,20 @@ def run_tp(cfg: TPValidateConfig, out: Path, log=print) -> dict:
     }
     (out / "tp" / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary
+
+
+def _decision_overheads(cfg: TPValidateConfig, one: dict, k_max: int) -> dict[str, float]:
+    """Each controller's CPU per round beyond fixed k's (``mirror.decision_cpu_s``), replayed
+    over its TP = 1 rounds (the calibration side); the profile's overhead holds fixed k's."""
+    from control.registry import make_config
+    from dspark.validation.mirror import decision_cpu_s
+
+    recs = [r for c in cfg.controllers for r in one[c].get("records", [])]
+    base = decision_cpu_s("fixed", make_config("fixed"), recs, k_max)
+    return {
+        c: max(decision_cpu_s(c, make_config(c), one[c]["records"], k_max) - base, 0.0)
+        for c in cfg.controllers
+    }
 
 
 def _rows(cfg, one, tpn, pred1: dict, predn: dict) -> list[dict]:

@@ -1,0 +1,44 @@
+"""``dspark validate --part tp``'s model of a TP = N engine: the TP = 1 latency table with every
+target pass charged the sharded layers' extra time (exact arithmetic on a small table)."""
+
+import pandas as pd
+import pytest
+
+from dspark.validation.tp import agree_overhead_s, tp_table
+
+
+def _coll():
+    rows = []
+    for t, ar, sh in ((1, 1e-4, 2e-3), (4, 1.2e-4, 2.4e-3), (16, 2e-4, 4e-3)):
+        rows.append({"kind": "all_reduce", "tokens": t, "seconds": ar, "seconds_mean": 2 * ar})
+        rows.append({"kind": "sharded", "tokens": t, "seconds": sh, "seconds_mean": 1.5 * sh})
+    return pd.DataFrame(rows)
+
+
+def test_tp_table_charges_each_target_pass_the_sharded_layers_means():
+    table = pd.DataFrame(
+        {
+            "model": ["target", "target", "target", "drafter"],
+            "batch": [1, 1, 2, 1],
+            "new_tokens": [1, 4, 8, 1],
+            "context_tokens": [0, 0, 0, 0],
+            "seconds": [5e-3, 6e-3, 9e-3, 5e-4],
+        }
+    )
+    proj1 = {1: 1e-3, 4: 1.2e-3, 16: 2e-3}  # full-width projections at TP = 1
+    out = tp_table(table, proj1, _coll(), layers=12)
+    # T = batch x new tokens: 1, 4 and 16 (the last interpolated at the grid's end)
+    want = [
+        5e-3 + 12 * (1.5 * 2e-3 - 1e-3),
+        6e-3 + 12 * (1.5 * 2.4e-3 - 1.2e-3),
+        9e-3 + 12 * (1.5 * 4e-3 - 2e-3),
+        5e-4,  # the drafter is replicated: its rows stand
+    ]
+    assert out["seconds"].tolist() == pytest.approx(want, rel=1e-12)
+    assert table["seconds"].tolist()[0] == 5e-3  # the input is not modified
+
+
+def test_agree_overhead_is_three_smallest_all_reduces_mean():
+    assert agree_overhead_s(_coll()) == pytest.approx(3 * 2e-4, rel=1e-12)
+    medians_only = _coll().drop(columns="seconds_mean")
+    assert agree_overhead_s(medians_only) == pytest.approx(3 * 1e-4, rel=1e-12)
