@@ -3,7 +3,7 @@
 Prints tokens per CPU-second (``time.process_time``, one core) for each size and, as the last
 line, ``sim_tokens_per_cpu_s=<number>`` for the 1 M run. The request count is scaled to reach
 the token target (the Azure conversation trace is cycled with its arrival pattern repeated when
-more requests are needed than it holds). ``--controller`` picks the controller (default dspark).
+more requests are needed than it holds). ``--controller`` picks the controller (default dspark; ``NAME:key=value,...`` as ``dspark simulate``).
 """
 
 from __future__ import annotations
@@ -25,14 +25,27 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import numpy as np
 
+    from control.errors import DSparkError
+    from dspark.cmd_simulate import parse_controller_spec
     from sim import load_scenario, simulate
     from sim.workload import read_trace
+
+    try:  # NAME or NAME:key=value,... as `dspark simulate --controller` takes it
+        spec = parse_controller_spec(args.controller)
+        name, cfg = (spec, None) if isinstance(spec, str) else spec[:2]
+        load_scenario(args.scenario)
+        from control.registry import make_config
+
+        make_config(name, cfg, source="--controller")
+    except DSparkError as e:
+        print(f"sim_speed: {e}", file=sys.stderr)
+        return 2
 
     scn = load_scenario(args.scenario)
     t, _, gen = read_trace(scn.workload.trace_path)
     mean_out = float(gen.mean())
     result_1m = None
-    simulate(scn.with_overrides({"workload.num_requests": 50}), args.controller, baseline=False)
+    simulate(scn.with_overrides({"workload.num_requests": 50}), name, cfg, baseline=False)
     for size in (float(x) for x in args.sizes.split(",")):
         target = size * 1e6
         cum = np.cumsum(gen)
@@ -59,7 +72,7 @@ def main(argv=None) -> int:
             }
         s = scn.with_overrides(over)
         t0 = time.process_time()
-        res = simulate(s, args.controller, baseline=False)
+        res = simulate(s, name, cfg, baseline=False)
         dt = time.process_time() - t0
         tok = res.summary["output_tokens"]
         rate = tok / dt
