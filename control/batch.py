@@ -71,6 +71,24 @@ class RoundStats:
     prefill_tokens: int = 0
     catchup_tokens: int = 0
 
+    @classmethod
+    def of_observation(cls, obs: Any) -> RoundStats:
+        """The round a batch-1 ``Observation`` (or ``RoundRecord``) describes: one sequence,
+        ending at ``now_s`` after its draft and verify phases."""
+        return cls(
+            obs.now_s - obs.draft_s - obs.verify_s,
+            obs.now_s,
+            1,
+            1 if obs.drafted else 0,
+            obs.drafted,
+            obs.drafted + 1,
+            obs.context_tokens,
+            obs.draft_s,
+            obs.verify_s,
+            obs.accepted,
+            obs.emitted,
+        )
+
 
 class RoundPlanner:
     """Decides one round for a whole batch; subclasses override ``plan``/``observe_round``."""

@@ -136,21 +136,7 @@ class ClairvoyantController(Controller):
         self.rounds += 1
         self.future = None
         self.context_tokens = obs.context_tokens + obs.emitted
-        self._solo.observe_round(
-            RoundStats(
-                obs.now_s - obs.draft_s - obs.verify_s,
-                obs.now_s,
-                1,
-                1 if obs.drafted else 0,
-                obs.drafted,
-                obs.drafted + 1,
-                obs.context_tokens,
-                obs.draft_s,
-                obs.verify_s,
-                obs.accepted,
-                obs.emitted,
-            )
-        )
+        self._solo.observe_round(RoundStats.of_observation(obs))
 
     def state(self) -> dict[str, Any]:
         return {"k": self.last_k, "future": self.future, "rounds": self.rounds}

@@ -296,19 +296,7 @@ def decision_cpu_s(name: str, config, records, k_max: int) -> float:
         ctrl = make_controller(name, config)
         for r in recs:
             obs = r.observation()
-            stats = RoundStats(
-                r.now_s - r.draft_s - r.verify_s,
-                r.now_s,
-                1,
-                1 if r.drafted else 0,
-                r.drafted,
-                r.drafted + 1,
-                r.context_tokens,
-                r.draft_s,
-                r.verify_s,
-                r.accepted,
-                r.emitted,
-            )
+            stats = RoundStats.of_observation(r)
             t0 = time.perf_counter()
             plan_round(planner, [ctrl], r.now_s, BatchContext(1, r.context_tokens, k_max))
             ctrl.observe(obs)
