@@ -18,8 +18,11 @@ statistics so it stays well conditioned) with a small ridge pull toward a prior:
   the phase's fixed cost, paid once by a round that drafts at all (a real engine's launch,
   the feed of the last committed tokens, the host sync: ~0.8 ms against a 0.5 ms step on the
   CPU engine); left out, it and the catch-up inflate the per-step cost and the planner drafts
-  ever less. It is pulled toward 0 (10⁻³ of its data weight) so that rounds at one draft
-  length alone, which cannot tell it from the step, charge the step as before.
+  ever less. It is pulled toward 0 (a tenth of its data weight): rounds at one draft length
+  alone cannot tell it from the step, and a step cost that is not linear in the drafting rows
+  (a simulated roofline at batch 256) would otherwise park its misfit there and make every
+  draft look dearer (session 5: mixed code/chat at batch 256 drafted 1.05 tokens a round
+  instead of 1.46 with the pull at 10⁻³).
 - **prefill sharing the pass**: a round's verify features use every token of its target pass,
   the drafts' ``Σ(k_i + 1)`` and ``prefill_tokens`` of prompt chunks alike.
 - **overhead**: an exponential average of ``(end − start) − draft_s − verify_s``.
@@ -219,8 +222,8 @@ class RoundCostModel:
         # a hinge is a change of slope: held near 0 (10⁻⁴ of its data weight) unless the rounds
         # demand it, so two token counts give a straight line, not an arbitrary kink
         self.verify = LinearCost(3 + len(KNOTS), forget, [1e-10] * 3 + [1e-4] * len(KNOTS))
-        # the phase's fixed cost is told from the step only by rounds at several lengths
-        self.step = LinearCost(5, forget, [1e-3] + [1e-10] * 4)
+        # the phase's fixed cost: pulled toward 0 (see the module docstring)
+        self.step = LinearCost(5, forget, [1e-1] + [1e-10] * 4)
         self.overhead_ema = overhead_ema
         self._seed_levels: set[int] = set()  # token counts of a seeded profile (kept by reset)
         self.reset()

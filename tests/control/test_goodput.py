@@ -411,8 +411,9 @@ def test_drafter_catchup_is_priced_apart_from_the_step():
 
 def test_draft_phase_fixed_cost_is_priced_apart_from_the_step():
     """A real engine's draft phase costs a fixed part (launch, feeding the last committed
-    tokens, the host sync) plus its steps; the fit recovers both exactly, so a plan charges a
-    longer draft only its steps, and a round that drafts at all the fixed part once."""
+    tokens, the host sync) plus its steps; the fit finds the fixed part (pulled toward 0 by a
+    tenth of its data weight, so somewhat below it) and charges each further step about a step,
+    where a fit without it charged the fixed part once per step."""
     rng = np.random.default_rng(5)
     cm = RoundCostModel(forget=1.0)
     fixed, s0 = 8e-4, 5e-4
@@ -420,14 +421,17 @@ def test_draft_phase_fixed_cost_is_priced_apart_from_the_step():
         steps = int(rng.integers(1, 9))
         cm.observe(stats(steps + 1, 64, 0.006, steps, 1, fixed + steps * s0))
     cm.fold()
-    # exact but for the fixed part's ridge (10^-3 of its data weight)
-    assert cm.step.theta[0] == pytest.approx(fixed, rel=1e-2)
-    assert cm.step_s(np.array([1]), 64)[0] == pytest.approx(s0, rel=1e-2)
+    assert 0.5 * fixed < cm.step.theta[0] <= fixed
     f = cm.functions(64.0)
-    assert f.draft_fixed_s == pytest.approx(fixed, rel=1e-2)
-    t = round_seconds(np.array([[0], [1], [4]]), f)
-    assert t[1] - t[0] == pytest.approx(fixed + s0, rel=1e-2)
-    assert t[2] - t[1] == pytest.approx(3 * s0, rel=1e-2)
+    assert f.draft_fixed_s == cm.step.theta[0]
+    k = np.arange(9)[:, None]
+    t = round_seconds(k, f) - round_seconds(np.zeros((1, 1), dtype=int), f)[0]
+    want = np.where(k[:, 0] > 0, fixed + k[:, 0] * s0, 0.0)
+    # the pull leaves the shortest phases up to a fifth under, the longer ones close
+    assert t == pytest.approx(want, rel=0.2)
+    assert t[4:] == pytest.approx(want[4:], rel=0.06)
+    # each further step costs about a step, not a step plus the fixed part
+    assert np.diff(t[1:]) == pytest.approx(np.full(7, s0), rel=0.1)
 
 
 def profile_rows(slope, intercept=0.006, step=5e-4):
