@@ -44,7 +44,13 @@ def test_error_table_columns_and_finite(run):
     assert set(err.controller) == {"fixed", "hf-heuristic", "dspark"}
     assert set(err.workload) == {"random-b", "random-c"}
     assert len(err) == 3 * 2 * len(METRICS)
-    assert np.isfinite(err[["sim", "real", "real_spread", "error_pct"]].to_numpy()).all()
+    assert np.isfinite(err[["sim", "real"]].to_numpy()).all()
+    # a relative error (and spread) exists where the real value is not 0: on the random tiny
+    # models a load-aware controller may draft rarely enough that no drafted token is accepted
+    # (real acceptance rate 0), and then the error is undefined, not a number to compare
+    nonzero = err["real"] != 0
+    assert np.isfinite(err.loc[nonzero, ["real_spread", "error_pct"]].to_numpy()).all()
+    assert nonzero[err.metric == "throughput_tokens_per_s"].all()
     # errors.csv is the PREDICTED variant; the replay (latency-only) diagnostic beside it:
     # acceptance replayed exactly from the greedy position traces (float64 tiny models) for
     # controllers whose decisions do not read time; the goodput dspark plans from the costs it
