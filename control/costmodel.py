@@ -215,6 +215,34 @@ def _prompt_penalty(chunk, backlog: int, cap: float, batch_size: int, value: flo
     return penalty, penalty_slope
 
 
+def _budget_chunk(raw_slope, backlog: int, cap: float):
+    """Chunked prefill under a token budget ``cap``: the prompt tokens beside n verified ones,
+    ``min(backlog, cap − n)``, and the verify slope (while drafts push prompt tokens out of
+    the pass, each drafted token costs a prompt token's)."""
+
+    def chunk(n):
+        return np.minimum(float(backlog), np.maximum(cap - n, 0.0))
+
+    def slope(n):
+        n = np.asarray(n, dtype=float)
+        p = chunk(n)
+        return np.where((p < backlog) & (n < cap), raw_slope(p), raw_slope(n + p))
+
+    return chunk, slope
+
+
+def _shared_chunk(raw_slope, pre: float):
+    """A pass shared with a fixed ``pre`` prompt tokens (no budget): the chunk and slope."""
+
+    def chunk(n):
+        return np.full(np.shape(n), pre)
+
+    def slope(n):
+        return raw_slope(np.asarray(n, dtype=float) + pre)
+
+    return chunk, slope
+
+
 class RoundCostModel:
     """Draft-step, verify and overhead costs of a batched round, learned from ``RoundStats``."""
 
@@ -372,32 +400,17 @@ class RoundCostModel:
         base = float(raw(np.zeros(1))[0])
         penalty = penalty_slope = None
         if budget and backlog > 0:
-            cap = float(budget)
-
-            def chunk(n):  # prompt tokens in the pass beside n verified ones
-                return np.minimum(float(backlog), np.maximum(cap - n, 0.0))
-
-            def slope(n):
-                n = np.asarray(n, dtype=float)
-                p = chunk(n)
-                # while drafts push prompt tokens out, each drafted token costs a prompt token's
-                return np.where((p < backlog) & (n < cap), raw_slope(p), raw_slope(n + p))
-
+            chunk, slope = _budget_chunk(raw_slope, backlog, float(budget))
             if prompt_value > 0.0:
                 penalty, penalty_slope = _prompt_penalty(
-                    chunk, backlog, cap, batch_size, prompt_value
+                    chunk, backlog, float(budget), batch_size, prompt_value
                 )
         else:
             if prefill_tokens is not None:
                 pre = float(prefill_tokens)
             else:  # an engine with a budget reports its backlog: none waiting, no chunk
                 pre = 0.0 if budget else self.prefill_tokens
-
-            def chunk(n):
-                return np.full(np.shape(n), pre)
-
-            def slope(n):
-                return raw_slope(np.asarray(n, dtype=float) + pre)
+            chunk, slope = _shared_chunk(raw_slope, pre)
 
         def verify_s(n):
             n = np.asarray(n, dtype=float)
