@@ -76,10 +76,11 @@ def _prompts(engine, cfg: TPValidateConfig) -> list[list[int]]:
 
 
 def _measure(engine, cfg: TPValidateConfig, prompts, keep_records: bool = False) -> dict:
-    """Per controller: tokens/s and TPOT of every repeat (interleaved), rounds of the first."""
+    """Per controller: tokens/s and TPOT of every repeat (interleaved); with ``keep_records``
+    also the ``RoundRecord``s of the first repeat (the controllers' CPU is replayed on them)."""
     from control import make_controller
 
-    out: dict = {c: {"tps": [], "tpot": [], "rounds": []} for c in cfg.controllers}
+    out: dict = {c: {"tps": [], "tpot": [], "records": []} for c in cfg.controllers}
     for c in cfg.controllers:  # one untimed pass: first-call dispatch and allocator warm-up
         engine.generate(prompts[0], cfg.new_tokens, make_controller(c), request_id=0)
     for r in range(cfg.repeats):
@@ -90,12 +91,8 @@ def _measure(engine, cfg: TPValidateConfig, prompts, keep_records: bool = False)
                 f = engine.prefills[-1]
                 toks, secs = toks + len(g.tokens), secs + g.seconds
                 pre += f["end_s"] - f["start_s"]
-                if r == 0:
-                    out[c]["rounds"] += [
-                        (x.drafted, x.emitted, x.context_tokens) for x in g.records
-                    ]
-                    if keep_records:
-                        out[c].setdefault("records", []).extend(g.records)
+                if r == 0 and keep_records:
+                    out[c]["records"].extend(g.records)
             out[c]["tps"].append(toks / secs)
             out[c]["tpot"].append((secs - pre) / toks)
     return out
@@ -286,7 +283,7 @@ def _decision_overheads(cfg: TPValidateConfig, one: dict, k_max: int) -> dict[st
     from control.registry import make_config
     from dspark.validation.mirror import decision_cpu_s
 
-    recs = [r for c in cfg.controllers for r in one[c].get("records", [])]
+    recs = [r for c in cfg.controllers for r in one[c]["records"]]
     base = decision_cpu_s("fixed", make_config("fixed"), recs, k_max)
     return {
         c: max(decision_cpu_s(c, make_config(c), one[c]["records"], k_max) - base, 0.0)
