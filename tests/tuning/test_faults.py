@@ -271,8 +271,9 @@ def _alive(pid: int) -> bool:
 
 
 def _kill_near_the_end(cmd: list[str], url: str, n: int, victim: str) -> dict:
-    """Start ``dspark tune``; when at most 2 slots are left and one runs, SIGKILL the main
-    process or the worker running it. Returns the finished trials at the kill."""
+    """Start ``dspark tune``; once half the trials are finished and one runs, SIGKILL the main
+    process or the worker running it. Returns the finished trials at the kill. (Waiting for
+    the last 2 slots missed the window on a loaded machine: the study ended between polls.)"""
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 120
     snapshot = None
@@ -287,7 +288,7 @@ def _kill_near_the_end(cmd: list[str], url: str, n: int, victim: str) -> dict:
             running = [
                 t for t in trials if t.state == TrialState.RUNNING and t.user_attrs.get("worker")
             ]
-            if len(done) >= n - 2 and running:
+            if len(done) >= n // 2 and running:
                 pid = proc.pid if victim == "main" else _pids_of(running).pop()
                 os.kill(pid, signal.SIGKILL)
                 snapshot = {t.number: t for t in done}
