@@ -10,7 +10,11 @@ values of the target's dtype; ``tokens`` = batch × new tokens of the profiled g
 - ``local``: the same local shard matmuls as plain tensors (same shapes, no DTensor, no
   communication);
 - ``layer``: ``sharded - local``, what tensor parallelism adds to one layer: the all-reduce "as
-  seen by a layer", which the simulator's TP model charges per layer.
+  seen by a layer", which the simulator's TP model charges per layer;
+- ``replicated``: the four projections at full width as plain tensors, every rank at once (no
+  communication): over :func:`time_projections` (one process alone) it is what running N ranks
+  side by side costs the same compute (shared memory bandwidth and caches on one CPU; ~1 on
+  GPUs with their own memory).
 
 :func:`time_projections` times the four projections at full width on one process (TP = 1), the
 part of a TP = 1 forward that sharding replaces by ``sharded``.
@@ -64,7 +68,14 @@ def _timed(fn, sync) -> float:
 
 def profile_collectives(engine, tokens: list[int], repeats: int = 20, warmup: int = 3):
     """Rows (``COLUMNS``) for the sharded ``engine`` (``real.tp.shard_engine`` done)."""
-    import pandas as pd
+    return collective_rows(engine, tokens, time_collectives(engine, tokens, repeats, warmup))
+
+
+def time_collectives(
+    engine, tokens: list[int], repeats: int, warmup: int = 0, times: dict | None = None
+) -> dict:
+    """Seconds of each (kind, tokens) over ``repeats`` passes after ``warmup`` untimed ones,
+    appended to ``times`` (passes can run in chunks between other work)."""
     import torch.distributed as dist
 
     from real.engine import sync
@@ -72,12 +83,13 @@ def profile_collectives(engine, tokens: list[int], repeats: int = 20, warmup: in
 
     ctx = current()
     if ctx is None:
-        raise RuntimeError("profile_collectives needs an active tensor-parallel context")
+        raise RuntimeError("time_collectives needs an active tensor-parallel context")
     layer = engine.target.layers[0]
     d, dt, dev = engine.target.cfg.d_model, engine.dtype, engine.device
     d_local = layer.h * layer.hd
     ws = [getattr(layer, n).weight.to_local().contiguous() for n in ("qkv", "o", "gate_up", "down")]
-    times: dict[tuple[str, int], list[float]] = {}
+    full = [w.repeat(*((ctx.size, 1) if i in (0, 2) else (1, ctx.size))) for i, w in enumerate(ws)]
+    times = {} if times is None else times
     with torch.inference_mode():
         for r in range(warmup + repeats):
             for t in tokens:
@@ -87,18 +99,35 @@ def profile_collectives(engine, tokens: list[int], repeats: int = 20, warmup: in
                     "all_reduce": lambda m=msg: dist.all_reduce(m),
                     "sharded": lambda x=x: _layer_pair(layer, x, d_local),
                     "local": lambda x=x: _local_pair(ws, x, d_local),
+                    "replicated": lambda x=x: _local_pair(full, x, d),
                 }
                 for kind, fn in ops.items():
                     dist.barrier()
                     s = _timed(fn, lambda: sync(dev))
                     if r >= warmup:
                         times.setdefault((kind, t), []).append(s)
+    return times
+
+
+def collective_rows(engine, tokens: list[int], times: dict):
+    """The ``COLUMNS`` table of :func:`time_collectives`' ``times``."""
+    import pandas as pd
+
+    from real.tp import current
+
+    ctx = current()
+    if ctx is None:
+        raise RuntimeError("collective_rows needs an active tensor-parallel context")
+    d, dt = engine.target.cfg.d_model, engine.dtype
     rows = []
     size = torch.tensor([], dtype=dt).element_size()
     for t in tokens:
         sh, lo = np.array(times[("sharded", t)]), np.array(times[("local", t)])
         kinds = (("all_reduce", np.array(times[("all_reduce", t)])), ("sharded", sh))
-        for kind, xs in kinds + (("local", lo), ("layer", sh - lo)):
+        kinds += (("local", lo), ("layer", sh - lo))
+        if ("replicated", t) in times:
+            kinds += (("replicated", np.array(times[("replicated", t)])),)
+        for kind, xs in kinds:
             rows.append(
                 {
                     "kind": kind,
@@ -122,19 +151,23 @@ def message_tokens(batches, k_max: int) -> list[int]:
     return sorted({b * n for b in batches for n in news})
 
 
-def time_projections(engine, tokens: list[int], repeats: int = 20, warmup: int = 3) -> dict:
-    """Mean seconds of one layer's four projections at full width (one process), by tokens."""
+def time_projections(
+    engine, tokens: list[int], repeats: int = 20, warmup: int = 3, times: dict | None = None
+) -> dict:
+    """Mean seconds of one layer's four projections at full width (one process), by tokens;
+    with ``times`` (tokens -> list), the samples are appended there and the means are over all
+    of them (passes can run in chunks between other work)."""
     from real.engine import sync
 
     layer = engine.target.layers[0]
     d, dt, dev = engine.target.cfg.d_model, engine.dtype, engine.device
     ws = [getattr(layer, n).weight for n in ("qkv", "o", "gate_up", "down")]
-    times: dict[int, list[float]] = {t: [] for t in tokens}
+    times = {} if times is None else times
     with torch.inference_mode():
         for r in range(warmup + repeats):
             for t in tokens:
                 x = torch.randn(t, d, dtype=dt, device=dev)
                 s = _timed(lambda x=x: _local_pair(ws, x, d), lambda: sync(dev))
                 if r >= warmup:
-                    times[t].append(s)
-    return {t: float(np.mean(v)) for t, v in times.items()}
+                    times.setdefault(t, []).append(s)
+    return {t: float(np.mean(times[t])) for t in tokens}

@@ -6,7 +6,9 @@ projections (``real.tp_profile.time_projections``) and ``collectives.csv`` of th
 (``real.tp_profile``: the projections through the sharded modules, all-reduces included). The
 model: a TP = N verify pass of T tokens costs the TP = 1 table's pass, with every layer's
 projections replaced by their sharded time, ``verify_1(T) + layers × (sharded(T) - full(T))``;
-the drafter is replicated, so its table time stands; each round adds the engine's three agreed
+the drafter is replicated, so its table time stands; the TP = 1 table is first corrected by the
+engine's own k-cycling rounds on calibration prompts (``real.profile.correct_from_trace``, as the
+batch-1 part); each round adds the engine's three agreed
 time readings (broadcasts, priced as the smallest all-reduce). The round sequence (draft lengths,
 acceptance) is the TP = 1 run's: greedy TP = N commits the same tokens (tests/real/test_tp.py);
 a timing-fed controller may choose other k on other timings, which this replay does not follow.
@@ -20,7 +22,6 @@ and ``tp/summary.json`` under the run folder; the last line printed is
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -30,6 +31,7 @@ import numpy as np
 
 from control.configio import param
 from control.errors import DSparkError
+from control.metrics import json_safe
 
 
 @dataclass(frozen=True)
@@ -46,13 +48,26 @@ class TPValidateConfig:
     repeats: int = param(3, lo=1, hi=20, doc="real runs per (tp, controller)")
     # 5 passes over a one-context grid: the TP = 1 calibration in a few seconds.
     profile_repeats: int = param(5, lo=1, hi=100, doc="timed passes of the TP = 1 profile")
+    # 100: one sharded layer's time spreads 2x between p10 and p90 on a shared CPU; at 20 the
+    # mean's error, times the layers, moved the prediction ~15% between runs.
+    collective_repeats: int = param(
+        100, lo=3, hi=10000, doc="timed passes of the projections and collectives"
+    )
+    # the TP = 1 table corrected by the engine's own rounds (k cycling over 0..k_max on held-apart
+    # calibration prompts, real.profile.correct_from_trace), as the batch-1 part does.
+    correct_profile: bool = param(True, doc="correct the TP = 1 profile by engine rounds")
+    # the expected run time is a sum of mean forward times (as ValidateConfig.latency_statistic).
+    latency_statistic: str = param(
+        "mean", choices=("mean", "median"), doc="profile statistic for the simulator"
+    )
     # False: the shipped checkpoints.
     tiny: bool = param(False, doc="tiny random models instead of the shipped ones")
     # 300 s: the whole TP run, far above its minute.
     timeout_s: float = param(300.0, lo=10.0, hi=7200.0, doc="process-group timeout, s")
 
 
-def _engine(cfg: TPValidateConfig):
+def engine_for(cfg: TPValidateConfig):
+    """The engine the part measures (sharded when a TP context is active)."""
     from real.engine import EngineConfig
 
     # room for the profile grid: its context plus a prefill chunk
@@ -66,61 +81,14 @@ def _engine(cfg: TPValidateConfig):
     return build_engine(ecfg)
 
 
-def _prompts(engine, cfg: TPValidateConfig) -> list[list[int]]:
+def prompts_for(engine, cfg: TPValidateConfig, split: str = "test") -> list[list[int]]:
+    """The measured prompts (``test`` split) or the calibration ones (``val``)."""
     from real.serve import _windows
 
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(0 if split == "test" else 1)
     kind = "random" if cfg.tiny else "code"
     vocab = engine.target.cfg.vocab_size
-    return _windows([cfg.prompt_tokens] * cfg.prompts, kind, "test", engine.tokenizer, vocab, rng)
-
-
-def _measure(engine, cfg: TPValidateConfig, prompts, keep_records: bool = False) -> dict:
-    """Per controller: tokens/s and TPOT of every repeat (interleaved); with ``keep_records``
-    also the ``RoundRecord``s of the first repeat (the controllers' CPU is replayed on them)."""
-    from control import make_controller
-
-    out: dict = {c: {"tps": [], "tpot": [], "records": []} for c in cfg.controllers}
-    for c in cfg.controllers:  # one untimed pass: first-call dispatch and allocator warm-up
-        engine.generate(prompts[0], cfg.new_tokens, make_controller(c), request_id=0)
-    for r in range(cfg.repeats):
-        for c in cfg.controllers:
-            toks = secs = pre = 0.0
-            for i, p in enumerate(prompts):
-                g = engine.generate(p, cfg.new_tokens, make_controller(c), request_id=i)
-                f = engine.prefills[-1]
-                toks, secs = toks + len(g.tokens), secs + g.seconds
-                pre += f["end_s"] - f["start_s"]
-                if r == 0 and keep_records:
-                    out[c]["records"].extend(g.records)
-            out[c]["tps"].append(toks / secs)
-            out[c]["tpot"].append((secs - pre) / toks)
-    return out
-
-
-def _rank(rank: int, size: int, port: int, data: dict, path: str) -> None:
-    """One TP rank: collectives profile, then the measured generations (rank 0 writes)."""
-    import torch
-
-    from real import tp
-    from real.tp_profile import message_tokens, profile_collectives
-
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size)
-    )
-    torch.set_num_threads(1)
-    cfg = TPValidateConfig(**data)
-    tp.init(size, "cpu", cfg.timeout_s)
-    try:
-        engine = _engine(cfg)
-        prompts = _prompts(engine, cfg)
-        toks = message_tokens((1,), engine.cfg.k_max) + [cfg.prompt_tokens - 1]
-        coll = profile_collectives(engine, toks, cfg.profile_repeats * 4, 3)
-        meas = _measure(engine, cfg, prompts)
-    finally:
-        tp.shutdown()
-    if rank == 0:
-        Path(path).write_text(json.dumps({"measure": meas, "collectives": coll.to_dict("list")}))
+    return _windows([cfg.prompt_tokens] * cfg.prompts, kind, split, engine.tokenizer, vocab, rng)
 
 
 def _spawn(cfg: TPValidateConfig, path: Path) -> dict:
@@ -128,12 +96,13 @@ def _spawn(cfg: TPValidateConfig, path: Path) -> dict:
 
     import torch.multiprocessing as mp
 
+    from dspark.validation.tp_runs import rank_job
     from real.tp import free_port
 
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     try:
         mp.start_processes(
-            _rank,
+            rank_job,
             args=(cfg.tp, free_port(), asdict(cfg), str(path)),
             nprocs=cfg.tp,
             join=True,
@@ -145,23 +114,43 @@ def _spawn(cfg: TPValidateConfig, path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def _line(x, y):
+    """The least-squares line through (x, y), as a function (latency + per-token time)."""
+    b, a = np.polyfit(np.asarray(x, dtype=float), np.asarray(y, dtype=float), 1)
+    return lambda t: a + b * np.asarray(t, dtype=float)
+
+
 def tp_table(table, proj1: dict, coll, layers: int):
-    """The TP = N latency table: the TP = 1 ``table`` (DataFrame) with every target pass of T
-    tokens (batch × new tokens) charged ``layers × (sharded(T) - full(T))`` more, the sharded
-    layer's projections (``coll``, TP = N, all-reduces included) in place of the full-width ones
-    (``proj1``, seconds by tokens). The drafter is replicated: its rows stand. Means, not
-    medians, of the collectives: a run pays every slow all-reduce."""
-    sh = coll[coll["kind"] == "sharded"].sort_values("tokens")
+    """The TP = N latency table from the TP = 1 ``table`` (DataFrame). A target pass of T tokens
+    (batch × new tokens) costs ``f(T) × (tp1(T) - layers × full(T)) + layers × sharded(T)``: the
+    sharded layer's projections (``coll`` kind ``sharded``, TP = N, all-reduces included) in
+    place of the full-width ones (``proj1``, TP = 1, seconds by tokens), and the rest of the
+    pass (attention, norms, embedding, head) slowed by ``f(T) = replicated(T) / full(T)``, what
+    the same compute costs with N ranks running side by side (``coll`` kind ``replicated``; 1
+    when the profile has none). The drafter is replicated: its rows are scaled by ``f`` alone.
+    Each timing is the least-squares line over the profiled sizes (a latency plus a per-token
+    time, as the simulator's collective model): one size's mean moves by a tenth between runs,
+    the line pools them. Means, not medians: a run pays every slow all-reduce."""
     col = "seconds_mean" if "seconds_mean" in coll else "seconds"
-    t1 = np.array(sorted(proj1))
-    full = np.array([proj1[t] for t in t1])
+    sh = coll[coll["kind"] == "sharded"].sort_values("tokens")
+    rep = coll[coll["kind"] == "replicated"].sort_values("tokens")
+    t1 = sorted(proj1)
+    sharded, full = _line(sh["tokens"], sh[col]), _line(t1, [proj1[t] for t in t1])
+    side = _line(rep["tokens"], rep[col]) if len(rep) > 1 else full
     out = table.copy()
-    tgt = out["model"].astype(str) == "target"
-    toks = (out.loc[tgt, "batch"] * out.loc[tgt, "new_tokens"]).to_numpy(dtype=float)
-    extra = layers * (np.interp(toks, sh["tokens"], sh[col]) - np.interp(toks, t1, full))
-    for c in ("seconds", "seconds_mean", "seconds_p10", "seconds_p90"):
-        if c in out:
-            out.loc[tgt, c] = out.loc[tgt, c].to_numpy(dtype=float) + extra
+    model = out["model"].astype(str)
+    for who in ("target", "drafter"):
+        rows = model == who
+        toks = (out.loc[rows, "batch"] * out.loc[rows, "new_tokens"]).to_numpy(dtype=float)
+        f = side(toks) / full(toks)
+        for c in ("seconds", "seconds_mean", "seconds_p10", "seconds_p90"):
+            if c not in out:
+                continue
+            x = out.loc[rows, c].to_numpy(dtype=float)
+            if who == "target":
+                rest = np.maximum(x - layers * full(toks), 0.0)
+                x = f * rest + layers * sharded(toks)
+            out.loc[rows, c] = x if who == "target" else f * x
     return out
 
 
@@ -176,7 +165,7 @@ def agree_overhead_s(coll) -> float:
 def predict(
     folder: Path, table, overhead_s: float, k_max: int, cfg, positions, extra: dict | None = None
 ) -> dict:
-    """(TPOT, tokens/s) by controller: the simulator replays the greedy acceptance ``positions``
+    """(TPOT, tokens/s, mean draft length) by controller: the simulator replays the greedy acceptance ``positions``
     (identical at every TP: greedy TP = N commits TP = 1's tokens) with each controller deciding
     its own draft lengths on ``table`` (a timing-fed controller drafts differently at TP = N);
     ``extra``: seconds per round added to a controller's overhead (its own CPU)."""
@@ -209,24 +198,8 @@ def predict(
         tokens = float((rq["output_tokens"] - 1).sum())  # minus the mapped prompt token
         decode = float((rq["finish_s"] - rq["first_token_s"]).sum())
         busy = float(rq["finish_s"].max())  # requests run back to back from t = 0
-        out[c] = (decode / tokens, tokens / busy)
+        out[c] = (decode / tokens, tokens / busy, float(res.rounds["drafted"].mean()))
     return out
-
-
-def _calibrate(engine, cfg: TPValidateConfig):
-    """The TP = 1 latency table and full-width projection times."""
-    from real.profile import ProfileConfig, profile
-    from real.tp_profile import message_tokens, time_projections
-
-    pcfg = ProfileConfig(
-        contexts=(cfg.prompt_tokens + cfg.new_tokens // 2,),
-        prefill_tokens=(cfg.prompt_tokens - 1,),
-        repeats=cfg.profile_repeats,
-        warmup=1,
-    )
-    df, _ = profile(engine, pcfg)
-    toks = message_tokens((1,), engine.cfg.k_max) + [cfg.prompt_tokens - 1]
-    return df, time_projections(engine, toks, cfg.profile_repeats * 4, 3)
 
 
 def _spread(xs) -> float:
@@ -234,35 +207,44 @@ def _spread(xs) -> float:
 
 
 def run_tp(cfg: TPValidateConfig, out: Path, log=print) -> dict:
-    """Calibrate at TP = 1, predict TP = N, measure both; write and return the summary."""
+    """Calibrate at TP = 1, predict TP = N, measure both (``tp_runs``: one spawned group,
+    calibration and measurements alternated); write and return the summary."""
     import pandas as pd
-    import torch
 
-    from real.profile import round_overhead_s
-    from real.tracing import record_positions_full
+    from control.types import PositionRecord, RoundRecord, records_to_columns
+    from real.profile import round_overhead_s, trace_ratios
 
-    torch.set_num_threads(1)
     (out / "tp").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    engine = _engine(cfg)
-    prompts = _prompts(engine, cfg)
-    log("TP = 1: profile, projections and greedy position traces")
-    table, proj1 = _calibrate(engine, cfg)
-    table.to_csv(out / "tp" / "latency_tp1.csv", index=False)
-    pos = [record_positions_full(engine, p, cfg.new_tokens, i)[0] for i, p in enumerate(prompts)]
-    log("TP = 1: measured generations")
-    one = _measure(engine, cfg, prompts, keep_records=True)
-    log(f"TP = {cfg.tp}: spawning the ranks (collectives, then the generations)")
+    log(
+        f"spawning {cfg.tp} ranks: {cfg.repeats} x (TP = 1 calibration slice and run on rank 0, "
+        f"then collectives and the TP = {cfg.tp} run)"
+    )
     res = _spawn(cfg, out / "tp" / "measure_tp.json")
+    one = res["tp1"]
+    for m in (one["measure"], res["measure"]):
+        for v in m.values():
+            v["records"] = [_record(RoundRecord, r) for r in v["records"]]
+    table, fix, k_max = pd.DataFrame(one["table"]), one["correction"], int(one["k_max"])
+    table.to_csv(out / "tp" / "latency_tp1.csv", index=False)
     coll = pd.DataFrame(res["collectives"])
     coll.to_csv(out / "tp" / "collectives.csv", index=False)
-    k_max, ro = engine.cfg.k_max, round_overhead_s(table)
-    extra = _decision_overheads(cfg, one, k_max)
+    pos = [[_record(PositionRecord, p) for p in ps] for ps in one["positions"]]
+    proj1 = {int(t): v for t, v in one["projections"].items()}
+    ro = round_overhead_s(table)
+    extra = _decision_overheads(cfg, one["measure"], k_max)
     pred1 = predict(out / "tp" / "sim_tp1", table, ro, k_max, cfg, pos, extra)
-    tab_n = tp_table(table, proj1, coll, engine.target.cfg.n_layers)
+    tab_n = tp_table(table, proj1, coll, int(one["layers"]))
     ro_n = ro + agree_overhead_s(coll)
     predn = predict(out / "tp" / f"sim_tp{cfg.tp}", tab_n, ro_n, k_max, cfg, pos, extra)
-    rows = _rows(cfg, one, res["measure"], pred1, predn)
+    rows = _rows(cfg, one["measure"], res["measure"], pred1, predn)
+    recs_n = [r for c in cfg.controllers for r in res["measure"][c]["records"]]
+    per_k = trace_ratios(tab_n, recs_n, "seconds", fix["intercept_s"], cfg.latency_statistic)
+    recs_1 = [r for c in cfg.controllers for r in one["measure"][c]["records"]]
+    per_k1 = trace_ratios(table, recs_1, "seconds", fix["intercept_s"], cfg.latency_statistic)
+    pd.DataFrame(records_to_columns(recs_n)).to_csv(
+        out / "tp" / f"rounds_tp{cfg.tp}.csv", index=False
+    )
     err = pd.DataFrame(rows)
     err.to_csv(out / "errors_tp.csv", index=False)
     worst = float(err["abs_error_pct"].max())
@@ -270,11 +252,20 @@ def run_tp(cfg: TPValidateConfig, out: Path, log=print) -> dict:
         "tp": cfg.tp,
         "config": asdict(cfg),
         "max_abs_error_pct": worst,
+        "trace_correction": fix,
+        # measured / predicted TP = N round time by draft length (the model's error per k)
+        "tp_rounds_vs_table": per_k,
+        "tp1_rounds_vs_table": per_k1,
         "runtime_s": time.perf_counter() - t0,
         "rows": rows,
     }
-    (out / "tp" / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    (out / "tp" / "summary.json").write_text(json.dumps(json_safe(summary), indent=1, default=str))
     return summary
+
+
+def _record(cls, d: dict):
+    """A record dataclass from its JSON dict (lists back to tuples)."""
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
 def _decision_overheads(cfg: TPValidateConfig, one: dict, k_max: int) -> dict[str, float]:
@@ -299,6 +290,7 @@ def _rows(cfg, one, tpn, pred1: dict, predn: dict) -> list[dict]:
         for i, (metric, key) in enumerate((("tpot_s", "tpot"), ("throughput_tokens_per_s", "tps"))):
             m, m1 = float(np.mean(tpn[c][key])), float(np.mean(one[c][key]))
             pred = predn[c][i]
+            drafted = [r.drafted for r in tpn[c]["records"]]
             rows.append(
                 {
                     "controller": c,
@@ -311,6 +303,8 @@ def _rows(cfg, one, tpn, pred1: dict, predn: dict) -> list[dict]:
                     "error_pct": (pred - m) / m * 100,
                     "abs_error_pct": abs(pred - m) / m * 100,
                     "real_spread_pct": _spread(tpn[c][key]),
+                    "tp_mean_k_measured": float(np.mean(drafted)) if drafted else float("nan"),
+                    "tp_mean_k_predicted": predn[c][2],
                 }
             )
     return rows

@@ -26,12 +26,12 @@ def test_tp_table_charges_each_target_pass_the_sharded_layers_means():
         }
     )
     proj1 = {1: 1e-3, 4: 1.2e-3, 16: 2e-3}  # full-width projections at TP = 1
-    out = tp_table(table, proj1, _coll(), layers=12)
-    # T = batch x new tokens: 1, 4 and 16 (the last interpolated at the grid's end)
+    out = tp_table(table, proj1, _coll(), layers=2)
+    # T = batch x new tokens: 1, 4 and 16 (points on a line: the fitted line goes through them)
     want = [
-        5e-3 + 12 * (1.5 * 2e-3 - 1e-3),
-        6e-3 + 12 * (1.5 * 2.4e-3 - 1.2e-3),
-        9e-3 + 12 * (1.5 * 4e-3 - 2e-3),
+        5e-3 + 2 * (1.5 * 2e-3 - 1e-3),
+        6e-3 + 2 * (1.5 * 2.4e-3 - 1.2e-3),
+        9e-3 + 2 * (1.5 * 4e-3 - 2e-3),
         5e-4,  # the drafter is replicated: its rows stand
     ]
     assert out["seconds"].tolist() == pytest.approx(want, rel=1e-12)
@@ -42,3 +42,39 @@ def test_agree_overhead_is_three_smallest_all_reduces_mean():
     assert agree_overhead_s(_coll()) == pytest.approx(3 * 2e-4, rel=1e-12)
     medians_only = _coll().drop(columns="seconds_mean")
     assert agree_overhead_s(medians_only) == pytest.approx(3 * 1e-4, rel=1e-12)
+
+
+def test_tp_table_uses_the_least_squares_line_over_the_profiled_sizes():
+    """One size's mean is noisy; the table charges the line through all of them."""
+    coll = pd.DataFrame(
+        {"kind": ["sharded"] * 3, "tokens": [1, 2, 3], "seconds_mean": [2e-3, 4e-3, 3e-3]}
+    )
+    proj1 = {1: 1e-3, 2: 1e-3, 3: 1e-3}  # flat full-width projections
+    table = pd.DataFrame(
+        {"model": ["target"] * 2, "batch": [1, 1], "new_tokens": [1, 3], "seconds": [5e-3, 5e-3]}
+    )
+    # the line through (1, 2), (2, 4), (3, 3) ms: slope 0.5 ms, intercept 2 ms
+    out = tp_table(table, proj1, coll, layers=2)
+    want = [5e-3 + 2 * (2.5e-3 - 1e-3), 5e-3 + 2 * (3.5e-3 - 1e-3)]
+    assert out["seconds"].tolist() == pytest.approx(want, rel=1e-12)
+
+
+def test_ranks_side_by_side_slow_the_unsharded_rest_and_the_drafter():
+    """With a ``replicated`` profile (full-width projections on every rank at once) at f times
+    the one-process time, the pass's rest and the drafter's rows cost f times their TP = 1 time."""
+    proj1 = {1: 1e-3, 4: 1.2e-3, 16: 2e-3}
+    coll = _coll()
+    side = [{"kind": "replicated", "tokens": t, "seconds_mean": 1.25 * v} for t, v in proj1.items()]
+    coll = pd.concat([coll, pd.DataFrame(side)], ignore_index=True)
+    table = pd.DataFrame(
+        {
+            "model": ["target", "drafter"],
+            "batch": [1, 1],
+            "new_tokens": [4, 1],
+            "seconds": [6e-3, 5e-4],
+        }
+    )
+    out = tp_table(table, proj1, coll, layers=2)
+    rest = 6e-3 - 2 * 1.2e-3  # the pass without its projections
+    want = [1.25 * rest + 2 * 1.5 * 2.4e-3, 1.25 * 5e-4]
+    assert out["seconds"].tolist() == pytest.approx(want, rel=1e-12)

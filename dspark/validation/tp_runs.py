@@ -1,0 +1,168 @@
+"""The measured side of ``dspark validate --part tp``: one spawned group of TP = N ranks does
+everything, in ``repeats`` alternations, so that a change of the machine's background load
+reaches the calibration and the measurements alike (a 2-core VM's speed drifts by 10-25% over a
+minute; calibrating first and measuring later showed it as model error):
+
+1. rank 0 alone, on an unsharded engine built before the process group (the other ranks wait
+   at a barrier): a slice of the TP = 1 latency profile, k-cycling generations of the
+   calibration prompts (the profile's correction), a chunk of the full-width projection timings
+   and one measured repeat of every controller at TP = 1 (the control);
+2. all ranks: a chunk of the collectives profile and one measured repeat at TP = N.
+
+Rank 0 writes what the parent (``dspark.validation.tp``) predicts from and compares against.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+
+def measure_repeat(engine, cfg, prompts, out: dict, keep_records: bool) -> None:
+    """One measured repeat of every controller over ``prompts``, the controllers alternating
+    prompt by prompt (a drift of the machine's speed reaches them alike): tokens/s and TPOT
+    appended to ``out[controller]``; with ``keep_records`` the ``RoundRecord``s too (dicts)."""
+    from control import make_controller
+
+    sums = {c: [0.0, 0.0, 0.0] for c in cfg.controllers}  # tokens, seconds, prefill seconds
+    for i, p in enumerate(prompts):
+        for c in cfg.controllers:
+            g = engine.generate(p, cfg.new_tokens, make_controller(c), request_id=i)
+            f, s = engine.prefills[-1], sums[c]
+            s[0], s[1], s[2] = (
+                s[0] + len(g.tokens),
+                s[1] + g.seconds,
+                s[2] + f["end_s"] - f["start_s"],
+            )
+            o = out.setdefault(c, {"tps": [], "tpot": [], "records": []})
+            if keep_records:
+                o["records"].extend(asdict(r) for r in g.records)
+    for c, (toks, secs, pre) in sums.items():
+        out[c]["tps"].append(toks / secs)
+        out[c]["tpot"].append((secs - pre) / toks)
+
+
+def warm_up(engine, cfg, prompts) -> None:
+    """One untimed generation per controller: first-call dispatch and allocator warm-up."""
+    from control import make_controller
+
+    for c in cfg.controllers:
+        engine.generate(prompts[0], cfg.new_tokens, make_controller(c), request_id=0)
+
+
+class TP1Side:
+    """Rank 0's unsharded engine: the calibration (profile, its correction by engine rounds,
+    full-width projections) and the TP = 1 control runs, a slice at a time."""
+
+    def __init__(self, cfg, build_engine, prompts_of, message_tokens) -> None:
+        from real.profile import GridProfiler, ProfileConfig
+        from real.tracing import record_positions_full
+
+        self.cfg = cfg
+        self.engine = e = build_engine(cfg)
+        self.prompts, self.val = prompts_of(e, cfg, "test"), prompts_of(e, cfg, "val")
+        self.positions = [
+            record_positions_full(e, p, cfg.new_tokens, i)[0] for i, p in enumerate(self.prompts)
+        ]
+        self.pcfg = ProfileConfig(
+            contexts=(cfg.prompt_tokens + cfg.new_tokens // 2,),
+            prefill_tokens=(cfg.prompt_tokens - 1,),
+            repeats=cfg.profile_repeats,
+            warmup=1,
+        )
+        self.gp = GridProfiler(e, self.pcfg)
+        self.gp.passes(self.pcfg.warmup, record=False)
+        cells = np.arange(cfg.profile_repeats * len(self.gp.cells))
+        self.slices = [len(x) for x in np.array_split(cells, cfg.repeats)]
+        self.toks = message_tokens((1,), e.cfg.k_max) + [cfg.prompt_tokens - 1]
+        self.proj_times: dict = {}
+        self.cycle_recs: list = []
+        self.measured: dict = {}
+        warm_up(e, cfg, self.prompts)
+
+    def step(self, r: int) -> None:
+        """Repeat ``r``: a profile slice, the k-cycling calibration generations, a chunk of
+        projection timings, then one measured repeat of every controller."""
+        from real.profile import CycleK
+        from real.tp_profile import time_projections
+
+        cfg, e = self.cfg, self.engine
+        self.gp.run_cells(self.slices[r])
+        if cfg.correct_profile:
+            for i, p in enumerate(self.val):
+                ks = CycleK(range(e.cfg.k_max + 1), offset=r * len(self.val) + i)
+                self.cycle_recs.extend(e.generate(p, cfg.new_tokens, ks, request_id=i).records)
+        n = -(-cfg.collective_repeats // cfg.repeats)
+        time_projections(e, self.toks, n, 3 if r == 0 else 0, self.proj_times)
+        measure_repeat(e, cfg, self.prompts, self.measured, keep_records=r == 0)
+
+    def result(self) -> dict:
+        """The simulator's TP = 1 table (``cfg.latency_statistic``, corrected by the cycling
+        rounds when ``cfg.correct_profile``), its correction, the projections' means, the
+        greedy positions and the TP = 1 runs; JSON-ready."""
+        from real.profile import correct_from_trace, finish_table, with_statistic
+
+        cfg, e = self.cfg, self.engine
+        rows, fit = self.gp.rows()
+        lat, details = finish_table(e, self.pcfg, rows, fit)
+        table = with_statistic(lat, cfg.latency_statistic)
+        ro = details["round_overhead"]
+        icpt = ro["intercept_mean_s" if cfg.latency_statistic == "mean" else "intercept_s"]
+        fix: dict = {"intercept_s": icpt}
+        if self.cycle_recs:
+            table, more = correct_from_trace(
+                table, self.cycle_recs, "seconds", icpt, statistic=cfg.latency_statistic
+            )
+            fix.update(more)
+        return {
+            "table": table.to_dict("list"),
+            "correction": fix,
+            "projections": {int(t): float(np.mean(v)) for t, v in self.proj_times.items()},
+            "positions": [[asdict(p) for p in ps] for ps in self.positions],
+            "measure": self.measured,
+            "k_max": e.cfg.k_max,
+            "layers": e.target.cfg.n_layers,
+        }
+
+
+def rank_job(rank: int, size: int, port: int, data: dict, path: str) -> None:
+    """One TP rank (module docstring); rank 0 writes ``path``."""
+    import torch
+    import torch.distributed as dist
+
+    from dspark.validation.tp import TPValidateConfig, engine_for, prompts_for
+    from real import tp
+    from real.tp_profile import collective_rows, message_tokens, time_collectives
+
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size)
+    )
+    torch.set_num_threads(1)
+    cfg = TPValidateConfig(**data)
+    # rank 0's TP = 1 engine is built before the group exists: it is not sharded
+    one = TP1Side(cfg, engine_for, prompts_for, message_tokens) if rank == 0 else None
+    tp.init(size, "cpu", cfg.timeout_s)
+    try:
+        engine = engine_for(cfg)
+        prompts = prompts_for(engine, cfg)
+        toks = message_tokens((1,), engine.cfg.k_max) + [cfg.prompt_tokens - 1]
+        warm_up(engine, cfg, prompts)
+        times: dict = {}
+        meas: dict = {}
+        n = -(-cfg.collective_repeats // cfg.repeats)
+        for r in range(cfg.repeats):
+            if one is not None:
+                one.step(r)
+            dist.barrier()
+            time_collectives(engine, toks, n, 3 if r == 0 else 0, times)
+            measure_repeat(engine, cfg, prompts, meas, keep_records=r == 0)
+        coll = collective_rows(engine, toks, times)
+    finally:
+        tp.shutdown()
+    if one is not None:
+        out = {"measure": meas, "collectives": coll.to_dict("list"), "tp1": one.result()}
+        Path(path).write_text(json.dumps(out))
