@@ -11,6 +11,8 @@ values of the target's dtype; ``tokens`` = batch × new tokens of the profiled g
   communication);
 - ``layer``: ``sharded - local``, what tensor parallelism adds to one layer: the all-reduce "as
   seen by a layer", which the simulator's TP model charges per layer;
+- ``broadcast``: a broadcast of three float64 values from rank 0 (``real.tp.agree``: the engine's
+  agreed time readings, two or three per round), the same at every ``tokens``;
 - ``replicated``: the four projections at full width as plain tensors, every rank at once (no
   communication): over :func:`time_projections` (one process alone) it is what running N ranks
   side by side costs the same compute (shared memory bandwidth and caches on one CPU; ~1 on
@@ -89,6 +91,7 @@ def time_collectives(
     d_local = layer.h * layer.hd
     ws = [getattr(layer, n).weight.to_local().contiguous() for n in ("qkv", "o", "gate_up", "down")]
     full = [w.repeat(*((ctx.size, 1) if i in (0, 2) else (1, ctx.size))) for i, w in enumerate(ws)]
+    three = torch.zeros(3, dtype=torch.float64, device=dev)
     times = {} if times is None else times
     with torch.inference_mode():
         for r in range(warmup + repeats):
@@ -97,6 +100,7 @@ def time_collectives(
                 msg = x.clone()
                 ops = {
                     "all_reduce": lambda m=msg: dist.all_reduce(m),
+                    "broadcast": lambda: dist.broadcast(three, 0),
                     "sharded": lambda x=x: _layer_pair(layer, x, d_local),
                     "local": lambda x=x: _local_pair(ws, x, d_local),
                     "replicated": lambda x=x: _local_pair(full, x, d),
@@ -125,8 +129,9 @@ def collective_rows(engine, tokens: list[int], times: dict):
         sh, lo = np.array(times[("sharded", t)]), np.array(times[("local", t)])
         kinds = (("all_reduce", np.array(times[("all_reduce", t)])), ("sharded", sh))
         kinds += (("local", lo), ("layer", sh - lo))
-        if ("replicated", t) in times:
-            kinds += (("replicated", np.array(times[("replicated", t)])),)
+        for extra in ("broadcast", "replicated"):
+            if (extra, t) in times:
+                kinds += ((extra, np.array(times[(extra, t)])),)
         for kind, xs in kinds:
             rows.append(
                 {

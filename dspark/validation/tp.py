@@ -154,12 +154,14 @@ def tp_table(table, proj1: dict, coll, layers: int):
     return out
 
 
-def agree_overhead_s(coll) -> float:
-    """The engine's three agreed time readings per round (``Engine.agree``), each priced as the
-    smallest all-reduce (its mean)."""
-    ar = coll[coll["kind"] == "all_reduce"].sort_values("tokens")
+def agree_overhead_s(coll, calls: int = 1) -> float:
+    """``calls`` agreed time readings (``Engine.agree``: two per round, three with a round
+    planner), each priced as the profile's broadcast (its mean), or without one as the smallest
+    all-reduce."""
+    kind = "broadcast" if (coll["kind"] == "broadcast").any() else "all_reduce"
+    ar = coll[coll["kind"] == kind].sort_values("tokens")
     col = "seconds_mean" if "seconds_mean" in ar else "seconds"
-    return 3 * float(ar[col].iloc[0])
+    return calls * float(ar[col].mean() if kind == "broadcast" else ar[col].iloc[0])
 
 
 def predict(
@@ -211,6 +213,7 @@ def run_tp(cfg: TPValidateConfig, out: Path, log=print) -> dict:
     calibration and measurements alternated); write and return the summary."""
     import pandas as pd
 
+    from control.registry import make_planner
     from control.types import PositionRecord, RoundRecord, records_to_columns
     from real.profile import round_overhead_s, trace_ratios
 
@@ -235,8 +238,11 @@ def run_tp(cfg: TPValidateConfig, out: Path, log=print) -> dict:
     extra = _decision_overheads(cfg, one["measure"], k_max)
     pred1 = predict(out / "tp" / "sim_tp1", table, ro, k_max, cfg, pos, extra)
     tab_n = tp_table(table, proj1, coll, int(one["layers"]))
-    ro_n = ro + agree_overhead_s(coll)
-    predn = predict(out / "tp" / f"sim_tp{cfg.tp}", tab_n, ro_n, k_max, cfg, pos, extra)
+    # two agreed readings a round, a third after the round for a round planner's statistics
+    ro_n = ro + agree_overhead_s(coll, 2)
+    planned = {c for c in cfg.controllers if make_planner(c) is not None}
+    extra_n = {c: v + (agree_overhead_s(coll) if c in planned else 0.0) for c, v in extra.items()}
+    predn = predict(out / "tp" / f"sim_tp{cfg.tp}", tab_n, ro_n, k_max, cfg, pos, extra_n)
     rows = _rows(cfg, one["measure"], res["measure"], pred1, predn)
     recs_n = [r for c in cfg.controllers for r in res["measure"][c]["records"]]
     per_k = trace_ratios(tab_n, recs_n, "seconds", fix["intercept_s"], cfg.latency_statistic)

@@ -98,7 +98,7 @@ class TP1Side:
                 self.cycle_recs.extend(e.generate(p, cfg.new_tokens, ks, request_id=i).records)
         n = -(-cfg.collective_repeats // cfg.repeats)
         time_projections(e, self.toks, n, 3 if r == 0 else 0, self.proj_times)
-        measure_repeat(e, cfg, self.prompts, self.measured, keep_records=r == 0)
+        measure_repeat(e, cfg, self.prompts, self.measured, keep_records=True)
 
     def result(self) -> dict:
         """The simulator's TP = 1 table (``cfg.latency_statistic``, corrected by the cycling
@@ -159,7 +159,7 @@ def rank_job(rank: int, size: int, port: int, data: dict, path: str) -> None:
                 one.step(r)
             dist.barrier()
             time_collectives(engine, toks, n, 3 if r == 0 else 0, times)
-            measure_repeat(engine, cfg, prompts, meas, keep_records=r == 0)
+            measure_repeat(engine, cfg, prompts, meas, keep_records=True)
         coll = collective_rows(engine, toks, times)
     finally:
         tp.shutdown()

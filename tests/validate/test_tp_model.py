@@ -38,10 +38,13 @@ def test_tp_table_charges_each_target_pass_the_sharded_layers_means():
     assert table["seconds"].tolist()[0] == 5e-3  # the input is not modified
 
 
-def test_agree_overhead_is_three_smallest_all_reduces_mean():
-    assert agree_overhead_s(_coll()) == pytest.approx(3 * 2e-4, rel=1e-12)
+def test_agree_overhead_prices_each_reading_as_the_broadcast_or_smallest_all_reduce():
+    assert agree_overhead_s(_coll(), 3) == pytest.approx(3 * 2e-4, rel=1e-12)
     medians_only = _coll().drop(columns="seconds_mean")
-    assert agree_overhead_s(medians_only) == pytest.approx(3 * 1e-4, rel=1e-12)
+    assert agree_overhead_s(medians_only, 3) == pytest.approx(3 * 1e-4, rel=1e-12)
+    bc = [{"kind": "broadcast", "tokens": t, "seconds_mean": m} for t, m in ((1, 3e-5), (4, 5e-5))]
+    with_bc = pd.concat([_coll(), pd.DataFrame(bc)], ignore_index=True)
+    assert agree_overhead_s(with_bc, 2) == pytest.approx(2 * 4e-5, rel=1e-12)  # their mean
 
 
 def test_tp_table_uses_the_least_squares_line_over_the_profiled_sizes():
