@@ -74,10 +74,18 @@ def profile_collectives(engine, tokens: list[int], repeats: int = 20, warmup: in
 
 
 def time_collectives(
-    engine, tokens: list[int], repeats: int, warmup: int = 0, times: dict | None = None
+    engine,
+    tokens: list[int],
+    repeats: int,
+    warmup: int = 0,
+    times: dict | None = None,
+    chain: int = 1,
 ) -> dict:
     """Seconds of each (kind, tokens) over ``repeats`` passes after ``warmup`` untimed ones,
-    appended to ``times`` (passes can run in chunks between other work)."""
+    appended to ``times`` (passes can run in chunks between other work). ``chain``: the
+    projections kinds run that many times back to back after one barrier and count their
+    mean, as a forward's layers do (the ranks drift apart between all-reduces as they do
+    there; one call after a barrier starts them together)."""
     import torch.distributed as dist
 
     from real.engine import sync
@@ -99,17 +107,17 @@ def time_collectives(
                 x = torch.randn(t, d, dtype=dt, device=dev)
                 msg = x.clone()
                 ops = {
-                    "all_reduce": lambda m=msg: dist.all_reduce(m),
-                    "broadcast": lambda: dist.broadcast(three, 0),
-                    "sharded": lambda x=x: _layer_pair(layer, x, d_local),
-                    "local": lambda x=x: _local_pair(ws, x, d_local),
-                    "replicated": lambda x=x: _local_pair(full, x, d),
+                    "all_reduce": (lambda m=msg: dist.all_reduce(m), 1),
+                    "broadcast": (lambda: dist.broadcast(three, 0), 1),
+                    "sharded": (lambda x=x: _layer_pair(layer, x, d_local), chain),
+                    "local": (lambda x=x: _local_pair(ws, x, d_local), chain),
+                    "replicated": (lambda x=x: _local_pair(full, x, d), chain),
                 }
-                for kind, fn in ops.items():
+                for kind, (fn, n) in ops.items():
                     dist.barrier()
-                    s = _timed(fn, lambda: sync(dev))
+                    s = _timed(lambda fn=fn, n=n: [fn() for _ in range(n)], lambda: sync(dev))
                     if r >= warmup:
-                        times.setdefault((kind, t), []).append(s)
+                        times.setdefault((kind, t), []).append(s / n)
     return times
 
 

@@ -48,10 +48,11 @@ class TPValidateConfig:
     repeats: int = param(3, lo=1, hi=20, doc="real runs per (tp, controller)")
     # 5 passes over a one-context grid: the TP = 1 calibration in a few seconds.
     profile_repeats: int = param(5, lo=1, hi=100, doc="timed passes of the TP = 1 profile")
-    # 100: one sharded layer's time spreads 2x between p10 and p90 on a shared CPU; at 20 the
-    # mean's error, times the layers, moved the prediction ~15% between runs.
+    # 30 passes, each a forward's worth of layers back to back (real.tp_profile, chain): one
+    # sharded layer's time spreads 2x between p10 and p90 on a shared CPU; 20 single layers
+    # moved the prediction ~15% between runs.
     collective_repeats: int = param(
-        100, lo=3, hi=10000, doc="timed passes of the projections and collectives"
+        30, lo=3, hi=10000, doc="timed passes of the projections and collectives"
     )
     # the TP = 1 table corrected by the engine's own rounds (k cycling over 0..k_max on held-apart
     # calibration prompts, real.profile.correct_from_trace), as the batch-1 part does.
@@ -248,9 +249,8 @@ def run_tp(cfg: TPValidateConfig, out: Path, log=print) -> dict:
     per_k = trace_ratios(tab_n, recs_n, "seconds", fix["intercept_s"], cfg.latency_statistic)
     recs_1 = [r for c in cfg.controllers for r in one["measure"][c]["records"]]
     per_k1 = trace_ratios(table, recs_1, "seconds", fix["intercept_s"], cfg.latency_statistic)
-    pd.DataFrame(records_to_columns(recs_n)).to_csv(
-        out / "tp" / f"rounds_tp{cfg.tp}.csv", index=False
-    )
+    for n, recs in ((1, recs_1), (cfg.tp, recs_n)):
+        pd.DataFrame(records_to_columns(recs)).to_csv(out / "tp" / f"rounds_tp{n}.csv", index=False)
     err = pd.DataFrame(rows)
     err.to_csv(out / "errors_tp.csv", index=False)
     worst = float(err["abs_error_pct"].max())

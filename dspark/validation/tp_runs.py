@@ -97,7 +97,8 @@ class TP1Side:
                 ks = CycleK(range(e.cfg.k_max + 1), offset=r * len(self.val) + i)
                 self.cycle_recs.extend(e.generate(p, cfg.new_tokens, ks, request_id=i).records)
         n = -(-cfg.collective_repeats // cfg.repeats)
-        time_projections(e, self.toks, n, 3 if r == 0 else 0, self.proj_times)
+        layers = e.target.cfg.n_layers  # as many samples as the TP side's chained passes
+        time_projections(e, self.toks, n * layers, 3 if r == 0 else 0, self.proj_times)
         measure_repeat(e, cfg, self.prompts, self.measured, keep_records=True)
 
     def result(self) -> dict:
@@ -153,12 +154,13 @@ def rank_job(rank: int, size: int, port: int, data: dict, path: str) -> None:
         warm_up(engine, cfg, prompts)
         times: dict = {}
         meas: dict = {}
+        layers = engine.target.cfg.n_layers  # the projections run a forward's worth at a time
         n = -(-cfg.collective_repeats // cfg.repeats)
         for r in range(cfg.repeats):
             if one is not None:
                 one.step(r)
             dist.barrier()
-            time_collectives(engine, toks, n, 3 if r == 0 else 0, times)
+            time_collectives(engine, toks, n, 1 if r == 0 else 0, times, layers)
             measure_repeat(engine, cfg, prompts, meas, keep_records=True)
         coll = collective_rows(engine, toks, times)
     finally:

@@ -1,0 +1,67 @@
+"""`dspark validate --part tp --fast` (tiny random models, 2 gloo ranks) end to end: the TP = 1
+side (rank 0) and the TP = 2 side run in one spawned group, and the simulator replays both."""
+
+import contextlib
+import io
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dspark.cli import main
+
+dist = pytest.importorskip("torch.distributed")
+if not (dist.is_available() and dist.is_gloo_available()):
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("validate_tp")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(["validate", "--part", "tp", "--fast", "--repeats", "2", "--out", str(out)])
+    return rc, out, buf.getvalue()
+
+
+def test_rows_complete_and_headline_is_the_worst_tp_row(run):
+    rc, out, stdout = run
+    assert rc == 0
+    err = pd.read_csv(out / "errors_tp.csv")
+    assert sorted(zip(err.controller, err.metric)) == sorted(
+        (c, m) for c in ("fixed", "dspark") for m in ("tpot_s", "throughput_tokens_per_s")
+    )
+    for col in ("tp1_measured", "tp1_predicted", "tp_measured", "tp_predicted"):
+        assert np.isfinite(err[col]).all() and (err[col] > 0).all()
+    summary = json.loads((out / "tp" / "summary.json").read_text())
+    assert summary["max_abs_error_pct"] == pytest.approx(err["abs_error_pct"].max())
+    assert stdout.strip().splitlines()[-1] == (
+        f"validate_tp_max_abs_error_pct={err['abs_error_pct'].max():.3f}"
+    )
+
+
+def test_fixed_k_replays_the_measured_rounds_exactly(run):
+    """Fixed k ignores timings: the simulator, fed the TP = 1 engine's greedy positions, drafts
+    what that engine drafted (every repeat the same rounds), at any TP; the TP = 2 column is the
+    mean of the TP = 2 rounds (float32 tiny models: a near-tie may break differently there)."""
+    _, out, _ = run
+    err = pd.read_csv(out / "errors_tp.csv")
+    fixed = err[err.controller == "fixed"].iloc[0]
+    one = pd.read_csv(out / "tp" / "rounds_tp1.csv")
+    assert fixed.tp_mean_k_predicted == pytest.approx(
+        one[one.controller == "fixed"]["drafted"].mean(), rel=1e-12
+    )
+    two = pd.read_csv(out / "tp" / "rounds_tp2.csv")
+    assert fixed.tp_mean_k_measured == pytest.approx(
+        two[two.controller == "fixed"]["drafted"].mean(), rel=1e-12
+    )
+
+
+def test_profile_holds_every_kind_the_model_reads(run):
+    _, out, _ = run
+    coll = pd.read_csv(out / "tp" / "collectives.csv")
+    kinds = set(coll["kind"])
+    assert {"all_reduce", "sharded", "local", "layer", "broadcast", "replicated"} <= kinds
+    table = pd.read_csv(out / "tp" / "latency_tp1.csv")
+    assert (table["seconds"] > 0).all()
