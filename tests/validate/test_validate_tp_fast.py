@@ -18,11 +18,15 @@ if not (dist.is_available() and dist.is_gloo_available()):
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("validate_tp")
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        rc = main(["validate", "--part", "tp", "--fast", "--repeats", "2", "--out", str(out)])
-    return rc, out, buf.getvalue()
+    for attempt in range(2):
+        out = tmp_path_factory.mktemp("validate_tp")
+        buf, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
+            rc = main(["validate", "--part", "tp", "--fast", "--repeats", "2", "--out", str(out)])
+        # a gloo rank dying by a signal while the group forms (seen once in ~5 loaded CI runs of
+        # tests/real/test_tp.py) gets one fresh start; any other failure is the test's
+        if rc == 0 or attempt or "a rank failed" not in err.getvalue():
+            return rc, out, buf.getvalue()
 
 
 def test_rows_complete_and_headline_is_the_worst_tp_row(run):
