@@ -424,6 +424,7 @@ def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
         "calibration_controller": [x_name, to_dict(x_cfg)],
         "controllers": {c: [to_dict(ctrl_cfgs[c]), ctrl_src[c]] for c in b.controllers},
         "profile": {"passes": gp.done, "slices_cells": per_slice, **details},
+        "decision_cpu_s_by_batch": _decision_cpu(cfg, bdir, x_name, x_cfg, ctrl_cfgs),
         "engine": dataclasses.asdict(ecfg),
         "measure_s": time.perf_counter() - t_start,
     }
@@ -527,6 +528,56 @@ def _calibrate(cfg: ValidateConfig, meta: dict, lat, cal_runs, pdir: Path, log) 
         "resid": resid,
         "icpt": icpt,
     }
+
+
+def _decision_cpu(cfg: ValidateConfig, bdir: Path, x_name, x_cfg, ctrl_cfgs) -> dict:
+    """Each controller's CPU per round by batch size (``mirror.decision_cpu_by_batch``),
+    replayed over the calibration load's rounds; ``"calibration"``: the calibration controller's.
+    Measured with the runs (a timing), so that a re-analysis reads it and repeats its table."""
+    import pandas as pd
+
+    from control.types import records_from_rows
+    from dspark.validation.mirror import decision_cpu_by_batch
+
+    rows = pd.read_csv(bdir / "rounds.csv", dtype={"confidences": str, "sentence_ends": str})
+    recs = records_from_rows(rows[rows["controller"] == CALIBRATION_LABEL].to_dict("records"))
+    k_max = cfg.batched.k_max
+    out = {"calibration": decision_cpu_by_batch(x_name, x_cfg, recs, k_max)}
+    for c, conf in ctrl_cfgs.items():
+        out[c] = decision_cpu_by_batch(c, conf, recs, k_max)
+    return out
+
+
+def _decision_tables(cfg: ValidateConfig, meta: dict, cal: dict, log) -> dict:
+    """Per held-out controller, the simulator's latency table with its own CPU per round beyond
+    the calibration controller's (``meta["decision_cpu_s_by_batch"]``, nearest batch size) added
+    to the round overhead: the calibration residual holds only the calibration controller's
+    decisions (a planner's ``plan`` is ~0.5 ms a round here)."""
+    import pandas as pd
+
+    b = cfg.batched
+    cpu = {
+        c: {int(bb): float(v) for bb, v in d.items()}
+        for c, d in meta.get("decision_cpu_s_by_batch", {}).items()
+    }
+    base = cpu.get("calibration", {})
+    plain = pd.read_csv(cal["plain_csv"])
+    out = {}
+    for c in b.controllers:
+        extra = {bb: max(v - base.get(bb, 0.0), 0.0) for bb, v in cpu.get(c, {}).items()}
+        known = sorted(extra)
+        ov = {
+            bb: v + (extra[min(known, key=lambda k: abs(k - bb))] if known else 0.0)
+            for bb, v in cal["overhead"].items()
+        }
+        path = Path(cal["sim_lat_csv"]).with_name(f"latency_sim_{c}.csv")
+        sim_table(plain, b.k_max, ov).to_csv(path, index=False)
+        out[c] = path
+        log(
+            f"batched: {c} decision CPU beyond the calibration controller (ms/round by batch): "
+            + (", ".join(f"B{bb} {v * 1e3:.3f}" for bb, v in extra.items()) or "not measured")
+        )
+    return out
 
 
 def _predict(
@@ -740,7 +791,12 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
 
     cal_real = next(m for m, _ in cal_runs)
     cal_sim = predict("calibration", x_name, x_cfg)
-    preds = {(c, ld): predict(ld, c, ctrl_cfgs[c]) for ld in b.load_names for c in b.controllers}
+    tables = _decision_tables(cfg, meta, cal, log)
+    preds = {
+        (c, ld): predict(ld, c, ctrl_cfgs[c], tables[c])
+        for ld in b.load_names
+        for c in b.controllers
+    }
     runs = {(c, ld): real_runs(c, ld) for (c, ld) in preds}
     real = {k: [m for m, _ in v] for k, v in runs.items()}
     log(f"batched: predicted {len(preds)} controller x load pairs")

@@ -282,29 +282,73 @@ def decision_cpu_s(name: str, config, records, k_max: int) -> float:
     over ``records`` (``RoundRecord``s of a calibration run, by request; a fresh controller
     per request, one planner for all, as the engine keeps them). The engine runs them between
     its forward passes; a profile's round overhead, measured with fixed k, holds only fixed k's."""
-    import time
-
-    from control.batch import BatchContext, RoundStats, plan_round
-    from control.registry import make_controller, make_planner
-
-    planner = make_planner(name, config)
     by_req: dict[int, list] = {}
     for r in records:
         by_req.setdefault(r.request_id, []).append(r)
-    spent, n = 0.0, 0
-    for recs in by_req.values():
-        ctrl = make_controller(name, config)
-        for r in recs:
-            obs = r.observation()
-            stats = RoundStats.of_observation(r)
-            t0 = time.perf_counter()
-            plan_round(planner, [ctrl], r.now_s, BatchContext(1, r.context_tokens, k_max))
-            ctrl.observe(obs)
-            if planner is not None:
-                planner.observe_round(stats)
-            spent += time.perf_counter() - t0
-            n += 1
-    return spent / max(n, 1)
+    spent = _replay_cpu(name, config, [[r] for recs in by_req.values() for r in recs], k_max)
+    n = sum(len(v) for v in spent.values())
+    return sum(sum(v) for v in spent.values()) / max(n, 1)
+
+
+def decision_cpu_by_batch(name: str, config, records, k_max: int) -> dict[int, float]:
+    """:func:`decision_cpu_s` for a served run's ``records`` (``real.serve``: the rows of one
+    batched round share its end time ``now_s``): mean seconds per round by batch size, every
+    round replayed as the engine ran it (one ``plan`` for the batch, each row's ``observe``)."""
+    rounds: dict[float, list] = {}
+    for r in records:
+        rounds.setdefault(r.now_s, []).append(r)
+    spent = _replay_cpu(name, config, [rounds[t] for t in sorted(rounds)], k_max)
+    return {b: float(np.mean(v)) for b, v in sorted(spent.items())}
+
+
+def _replay_cpu(name: str, config, rounds: list[list], k_max: int) -> dict[int, list[float]]:
+    """Seconds of CPU of each round (rows of ``RoundRecord``s, in time order), by batch size; a
+    request's controller is made at its first row (a request's round 0)."""
+    import time
+
+    from control.batch import BatchContext, plan_round
+    from control.registry import make_controller, make_planner
+
+    planner = make_planner(name, config)
+    ctrls: dict[int, object] = {}
+    spent: dict[int, list[float]] = {}
+    for rows in rounds:
+        for r in rows:
+            if r.round == 0 or r.request_id not in ctrls:
+                ctrls[r.request_id] = make_controller(name, config)
+        members = [ctrls[r.request_id] for r in rows]
+        ctx = sum(r.context_tokens for r in rows)
+        stats = _round_stats(rows)
+        t0 = time.perf_counter()
+        plan_round(planner, members, rows[0].now_s, BatchContext(len(rows), ctx, k_max))
+        for c, r in zip(members, rows):
+            c.observe(r.observation())
+        if planner is not None:
+            planner.observe_round(stats)
+        spent.setdefault(len(rows), []).append(time.perf_counter() - t0)
+    return spent
+
+
+def _round_stats(rows):
+    """The ``RoundStats`` of one round from its rows' records."""
+    from control.batch import RoundStats
+
+    if len(rows) == 1:
+        return RoundStats.of_observation(rows[0])
+    r0, drafted = rows[0], [r.drafted for r in rows]
+    return RoundStats(
+        r0.now_s - r0.draft_s - r0.verify_s,
+        r0.now_s,
+        len(rows),
+        sum(1 for d in drafted if d),
+        max(drafted),
+        sum(drafted) + len(rows),
+        sum(r.context_tokens for r in rows),
+        r0.draft_s,
+        r0.verify_s,
+        sum(r.accepted for r in rows),
+        sum(r.emitted for r in rows),
+    )
 
 
 def predict(
