@@ -108,6 +108,7 @@ def _rank(rank: int, size: int, port: int, a_dict: dict, path: str) -> None:
             "collective_share": 2 * layers * float(coll["all_reduce"]) / fwd,
             "layer_share": layers * float(coll["layer"]) / fwd,
         }
+        tp.shutdown(synced=True)
     finally:
         tp.shutdown()
     if rank == 0:

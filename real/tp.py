@@ -117,12 +117,19 @@ def init(size: int, device: str = "cpu", timeout_s: float = 60.0) -> TPContext:
     return _CTX
 
 
-def shutdown() -> None:
+def shutdown(synced: bool = False) -> None:
+    """Leave the group (a no-op when not in one). ``synced``: a barrier first, on the path where
+    every rank finished its work, so that no rank tears down its gloo connections while another
+    still uses them (a rank then died by SIGABRT, "terminate called without an active
+    exception", about once in five loaded CI runs); error paths leave without it (a dead peer
+    would make the barrier wait for the whole timeout)."""
     global _CTX
     import torch.distributed as dist
 
     _CTX = None
     if dist.is_available() and dist.is_initialized():
+        if synced:
+            dist.barrier()
         dist.destroy_process_group()
 
 
@@ -250,7 +257,9 @@ def run_sharded(args, body: Callable[[Any], int], outputs: tuple[str, ...] = ("o
     if ctx.rank != 0:
         _quiet_rank(args, outputs)
     try:
-        return int(body(args) or 0)
+        rc = int(body(args) or 0)
+        shutdown(synced=True)
+        return rc
     finally:
         shutdown()
 

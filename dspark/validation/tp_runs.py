@@ -163,6 +163,7 @@ def rank_job(rank: int, size: int, port: int, data: dict, path: str) -> None:
             time_collectives(engine, toks, n, 1 if r == 0 else 0, times, layers)
             measure_repeat(engine, cfg, prompts, meas, keep_records=True)
         coll = collective_rows(engine, toks, times)
+        tp.shutdown(synced=True)
     finally:
         tp.shutdown()
     if one is not None:
