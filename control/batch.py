@@ -75,18 +75,25 @@ class RoundStats:
     def of_observation(cls, obs: Any) -> RoundStats:
         """The round a batch-1 ``Observation`` (or ``RoundRecord``) describes: one sequence,
         ending at ``now_s`` after its draft and verify phases."""
+        return cls.of_rows([obs])
+
+    @classmethod
+    def of_rows(cls, rows: Sequence[Any]) -> RoundStats:
+        """The round the rows' ``RoundRecord``s (or ``Observation``s) of one batched round
+        describe: they share its end ``now_s`` and its draft and verify phases."""
+        r0, drafted = rows[0], [r.drafted for r in rows]
         return cls(
-            obs.now_s - obs.draft_s - obs.verify_s,
-            obs.now_s,
-            1,
-            1 if obs.drafted else 0,
-            obs.drafted,
-            obs.drafted + 1,
-            obs.context_tokens,
-            obs.draft_s,
-            obs.verify_s,
-            obs.accepted,
-            obs.emitted,
+            r0.now_s - r0.draft_s - r0.verify_s,
+            r0.now_s,
+            len(rows),
+            sum(1 for d in drafted if d),
+            max(drafted),
+            sum(drafted) + len(rows),
+            sum(r.context_tokens for r in rows),
+            r0.draft_s,
+            r0.verify_s,
+            sum(r.accepted for r in rows),
+            sum(r.emitted for r in rows),
         )
 
 

@@ -135,12 +135,8 @@ def collective_rows(engine, tokens: list[int], times: dict):
     size = torch.tensor([], dtype=dt).element_size()
     for t in tokens:
         sh, lo = np.array(times[("sharded", t)]), np.array(times[("local", t)])
-        kinds = (("all_reduce", np.array(times[("all_reduce", t)])), ("sharded", sh))
-        kinds += (("local", lo), ("layer", sh - lo))
-        for extra in ("broadcast", "replicated"):
-            if (extra, t) in times:
-                kinds += ((extra, np.array(times[(extra, t)])),)
-        for kind, xs in kinds:
+        kinds = [(k, np.array(times[(k, t)])) for k in ("all_reduce", "broadcast", "replicated")]
+        for kind, xs in kinds + [("sharded", sh), ("local", lo), ("layer", sh - lo)]:
             rows.append(
                 {
                     "kind": kind,

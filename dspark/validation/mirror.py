@@ -279,13 +279,10 @@ def sim_metrics(res) -> dict[str, float]:
 def decision_cpu_s(name: str, config, records, k_max: int) -> float:
     """Seconds of CPU one batch-1 round of controller ``name`` (with ``config``) costs on this
     machine: its round planner's ``plan`` and ``observe_round`` and its own ``observe``, replayed
-    over ``records`` (``RoundRecord``s of a calibration run, by request; a fresh controller
-    per request, one planner for all, as the engine keeps them). The engine runs them between
+    over ``records`` (``RoundRecord``s of a calibration run, in the order they ran; a fresh
+    controller per request, one planner for all, as the engine keeps them). The engine runs them between
     its forward passes; a profile's round overhead, measured with fixed k, holds only fixed k's."""
-    by_req: dict[int, list] = {}
-    for r in records:
-        by_req.setdefault(r.request_id, []).append(r)
-    spent = _replay_cpu(name, config, [[r] for recs in by_req.values() for r in recs], k_max)
+    spent = _replay_cpu(name, config, [[r] for r in records], k_max)
     n = sum(len(v) for v in spent.values())
     return sum(sum(v) for v in spent.values()) / max(n, 1)
 
@@ -306,7 +303,7 @@ def _replay_cpu(name: str, config, rounds: list[list], k_max: int) -> dict[int, 
     request's controller is made at its first row (a request's round 0)."""
     import time
 
-    from control.batch import BatchContext, plan_round
+    from control.batch import BatchContext, RoundStats, plan_round
     from control.registry import make_controller, make_planner
 
     planner = make_planner(name, config)
@@ -318,7 +315,7 @@ def _replay_cpu(name: str, config, rounds: list[list], k_max: int) -> dict[int, 
                 ctrls[r.request_id] = make_controller(name, config)
         members = [ctrls[r.request_id] for r in rows]
         ctx = sum(r.context_tokens for r in rows)
-        stats = _round_stats(rows)
+        stats = RoundStats.of_rows(rows)
         t0 = time.perf_counter()
         plan_round(planner, members, rows[0].now_s, BatchContext(len(rows), ctx, k_max))
         for c, r in zip(members, rows):
@@ -327,28 +324,6 @@ def _replay_cpu(name: str, config, rounds: list[list], k_max: int) -> dict[int, 
             planner.observe_round(stats)
         spent.setdefault(len(rows), []).append(time.perf_counter() - t0)
     return spent
-
-
-def _round_stats(rows):
-    """The ``RoundStats`` of one round from its rows' records."""
-    from control.batch import RoundStats
-
-    if len(rows) == 1:
-        return RoundStats.of_observation(rows[0])
-    r0, drafted = rows[0], [r.drafted for r in rows]
-    return RoundStats(
-        r0.now_s - r0.draft_s - r0.verify_s,
-        r0.now_s,
-        len(rows),
-        sum(1 for d in drafted if d),
-        max(drafted),
-        sum(drafted) + len(rows),
-        sum(r.context_tokens for r in rows),
-        r0.draft_s,
-        r0.verify_s,
-        sum(r.accepted for r in rows),
-        sum(r.emitted for r in rows),
-    )
 
 
 def predict(

@@ -145,13 +145,13 @@ def tp_table(table, proj1: dict, coll, layers: int):
         toks = (out.loc[rows, "batch"] * out.loc[rows, "new_tokens"]).to_numpy(dtype=float)
         f = side(toks) / full(toks)
         for c in ("seconds", "seconds_mean", "seconds_p10", "seconds_p90"):
-            if c not in out:
-                continue
-            x = out.loc[rows, c].to_numpy(dtype=float)
-            if who == "target":
-                rest = np.maximum(x - layers * full(toks), 0.0)
-                x = f * rest + layers * sharded(toks)
-            out.loc[rows, c] = x if who == "target" else f * x
+            if c in out:
+                x = out.loc[rows, c].to_numpy(dtype=float)
+                if who == "target":  # the rest of the pass side by side, the projections sharded
+                    x = np.maximum(x - layers * full(toks), 0.0)
+                    out.loc[rows, c] = f * x + layers * sharded(toks)
+                else:
+                    out.loc[rows, c] = f * x
     return out
 
 
@@ -168,10 +168,11 @@ def agree_overhead_s(coll, calls: int = 1) -> float:
 def predict(
     folder: Path, table, overhead_s: float, k_max: int, cfg, positions, extra: dict | None = None
 ) -> dict:
-    """(TPOT, tokens/s, mean draft length) by controller: the simulator replays the greedy acceptance ``positions``
-    (identical at every TP: greedy TP = N commits TP = 1's tokens) with each controller deciding
-    its own draft lengths on ``table`` (a timing-fed controller drafts differently at TP = N);
-    ``extra``: seconds per round added to a controller's overhead (its own CPU)."""
+    """(TPOT, tokens/s, mean draft length) by controller: the simulator replays the greedy
+    acceptance ``positions`` (identical at every TP: greedy TP = N commits TP = 1's tokens) with
+    each controller deciding its own draft lengths on ``table`` (a timing-fed controller drafts
+    differently at TP = N); ``extra``: seconds per round added to a controller's overhead (its
+    own CPU)."""
     from control.configio import to_dict
     from control.registry import make_config
     from dspark.validation.mirror import predict as sim_predict
@@ -215,7 +216,7 @@ def run_tp(cfg: TPValidateConfig, out: Path, log=print) -> dict:
     import pandas as pd
 
     from control.registry import make_planner
-    from control.types import PositionRecord, RoundRecord, records_to_columns
+    from control.types import PositionRecord, records_from_rows, records_to_columns
     from real.profile import round_overhead_s, trace_ratios
 
     (out / "tp").mkdir(parents=True, exist_ok=True)
@@ -228,12 +229,12 @@ def run_tp(cfg: TPValidateConfig, out: Path, log=print) -> dict:
     one = res["tp1"]
     for m in (one["measure"], res["measure"]):
         for v in m.values():
-            v["records"] = [_record(RoundRecord, r) for r in v["records"]]
+            v["records"] = records_from_rows(v["records"])
     table, fix, k_max = pd.DataFrame(one["table"]), one["correction"], int(one["k_max"])
     table.to_csv(out / "tp" / "latency_tp1.csv", index=False)
     coll = pd.DataFrame(res["collectives"])
     coll.to_csv(out / "tp" / "collectives.csv", index=False)
-    pos = [[_record(PositionRecord, p) for p in ps] for ps in one["positions"]]
+    pos = [records_from_rows(ps, PositionRecord) for ps in one["positions"]]
     proj1 = {int(t): v for t, v in one["projections"].items()}
     ro = round_overhead_s(table)
     extra = _decision_overheads(cfg, one["measure"], k_max)
@@ -267,11 +268,6 @@ def run_tp(cfg: TPValidateConfig, out: Path, log=print) -> dict:
     }
     (out / "tp" / "summary.json").write_text(json.dumps(json_safe(summary), indent=1, default=str))
     return summary
-
-
-def _record(cls, d: dict):
-    """A record dataclass from its JSON dict (lists back to tuples)."""
-    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
 def _decision_overheads(cfg: TPValidateConfig, one: dict, k_max: int) -> dict[str, float]:

@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 
 
-def measure_repeat(engine, cfg, prompts, out: dict, keep_records: bool) -> None:
+def measure_repeat(engine, cfg, prompts, out: dict) -> None:
     """One measured repeat of every controller over ``prompts``, the controllers alternating
-    prompt by prompt (a drift of the machine's speed reaches them alike): tokens/s and TPOT
-    appended to ``out[controller]``; with ``keep_records`` the ``RoundRecord``s too (dicts)."""
+    prompt by prompt (a drift of the machine's speed reaches them alike): tokens/s, TPOT and
+    the ``RoundRecord``s (as dicts) appended to ``out[controller]``."""
     from control import make_controller
 
     sums = {c: [0.0, 0.0, 0.0] for c in cfg.controllers}  # tokens, seconds, prefill seconds
@@ -39,11 +39,16 @@ def measure_repeat(engine, cfg, prompts, out: dict, keep_records: bool) -> None:
                 s[2] + f["end_s"] - f["start_s"],
             )
             o = out.setdefault(c, {"tps": [], "tpot": [], "records": []})
-            if keep_records:
-                o["records"].extend(asdict(r) for r in g.records)
+            o["records"].extend(asdict(r) for r in g.records)
     for c, (toks, secs, pre) in sums.items():
         out[c]["tps"].append(toks / secs)
         out[c]["tpot"].append((secs - pre) / toks)
+
+
+def chunk_passes(cfg) -> int:
+    """Timed passes of the projections and collectives per repeat (``collective_repeats``
+    spread over ``repeats``, rounded up)."""
+    return -(-cfg.collective_repeats // cfg.repeats)
 
 
 def warm_up(engine, cfg, prompts) -> None:
@@ -58,13 +63,15 @@ class TP1Side:
     """Rank 0's unsharded engine: the calibration (profile, its correction by engine rounds,
     full-width projections) and the TP = 1 control runs, a slice at a time."""
 
-    def __init__(self, cfg, build_engine, prompts_of, message_tokens) -> None:
+    def __init__(self, cfg) -> None:
+        from dspark.validation.tp import engine_for, prompts_for
         from real.profile import GridProfiler, ProfileConfig
+        from real.tp_profile import message_tokens
         from real.tracing import record_positions_full
 
         self.cfg = cfg
-        self.engine = e = build_engine(cfg)
-        self.prompts, self.val = prompts_of(e, cfg, "test"), prompts_of(e, cfg, "val")
+        self.engine = e = engine_for(cfg)
+        self.prompts, self.val = prompts_for(e, cfg, "test"), prompts_for(e, cfg, "val")
         self.positions = [
             record_positions_full(e, p, cfg.new_tokens, i)[0] for i, p in enumerate(self.prompts)
         ]
@@ -96,10 +103,10 @@ class TP1Side:
             for i, p in enumerate(self.val):
                 ks = CycleK(range(e.cfg.k_max + 1), offset=r * len(self.val) + i)
                 self.cycle_recs.extend(e.generate(p, cfg.new_tokens, ks, request_id=i).records)
-        n = -(-cfg.collective_repeats // cfg.repeats)
         layers = e.target.cfg.n_layers  # as many samples as the TP side's chained passes
-        time_projections(e, self.toks, n * layers, 3 if r == 0 else 0, self.proj_times)
-        measure_repeat(e, cfg, self.prompts, self.measured, keep_records=True)
+        passes = chunk_passes(cfg) * layers
+        time_projections(e, self.toks, passes, 3 if r == 0 else 0, self.proj_times)
+        measure_repeat(e, cfg, self.prompts, self.measured)
 
     def result(self) -> dict:
         """The simulator's TP = 1 table (``cfg.latency_statistic``, corrected by the cycling
@@ -145,7 +152,7 @@ def rank_job(rank: int, size: int, port: int, data: dict, path: str) -> None:
     torch.set_num_threads(1)
     cfg = TPValidateConfig(**data)
     # rank 0's TP = 1 engine is built before the group exists: it is not sharded
-    one = TP1Side(cfg, engine_for, prompts_for, message_tokens) if rank == 0 else None
+    one = TP1Side(cfg) if rank == 0 else None
     tp.init(size, "cpu", cfg.timeout_s)
     try:
         engine = engine_for(cfg)
@@ -155,13 +162,13 @@ def rank_job(rank: int, size: int, port: int, data: dict, path: str) -> None:
         times: dict = {}
         meas: dict = {}
         layers = engine.target.cfg.n_layers  # the projections run a forward's worth at a time
-        n = -(-cfg.collective_repeats // cfg.repeats)
+        n = chunk_passes(cfg)
         for r in range(cfg.repeats):
             if one is not None:
                 one.step(r)
             dist.barrier()
             time_collectives(engine, toks, n, 1 if r == 0 else 0, times, layers)
-            measure_repeat(engine, cfg, prompts, meas, keep_records=True)
+            measure_repeat(engine, cfg, prompts, meas)
         coll = collective_rows(engine, toks, times)
         tp.shutdown(synced=True)
     finally:
