@@ -189,7 +189,7 @@ def shard_engine(engine) -> None:
 def warm_shapes(engine, sizes) -> None:
     """One untimed pass of each verify size (tokens) in ``sizes``, on every rank. DTensor
     propagates the sharding of each op once per new input shape: on this project's CPU the
-    first pass of a size cost 0.35-0.52 s at TP = 2, later ones 40-60 ms, so a controller that
+    first pass of a size cost 0.35-0.52 s at TP = 2, later ones 31-108 ms, so a controller that
     tries a new draft length mid-run paid ~10x a round (``dspark validate --part tp`` saw it as
     model error). The engine is idle: slot 0's cache is overwritten by the next admission."""
     from real.models import Segments

@@ -130,8 +130,8 @@ def tp_table(table, proj1: dict, coll, layers: int):
     the same compute costs with N ranks running side by side (``coll`` kind ``replicated``; 1
     when the profile has none). The drafter is replicated: its rows are scaled by ``f`` alone.
     Each timing is the least-squares line over the profiled sizes (a latency plus a per-token
-    time, as the simulator's collective model): one size's mean moves by a tenth between runs,
-    the line pools them. Means, not medians: a run pays every slow all-reduce."""
+    time, as the simulator's collective model): one size's mean of 20 samples moved 5-25%
+    between runs, the line pools them. Means, not medians: a run pays every slow all-reduce."""
     col = "seconds_mean" if "seconds_mean" in coll else "seconds"
     sh = coll[coll["kind"] == "sharded"].sort_values("tokens")
     rep = coll[coll["kind"] == "replicated"].sort_values("tokens")
