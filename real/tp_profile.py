@@ -180,3 +180,46 @@ def time_projections(
                 if r >= warmup:
                     times.setdefault(t, []).append(s)
     return {t: float(np.mean(times[t])) for t in tokens}
+
+
+def drafter_draft_lengths(k_max: int) -> list[int]:
+    """Draft lengths whose draft phase :func:`time_drafter` times: 1, 2, 4, .. and k_max."""
+    return sorted({1, k_max} | {2**i for i in range(1, 7) if 2**i < k_max})
+
+
+def time_drafter(
+    engine,
+    context: int,
+    ks: list[int],
+    repeats: int,
+    warmup: int = 0,
+    times: dict | None = None,
+    barrier=None,
+) -> dict:
+    """Seconds of the drafter's draft phase (``propose`` of k tokens, batch 1, ``context``
+    tokens cached) by k, appended to ``times`` (k -> list) after ``warmup`` untimed passes.
+    On one process alone this is what the TP = 1 table holds; on every rank of a TP group at
+    once (``barrier``: called before each timing so the ranks start together) it is what the
+    replicated drafter costs when N ranks run it side by side (a shared CPU's memory bandwidth
+    and caches; ~the same on GPUs with their own memory). Means by k are returned."""
+    from real.profile import ProfileConfig, _Timer
+
+    tm = _Timer(engine, ProfileConfig())  # fills the buffers with the same seeded tokens
+    times = {} if times is None else times
+    with torch.inference_mode():
+        for r in range(warmup + repeats):
+            for k in ks:
+                if barrier is not None:
+                    barrier()
+                s = tm.propose(1, k, context)
+                if r >= warmup:
+                    times.setdefault(k, []).append(s)
+    return {k: float(np.mean(times[k])) for k in ks}
+
+
+def side_by_side_factor(alone: dict, side: dict) -> float:
+    """Σ_k mean side-by-side time / Σ_k mean time alone over the draft lengths both timed (1
+    when none): the factor the replicated drafter's TP = 1 times take at TP = N."""
+    ks = sorted(set(alone) & set(side))
+    a = sum(float(np.mean(alone[k])) for k in ks)
+    return sum(float(np.mean(side[k])) for k in ks) / a if a > 0 else 1.0

@@ -1,17 +1,18 @@
 """``dspark validate --part tp``: does the simulator's TP model predict the sharded engine?
 
-Calibration is TP = 1 only plus the measured collectives: the TP = 1 engine's latency table
-(``real.profile``, read by ``sim.latency.Table``), the full-width time of one layer's four
-projections (``real.tp_profile.time_projections``) and ``collectives.csv`` of the TP = N ranks
-(``real.tp_profile``: the projections through the sharded modules, all-reduces included). The
-model: a TP = N verify pass of T tokens costs the TP = 1 table's pass, with every layer's
-projections replaced by their sharded time, ``verify_1(T) + layers × (sharded(T) - full(T))``;
-the drafter is replicated, so its table time stands; the TP = 1 table is first corrected by the
-engine's own k-cycling rounds on calibration prompts (``real.profile.correct_from_trace``, as the
-batch-1 part); each round adds the engine's three agreed
-time readings (broadcasts, priced as the smallest all-reduce). The round sequence (draft lengths,
-acceptance) is the TP = 1 run's: greedy TP = N commits the same tokens (tests/real/test_tp.py);
-a timing-fed controller may choose other k on other timings, which this replay does not follow.
+Calibration is TP = 1 plus what the TP = N ranks measure of their own: the TP = 1 engine's
+latency table (``real.profile``, read by ``sim.latency.Table``), first corrected by the engine's
+own k-cycling rounds on calibration prompts (``real.profile.correct_from_trace``, as the batch-1
+part); the full-width time of one layer's four projections (``real.tp_profile.
+time_projections``); and, timed on the TP = N ranks, the same projections through the sharded
+modules with their all-reduces, the full-width ones on every rank at once, the broadcasts of
+the engine's agreed readings (``collectives.csv``) and the replicated drafter's draft phases on
+every rank at once. The model (:func:`tp_table`): a TP = N verify pass of T tokens costs
+``f(T) × (verify_1(T) − layers × full(T)) + layers × sharded(T)``; the drafter's rows take its
+side-by-side factor; each round adds two agreed readings (three with a round planner), priced
+as the profiled broadcast. The acceptance is the TP = 1 run's greedy positions (greedy TP = N
+commits TP = 1's tokens, tests/real/test_tp.py); each controller decides its own draft lengths
+on the TP = N table, as a timing-fed controller does on the engine.
 
 Measured: the same generations at TP = 1 (in this process) and TP = N (spawned ranks),
 ``repeats`` times each; the spread is (max - min) / mean over repeats. Output ``errors_tp.csv``
@@ -121,14 +122,16 @@ def _line(x, y):
     return lambda t: a + b * np.asarray(t, dtype=float)
 
 
-def tp_table(table, proj1: dict, coll, layers: int):
+def tp_table(table, proj1: dict, coll, layers: int, drafter_factor: float | None = None):
     """The TP = N latency table from the TP = 1 ``table`` (DataFrame). A target pass of T tokens
     (batch × new tokens) costs ``f(T) × (tp1(T) - layers × full(T)) + layers × sharded(T)``: the
     sharded layer's projections (``coll`` kind ``sharded``, TP = N, all-reduces included) in
     place of the full-width ones (``proj1``, TP = 1, seconds by tokens), and the rest of the
     pass (attention, norms, embedding, head) slowed by ``f(T) = replicated(T) / full(T)``, what
     the same compute costs with N ranks running side by side (``coll`` kind ``replicated``; 1
-    when the profile has none). The drafter is replicated: its rows are scaled by ``f`` alone.
+    when the profile has none). The drafter is replicated: its rows are scaled by
+    ``drafter_factor`` (its own draft phases timed on every rank at once over the same timed
+    alone, ``real.tp_profile.side_by_side_factor``), or without one by ``f`` at its tokens.
     Each timing is the least-squares line over the profiled sizes (a latency plus a per-token
     time, as the simulator's collective model): one size's mean of 20 samples moved 5-25%
     between runs, the line pools them. Means, not medians: a run pays every slow all-reduce."""
@@ -144,6 +147,8 @@ def tp_table(table, proj1: dict, coll, layers: int):
         rows = model == who
         toks = (out.loc[rows, "batch"] * out.loc[rows, "new_tokens"]).to_numpy(dtype=float)
         f = side(toks) / full(toks)
+        if who == "drafter" and drafter_factor is not None:
+            f = np.full(len(toks), float(drafter_factor))
         for c in ("seconds", "seconds_mean", "seconds_p10", "seconds_p90"):
             if c in out:
                 x = out.loc[rows, c].to_numpy(dtype=float)
@@ -218,6 +223,7 @@ def run_tp(cfg: TPValidateConfig, out: Path, log=print) -> dict:
     from control.registry import make_planner
     from control.types import PositionRecord, records_from_rows, records_to_columns
     from real.profile import round_overhead_s, trace_ratios
+    from real.tp_profile import side_by_side_factor
 
     (out / "tp").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -239,7 +245,8 @@ def run_tp(cfg: TPValidateConfig, out: Path, log=print) -> dict:
     ro = round_overhead_s(table)
     extra = _decision_overheads(cfg, one["measure"], k_max)
     pred1 = predict(out / "tp" / "sim_tp1", table, ro, k_max, cfg, pos, extra)
-    tab_n = tp_table(table, proj1, coll, int(one["layers"]))
+    f_draft = side_by_side_factor(_by_k(one["drafter_alone"]), _by_k(res["drafter_side"]))
+    tab_n = tp_table(table, proj1, coll, int(one["layers"]), f_draft)
     # two agreed readings a round, a third after the round for a round planner's statistics
     ro_n = ro + agree_overhead_s(coll, 2)
     planned = {c for c in cfg.controllers if make_planner(c) is not None}
@@ -260,6 +267,8 @@ def run_tp(cfg: TPValidateConfig, out: Path, log=print) -> dict:
         "config": asdict(cfg),
         "max_abs_error_pct": worst,
         "trace_correction": fix,
+        # the replicated drafter's draft phases, every rank at once over one process alone
+        "drafter_side_by_side_factor": f_draft,
         # measured / predicted TP = N round time by draft length (the model's error per k)
         "tp_rounds_vs_table": per_k,
         "tp1_rounds_vs_table": per_k1,
@@ -268,6 +277,11 @@ def run_tp(cfg: TPValidateConfig, out: Path, log=print) -> dict:
     }
     (out / "tp" / "summary.json").write_text(json.dumps(json_safe(summary), indent=1, default=str))
     return summary
+
+
+def _by_k(times: dict) -> dict[int, list]:
+    """JSON's string keys back to draft lengths."""
+    return {int(k): v for k, v in times.items()}
 
 
 def _decision_overheads(cfg: TPValidateConfig, one: dict, k_max: int) -> dict[str, float]:

@@ -5,9 +5,11 @@ minute; calibrating first and measuring later showed it as model error):
 
 1. rank 0 alone, on an unsharded engine built before the process group (the other ranks wait
    at a barrier): a slice of the TP = 1 latency profile, k-cycling generations of the
-   calibration prompts (the profile's correction), a chunk of the full-width projection timings
-   and one measured repeat of every controller at TP = 1 (the control);
-2. all ranks: a chunk of the collectives profile and one measured repeat at TP = N.
+   calibration prompts (the profile's correction), a chunk of the full-width projection timings,
+   a chunk of draft phases timed alone and one measured repeat of every controller at TP = 1
+   (the control);
+2. all ranks: a chunk of the collectives profile, the same draft phases on every rank at once
+   (the replicated drafter side by side) and one measured repeat at TP = N.
 
 Rank 0 writes what the parent (``dspark.validation.tp``) predicts from and compares against.
 """
@@ -51,6 +53,11 @@ def chunk_passes(cfg) -> int:
     return -(-cfg.collective_repeats // cfg.repeats)
 
 
+def drafter_context(cfg) -> int:
+    """Cached tokens at which the draft phases are timed: the middle of a generation."""
+    return cfg.prompt_tokens + cfg.new_tokens // 2
+
+
 def warm_up(engine, cfg, prompts) -> None:
     """One untimed generation per controller: first-call dispatch and allocator warm-up."""
     from control import make_controller
@@ -66,7 +73,7 @@ class TP1Side:
     def __init__(self, cfg) -> None:
         from dspark.validation.tp import engine_for, prompts_for
         from real.profile import GridProfiler, ProfileConfig
-        from real.tp_profile import message_tokens
+        from real.tp_profile import drafter_draft_lengths, message_tokens
         from real.tracing import record_positions_full
 
         self.cfg = cfg
@@ -87,15 +94,17 @@ class TP1Side:
         self.slices = [len(x) for x in np.array_split(cells, cfg.repeats)]
         self.toks = message_tokens((1,), e.cfg.k_max) + [cfg.prompt_tokens - 1]
         self.proj_times: dict = {}
+        self.drafter_ks = drafter_draft_lengths(e.cfg.k_max)
+        self.drafter_times: dict = {}  # k -> seconds of a draft phase, this process alone
         self.cycle_recs: list = []
         self.measured: dict = {}
         warm_up(e, cfg, self.prompts)
 
     def step(self, r: int) -> None:
         """Repeat ``r``: a profile slice, the k-cycling calibration generations, a chunk of
-        projection timings, then one measured repeat of every controller."""
+        projection timings and of draft phases, then one measured repeat of every controller."""
         from real.profile import CycleK
-        from real.tp_profile import time_projections
+        from real.tp_profile import time_drafter, time_projections
 
         cfg, e = self.cfg, self.engine
         self.gp.run_cells(self.slices[r])
@@ -106,6 +115,10 @@ class TP1Side:
         layers = e.target.cfg.n_layers  # as many samples as the TP side's chained passes
         passes = chunk_passes(cfg) * layers
         time_projections(e, self.toks, passes, 3 if r == 0 else 0, self.proj_times)
+        ctx = drafter_context(cfg)
+        time_drafter(
+            e, ctx, self.drafter_ks, chunk_passes(cfg), 2 if r == 0 else 0, self.drafter_times
+        )
         measure_repeat(e, cfg, self.prompts, self.measured)
 
     def result(self) -> dict:
@@ -130,6 +143,7 @@ class TP1Side:
             "table": table.to_dict("list"),
             "correction": fix,
             "projections": {int(t): float(np.mean(v)) for t, v in self.proj_times.items()},
+            "drafter_alone": self.drafter_times,
             "positions": [[asdict(p) for p in ps] for ps in self.positions],
             "measure": self.measured,
             "k_max": e.cfg.k_max,
@@ -144,7 +158,13 @@ def rank_job(rank: int, size: int, port: int, data: dict, path: str) -> None:
 
     from dspark.validation.tp import TPValidateConfig, engine_for, prompts_for
     from real import tp
-    from real.tp_profile import collective_rows, message_tokens, time_collectives
+    from real.tp_profile import (
+        collective_rows,
+        drafter_draft_lengths,
+        message_tokens,
+        time_collectives,
+        time_drafter,
+    )
 
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size)
@@ -160,6 +180,8 @@ def rank_job(rank: int, size: int, port: int, data: dict, path: str) -> None:
         toks = message_tokens((1,), engine.cfg.k_max) + [cfg.prompt_tokens - 1]
         warm_up(engine, cfg, prompts)
         times: dict = {}
+        drafter: dict = {}  # k -> seconds of a draft phase, every rank at once
+        dks = drafter_draft_lengths(engine.cfg.k_max)
         meas: dict = {}
         layers = engine.target.cfg.n_layers  # the projections run a forward's worth at a time
         n = chunk_passes(cfg)
@@ -168,11 +190,18 @@ def rank_job(rank: int, size: int, port: int, data: dict, path: str) -> None:
                 one.step(r)
             dist.barrier()
             time_collectives(engine, toks, n, 1 if r == 0 else 0, times, layers)
+            warm = 2 if r == 0 else 0
+            time_drafter(engine, drafter_context(cfg), dks, n, warm, drafter, dist.barrier)
             measure_repeat(engine, cfg, prompts, meas)
         coll = collective_rows(engine, toks, times)
         tp.shutdown(synced=True)
     finally:
         tp.shutdown()
     if one is not None:
-        out = {"measure": meas, "collectives": coll.to_dict("list"), "tp1": one.result()}
+        out = {
+            "measure": meas,
+            "collectives": coll.to_dict("list"),
+            "drafter_side": drafter,
+            "tp1": one.result(),
+        }
         Path(path).write_text(json.dumps(out))

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from dspark.validation.tp import agree_overhead_s, tp_table
+from real.tp_profile import side_by_side_factor
 
 
 def _coll():
@@ -81,3 +82,31 @@ def test_ranks_side_by_side_slow_the_unsharded_rest_and_the_drafter():
     rest = 6e-3 - 2 * 1.2e-3  # the pass without its projections
     want = [1.25 * rest + 2 * 1.5 * 2.4e-3, 1.25 * 5e-4]
     assert out["seconds"].tolist() == pytest.approx(want, rel=1e-12)
+
+
+def test_a_measured_drafter_factor_replaces_the_projections_factor_on_the_drafter_rows():
+    """The drafter's own draft phases timed on every rank at once (``drafter_factor``) scale its
+    rows; the target's rows keep the projections' side-by-side factor."""
+    proj1 = {1: 1e-3, 4: 1.2e-3, 16: 2e-3}
+    side = [{"kind": "replicated", "tokens": t, "seconds_mean": 1.25 * v} for t, v in proj1.items()]
+    coll = pd.concat([_coll(), pd.DataFrame(side)], ignore_index=True)
+    table = pd.DataFrame(
+        {
+            "model": ["target", "drafter"],
+            "batch": [1, 1],
+            "new_tokens": [4, 1],
+            "seconds": [6e-3, 5e-4],
+        }
+    )
+    out = tp_table(table, proj1, coll, layers=2, drafter_factor=1.4)
+    rest = 6e-3 - 2 * 1.2e-3
+    assert out["seconds"].tolist() == pytest.approx(
+        [1.25 * rest + 2 * 1.5 * 2.4e-3, 1.4 * 5e-4], rel=1e-12
+    )
+
+
+def test_side_by_side_factor_is_the_ratio_of_summed_means_over_the_common_draft_lengths():
+    alone = {1: [1e-3, 3e-3], 4: [6e-3], 8: [9.0]}  # k = 8 was not timed side by side
+    side = {1: [3e-3], 4: [9e-3], 2: [5.0]}  # nor k = 2 alone
+    assert side_by_side_factor(alone, side) == pytest.approx((3e-3 + 9e-3) / (2e-3 + 6e-3))
+    assert side_by_side_factor({}, side) == 1.0

@@ -69,3 +69,12 @@ def test_profile_holds_every_kind_the_model_reads(run):
     assert {"all_reduce", "sharded", "local", "layer", "broadcast", "replicated"} <= kinds
     table = pd.read_csv(out / "tp" / "latency_tp1.csv")
     assert (table["seconds"] > 0).all()
+    summary = json.loads((out / "tp" / "summary.json").read_text())
+    # the replicated drafter timed on both ranks at once over rank 0 alone: a positive ratio
+    # (its rows of the TP = 2 table are the TP = 1 rows times it)
+    f = summary["drafter_side_by_side_factor"]
+    assert np.isfinite(f) and f > 0
+    one = pd.read_csv(out / "tp" / "sim_tp1" / "latency.csv")
+    two = pd.read_csv(out / "tp" / "sim_tp2" / "latency.csv")
+    d1, d2 = (t[t.model == "drafter"]["seconds"].to_numpy() for t in (one, two))
+    assert len(d1) and d2 == pytest.approx(f * d1, rel=1e-9)
