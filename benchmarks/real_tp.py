@@ -2,16 +2,19 @@
 
 Two gloo ranks are spawned on this machine (``real.tp``). Each repeat runs, in this order,
 TP = 1 plain (target-only greedy decoding), TP = 1 speculative (the engine, ``--controller``,
-``--drafter``), TP = 2 plain, TP = 2 speculative, on the same held-out code prompts; the TP = 1
-runs use an unsharded copy of the target on rank 0 while rank 1 waits at a barrier. Greedy
-outputs are checked equal across TP = 1 and TP = 2.
+``--drafter``), TP = 2 plain, TP = 2 speculative, then TP = 2 again with the ranks unpinned
+(``tp2u``: every rank allowed on every core, as before ``real.tp.init`` pinned each rank to its
+own), on the same held-out code prompts; the TP = 1 runs use an unsharded copy of the target on
+rank 0 while rank 1 waits at a barrier. Greedy outputs are checked equal across TP = 1 and
+TP = 2.
 
 Collective share of a forward: the 1-token TP = 2 target forward timed alone, and the
 all-reduce of its message (``d_model`` values) timed alone; share = 2 · layers · all-reduce /
 forward (the two all-reduces of every layer). ``tp_layer_share`` adds DTensor's dispatch:
 layers · (sharded - local projections) / forward (``real.tp_profile``).
 
-Last line: ``real_tp2_vs_tp1=<TP2 / TP1 speculative tokens/s> tp_collective_share=<x>``.
+Last line: ``real_tp2_vs_tp1=<TP2 / TP1 speculative tokens/s> tp_collective_share=<x>
+tp2_pinned_vs_unpinned=<TP2 speculative tokens/s, pinned / unpinned>``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+_ALL_CORES = os.sched_getaffinity(0)  # before real.tp.init pins the rank
 
 
 def _forward_s(engine, n: int = 60) -> float:
@@ -54,8 +59,11 @@ def _runs(engines, prompts, a) -> dict:
 
     rank = current().rank
     res: dict = {}
+    pinned = os.sched_getaffinity(0)
     for _r in range(a.repeats):
         for tp_n, eng in engines:
+            # "2u": the sharded engine with this rank free to run on any core
+            os.sched_setaffinity(0, _ALL_CORES if tp_n == "2u" else pinned)
             for mode in ("plain", "spec"):
                 if tp_n == 1 and rank != 0:
                     dist.barrier()
@@ -72,6 +80,7 @@ def _runs(engines, prompts, a) -> dict:
                 res.setdefault(f"out/tp{tp_n}/{mode}", toks)
                 if tp_n == 1:
                     dist.barrier()
+    os.sched_setaffinity(0, pinned)
     return res
 
 
@@ -97,7 +106,7 @@ def _rank(rank: int, size: int, port: int, a_dict: dict, path: str) -> None:
         two = build_engine(cfg)  # sharded (real.runtime calls real.tp.shard_engine)
         rng = np.random.default_rng(0)
         prompts = _windows([a.prompt_tokens] * a.prompts, "code", "test", one.tokenizer, None, rng)
-        res = _runs([(1, one), (2, two)], prompts, a)
+        res = _runs([(1, one), (2, two), ("2u", two)], prompts, a)
         coll = profile_collectives(two, [1], 40, 5).set_index("kind")["seconds"]
         fwd = _forward_s(two)
         layers = two.target.cfg.n_layers
@@ -135,10 +144,11 @@ def main() -> int:
         )
         res = json.loads(Path(path).read_text())
     for mode in ("plain", "spec"):
-        assert res[f"out/tp1/{mode}"] == res[f"out/tp2/{mode}"], f"TP outputs differ ({mode})"
+        for two in ("tp2", "tp2u"):
+            assert res[f"out/tp1/{mode}"] == res[f"out/{two}/{mode}"], f"TP outputs differ ({mode})"
     print(f"# {a.prompts} prompts x {a.new_tokens} tokens, {a.repeats} interleaved repeats")
     print(f"{'run':12s} {'tokens/s (median)':>18s} {'min':>8s} {'max':>8s}")
-    for k in ("tp1/plain", "tp1/spec", "tp2/plain", "tp2/spec"):
+    for k in ("tp1/plain", "tp1/spec", "tp2/plain", "tp2/spec", "tp2u/plain", "tp2u/spec"):
         x = res[k]
         print(f"{k:12s} {np.median(x):18.1f} {min(x):8.1f} {max(x):8.1f}")
     c = res["collectives"]
@@ -148,7 +158,11 @@ def main() -> int:
         f"{c['layer_s'] * 1e6:.0f} us; layer share {c['layer_share']:.3f}"
     )
     ratio = np.median(res["tp2/spec"]) / np.median(res["tp1/spec"])
-    print(f"real_tp2_vs_tp1={ratio:.3f} tp_collective_share={c['collective_share']:.3f}")
+    pin = np.median(res["tp2/spec"]) / np.median(res["tp2u/spec"])
+    print(
+        f"real_tp2_vs_tp1={ratio:.3f} tp_collective_share={c['collective_share']:.3f} "
+        f"tp2_pinned_vs_unpinned={pin:.3f}"
+    )
     return 0
 
 
