@@ -211,7 +211,7 @@ def _print_batched(s: dict, out: str) -> None:
         f"per load): {s['rank_agreement']}"
     )
     for ld, r in s["rank_orders"].items():
-        print(f"  {ld}: sim {r['sim_order']} real {r['real_order']}")
+        print(f"  {ld}: sim {r['sim_order']} real {r['real_order']}{_told_apart(r)}")
     print(
         "targets (|error| <= "
         + ", ".join(f"{m} {t:g}%" for m, t in s["targets_pct"].items())
@@ -241,6 +241,18 @@ def _print_batched(s: dict, out: str) -> None:
     )
 
 
+def _told_apart(order: dict) -> str:
+    """The pairs the real runs tell apart (``metrics.resolved_pairs``), as a short clause."""
+    t = order.get("told_apart")
+    if t is None:
+        return ""
+    swaps = "".join(f"; swapped {a} / {b}" for a, b in t["swapped"])
+    return (
+        f" (pairs the real runs tell apart, gap > both spreads: {t['same_order']} of "
+        f"{t['pairs']} in the same order{swaps})"
+    )
+
+
 def _print_batch1(summary: dict, out: str) -> None:
     from pathlib import Path
 
@@ -259,7 +271,7 @@ def _print_batch1(summary: dict, out: str) -> None:
             print(format_table(pd.read_csv(Path(out) / name)))
     print(f"\nrank agreement (throughput, predicted): {summary['rank_agreement']}")
     for w, r in summary["rank_orders"].items():
-        print(f"  {w}: sim {r['sim_order']} real {r['real_order']}")
+        print(f"  {w}: sim {r['sim_order']} real {r['real_order']}{_told_apart(r)}")
     print(f"rank agreement (throughput, replay): {summary['rank_agreement_replay']}")
     print(
         f"headline errors within the real runs' spread (rows with spread > 0): "

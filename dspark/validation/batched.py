@@ -693,6 +693,11 @@ def _rank_orders(err, load_names) -> dict:
             "throughput_real_order": tp.sort_values("real", ascending=False)["controller"].tolist(),
         }
         ranks[ld]["agree"] = ranks[ld]["sim_order"] == ranks[ld]["real_order"]
+        ranks[ld]["told_apart"] = M.resolved_pairs(
+            dict(zip(t["controller"], t["sim"])),
+            dict(zip(t["controller"], t["real"])),
+            dict(zip(t["controller"], t["real_spread"])),
+        )
     return ranks
 
 

@@ -65,6 +65,31 @@ def spread_pct(values) -> float:
     return float((v.max() - v.min()) / abs(med) * 100.0) if med else float("nan")
 
 
+def resolved_pairs(sim: dict[str, float], real: dict[str, float], spread: dict[str, float]) -> dict:
+    """Controller pairs the real runs tell apart, and whether the simulator orders them so.
+
+    A pair is told apart when the gap between its two real values, in % of their mean, exceeds
+    both controllers' run-to-run spreads (:func:`spread_pct`; a NaN spread tells nothing apart):
+    their repeats' ranges then cannot overlap. Returns the number of such pairs, how many of them
+    the simulator orders the same way, and the ones it swaps. A full ranking also orders pairs
+    whose real gap is inside the noise (run to run, such a pair swaps in reality as well)."""
+    names = sorted(real)
+    told, same, swapped = 0, 0, []
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            mean = (abs(real[a]) + abs(real[b])) / 2.0
+            gap = abs(real[a] - real[b]) / mean * 100.0 if mean else 0.0
+            sa, sb = float(spread[a]), float(spread[b])
+            if np.isnan(sa) or np.isnan(sb) or not gap > max(sa, sb):
+                continue
+            told += 1
+            if (sim[a] - sim[b]) * (real[a] - real[b]) > 0:
+                same += 1
+            else:
+                swapped.append([a, b])
+    return {"pairs": told, "same_order": same, "swapped": swapped}
+
+
 # ---------------------------------------------------------------- the batched part (serving)
 #: the batched part's compared metrics (one value per controller x load)
 SERVING_METRICS = (

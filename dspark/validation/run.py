@@ -634,6 +634,11 @@ def _rank_orders(err, workloads) -> dict:
             "real_order": tp.sort_values("real", ascending=False)["controller"].tolist(),
         }
         ranks[w]["agree"] = ranks[w]["sim_order"] == ranks[w]["real_order"]
+        ranks[w]["told_apart"] = M.resolved_pairs(
+            dict(zip(tp["controller"], tp["sim"])),
+            dict(zip(tp["controller"], tp["real"])),
+            dict(zip(tp["controller"], tp["real_spread"])),
+        )
     return ranks
 
 

@@ -20,7 +20,7 @@ from dspark.validation.batched import (
     sim_table,
 )
 from dspark.validation.config import load_validate
-from dspark.validation.metrics import SERVING_METRICS, SERVING_TARGETS, serving
+from dspark.validation.metrics import SERVING_METRICS, SERVING_TARGETS, resolved_pairs, serving
 from real.tracing import replay_accepted
 
 LOADS = ("light", "near-saturation", "overloaded")
@@ -54,8 +54,15 @@ def test_error_table_columns_and_finite(run):
     head = err[err.metric.isin(list(SERVING_TARGETS))]
     assert s["max_abs_error_pct"] == pytest.approx(np.abs(head.error_pct).max())
     assert set(s["rank_agreement"]) == set(LOADS)
-    for r in s["rank_orders"].values():
+    for ld, r in s["rank_orders"].items():
         assert sorted(r["sim_order"]) == sorted(r["real_order"]) == sorted(err.controller.unique())
+        # the pairs told apart are judged on this load's TPOT rows (metrics.resolved_pairs)
+        t = err[(err.load == ld) & (err.metric == "tpot_p50_s")]
+        assert r["told_apart"] == resolved_pairs(
+            dict(zip(t.controller, t.sim)),
+            dict(zip(t.controller, t.real)),
+            dict(zip(t.controller, t.real_spread)),
+        )
     last = stdout.strip().splitlines()[-1]
     assert last == f"validate_batched_max_abs_error_pct={s['max_abs_error_pct']:.3f}"
     # >= 2 real repeats per controller x load, every request finished, greedy replay exact for
