@@ -164,12 +164,35 @@ class DSparkConfig:
     )
     # 1: a prompt token that drafts push out of a full chunked-prefill pass is worth one output
     # token (the request it belongs to joins the batch that much later); 0 = only its time.
+    # Under prompt_value_source = "observed" this is the prior of the learned value.
     prompt_token_value: float = param(
         1.0,
         lo=0.0,
         hi=100.0,
         doc="goodput: output tokens a displaced prompt token is worth (chunked prefill)",
         tune=(0.0, 4.0),
+        when={"policy": ("goodput",)},
+    )
+    # observed: a prompt token is worth the output its request brings per prompt token, learned
+    # as Σ emitted / Σ prefilled over the rounds (~1000 rounds' memory), prompt_token_value
+    # its prior: chat-sized prompts (~300 in, ~250 out) keep it near 1, 14k-token prompts with
+    # ~340 out take it to ~0.02 and the drafts get the pass (session 7, issue 13's long-context
+    # case at load 1: 0.87x -> 1.22x plain serving's TPOT). fixed: prompt_token_value as is.
+    prompt_value_source: str = param(
+        "observed",
+        choices=("fixed", "observed"),
+        doc="goodput: prompt-token value fixed, or learned from emitted / prefilled tokens",
+        when={"policy": ("goodput",)},
+    )
+    # 65536 prompt tokens (~200 chat prompts): the value moves once a workload's prompts and
+    # outputs have been seen at scale, not while a big batch first fills (capacity cells of
+    # benchmarks/controller_value.py at B = 128/256 against the fixed value: 4096 cost up to
+    # 1.9%, 65536 moved them 0.982-1.015x, geometric mean 1.001).
+    prompt_value_prior_tokens: float = param(
+        65536.0,
+        lo=0.0,
+        hi=1e9,
+        doc="goodput: prompt tokens of pseudo-evidence behind prompt_token_value (observed)",
         when={"policy": ("goodput",)},
     )
     # 2 rounds: a sequence's belief moves within a few rounds when text switches between easy

@@ -16,7 +16,13 @@ Once per round, for the batch's sequences (each a :class:`~control.dspark.DSpark
 4. **Probing.** Until the cost model has seen two token counts, caps alternate between
    ``k_start`` and 1; afterwards every ``explore_every``-th round uses cap ± 1 (alternating), so
    the slope of the verify cost stays identifiable when the load does not move by itself.
-5. **Re-planning.** A full plan runs every ``replan_rounds`` rounds, or sooner when the batch
+5. **Prompt tokens.** Under chunked prefill a draft that pushes prompt tokens out of the pass is
+   charged what they are worth in output tokens (``RoundCostModel.functions``): the configured
+   ``prompt_token_value``, or (``prompt_value_source = "observed"``, the default) the workload's
+   own output per prompt token, ``(Σ emitted + m·v₀) / (Σ prefilled + m)`` over the rounds seen
+   (forgotten at 1/1000 per round; ``v₀`` = ``prompt_token_value``, ``m`` =
+   ``prompt_value_prior_tokens``): a prompt token brings its request's output per prompt token.
+6. **Re-planning.** A full plan runs every ``replan_rounds`` rounds, or sooner when the batch
    size moved by more than a quarter (and by more than 4); in between each sequence keeps its planned length (a
    newcomer takes the cap), bounded by its own decision. This keeps the planner's cost per
    round near that of the per-sequence controllers it drives.
@@ -35,6 +41,10 @@ from control.batch import BatchContext, RoundPlanner, RoundStats
 from control.costmodel import RoundCostModel
 from control.goodput import CostFunctions, plan_round_lengths
 from control.types import Decision
+
+#: Per-round memory of the emitted / prefilled token sums behind the observed prompt value
+#: (~1000 rounds: many requests' prompts and outputs, so one long prompt does not swing it).
+PROMPT_VALUE_KEEP = 0.999
 
 
 class DSparkPlanner(RoundPlanner):
@@ -58,6 +68,8 @@ class DSparkPlanner(RoundPlanner):
         self._rates: list[float] | None = None
         self._since = 0  # rounds since the last full plan
         self._planned_b = 0  # batch size of the last full plan
+        self._emitted = 0.0  # Σ output tokens of the rounds seen (forgotten, PROMPT_VALUE_KEEP)
+        self._prefilled = 0.0  # Σ prompt tokens of the rounds seen (the same)
 
     @property
     def wants_costs_seed(self) -> bool:
@@ -158,13 +170,23 @@ class DSparkPlanner(RoundPlanner):
             m.plan_rates = belief[:, i]
             m.counts = zero.copy()
 
+    def prompt_value(self) -> float:
+        """Output tokens a displaced prompt token is worth (module docstring, item 5)."""
+        c = self.config
+        if c.prompt_value_source == "fixed":
+            return c.prompt_token_value
+        m = c.prompt_value_prior_tokens
+        if self._prefilled + m <= 0.0:
+            return c.prompt_token_value
+        return (self._emitted + m * c.prompt_token_value) / (self._prefilled + m)
+
     def cost_functions(self, batch: BatchContext) -> CostFunctions:
         return self.costs.functions(
             batch.context_tokens,
             backlog=batch.prefill_backlog,
             budget=batch.token_budget,
             batch_size=batch.batch_size,
-            prompt_value=self.config.prompt_token_value,
+            prompt_value=self.prompt_value(),
         )
 
     def plan(self, now_s: float, members: Sequence[Any], batch: BatchContext) -> list[Decision]:
@@ -245,6 +267,8 @@ class DSparkPlanner(RoundPlanner):
 
     def observe_round(self, stats: RoundStats) -> None:
         self.rounds += 1
+        self._emitted = self._emitted * PROMPT_VALUE_KEEP + stats.emitted
+        self._prefilled = self._prefilled * PROMPT_VALUE_KEEP + stats.prefill_tokens
         self.costs.observe(stats)
         if self.rounds % self.config.memory_rounds == 0:
             for prof in (self.profile, self.expected):
@@ -261,4 +285,5 @@ class DSparkPlanner(RoundPlanner):
             "verify_intercept_s": float(th[0]),
             "verify_per_token_s": float(th[1]),
             "overhead_s": self.costs.overhead_s,
+            "prompt_value": self.prompt_value(),
         }
