@@ -182,6 +182,7 @@ class DSparkConfig:
         "observed",
         choices=("fixed", "observed"),
         doc="goodput: prompt-token value fixed, or learned from emitted / prefilled tokens",
+        tune=True,
         when={"policy": ("goodput",)},
     )
     # 65536 prompt tokens (~200 chat prompts): the value moves once a workload's prompts and
@@ -193,6 +194,8 @@ class DSparkConfig:
         lo=0.0,
         hi=1e9,
         doc="goodput: prompt tokens of pseudo-evidence behind prompt_token_value (observed)",
+        tune=(1024.0, 1048576.0),
+        log=True,
         when={"policy": ("goodput",)},
     )
     # 2 rounds: a sequence's belief moves within a few rounds when text switches between easy
