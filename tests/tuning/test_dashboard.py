@@ -56,12 +56,20 @@ def api(app, path: str) -> dict:
 
 @pytest.fixture
 def tuned(tiny_cfg, tmp_path) -> Path:
+    """A seeded 8-trial study, all of them random start-up trials: each draws the mode with
+    even odds, so (deterministically, for this seed and space) some are threshold trials. With
+    3 start-up trials, all three drew strict once the space gained two dimensions (session 7)
+    and the model-guided trials after them never tried threshold."""
     from tuning.run import tune
 
     cfg = dataclasses.replace(
         tiny_cfg,
         tune=dataclasses.replace(
-            tiny_cfg.tune, n_trials=8, max_lossy_fraction=LOSSY_LIMIT, mode=""
+            tiny_cfg.tune,
+            n_trials=8,
+            n_startup_trials=8,
+            max_lossy_fraction=LOSSY_LIMIT,
+            mode="",
         ),
     )
     out = tmp_path / "tune"
