@@ -24,16 +24,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import controller_value as cv  # noqa: E402
 
-from sim.api import simulate  # noqa: E402
+from control.registry import make_config  # noqa: E402
 
-
-def cell_value(scn, cfg, seeds: list[int]) -> float:
-    """Mean throughput over ``seeds`` (capacity mode)."""
-    vals = [
-        simulate(scn, "dspark", cfg, seed=s, baseline=False).summary["throughput_tokens_per_s"]
-        for s in seeds
-    ]
-    return sum(vals) / len(vals)
+#: the two ways, with defaults otherwise
+ENTRIES = {
+    "fixed": ("dspark", make_config("dspark", {"prompt_value_source": "fixed"})),
+    "observed": ("dspark", make_config("dspark")),
+}
 
 
 def main(argv=None) -> int:
@@ -48,9 +45,8 @@ def main(argv=None) -> int:
     for reg, load, ov, _ in cv.conditions(cv.k0_capacity_rps(base)):
         if load not in cells:
             continue
-        scn, s = base.with_overrides(ov), cv.cell_seeds(seeds, ov, 768)
-        fixed = cell_value(scn, {"prompt_value_source": "fixed"}, s)
-        observed = cell_value(scn, None, s)
+        res = cv.run_cell(base, ov, "throughput", ENTRIES, cv.cell_seeds(seeds, ov, 768))
+        fixed, observed = res["fixed"]["value"], res["observed"]["value"]
         ratios.append(observed / fixed)
         print(
             f"{reg:14s} {load:6s} fixed {fixed:9.1f} observed {observed:9.1f} tok/s  "

@@ -175,8 +175,8 @@ class DSparkConfig:
     )
     # observed: a prompt token is worth the output its request brings per prompt token, learned
     # as Σ emitted / Σ prefilled over the rounds (~1000 rounds' memory), prompt_token_value
-    # its prior: chat-sized prompts (~300 in, ~250 out) keep it near 1, 14k-token prompts with
-    # ~340 out take it to ~0.02 and the drafts get the pass (session 7, issue 13's long-context
+    # its prior: chat-sized prompts (~300 in, ~250 out) move it toward 0.8, 14k-token prompts
+    # with ~340 out toward 340/14000 = 0.024, and the drafts get the pass (session 7, issue 13's long-context
     # case at load 1: 0.86x -> 1.22x plain serving's TPOT). fixed: prompt_token_value as is.
     prompt_value_source: str = param(
         "observed",

@@ -139,7 +139,7 @@ def _tmean(xs, axis=None):
     )
 
 
-class _Timer:
+class RegionTimer:
     """Times the engine's regions on its own buffers, rows 0..B-1 of the slotted cache; never
     advances anything (rollback = not advancing the position, as in the engine)."""
 
@@ -255,7 +255,9 @@ class GridProfiler:
     def run_cells(self, n: int, record: bool = True) -> None:
         """Time the next ``n`` cells, continuing the round-robin over the grid where the last
         call stopped (a slice may end inside a pass)."""
-        tm = _Timer(self.engine, self.cfg)  # (re)fills the buffers: other runs may have used them
+        tm = RegionTimer(
+            self.engine, self.cfg
+        )  # (re)fills the buffers: other runs may have used them
         for _ in range(n):
             kind, b, x, c = cell = self.cells[self.cursor]
             if kind == "r":
@@ -608,7 +610,7 @@ def startup_cost_rows(engine, repeats: int = 3) -> list[tuple[str, int, int, flo
     if engine.running:
         raise DSparkError("a start-up profile needs an idle engine")
     k_max = engine.cfg.k_max
-    t = _Timer(engine, ProfileConfig(repeats=repeats, warmup=1))
+    t = RegionTimer(engine, ProfileConfig(repeats=repeats, warmup=1))
     batches, ctxs, ks = startup_grid(engine.slots, k_max, engine.cfg.max_len)
     cells = [("verify", B, k + 1, c) for B in batches for c in ctxs for k in ks]
     if engine.drafter is not None and t.md is not None:

@@ -98,8 +98,9 @@ def backend_for(device: str) -> str:
 def pin_cores(local_rank: int, local_size: int) -> set[int] | None:
     """Bind this process to its own share of the cores it may run on: local rank r of n gets the
     r-th of n equal, disjoint blocks (none when there are fewer cores than local ranks, or the
-    platform cannot pin). Unpinned CPU ranks migrate, and two of them share a core for a while:
-    on this project's 2-core VM, TP = 2 repeats spread 5-30% unpinned. Returns the cores."""
+    platform cannot pin), as launchers of CPU ranks usually do. On this project's 2-core VM it
+    made no measurable difference (``benchmarks/real_tp.py``'s unpinned arm: pinned / unpinned
+    0.967, within the noise). Returns the cores."""
     if not hasattr(os, "sched_setaffinity"):
         return None
     cores = sorted(os.sched_getaffinity(0))
@@ -111,9 +112,9 @@ def pin_cores(local_rank: int, local_size: int) -> set[int] | None:
     return mine
 
 
-def init(size: int, device: str = "cpu", timeout_s: float = 60.0, pin: bool = True) -> TPContext:
+def init(size: int, device: str = "cpu", timeout_s: float = 60.0) -> TPContext:
     """Join the process group (from the environment) and build the 1-D mesh of ``size`` ranks.
-    On CPU with ``pin``, each rank is bound to its own cores first (:func:`pin_cores`; local
+    On CPU each rank is bound to its own cores first (:func:`pin_cores`; local
     rank and size from ``torchrun``'s ``LOCAL_RANK``/``LOCAL_WORLD_SIZE``, else the rank and
     ``size``: all ranks on this machine)."""
     global _CTX
@@ -124,7 +125,7 @@ def init(size: int, device: str = "cpu", timeout_s: float = 60.0, pin: bool = Tr
         raise DSparkError("--tp: torch.distributed is not available in this PyTorch build")
     if device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    elif pin:
+    else:
         rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")))
         pin_cores(rank, int(os.environ.get("LOCAL_WORLD_SIZE", size)))
     if not dist.is_initialized():

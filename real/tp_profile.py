@@ -153,11 +153,15 @@ def collective_rows(engine, tokens: list[int], times: dict):
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
+def powers_to(n: int) -> list[int]:
+    """1, 2, 4, .. below ``n``, and ``n`` itself."""
+    return sorted({1, n} | {2**i for i in range(1, n.bit_length()) if 2**i < n})
+
+
 def message_tokens(batches, k_max: int) -> list[int]:
     """Tokens per forward the target's all-reduces carry over a profile grid: batch × new
     tokens for new tokens 1, 2, 4, .. up to k_max + 1."""
-    news = sorted({1, k_max + 1} | {2**i for i in range(1, 8) if 2**i < k_max + 1})
-    return sorted({b * n for b in batches for n in news})
+    return sorted({b * n for b in batches for n in powers_to(k_max + 1)})
 
 
 def time_projections(
@@ -184,7 +188,7 @@ def time_projections(
 
 def drafter_draft_lengths(k_max: int) -> list[int]:
     """Draft lengths whose draft phase :func:`time_drafter` times: 1, 2, 4, .. and k_max."""
-    return sorted({1, k_max} | {2**i for i in range(1, 7) if 2**i < k_max})
+    return powers_to(k_max)
 
 
 def time_drafter(
@@ -202,9 +206,9 @@ def time_drafter(
     once (``barrier``: called before each timing so the ranks start together) it is what the
     replicated drafter costs when N ranks run it side by side (a shared CPU's memory bandwidth
     and caches; ~the same on GPUs with their own memory). Means by k are returned."""
-    from real.profile import ProfileConfig, _Timer
+    from real.profile import ProfileConfig, RegionTimer
 
-    tm = _Timer(engine, ProfileConfig())  # fills the buffers with the same seeded tokens
+    tm = RegionTimer(engine, ProfileConfig())  # fills the buffers with the same seeded tokens
     times = {} if times is None else times
     with torch.inference_mode():
         for r in range(warmup + repeats):

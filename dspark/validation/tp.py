@@ -146,9 +146,10 @@ def tp_table(table, proj1: dict, coll, layers: int, drafter_factor: float | None
     for who in ("target", "drafter"):
         rows = model == who
         toks = (out.loc[rows, "batch"] * out.loc[rows, "new_tokens"]).to_numpy(dtype=float)
-        f = side(toks) / full(toks)
         if who == "drafter" and drafter_factor is not None:
             f = np.full(len(toks), float(drafter_factor))
+        else:
+            f = side(toks) / full(toks)
         for c in ("seconds", "seconds_mean", "seconds_p10", "seconds_p90"):
             if c in out:
                 x = out.loc[rows, c].to_numpy(dtype=float)

@@ -112,13 +112,11 @@ class TP1Side:
             for i, p in enumerate(self.val):
                 ks = CycleK(range(e.cfg.k_max + 1), offset=r * len(self.val) + i)
                 self.cycle_recs.extend(e.generate(p, cfg.new_tokens, ks, request_id=i).records)
+        n = chunk_passes(cfg)
         layers = e.target.cfg.n_layers  # as many samples as the TP side's chained passes
-        passes = chunk_passes(cfg) * layers
-        time_projections(e, self.toks, passes, 3 if r == 0 else 0, self.proj_times)
+        time_projections(e, self.toks, n * layers, 3 if r == 0 else 0, self.proj_times)
         ctx = drafter_context(cfg)
-        time_drafter(
-            e, ctx, self.drafter_ks, chunk_passes(cfg), 2 if r == 0 else 0, self.drafter_times
-        )
+        time_drafter(e, ctx, self.drafter_ks, n, 2 if r == 0 else 0, self.drafter_times)
         measure_repeat(e, cfg, self.prompts, self.measured)
 
     def result(self) -> dict:
