@@ -60,8 +60,8 @@ class DSparkPlanner(RoundPlanner):
 
     def reset(self) -> None:
         self.costs.reset()
-        self.profile = [0.0] * (2 * (self.config.k_max + 1))
-        self.expected = [0.0] * self.config.k_max  # Σ plan-predicted rate at position j
+        self.profile = np.zeros(2 * (self.config.k_max + 1))  # pooled rounds by n (_pooled)
+        self.expected = np.zeros(self.config.k_max)  # Σ plan-predicted rate at position j
         self.rounds = 0
         self.last_cap = -1  # no plan yet: the first full plan searches every cap
         self.last_goodput = float("nan")
@@ -116,14 +116,14 @@ class DSparkPlanner(RoundPlanner):
         succ = np.cumsum((rej + full)[::-1])[::-1][1:]  # S_j: rounds with n ≥ j, j = 1..K
         factor = np.empty(K)
         prior = 1.0  # each position shrunk toward the one before it (the first toward 1)
-        for j, (sj, ej) in enumerate(zip(succ.tolist(), self.expected)):
+        for j, (sj, ej) in enumerate(zip(succ.tolist(), self.expected.tolist())):
             prior = factor[j] = (sj + 2.0 * prior) / (ej + 2.0)
         return np.minimum(factor[:, None] * belief, 0.999)
 
     def _pooled(self) -> tuple[np.ndarray, np.ndarray]:
         """The pooled rounds by accepted n: those refused after n, those that accepted all n."""
         K = self.config.k_max
-        return np.asarray(self.profile[: K + 1]), np.asarray(self.profile[K + 1 :])
+        return self.profile[: K + 1], self.profile[K + 1 :]
 
     def _beliefs(self, members: Sequence[Any]) -> np.ndarray:
         """The per-position predictive rates ``(K, B)`` of each sequence's Beta belief."""
@@ -132,13 +132,13 @@ class DSparkPlanner(RoundPlanner):
         rej, full = self._pooled()
         succ = float((rej + full)[1:] @ np.arange(1, K + 1))  # accepted tokens, pooled
         pool = (succ + 2.0 * c.a_prior) / (succ + rej.sum() + 2.0)
-        sn = np.array([m.sum_n for m in members], dtype=float)
-        sr = np.array([m.sum_rej for m in members], dtype=float)
+        ev = np.array(
+            [(m.sum_n, m.sum_rej, m.recent_n, m.recent_rej) for m in members], dtype=float
+        ).reshape(-1, 4)
+        sn, sr, rn, rr = ev.T
         w = c.prior_trials
         own = (sn + w * pool) / np.maximum(sn + sr + w, 1e-12)
         # the recent rounds, shrunk toward that long-run rate (a stretch moves it, noise little)
-        rn = np.array([m.recent_n for m in members], dtype=float)
-        rr = np.array([m.recent_rej for m in members], dtype=float)
         mass = rn + rr + c.recent_prior
         own = (rn + c.recent_prior * own) / np.maximum(mass, 1e-12)
         t = np.arange(K, dtype=float)[:, None]
@@ -151,9 +151,7 @@ class DSparkPlanner(RoundPlanner):
         K = self.config.k_max
         counts = np.array([m.counts for m in members], dtype=float)  # (B, 2(K + 1))
         if counts.any():
-            prof = self.profile
-            for i, v in enumerate(counts.sum(axis=0).tolist()):
-                prof[i] += v
+            self.profile += counts.sum(axis=0)
             # rounds by positions tried, t = 1..K: refused after n = t − 1, or all n = t accepted
             tried = counts[:, :K] + counts[:, K + 2 :]
             at = np.cumsum(tried[:, ::-1], axis=1)[:, ::-1]  # (B, K): trials at position j
@@ -163,11 +161,10 @@ class DSparkPlanner(RoundPlanner):
                     for i, m in enumerate(members)
                 ]
             )
-            for j, v in enumerate((at * prev).sum(axis=0).tolist()):
-                self.expected[j] += v
+            self.expected += (at * prev).sum(axis=0)
         zero = [0] * (2 * (K + 1))
-        for i, m in enumerate(members):
-            m.plan_rates = belief[:, i]
+        for m, rates in zip(members, belief.T):
+            m.plan_rates = rates
             m.counts = zero.copy()
 
     def prompt_value(self) -> float:
@@ -271,9 +268,8 @@ class DSparkPlanner(RoundPlanner):
         self._prefilled = self._prefilled * PROMPT_VALUE_KEEP + stats.prefill_tokens
         self.costs.observe(stats)
         if self.rounds % self.config.memory_rounds == 0:
-            for prof in (self.profile, self.expected):
-                for i in range(len(prof)):
-                    prof[i] *= 0.5
+            self.profile *= 0.5
+            self.expected *= 0.5
 
     def state(self) -> dict[str, Any]:
         self.costs.fold()

@@ -97,13 +97,16 @@ def plan_round_lengths(
     if a.ndim == 1:
         powers = a[None, :] ** np.arange(K + 1)[:, None]  # (K+1, B): P(token j accepted)
     else:
-        powers = np.vstack([np.ones((1, B)), np.cumprod(a[:K], axis=0)])
+        rows = a[:K]
+        powers = np.empty((len(rows) + 1, B))
+        powers[0] = 1.0
+        np.cumprod(rows, axis=0, out=powers[1:])
     cum = np.cumsum(powers, axis=0)  # E(a_i, k) at row k
     lo, hi = (0, K) if cap_range is None else (max(0, cap_range[0]), min(K, cap_range[1]))
     caps = np.arange(lo, hi + 1)
     bound = np.minimum(caps[:, None], kcap[None, :])  # (caps, B)
     k = bound
-    t0 = round_seconds(np.zeros((1, B), dtype=np.int64), costs)[0]
+    t0 = costs.verify_s(np.array([B]))[0] + costs.overhead_s  # plain decode: no draft phase
     cols = np.arange(B)[None, :]
     w_mean = float(w.mean()) if B else 1.0
     t = round_seconds(k, costs)
