@@ -97,10 +97,10 @@ def plan_round_lengths(
     if a.ndim == 1:
         powers = a[None, :] ** np.arange(K + 1)[:, None]  # (K+1, B): P(token j accepted)
     else:
-        rows = a[:K]
-        powers = np.empty((len(rows) + 1, B))
+        first = a[:K]
+        powers = np.empty((len(first) + 1, B))
         powers[0] = 1.0
-        np.cumprod(rows, axis=0, out=powers[1:])
+        np.cumprod(first, axis=0, out=powers[1:])
     cum = np.cumsum(powers, axis=0)  # E(a_i, k) at row k
     lo, hi = (0, K) if cap_range is None else (max(0, cap_range[0]), min(K, cap_range[1]))
     caps = np.arange(lo, hi + 1)
