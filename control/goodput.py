@@ -95,7 +95,9 @@ def plan_round_lengths(
     kcap = np.minimum(np.asarray(kcap, dtype=np.int64), K)
     w = np.ones(B) if weight is None else np.asarray(weight, dtype=float)
     if a.ndim == 1:
-        powers = a[None, :] ** np.arange(K + 1)[:, None]  # (K+1, B): P(token j accepted)
+        powers: np.ndarray = (
+            a[None, :] ** np.arange(K + 1)[:, None]
+        )  # (K+1, B): P(token j accepted)
     else:
         first = a[:K]
         powers = np.empty((len(first) + 1, B))
