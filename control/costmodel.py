@@ -323,7 +323,7 @@ class RoundCostModel:
         """A measured profile (e.g. the engine's ``latency.csv``, or an engine timing itself at
         start-up) as the fits' prior, worth ``weight`` rounds in all and never forgotten
         (:meth:`LinearCost.set_prior_rows`; ``reset`` keeps it). Rows ``(path, batch, tokens,
-        context, seconds)``: path ``"verify"`` (a pass of ``tokens`` verified tokens),
+        context, seconds)``: path ``"verify"`` (a pass of ``tokens`` verified tokens in all, over ``batch`` rows),
         ``"draft"`` (a draft phase of ``tokens`` steps over ``batch`` drafting rows) or ``"drafter_prefill"``
         (the drafter fed ``tokens`` tokens in one pass). Rounds then refine it: the slope of the
         verify cost, which rounds crowded at one draft length cannot measure, stays the

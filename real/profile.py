@@ -631,7 +631,12 @@ def startup_cost_rows(engine, repeats: int = 3) -> list[tuple[str, int, int, flo
     secs = [float(np.median(times[c])) for c in cells]
     if engine.agree is not None:  # tensor parallel: every rank's planner gets rank 0's numbers
         secs = list(engine.agree(secs))
-    return [(p, B, n, float(B * c), s) for (p, B, n, c), s in zip(cells, secs)]
+    # a verify row is a pass of B rows x n tokens (B * n verified tokens, as RoundStats counts
+    # them); a draft row is n steps over B drafting rows
+    return [
+        (p, B, B * n if p == "verify" else n, float(B * c), s)
+        for (p, B, n, c), s in zip(cells, secs)
+    ]
 
 
 def startup_grid(slots: int, k_max: int, max_len: int) -> tuple[list[int], list[int], list[int]]:

@@ -93,7 +93,7 @@ class Cluster:
                 ctx = float(B * c)
                 for k in ks:
                     v = self.lat_t.seconds(B, B * (k + 1), ctx)
-                    rows.append(("verify", B, k + 1, ctx, v))
+                    rows.append(("verify", B, B * (k + 1), ctx, v))  # B·(k+1) tokens verified
                     if k and self.use_drafter:
                         rows.append(("draft", B, k, ctx, k * self.lat_d.seconds(B, B, ctx)))
         return rows

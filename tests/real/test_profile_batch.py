@@ -49,3 +49,34 @@ def test_profile_needs_enough_slots():
 
     with pytest.raises(DSparkError, match="slots"):
         profile(make_engine("tf", cfg=dataclasses.replace(CFG, slots=2)), PCFG)
+
+
+def test_startup_rows_count_the_tokens_each_timed_pass_verified(monkeypatch):
+    """``startup_cost_rows``' verify rows carry the tokens the timed pass really verified
+    (Σ over its B rows of k + 1, as ``RoundStats.verify_tokens`` counts a round's), not one
+    row's k + 1: the planner's cost fit reads them on the same axis as its rounds. The timer is
+    made to report the verified-token count instead of seconds, so the check needs no clock."""
+    import real.profile as rp
+    from real.profile import startup_cost_rows, startup_grid
+
+    eng = make_engine("tf", cfg=dataclasses.replace(CFG, slots=4))
+    seen: list[int] = []
+    verify = eng.verify
+
+    def spy(slots, Ls, drafted, *rest):
+        seen.append(sum(d + 1 for d in drafted))
+        return verify(slots, Ls, drafted, *rest)
+
+    monkeypatch.setattr(eng, "verify", spy)
+    timed = rp.RegionTimer.verify
+    monkeypatch.setattr(
+        rp.RegionTimer, "verify", lambda self, *a: (timed(self, *a), float(seen[-1]))[1]
+    )
+    rows = startup_cost_rows(eng, repeats=1)
+    batches, _, ks = startup_grid(4, CFG.k_max, CFG.max_len)
+    verify_rows = [r for r in rows if r[0] == "verify"]
+    assert {(b, n) for _, b, n, _, _ in verify_rows} == {
+        (b, b * (k + 1)) for b in batches for k in ks
+    }
+    assert all(n == s for _, _, n, _, s in verify_rows)  # the pass verified what the row says
+    assert max(b for _, b, _, _, _ in verify_rows) == 4

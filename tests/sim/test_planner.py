@@ -257,7 +257,9 @@ def test_true_rates_of_a_replayed_trace(tmp_path):
 def test_seeded_planner_gets_the_modelled_startup_profile(tiny, monkeypatch):
     """``deployment.seed_planner_costs``: every replica's planner is handed the engine's start-up
     profile read off the latency model (verify passes and draft phases at batch 1 and
-    max_batch), exactly those modelled seconds; off (the default) it is handed nothing."""
+    max_batch), exactly those modelled seconds; off (the default) it is handed nothing. A
+    verify row's tokens are the pass's, B rows × (k + 1), as ``RoundStats.verify_tokens``
+    counts them (they once held k + 1, so a B-row pass was priced as a B-times-smaller one)."""
     from control.dspark import DSparkConfig
     from control.dspark_planner import DSparkPlanner
     from sim.cluster import Cluster
@@ -285,11 +287,13 @@ def test_seeded_planner_gets_the_modelled_startup_profile(tiny, monkeypatch):
             (w, b) for w in ("verify", "draft") for b in batches
         }
         for path, b, n, ctx, s in rows:
-            want = (
-                cl.lat_t.seconds(b, b * n, ctx)
-                if path == "verify"
-                else n * cl.lat_d.seconds(b, b, ctx)
-            )
+            if path == "verify":
+                assert n % b == 0 and n // b >= 1  # every row verifies k + 1 >= 1 tokens
+                want = cl.lat_t.seconds(b, n, ctx)
+            else:
+                want = n * cl.lat_d.seconds(b, b, ctx)
             assert s == want and ctx in (64 * b, 192 * b)
+        verify_ns = {(b, n) for path, b, n, _, _ in rows if path == "verify"}
+        assert (B, B) in verify_ns and (B, 2 * B) in verify_ns  # k = 0 and 1 at max_batch
     again, _ = _run(on, monkeypatch, Seeded)
     _same(res, again)
