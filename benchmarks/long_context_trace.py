@@ -4,7 +4,7 @@ The issue ran a public long-context conversation trace (inputs averaging ~14k to
 121k, arriving in bursts) converted to ``TIMESTAMP,ContextTokens,GeneratedTokens``. That file is
 not in this repository; this script writes a seeded stand-in with the same shape: lognormal
 inputs (mean ~14k, clipped to 121k), lognormal outputs (mean ~340), gamma arrivals with CV 2.5
-(bursts) at ``--rate`` requests/s. Deterministic for a given seed.
+(bursts; ``--cv 1`` for Poisson) at ``--rate`` requests/s. Deterministic for a given seed.
 
     .venv/bin/python benchmarks/long_context_trace.py --out runs/long_context.csv
     .venv/bin/dspark simulate configs/azure_conv.toml --set workload.trace_path=... \
@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 
-def make_trace(n: int = 400, rate_rps: float = 3.0, seed: int = 13) -> str:
+def make_trace(n: int = 400, rate_rps: float = 3.0, seed: int = 13, cv: float = 2.5) -> str:
+    """The trace's CSV text; ``cv``: coefficient of variation of the gaps (1 = Poisson)."""
     rng = np.random.default_rng(seed)
-    cv = 2.5
     shape = 1.0 / cv**2
     gaps = rng.gamma(shape, 1.0 / (rate_rps * shape), n)
     t = np.cumsum(gaps) - gaps[0]
@@ -99,12 +99,15 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=400)
     ap.add_argument("--rate", type=float, default=3.0, help="mean arrival rate, requests/s")
     ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument(
+        "--cv", type=float, default=2.5, help="burstiness: CV of the gaps (1 = Poisson)"
+    )
     ap.add_argument("--diagnose", action="store_true", help="split TTFT (see above)")
     ap.add_argument("--loads", default="0.05,0.25,1", help="load scales of --diagnose")
     args = ap.parse_args(argv)
     p = Path(args.out)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(make_trace(args.n, args.rate, args.seed))
+    p.write_text(make_trace(args.n, args.rate, args.seed, args.cv))
     print(p)
     if args.diagnose:
         diagnose(p.resolve(), args.n, [float(x) for x in args.loads.split(",")])
