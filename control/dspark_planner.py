@@ -26,6 +26,14 @@ Once per round, for the batch's sequences (each a :class:`~control.dspark.DSpark
    size moved by more than a quarter (and by more than 4); in between each sequence keeps its planned length (a
    newcomer takes the cap), bounded by its own decision. This keeps the planner's cost per
    round near that of the per-sequence controllers it drives.
+7. **Idling.** A full plan that drafts nothing while no prompt token waits (speculation does
+   not pay here: a compute-bound target, a drafter that misses) learns nothing new until the
+   next probe — no draft, no acceptance or cost-slope evidence. After ``i`` such plans in a
+   row the interval between full plans is ``replan_rounds·2^i`` (at most ``explore_every``)
+   and probes come every ``explore_every·2^min(i, 3)`` rounds, so an engine where speculation
+   loses pays neither a plan every other round nor a probe (a drafter catching up on every
+   token since its last draft) every ``explore_every``. A plan that drafts, or prompt tokens
+   newly waiting, end it; a batch that moves re-plans as before.
 
 The per-sequence decision keeps its mode, β, τ and block-end flag; only k is planned.
 """
@@ -68,6 +76,8 @@ class DSparkPlanner(RoundPlanner):
         self._rates: list[float] | None = None
         self._since = 0  # rounds since the last full plan
         self._planned_b = 0  # batch size of the last full plan
+        self._idle = 0  # draft-free full plans in a row with no prompt waiting (item 7)
+        self._backlogged = False  # prompt tokens were waiting at the last full plan
         self._emitted = 0.0  # Σ output tokens of the rounds seen (forgotten, PROMPT_VALUE_KEEP)
         self._prefilled = 0.0  # Σ prompt tokens of the rounds seen (the same)
 
@@ -191,16 +201,9 @@ class DSparkPlanner(RoundPlanner):
         base = [m.take_decision() for m in members]
         k_max = c.k_max if batch.max_draft is None else min(c.k_max, batch.max_draft)
         B = len(members)
-        e = c.explore_every
+        e = c.explore_every << min(self._idle, 3)  # probes thin out while idling
         probe = bool(e) and self.rounds % e == e - 1
-        if (
-            self._since < c.replan_rounds - 1
-            and self.last_cap >= 0
-            and self.costs.ready
-            and not probe
-            and self._rates is None
-            and abs(B - self._planned_b) <= max(4, B // 4)
-        ):
+        if not probe and self._keeps_plan(B, batch):
             # between re-plans: each sequence keeps its planned length (a newcomer takes the
             # cap); its own decision still bounds it (cool-down, block end, mode)
             self._since += 1
@@ -214,10 +217,29 @@ class DSparkPlanner(RoundPlanner):
             return out
         self._since = 0
         self._planned_b = B
+        self._backlogged = batch.prefill_backlog > 0
         k = self._full_plan(members, base, k_max, batch, probe)
+        if not probe:  # a probe is an experiment: it neither starts nor ends idling
+            idle = self.last_cap == 0 and not self._backlogged
+            self._idle = self._idle + 1 if idle else 0
         for m, kk in zip(members, k.tolist()):
             m.planned_k = kk
         return [self._with_k(d, kk) for d, kk in zip(base, k.tolist())]
+
+    def _keeps_plan(self, B: int, batch: BatchContext) -> bool:
+        """Whether this round keeps the last full plan: within its interval (item 7), with
+        costs ready, no true rates to plan with, the batch size near the planned one and, while
+        idling, no prompt token newly waiting."""
+        c = self.config
+        interval = min(c.replan_rounds << self._idle, max(c.replan_rounds, c.explore_every))
+        return (
+            self._since < interval - 1
+            and self.last_cap >= 0
+            and self.costs.ready
+            and self._rates is None
+            and abs(B - self._planned_b) <= max(4, B // 4)
+            and not (self._idle and batch.prefill_backlog > 0)
+        )
 
     def _full_plan(self, members, base, k_max, batch, probe) -> np.ndarray:
         c = self.config
@@ -245,7 +267,9 @@ class DSparkPlanner(RoundPlanner):
                 rows = np.flatnonzero(p.caps == alt)
                 if len(rows):
                     k = p.k_by_cap[rows[0]]
-                self._since = c.replan_rounds
+                if alt > 0 and not k.any():  # every sequence stopped below the probe's cap:
+                    k = np.minimum(kcap, 1)  # it would measure nothing, so each drafts one
+                self._since = 1 << 30  # past any interval: the next round re-plans
         self.last_cap = int(k.max()) if len(k) else 0
         return k
 
