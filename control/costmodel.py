@@ -185,6 +185,15 @@ def _median(x: np.ndarray) -> float:
     return v[h] if len(v) % 2 else (v[h - 1] + v[h]) / 2.0
 
 
+def verify_seed_row(
+    batch: int, per_row: int, context: float, seconds: float
+) -> tuple[str, int, int, float, float]:
+    """A :meth:`RoundCostModel.seed` row for a verify pass of ``batch`` rows × ``per_row``
+    tokens: it holds the pass's ``batch · per_row`` verified tokens, as
+    ``RoundStats.verify_tokens`` counts a round's (what the fit reads on that axis)."""
+    return ("verify", batch, batch * per_row, float(context), seconds)
+
+
 def verify_features(tokens: np.ndarray | float, context_tokens: np.ndarray | float) -> np.ndarray:
     """Feature rows ``[1, N, ctx/1000, relu(N − κ)...]`` for verified tokens ``N`` (array)."""
     n = np.atleast_1d(np.asarray(tokens, dtype=float))
@@ -323,7 +332,8 @@ class RoundCostModel:
         """A measured profile (e.g. the engine's ``latency.csv``, or an engine timing itself at
         start-up) as the fits' prior, worth ``weight`` rounds in all and never forgotten
         (:meth:`LinearCost.set_prior_rows`; ``reset`` keeps it). Rows ``(path, batch, tokens,
-        context, seconds)``: path ``"verify"`` (a pass of ``tokens`` verified tokens in all, over ``batch`` rows),
+        context, seconds)``: path ``"verify"`` (a pass of ``tokens`` verified tokens in all over
+        ``batch`` rows: :func:`verify_seed_row`),
         ``"draft"`` (a draft phase of ``tokens`` steps over ``batch`` drafting rows) or ``"drafter_prefill"``
         (the drafter fed ``tokens`` tokens in one pass). Rounds then refine it: the slope of the
         verify cost, which rounds crowded at one draft length cannot measure, stays the

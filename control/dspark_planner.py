@@ -77,7 +77,6 @@ class DSparkPlanner(RoundPlanner):
         self._since = 0  # rounds since the last full plan
         self._planned_b = 0  # batch size of the last full plan
         self._idle = 0  # draft-free full plans in a row with no prompt waiting (item 7)
-        self._backlogged = False  # prompt tokens were waiting at the last full plan
         self._emitted = 0.0  # Σ output tokens of the rounds seen (forgotten, PROMPT_VALUE_KEEP)
         self._prefilled = 0.0  # Σ prompt tokens of the rounds seen (the same)
 
@@ -217,11 +216,11 @@ class DSparkPlanner(RoundPlanner):
             return out
         self._since = 0
         self._planned_b = B
-        self._backlogged = batch.prefill_backlog > 0
         k = self._full_plan(members, base, k_max, batch, probe)
         if not probe:  # a probe is an experiment: it neither starts nor ends idling
-            idle = self.last_cap == 0 and not self._backlogged
-            self._idle = self._idle + 1 if idle else 0
+            idle = self.last_cap == 0 and batch.prefill_backlog <= 0
+            # (bounded: the interval and the probe cadence saturate long before 32)
+            self._idle = min(self._idle + 1, 32) if idle else 0
         for m, kk in zip(members, k.tolist()):
             m.planned_k = kk
         return [self._with_k(d, kk) for d, kk in zip(base, k.tolist())]

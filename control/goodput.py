@@ -94,10 +94,9 @@ def plan_round_lengths(
     K = int(k_max)
     kcap = np.minimum(np.asarray(kcap, dtype=np.int64), K)
     w = np.ones(B) if weight is None else np.asarray(weight, dtype=float)
+    powers: np.ndarray  # (K+1, B): P(token j accepted)
     if a.ndim == 1:
-        powers: np.ndarray = (
-            a[None, :] ** np.arange(K + 1)[:, None]
-        )  # (K+1, B): P(token j accepted)
+        powers = a[None, :] ** np.arange(K + 1)[:, None]
     else:
         first = a[:K]
         powers = np.empty((len(first) + 1, B))

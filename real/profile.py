@@ -53,6 +53,7 @@ import numpy as np
 import torch
 
 from control.configio import param
+from control.costmodel import verify_seed_row
 from control.errors import DSparkError
 from control.types import Decision
 from real.engine import sync
@@ -255,9 +256,8 @@ class GridProfiler:
     def run_cells(self, n: int, record: bool = True) -> None:
         """Time the next ``n`` cells, continuing the round-robin over the grid where the last
         call stopped (a slice may end inside a pass)."""
-        tm = RegionTimer(
-            self.engine, self.cfg
-        )  # (re)fills the buffers: other runs may have used them
+        # (re)fills the buffers: other runs may have used them
+        tm = RegionTimer(self.engine, self.cfg)
         for _ in range(n):
             kind, b, x, c = cell = self.cells[self.cursor]
             if kind == "r":
@@ -631,10 +631,9 @@ def startup_cost_rows(engine, repeats: int = 3) -> list[tuple[str, int, int, flo
     secs = [float(np.median(times[c])) for c in cells]
     if engine.agree is not None:  # tensor parallel: every rank's planner gets rank 0's numbers
         secs = list(engine.agree(secs))
-    # a verify row is a pass of B rows x n tokens (B * n verified tokens, as RoundStats counts
-    # them); a draft row is n steps over B drafting rows
+    # a draft row is n steps over B drafting rows; a verify row, B rows of n tokens each
     return [
-        (p, B, B * n if p == "verify" else n, float(B * c), s)
+        verify_seed_row(B, n, B * c, s) if p == "verify" else (p, B, n, float(B * c), s)
         for (p, B, n, c), s in zip(cells, secs)
     ]
 

@@ -6,6 +6,7 @@ one-line :class:`ConfigError`.
 
 from __future__ import annotations
 
+from control.costmodel import verify_seed_row
 from control.errors import ConfigError
 from sim.config import SimConfig
 from sim.latency import Constant, LatencyBackend, Roofline, Table
@@ -93,7 +94,7 @@ class Cluster:
                 ctx = float(B * c)
                 for k in ks:
                     v = self.lat_t.seconds(B, B * (k + 1), ctx)
-                    rows.append(("verify", B, B * (k + 1), ctx, v))  # B·(k+1) tokens verified
+                    rows.append(verify_seed_row(B, k + 1, ctx, v))
                     if k and self.use_drafter:
                         rows.append(("draft", B, k, ctx, k * self.lat_d.seconds(B, B, ctx)))
         return rows
