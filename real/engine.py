@@ -96,6 +96,14 @@ class Request:
     seed: int | None = None
 
 
+def draft_steps(ks, drafted) -> int:
+    """Drafter forward steps a round ran: a row asked for ``k > 0`` tokens that drafted ``n``
+    ran ``n`` steps when it drafted them all and ``n + 1`` when a τ stop ended it (the step
+    that produced the stopping confidence still ran); the batch runs as many as its longest
+    row. The simulator counts them the same way (``sim.drafting.confidence_stop``)."""
+    return max((n + (n < k) for k, n in zip(ks, drafted) if k), default=0)
+
+
 class Sequence:
     """A request in flight: its slot, committed length ``L`` (prompt + emitted), the length at
     which it ends, emitted tokens, round records and timestamps (on the engine's clock)."""
@@ -356,8 +364,8 @@ class Engine:
                 start_s=now,
                 end_s=stats_end,
                 batch_size=B,
-                drafting=sum(1 for d in drafted if d),
-                draft_steps=max(drafted),
+                drafting=sum(1 for k in ks if k),
+                draft_steps=draft_steps(ks, drafted),
                 verify_tokens=verify_tokens,
                 context_tokens=ctx_sum,
                 draft_s=draft_s,

@@ -171,21 +171,28 @@ def overhead_by_batch(
     return {b: max(float(icpt + slope * b), 0.0) for b in batches}
 
 
-def latency_check(batches, latency_csv) -> dict[str, float]:
+def latency_check(batches, latency_csv, propose_intercept=None) -> dict[str, float]:
     """One real run's rounds against the simulator's latency table: Σ real verify_s / Σ the
     table's verify time for each round's (batch, verify tokens, context), the same for the draft
-    phase (draft steps x one drafter step of the drafting rows), and for the two together."""
+    phase (draft steps x one drafter step of the drafting rows, plus the propose call's own
+    intercept of every drafting round, ``propose_intercept`` by batch size, linear between the
+    profiled sizes: the engine's draft_s holds it, the simulator charges it in the round
+    overhead), and for the two together."""
     from sim.latency import Table
 
     T, D = Table(latency_csv, "target"), Table(latency_csv, "drafter")
+    ib = sorted(propose_intercept or {})
+    iv = [propose_intercept[b] for b in ib] if propose_intercept else []
     r = batches[batches["kind"] == "round"]
     pv = sum(
         T.seconds(int(b), int(t), float(c))
         for b, t, c in zip(r["batch_size"], r["verify_tokens"], r["context_tokens"])
     )
     pd_ = sum(
-        int(s) * D.seconds(int(n), int(n), float(c)) if s else 0.0
-        for s, n, c in zip(r["draft_steps"], r["drafting"], r["context_tokens"])
+        int(s) * D.seconds(int(n), int(n), float(c)) + (float(np.interp(b, ib, iv)) if ib else 0.0)
+        if s
+        else 0.0
+        for s, n, c, b in zip(r["draft_steps"], r["drafting"], r["context_tokens"], r["batch_size"])
     )
     v, d = float(r["verify_s"].sum()), float(r["draft_s"].sum())
     return {
@@ -620,7 +627,7 @@ def _speed_diagnostics(cfg, out: Path, bdir: Path, runs, cal: dict, predict) -> 
     speed, corrected_rows = [], []
     for (c, ld), rs in runs.items():
         for rep, (m_real, bt) in enumerate(rs):
-            ratio = latency_check(bt, cal["plain_csv"])
+            ratio = latency_check(bt, cal["plain_csv"], cal["icpt"])
             speed.append({"controller": c, "load": ld, "repeat": rep, **ratio})
             if not b.speed_corrected:
                 continue
