@@ -13,7 +13,8 @@ inputs (mean ~14k, clipped to 121k), lognormal outputs (mean ~340), gamma arriva
 ``--diagnose`` runs the trace on configs/azure_conv.toml (fixed k = 0 and 4 at ``--loads``) and
 splits TTFT into queueing (arrival to the first prompt chunk, ``admitted_s``) and prefill (first
 chunk to first token), each against the request's isolated prefill (its prompt alone, chunked
-under the same token budget, target + colocated drafter).
+under the same token budget, target + colocated drafter); ``--prefill-order shortest-first``
+runs it with that scheduling order (``deployment.prefill_order``).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def isolated_prefill_s(cluster, budget: int, prompt: int) -> float:
     return t
 
 
-def diagnose(trace: Path, n: int, loads: list[float]) -> None:
+def diagnose(trace: Path, n: int, loads: list[float], prefill_order: str = "fcfs") -> None:
     """TTFT against isolated prefill, split into queueing and prefill, per controller x load."""
     import sys
 
@@ -72,7 +73,11 @@ def diagnose(trace: Path, n: int, loads: list[float]) -> None:
     root = Path(__file__).resolve().parents[1]
     scn = load_scenario(
         root / "configs" / "azure_conv.toml",
-        {"workload.trace_path": str(trace), "workload.num_requests": n},
+        {
+            "workload.trace_path": str(trace),
+            "workload.num_requests": n,
+            "deployment.prefill_order": prefill_order,
+        },
     )
     ctrls = [("fixed", {"k": 0}, "fixed:k=0"), ("fixed", {"k": 4}, "fixed:k=4")]
     rq = compare_runs(scn, ctrls, seed=0, load_scales=loads, baseline=False).requests
@@ -86,6 +91,7 @@ def diagnose(trace: Path, n: int, loads: list[float]) -> None:
         print(
             f"load={load:g} {name:10s} ttft_p50={np.median(ttft):.3f} "
             f"isolated_p50={np.median(alone):.3f} ratio={np.median(ttft) / np.median(alone):.2f} "
+            f"ttft_p99={np.percentile(ttft, 99):.3f} "
             f"per_request_ratio_p50={np.median(ttft / alone):.2f} "
             f"queue_p50={np.median(queue):.3f} queue_mean={queue.mean():.3f} "
             f"prefill_over_isolated_p50={np.median(prefill / alone):.2f}",
@@ -104,13 +110,20 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--diagnose", action="store_true", help="split TTFT (see above)")
     ap.add_argument("--loads", default="0.05,0.25,1", help="load scales of --diagnose")
+    ap.add_argument(
+        "--prefill-order",
+        default="fcfs",
+        choices=("fcfs", "shortest-first"),
+        help="deployment.prefill_order of --diagnose",
+    )
     args = ap.parse_args(argv)
     p = Path(args.out)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(make_trace(args.n, args.rate, args.seed, args.cv))
     print(p)
     if args.diagnose:
-        diagnose(p.resolve(), args.n, [float(x) for x in args.loads.split(",")])
+        loads = [float(x) for x in args.loads.split(",")]
+        diagnose(p.resolve(), args.n, loads, args.prefill_order)
     return 0
 
 

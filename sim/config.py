@@ -63,6 +63,13 @@ class DeploymentConfig:
     prefill_chunk_tokens: int = param(
         0, lo=0, hi=1 << 24, doc="largest prompt chunk of one request per forward"
     )
+    # arrival order, as vLLM's default scheduler; 'shortest-first' serves the prompt with the
+    # fewest prefill tokens left first (admission and the budget's partial prefills): the
+    # shortest-remaining-work rule that cuts median TTFT when bursts of long and short prompts
+    # queue together, at the price of the longest prompts' TTFT (they wait while shorter ones come).
+    prefill_order: str = param(
+        "fcfs", choices=("fcfs", "shortest-first"), doc="which prompt is prefilled first"
+    )
     # off: the round planner learns its costs from rounds alone; on mirrors the real engine,
     # which times itself at start-up and hands its planner that profile as a prior
     # (real.profile.startup_cost_rows): here the same grid read from the latency model.

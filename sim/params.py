@@ -23,6 +23,9 @@ class EngineParams:
     Scheduling: ``scheduler`` 'chunked' (prompt chunks share each forward with the decode rows
     under ``max_num_batched_tokens``, at most ``prefill_chunk_tokens`` per request and forward,
     0 = no such cap) or 'prefill-first' (one pass prefills every admitted prompt whole).
+    ``prefill_order``: 'fcfs' (arrival order) or 'shortest-first' (the waiting request with the
+    fewest prefill tokens is admitted first, and partial prefills take the budget in order of
+    the tokens they have left).
 
     KV: ``kv_allocation`` 'reserve' (a request reserves ``kv_bytes_per_token`` × (prompt +
     output) bytes of ``kv_budget_bytes`` on admission) or 'paged' (``kv_blocks`` blocks of
@@ -46,6 +49,7 @@ class EngineParams:
     scheduler: str = "chunked"
     max_num_batched_tokens: int = 2048
     prefill_chunk_tokens: int = 0
+    prefill_order: str = "fcfs"
     kv_allocation: str = "paged"
     kv_block_tokens: int = 16
     prefix_caching: bool = True
@@ -70,6 +74,7 @@ class EngineParams:
             scheduler=dep.scheduler,
             max_num_batched_tokens=dep.max_num_batched_tokens,
             prefill_chunk_tokens=dep.prefill_chunk_tokens,
+            prefill_order=dep.prefill_order,
             kv_allocation=dep.kv_allocation,
             kv_block_tokens=dep.kv_block_tokens,
             prefix_caching=dep.prefix_caching,

@@ -237,6 +237,7 @@ class Replica:
         self.chunked = p.scheduler == "chunked"
         self.token_budget = p.max_num_batched_tokens
         self.chunk_cap = p.prefill_chunk_tokens or p.max_num_batched_tokens
+        self.shortest_first = p.prefill_order == "shortest-first"
         self.prefilling: list[int] = []
         self.target: dict[int, int] = {}
         self.computed: dict[int, int] = {}
@@ -360,6 +361,8 @@ class Replica:
         or its head does not fit now."""
         waiting = self.waiting
         while waiting:
+            if self.shortest_first and len(waiting) > 1:
+                self.shortest_to_front()
             i = waiting[0]
             if self.never_fits(i):
                 self.reject(i)
@@ -376,6 +379,16 @@ class Replica:
                 admitted[i] = self.env.now
             return i, n, s
         return None
+
+    def shortest_to_front(self) -> None:
+        """'shortest-first': the waiting request with the fewest prefill tokens (the earliest
+        of equals) moves to the head of the queue."""
+        waiting = self.waiting
+        j = min(range(len(waiting)), key=lambda x: self.prefill_length(waiting[x]))
+        if j:
+            i = waiting[j]
+            del waiting[j]
+            waiting.appendleft(i)
 
     def reserve_kv(self, i: int, tokens: int, cached: int = 0) -> bool:
         """KV memory for admitting request ``i``: paged, the blocks of its first ``tokens``
@@ -404,15 +417,26 @@ class Replica:
     def schedule_chunks(self, budget: int) -> list[tuple[int, int, int]]:
         """Chunked: the step's prompt chunks ``(request, tokens, prefix)`` within ``budget``
         tokens: partial prefills in admission order, then (unless this step preempted) newly
-        admitted requests while the batch has room and their first chunk's KV fits."""
+        admitted requests while the batch has room and their first chunk's KV fits.
+        'shortest-first': partial prefills by the tokens they have left, and a waiting request
+        with fewer prefill tokens than the next partial prefill has left is admitted before it."""
         chunks: list[tuple[int, int, int]] = []
         cap, prefilling = self.chunk_cap, self.prefilling
-        for i in list(prefilling):
+        order = (
+            sorted(prefilling, key=lambda i: self.target[i] - self.computed[i])
+            if self.shortest_first
+            else list(prefilling)
+        )
+        for i in order:
             if budget <= 0:
                 break
             if i not in prefilling:  # preempted by an older prefill's growth
                 continue
             c = self.computed[i]
+            if self.shortest_first:
+                budget = self.admit_chunks(chunks, budget, self.target[i] - c)
+                if budget <= 0:
+                    break
             n = min(self.target[i] - c, budget, cap)
             if self.paged:
                 n = min(n, self.allocate(i, c + n) - c)
@@ -420,10 +444,24 @@ class Replica:
                     break
             chunks.append((i, n, c))
             budget -= n
-        if self.preempted_now:
-            return chunks
+        self.admit_chunks(chunks, budget, None)
+        return chunks
+
+    def admit_chunks(
+        self, chunks: list[tuple[int, int, int]], budget: int, shorter_than: int | None
+    ) -> int:
+        """Admits waiting requests (their first chunks appended to ``chunks``) while the batch
+        has room, the budget lasts and the head's KV fits; with ``shorter_than``, only heads
+        of fewer prefill tokens ('shortest-first'). Never in a step that preempted. Returns
+        the budget left."""
+        cap, prefilling, waiting = self.chunk_cap, self.prefilling, self.waiting
         room = self.params.max_batch - len(self.running) - len(prefilling)
-        while room > 0 and budget > 0:
+        while room > 0 and budget > 0 and waiting and not self.preempted_now:
+            if shorter_than is not None:
+                if len(waiting) > 1:
+                    self.shortest_to_front()
+                if self.prefill_length(waiting[0]) >= shorter_than:
+                    break
             head = self.admit_head(min(budget, cap))
             if head is None:
                 break
@@ -431,7 +469,7 @@ class Replica:
             chunks.append(head)
             budget -= head[1]
             room -= 1
-        return chunks
+        return budget
 
     def chunk_stats(self, chunks: list[tuple[int, int, int]]) -> tuple[int, int, int, int]:
         """(chunks, their tokens, causal query-key pairs, prefix tokens read); counts the

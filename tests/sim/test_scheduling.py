@@ -111,10 +111,15 @@ def small_memory(tiny, factor):
     )
 
 
-@pytest.mark.parametrize("scheduler", ["chunked", "prefill-first"])
+@pytest.mark.parametrize(
+    "scheduler,order",
+    [("chunked", "fcfs"), ("prefill-first", "fcfs"), ("chunked", "shortest-first")],
+)
 @pytest.mark.parametrize("ctrl", [("fixed", {"k": 4}), ("dspark", None)])
-def test_preemption_conserves_tokens_and_counts_the_recompute(tiny, scheduler, ctrl):
-    scn = small_memory(tiny, 1.5).with_overrides({"deployment.scheduler": scheduler})
+def test_preemption_conserves_tokens_and_counts_the_recompute(tiny, scheduler, order, ctrl):
+    scn = small_memory(tiny, 1.5).with_overrides(
+        {"deployment.scheduler": scheduler, "deployment.prefill_order": order}
+    )
     cfg = make_config(ctrl[0], ctrl[1] or {})
     runs = [_run(scn, ctrl[0], cfg, 0, 1.0, True, "x", True) for _ in range(2)]
     s, rd, _ = runs[0]
@@ -174,3 +179,31 @@ def test_queueing_and_prefill_add_up_to_ttft(tmp_path):
     queueing = r["admitted_s"] - r["arrival_s"]
     prefill = r["first_token_s"] - r["admitted_s"]
     assert (queueing + prefill).to_numpy() == pytest.approx(r["ttft_s"].to_numpy(), rel=1e-12)
+
+
+def test_shortest_first_lets_a_short_prompt_pass_a_long_prefill(tmp_path):
+    """'shortest-first': a short prompt arriving while a long one is being prefilled is admitted
+    in the next step, ahead of the long prompt's next chunk, which gets what is left of the
+    budget; under FCFS it waits for the long prefill's last chunk. Exact event times."""
+    rows = [(0.0, 10_000, 3), (0.001, 500, 3)]
+    r = {}
+    for order in ("fcfs", "shortest-first"):
+        scn = trace_scenario(tmp_path, rows, deployment={"prefill_order": order})
+        r[order] = simulate(scn, "fixed", {"k": 0}, baseline=False).requests
+    cl = Cluster(scn)
+    step1 = prefill_pass(cl, BUDGET, 0)
+    pairs = causal_pairs(500, 0) + causal_pairs(BUDGET - 500, BUDGET)
+    step2 = cl.lat_t.pass_seconds(0, 0, 0.0, 2, BUDGET, pairs, BUDGET) + cl.lat_d.pass_seconds(
+        0, 0, 0.0, 2, BUDGET, pairs, BUDGET
+    )
+    sf, fc = r["shortest-first"], r["fcfs"]
+    assert sf.loc[1, "admitted_s"] == pytest.approx(step1, rel=1e-12)
+    assert sf.loc[1, "first_token_s"] == pytest.approx(step1 + step2, rel=1e-12)
+    # FCFS: the short prompt enters beside the long one's last chunk (10_000 = 4 x 2048 + 1808:
+    # 240 tokens of room) and finishes its prefill a pass after the long one's first token
+    assert fc.loc[1, "admitted_s"] > 4 * step1
+    assert fc.loc[1, "first_token_s"] > fc.loc[0, "first_token_s"] > sf.loc[1, "first_token_s"]
+    # the long prompt pays for it: its first token comes later
+    assert sf.loc[0, "first_token_s"] > fc.loc[0, "first_token_s"]
+    for g in (sf, fc):
+        assert g["output_tokens"].tolist() == [3, 3] and g["finish_s"].notna().all()
