@@ -12,7 +12,9 @@
    pool's max_new_tokens]``, each request's prompt drawn from the pool), replayed in wall-clock
    time by ``real.serve``: the calibration load once (calibration controller), every held-out
    controller x load ``repeats`` times, interleaved;
-5. calibration (from the profile and the calibration load only): the per-round overhead of the
+5. calibration (from the profile and the calibration load only): the profile's verify and
+   drafter rows per batch size scaled by the calibration load's own rounds (measured over
+   tabled time, ``batched_latency.correct_from_calibration``), and the per-round overhead of the
    serving loop per batch size (time between consecutive events less the draft and verify
    phases), folded into the profile's target verify rows at each batch size;
 6. prediction: the simulator mirrors each replay (``mirror.write_serving_scenario``: the same
@@ -48,6 +50,14 @@ from control.metrics import json_safe
 from control.registry import make_config, make_controller, make_planner
 from control.types import records_to_columns
 from dspark.validation import metrics as M
+from dspark.validation.batched_latency import (
+    correct_from_calibration,
+    latency_check,
+    overhead_by_batch,
+    overhead_residuals,
+    sim_table,
+    tmean,
+)
 from dspark.validation.config import ValidateConfig, controller_config
 from dspark.validation.mirror import sim_serving_metrics, write_serving_scenario
 
@@ -63,13 +73,6 @@ ERROR_COLUMNS = (
     "real_spread",
     "error_pct",
 )
-TRIM = 0.2
-
-
-def _tmean(x) -> float:
-    from scipy.stats import trim_mean
-
-    return float(trim_mean(np.asarray(x, dtype=float), TRIM))
 
 
 def poisson_stream(
@@ -132,93 +135,6 @@ def real_serving_metrics(
         rounds,
     )
     return m, times
-
-
-def overhead_residuals(batches) -> dict[int, list[float]]:
-    """Per batch size, each round's time outside its draft and verify phases: its end less the
-    end of the event before it (round or prefill; the loop only sleeps when nothing runs, and
-    then the next event is a prefill), less draft_s and verify_s."""
-    ev = batches.sort_values("end_s")
-    out: dict[int, list[float]] = {}
-    prev = None
-    for r in ev.itertuples(index=False):
-        if r.kind == "round" and prev is not None:
-            out.setdefault(int(r.batch_size), []).append(
-                float(r.end_s - prev - r.draft_s - r.verify_s)
-            )
-        prev = float(r.end_s)
-    return out
-
-
-def overhead_by_batch(
-    resid: dict[int, list[float]], batches: list[int], min_rounds: int = 5
-) -> dict[int, float]:
-    """The residual per batch size of ``batches``: a line over the batch sizes seen in ``resid``
-    (their trimmed means, weighted by the square root of their round counts); one size seen:
-    its value; none: empty."""
-    seen = {b: _tmean(v) for b, v in resid.items() if len(v) >= min_rounds}
-    if not seen:
-        seen = {b: _tmean(v) for b, v in resid.items() if v}
-    if not seen:
-        return {}
-    if len(seen) == 1:
-        (v,) = seen.values()
-        return {b: max(v, 0.0) for b in batches}
-    xs = np.array(sorted(seen), dtype=float)
-    ys = np.array([seen[int(b)] for b in xs])
-    w = np.sqrt([len(resid[int(b)]) for b in xs])
-    slope, icpt = np.polyfit(xs, ys, 1, w=w)
-    return {b: max(float(icpt + slope * b), 0.0) for b in batches}
-
-
-def latency_check(batches, latency_csv, propose_intercept=None) -> dict[str, float]:
-    """One real run's rounds against the simulator's latency table: Σ real verify_s / Σ the
-    table's verify time for each round's (batch, verify tokens, context), the same for the draft
-    phase (draft steps x one drafter step of the drafting rows, plus the propose call's own
-    intercept of every drafting round, ``propose_intercept`` by batch size, linear between the
-    profiled sizes: the engine's draft_s holds it, the simulator charges it in the round
-    overhead), and for the two together."""
-    from sim.latency import Table
-
-    T, D = Table(latency_csv, "target"), Table(latency_csv, "drafter")
-    ib = sorted(propose_intercept or {})
-    iv = [propose_intercept[b] for b in ib] if propose_intercept else []
-    r = batches[batches["kind"] == "round"]
-    pv = sum(
-        T.seconds(int(b), int(t), float(c))
-        for b, t, c in zip(r["batch_size"], r["verify_tokens"], r["context_tokens"])
-    )
-    pd_ = sum(
-        int(s) * D.seconds(int(n), int(n), float(c)) + (float(np.interp(b, ib, iv)) if ib else 0.0)
-        if s
-        else 0.0
-        for s, n, c, b in zip(r["draft_steps"], r["drafting"], r["context_tokens"], r["batch_size"])
-    )
-    v, d = float(r["verify_s"].sum()), float(r["draft_s"].sum())
-    return {
-        "rounds": len(r),
-        "verify_ratio": v / pv if pv else float("nan"),
-        "draft_ratio": d / pd_ if pd_ else float("nan"),
-        "round_ratio": (v + d) / (pv + pd_) if pv + pd_ else float("nan"),
-    }
-
-
-def sim_table(lat, k_max: int, overhead: dict[int, float], scale: float = 1.0):
-    """The simulator's latency table: ``lat`` with ``overhead[b]`` added to every target verify
-    row (new tokens <= k_max + 1) of batch ``b`` (one verify pass per round), every time then
-    multiplied by ``scale``."""
-    out = lat.copy()
-    if scale != 1.0:
-        for col in ("seconds", "seconds_mean", "seconds_p10", "seconds_p90"):
-            if col in out.columns:
-                out[col] = out[col] * scale
-    verify = (out["model"].astype(str) == "target") & (out["new_tokens"] <= k_max + 1)
-    for b, s in overhead.items():
-        sel = verify & (out["batch"] == b)
-        for col in ("seconds", "seconds_mean", "seconds_p10", "seconds_p90"):
-            if col in out.columns:
-                out.loc[sel, col] = out.loc[sel, col] + s
-    return out
 
 
 def run_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> dict:
@@ -515,6 +431,7 @@ def _calibrate(cfg: ValidateConfig, meta: dict, lat, cal_runs, pdir: Path, log) 
     else:
         overhead = {bb: profile_ov.get(bb, 0.0) for bb in batches}
         ov_src = "profile round-overhead rows (run_batch of fixed k)"
+    stat, correction = _corrected_profile(cfg, stat, cal_runs, icpt, pdir, log)
     sim_lat = sim_table(stat, b.k_max, overhead)
     sim_lat_csv = pdir / f"latency_sim_{cfg.latency_statistic}.csv"
     sim_lat.to_csv(sim_lat_csv, index=False)
@@ -534,7 +451,35 @@ def _calibrate(cfg: ValidateConfig, meta: dict, lat, cal_runs, pdir: Path, log) 
         "profile_ov": profile_ov,
         "resid": resid,
         "icpt": icpt,
+        "correction": correction,
     }
+
+
+def _corrected_profile(cfg: ValidateConfig, stat, cal_runs, icpt, pdir: Path, log) -> tuple:
+    """The profile's table corrected by the calibration load's own rounds
+    (``batched_latency.correct_from_calibration``; ``[batched] profile_correction``), the
+    profile as measured kept beside it; (table, what was applied)."""
+    b = cfg.batched
+    if b.profile_correction == "off":
+        return stat, {"mode": "off"}
+    raw_csv = pdir / f"latency_profile_{cfg.latency_statistic}.csv"  # the profile as measured
+    stat.to_csv(raw_csv, index=False)
+    fixed, info = correct_from_calibration(
+        stat,
+        raw_csv,
+        [bt for _, bt in cal_runs],
+        icpt,
+        b.k_max,
+        per_size=b.profile_correction == "per-batch",
+    )
+    log(
+        "batched: profile corrected by the calibration load's rounds (verify / drafter step x): "
+        + ", ".join(
+            f"B{g} {info['verify_scale'][g]:.3f} / {info['drafter_scale'][g]:.3f}"
+            for g in sorted(info["verify_scale"])
+        )
+    )
+    return fixed, {"mode": b.profile_correction, **info}
 
 
 def _decision_cpu(cfg: ValidateConfig, bdir: Path, x_name, x_cfg, ctrl_cfgs) -> dict:
@@ -764,10 +709,11 @@ def _summary(cfg, meta, err, ranks, cal_check, speed_df, corrected, cal, t_start
         "round_overhead_source": cal["ov_src"],
         "round_overhead_profile_s_by_batch": {str(k): v for k, v in cal["profile_ov"].items()},
         "round_overhead_calibration_residual": {
-            str(k): {"rounds": len(v), "trimmed_mean_s": _tmean(v)}
+            str(k): {"rounds": len(v), "trimmed_mean_s": tmean(v)}
             for k, v in sorted(cal["resid"].items())
         },
         "propose_intercept_s_by_batch": {str(k): v for k, v in cal["icpt"].items()},
+        "profile_correction": cal["correction"],
         "controllers_heldout": {c: src for c, (_, src) in meta["controllers"].items()},
         "engine": meta["engine"],
         "prefill_convention": "simulator prompt = P - 1 tokens, output = N + 1; engine first "

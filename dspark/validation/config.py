@@ -131,6 +131,16 @@ class BatchedConfig:
         choices=("calibration", "profile"),
         doc="where the per-batch round overhead comes from",
     )
+    # calibration: the profile's verify and drafter rows scaled by the calibration load's own
+    # rounds (measured / tabled), as the batch-1 part's correct_profile: 'pooled', one ratio per
+    # phase over all the load's rounds (it holds few rounds at the largest batches); 'per-batch',
+    # a ratio per profiled batch size; 'off', the profile as measured. The serving engine's draft
+    # phases once ran 1.31-1.35x the profile's on a 2-core AVX2 CPU.
+    profile_correction: str = param(
+        "pooled",
+        choices=("pooled", "per-batch", "off"),
+        doc="correct the profile by the calibration load's rounds",
+    )
     # profile cells between the real runs (see ValidateConfig.interleave_profile).
     interleave_profile: bool = param(True, doc="profile cells interleaved with the real runs")
     # a diagnostic, not a prediction: each real run predicted again at the speed the machine

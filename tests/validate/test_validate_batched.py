@@ -12,13 +12,8 @@ import pytest
 from control.errors import ConfigError
 from control.types import PositionRecord, records_from_rows
 from dspark.cli import main
-from dspark.validation.batched import (
-    ERROR_COLUMNS,
-    overhead_by_batch,
-    overhead_residuals,
-    poisson_stream,
-    sim_table,
-)
+from dspark.validation.batched import ERROR_COLUMNS, poisson_stream
+from dspark.validation.batched_latency import overhead_by_batch, overhead_residuals, sim_table
 from dspark.validation.config import load_validate
 from dspark.validation.metrics import SERVING_METRICS, SERVING_TARGETS, resolved_pairs, serving
 from real.tracing import replay_accepted
@@ -217,3 +212,20 @@ def test_reanalyze_and_exit_status_above_tolerance(run, capsys):
     cap = capsys.readouterr()
     assert cap.out.strip().splitlines()[-1].startswith("validate_batched_max_abs_error_pct=")
     assert "is above the tolerance 1e-09%" in cap.err
+
+
+def test_the_simulator_reads_the_profile_corrected_by_the_calibration_load(run):
+    _, out, _ = run
+    summary = json.loads((out / "batched" / "summary.json").read_text())
+    s, k_max = summary["profile_correction"], summary["engine"]["k_max"]
+    assert s["mode"] == "pooled" and s["rounds"] > 0
+    pdir = out / "batched" / "profile"
+    raw = pd.read_csv(pdir / "latency_profile_mean.csv")
+    used = pd.read_csv(pdir / "latency_mean.csv")
+    for model, scales in (("target", s["verify_scale"]), ("drafter", s["drafter_scale"])):
+        (scale,) = set(scales.values())  # pooled: one ratio per phase
+        sel = raw["model"] == model
+        if model == "target":
+            sel &= raw["new_tokens"] <= k_max + 1  # verify rows only, not prefill chunks
+        ratio = used.loc[sel, "seconds"] / raw.loc[sel, "seconds"]
+        assert ratio.to_numpy() == pytest.approx(scale)

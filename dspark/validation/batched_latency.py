@@ -1,0 +1,206 @@
+"""The batched part's latency model: the profile's table, the serving loop's round overhead and
+the correction of the table by the calibration load's own rounds (``dspark validate --part
+batched``, steps 5 and 7 of :mod:`dspark.validation.batched`).
+
+A batch trace (``real.serve.BATCH_COLUMNS``) holds one row per round or prefill pass. A round's
+``verify_s`` is its one target pass over ``verify_tokens`` at ``context_tokens`` (summed over
+the batch), its ``draft_s`` the propose call: ``draft_steps`` drafter steps over ``drafting``
+rows plus the call's own intercept, and, in the first round after a prefill, the newly admitted
+rows' catch-up on their prompts (which the simulator charges at the end of the prefill pass).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+TRIM = 0.2
+#: the time columns of a ``latency.csv``, all scaled together
+TIME_COLUMNS = ("seconds", "seconds_mean", "seconds_p10", "seconds_p90")
+
+
+def tmean(x) -> float:
+    """The 20%-trimmed mean."""
+    from scipy.stats import trim_mean
+
+    return float(trim_mean(np.asarray(x, dtype=float), TRIM))
+
+
+def overhead_residuals(batches) -> dict[int, list[float]]:
+    """Per batch size, each round's time outside its draft and verify phases: its end less the
+    end of the event before it (round or prefill; the loop only sleeps when nothing runs, and
+    then the next event is a prefill), less draft_s and verify_s."""
+    ev = batches.sort_values("end_s")
+    out: dict[int, list[float]] = {}
+    prev = None
+    for r in ev.itertuples(index=False):
+        if r.kind == "round" and prev is not None:
+            out.setdefault(int(r.batch_size), []).append(
+                float(r.end_s - prev - r.draft_s - r.verify_s)
+            )
+        prev = float(r.end_s)
+    return out
+
+
+def overhead_by_batch(
+    resid: dict[int, list[float]], batches: list[int], min_rounds: int = 5
+) -> dict[int, float]:
+    """The residual per batch size of ``batches``: a line over the batch sizes seen in ``resid``
+    (their trimmed means, weighted by the square root of their round counts); one size seen:
+    its value; none: empty."""
+    seen = {b: tmean(v) for b, v in resid.items() if len(v) >= min_rounds}
+    if not seen:
+        seen = {b: tmean(v) for b, v in resid.items() if v}
+    if not seen:
+        return {}
+    if len(seen) == 1:
+        (v,) = seen.values()
+        return {b: max(v, 0.0) for b in batches}
+    xs = np.array(sorted(seen), dtype=float)
+    ys = np.array([seen[int(b)] for b in xs])
+    w = np.sqrt([len(resid[int(b)]) for b in xs])
+    slope, icpt = np.polyfit(xs, ys, 1, w=w)
+    return {b: max(float(icpt + slope * b), 0.0) for b in batches}
+
+
+def round_phases(batches, latency_csv, propose_intercept=None):
+    """The rounds of one batch trace beside the table's time for each phase: columns
+    ``verify_s``, ``draft_s`` (measured), ``table_verify_s`` (the target row for the round's
+    batch, verify tokens and context), ``table_step_s`` (draft steps x one drafter step of the
+    drafting rows), ``intercept_s`` (the propose call's own intercept for a drafting round,
+    ``propose_intercept`` by batch size, linear between the profiled sizes) and
+    ``after_prefill`` (the event before the round was a prefill pass: its draft phase holds the
+    admitted rows' prompt catch-up)."""
+    from sim.latency import Table
+
+    T, D = Table(latency_csv, "target"), Table(latency_csv, "drafter")
+    ib = sorted(propose_intercept or {})
+    iv = [propose_intercept[b] for b in ib] if propose_intercept else []
+    ev = batches.sort_values("end_s")
+    after = (ev["kind"].shift(1) == "prefill").to_numpy()
+    keep = (ev["kind"] == "round").to_numpy()
+    r = ev[keep].copy()
+    r["after_prefill"] = after[keep]
+    r["table_verify_s"] = [
+        T.seconds(int(b), int(t), float(c))
+        for b, t, c in zip(r["batch_size"], r["verify_tokens"], r["context_tokens"])
+    ]
+    steps = r["draft_steps"].fillna(0).astype(int)
+    r["table_step_s"] = [
+        int(s) * D.seconds(int(n), int(n), float(c)) if s else 0.0
+        for s, n, c in zip(steps, r["drafting"], r["context_tokens"])
+    ]
+    r["intercept_s"] = [
+        float(np.interp(b, ib, iv)) if (ib and s) else 0.0 for s, b in zip(steps, r["batch_size"])
+    ]
+    return r
+
+
+def latency_check(batches, latency_csv, propose_intercept=None) -> dict[str, float]:
+    """One real run's rounds against the simulator's latency table: Σ real verify_s / Σ the
+    table's verify time for each round's (batch, verify tokens, context), the same for the draft
+    phase (draft steps x one drafter step of the drafting rows, plus the propose call's own
+    intercept of every drafting round: the engine's draft_s holds it, the simulator charges it
+    in the round overhead), and for the two together."""
+    r = round_phases(batches, latency_csv, propose_intercept)
+    v, d = float(r["verify_s"].sum()), float(r["draft_s"].sum())
+    pv = float(r["table_verify_s"].sum())
+    pd_ = float((r["table_step_s"] + r["intercept_s"]).sum())
+    return {
+        "rounds": len(r),
+        "verify_ratio": v / pv if pv else float("nan"),
+        "draft_ratio": d / pd_ if pd_ else float("nan"),
+        "round_ratio": (v + d) / (pv + pd_) if pv + pd_ else float("nan"),
+    }
+
+
+def _nearest(batch_sizes, grid: list[int]) -> np.ndarray:
+    """The grid batch size nearest each batch size, on a log scale."""
+    g = np.log(np.asarray(grid, dtype=float))
+    b = np.log(np.maximum(np.asarray(batch_sizes, dtype=float), 1.0))
+    return np.asarray(grid)[np.abs(b[:, None] - g[None, :]).argmin(axis=1)]
+
+
+def _ratios(measured, tabled, near, grid, min_rounds: int, per_size: bool) -> dict[int, float]:
+    """Σ measured / Σ tabled per grid batch size over its nearest rounds (a run's time is a sum
+    of rounds); a size with fewer than ``min_rounds`` rounds, or every size unless
+    ``per_size``, takes the ratio pooled over all."""
+    m, t = np.asarray(measured, dtype=float), np.asarray(tabled, dtype=float)
+    pooled = float(m.sum() / t.sum()) if len(m) >= min_rounds and t.sum() > 0 else float("nan")
+    out = {}
+    for g in grid:
+        sel = near == g
+        ok = per_size and sel.sum() >= min_rounds and t[sel].sum() > 0
+        out[int(g)] = float(m[sel].sum() / t[sel].sum()) if ok else pooled
+    return out
+
+
+def correct_from_calibration(
+    table,
+    latency_csv,
+    cal_batches: list,
+    propose_intercept,
+    k_max: int,
+    min_rounds: int = 5,
+    per_size: bool = True,
+):
+    """The table (``latency_csv``'s frame) corrected by the calibration load's own rounds, as
+    ``real.profile.correct_from_trace`` corrects the batch-1 table: per profiled batch size g,
+    every target verify row (new tokens per row <= ``k_max + 1``) is scaled by Σ verify_s / Σ
+    the table's verify time of the calibration rounds whose batch size is nearest g, and every
+    drafter row of batch g by Σ (draft_s - intercept) / Σ (draft steps x the table's step) of
+    the drafting rounds nearest g that follow a round, not a prefill (the first draft of a newly
+    admitted row carries its prompt catch-up, which the simulator charges at the prefill). A
+    size with fewer than ``min_rounds`` rounds, and every size unless ``per_size``, takes the
+    ratio pooled over all of them; no
+    usable rounds: the table unchanged. For rounds at profiled batch sizes the corrected table's
+    ratios are exactly 1 (tests). Returns (table, what was applied)."""
+    import pandas as pd
+
+    grid = sorted({int(b) for b in table["batch"].unique()})
+    rounds = [round_phases(bt, latency_csv, propose_intercept) for bt in cal_batches]
+    r = pd.concat(rounds) if rounds else pd.DataFrame()
+    if not len(r):
+        return table.copy(), {"rounds": 0, "verify_scale": {}, "drafter_scale": {}}
+    near = _nearest(r["batch_size"], grid)
+    v_scale = _ratios(r["verify_s"], r["table_verify_s"], near, grid, min_rounds, per_size)
+    d = (r["table_step_s"] > 0) & ~r["after_prefill"].astype(bool)
+    d_scale = _ratios(
+        (r["draft_s"] - r["intercept_s"])[d],
+        r["table_step_s"][d],
+        near[d.to_numpy()],
+        grid,
+        min_rounds,
+        per_size,
+    )
+    out = table.copy()
+    cols = [c for c in TIME_COLUMNS if c in out.columns]
+    model = out["model"].astype(str)
+    for g in grid:
+        rows = {
+            "target": (model == "target") & (out["batch"] == g) & (out["new_tokens"] <= k_max + 1),
+            "drafter": (model == "drafter") & (out["batch"] == g),
+        }
+        for name, s in (("target", v_scale[g]), ("drafter", d_scale[g])):
+            if np.isfinite(s) and s > 0:
+                out.loc[rows[name], cols] = out.loc[rows[name], cols] * s
+    return out, {
+        "rounds": len(r),
+        "drafting_rounds_used": int(d.sum()),
+        "verify_scale": v_scale,
+        "drafter_scale": d_scale,
+    }
+
+
+def sim_table(lat, k_max: int, overhead: dict[int, float], scale: float = 1.0):
+    """The simulator's latency table: ``lat`` with ``overhead[b]`` added to every target verify
+    row (new tokens <= k_max + 1) of batch ``b`` (one verify pass per round), every time then
+    multiplied by ``scale``."""
+    out = lat.copy()
+    cols = [c for c in TIME_COLUMNS if c in out.columns]
+    if scale != 1.0:
+        out[cols] = out[cols] * scale
+    verify = (out["model"].astype(str) == "target") & (out["new_tokens"] <= k_max + 1)
+    for b, s in overhead.items():
+        sel = verify & (out["batch"] == b)
+        out.loc[sel, cols] = out.loc[sel, cols] + s
+    return out
