@@ -22,7 +22,7 @@ from control.base import Controller
 from control.configio import param
 from control.errors import ConfigError
 from control.types import Decision, Observation
-from control.window import RoundWindow
+from control.window import RoundWindow, row_of
 
 
 def expected_speedup(a: float, c: float, k: int) -> float:
@@ -114,17 +114,7 @@ class AnalyticController(Controller):
         return self._decisions[self.k]
 
     def observe(self, obs: Observation) -> None:
-        n, d = obs.accepted, obs.drafted
-        self._win.push(
-            n,
-            1 if n < d else 0,
-            d,
-            obs.emitted,
-            obs.draft_s,
-            obs.draft_s + obs.verify_s,
-            obs.lossy_accepts,
-            obs.now_s,
-        )
+        self._win.push_row(row_of(obs))
         self.rounds += 1
         if self.rounds % self.config.update_rounds == 0:
             self._recompute()

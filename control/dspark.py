@@ -739,18 +739,21 @@ class DSparkController(Controller):
             self.context_tokens = context_tokens + e
             if drafted:  # per-position evidence, pooled by the planner at its next full plan
                 self.counts[n if n < drafted else self._full + n] += 1
-            if self._solo is not None:
-                self._solo_round(
-                    now_s,
-                    drafted,
-                    n,
-                    draft_s,
-                    verify_s,
-                    context_tokens,
-                    e,
-                    batch_size,
-                    batch_tokens,
-                    batch_context_tokens,
+            if self._solo is not None:  # no round planner: the round goes to its own planner
+                self._solo.observe_round(
+                    RoundStats(
+                        now_s - draft_s - verify_s,
+                        now_s,
+                        batch_size,
+                        1 if drafted else 0,
+                        drafted,
+                        batch_tokens or drafted + 1,
+                        batch_context_tokens or context_tokens,
+                        draft_s,
+                        verify_s,
+                        n,
+                        e,
+                    )
                 )
         changed = False
         if self.cooldown:
@@ -771,36 +774,6 @@ class DSparkController(Controller):
             return
         if changed:
             self._rebuild(False)
-
-    def _solo_round(
-        self,
-        now_s,
-        drafted,
-        n,
-        draft_s,
-        verify_s,
-        context_tokens,
-        e,
-        batch_size,
-        batch_tokens,
-        batch_context_tokens,
-    ) -> None:
-        """This sequence's round, told to its own planner (goodput with no round planner)."""
-        self._solo.observe_round(  # type: ignore[union-attr]  # called only when set
-            RoundStats(
-                now_s - draft_s - verify_s,
-                now_s,
-                batch_size,
-                1 if drafted else 0,
-                drafted,
-                batch_tokens or drafted + 1,
-                batch_context_tokens or context_tokens,
-                draft_s,
-                verify_s,
-                n,
-                e,
-            )
-        )
 
     def state(self) -> dict[str, Any]:
         g = self._guard

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import tomllib
+from typing import Any
 
 from control.errors import DSparkError
+
+
+def command_parser(subparsers: Any, name: str, help: str, doc: str) -> argparse.ArgumentParser:
+    """Subcommand ``name``'s parser: ``help`` in the command list, the first paragraph of its
+    module docstring ``doc`` as the description."""
+    return subparsers.add_parser(name, help=help, description=doc.split("\n\n")[0])
 
 
 def parse_sets(items: list[str], flag: str = "--set") -> dict:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from dspark.args import command_parser
+
 REAL_SUBCOMMANDS = {
     "train": "dspark.real_train",
     "generate": "dspark.real_generate",
@@ -21,11 +23,7 @@ REAL_SUBCOMMANDS = {
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(
-        "real",
-        help="run the real speculative-decoding engine",
-        description=__doc__.split("\n\n")[0],
-    )
+    p = command_parser(subparsers, "real", "run the real speculative-decoding engine", __doc__)
     from dspark.cli import add_subcommands
 
     add_subcommands(

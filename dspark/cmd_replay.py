@@ -13,14 +13,11 @@ import sys
 from typing import Any
 
 from control.errors import DSparkError
+from dspark.args import command_parser
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(
-        "replay",
-        help="replay a round trace through a controller",
-        description=__doc__.split("\n\n")[0],
-    )
+    p = command_parser(subparsers, "replay", "replay a round trace through a controller", __doc__)
     p.add_argument("trace", help="round trace CSV (RoundRecord columns)")
     p.add_argument("--controller", default="dspark", help="controller name (default: dspark)")
     p.add_argument("--config", default=None, help="TOML file with a [controller.<name>] table")

@@ -13,23 +13,8 @@ import sys
 from typing import Any
 
 from control.errors import DSparkError
-from dspark.args import parse_sets, run_folder
+from dspark.args import command_parser, parse_sets, run_folder
 
-TABLE_COLUMNS = (
-    "controller",
-    "load_scale",
-    "throughput_tokens_per_s",
-    "goodput_tokens_per_s",
-    "speedup",
-    "speedup_resident",
-    "mean_accepted_length",
-    "acceptance_rate",
-    "tpot_p50_s",
-    "tpot_p99_s",
-    "ttft_p99_s",
-    "gpu_busy_fraction",
-    "requests_unfinished",
-)
 #: the printed table: (summary key, header with unit, scale, format)
 TABLE = (
     ("controller", "controller", None, "{}"),
@@ -47,13 +32,13 @@ TABLE = (
     ("gpu_busy_fraction", "GPU busy (%)", 100.0, "{:.1f}"),
     ("requests_unfinished", "unfinished", 1.0, "{:.0f}"),
 )
+#: the summary keys of the printed table, in order
+TABLE_COLUMNS = tuple(row[0] for row in TABLE)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(
-        "simulate",
-        help="simulate controllers on a GPU-cluster scenario",
-        description=__doc__.split("\n\n")[0],
+    p = command_parser(
+        subparsers, "simulate", "simulate controllers on a GPU-cluster scenario", __doc__
     )
     p.add_argument("config", help="scenario TOML (see configs/)")
     p.add_argument(

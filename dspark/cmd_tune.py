@@ -14,15 +14,13 @@ import argparse
 import sys
 from typing import Any
 
+from dspark.args import command_parser
+
 OBJECTIVES = ("throughput", "goodput", "p99_tpot", "throughput-p99", "throughput-quality")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(
-        "tune",
-        help="tune a controller on the simulator (Optuna)",
-        description=__doc__.split("\n\n")[0],
-    )
+    p = command_parser(subparsers, "tune", "tune a controller on the simulator (Optuna)", __doc__)
     p.add_argument("config", help="tuning config TOML (see configs/tune_*.toml)")
     p.add_argument(
         "--trials",

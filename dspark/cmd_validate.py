@@ -20,14 +20,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from dspark.args import parse_sets
+from dspark.args import command_parser, parse_sets
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(
-        "validate",
-        help="measure how well the simulator predicts the engine",
-        description=__doc__.split("\n\n")[0],
+    p = command_parser(
+        subparsers, "validate", "measure how well the simulator predicts the engine", __doc__
     )
     p.add_argument(
         "config", nargs="?", default=None, help="validate TOML (default: configs/validate.toml)"

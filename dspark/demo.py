@@ -26,6 +26,19 @@ from control.errors import DSparkError
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 
+#: The controllers the demo simulates on the standard scenario besides the tuned config and the
+#: references: no speculation, fixed k, every baseline and the seed's dspark defaults.
+SIM_CONTROLLERS = (
+    "fixed:k=0",
+    "fixed:k=2",
+    "fixed:k=4",
+    "hf-heuristic",
+    "confidence-stop",
+    "ema-hysteresis",
+    "analytic",
+    "dspark",
+)
+
 
 @dataclass(frozen=True)
 class DemoConfig:
@@ -129,19 +142,7 @@ def _tune(cfg: DemoConfig, out: Path, n: int) -> str:
 def _simulate(cfg: DemoConfig, out: Path, tuned: str, n: int) -> None:
     """Steps 2-4: every controller on the standard scenario over loads; the A100 scenario and
     the scaling sweep; controller traces on the tiny scenario."""
-    every = [
-        "fixed:k=0",
-        "fixed:k=2",
-        "fixed:k=4",
-        "hf-heuristic",
-        "confidence-stop",
-        "ema-hysteresis",
-        "analytic",
-        "dspark",
-        tuned,
-        "clairvoyant",
-        "rate-oracle",
-    ]
+    every = [*SIM_CONTROLLERS, tuned, "clairvoyant", "rate-oracle"]
     loads = ",".join(f"{x:g}" for x in cfg.loads)
     _step(2, n, f"simulate: standard scenario, every controller, loads {loads}")
     specs = [a for c in every for a in ("--controller", c)]

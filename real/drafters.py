@@ -312,8 +312,7 @@ class HybridDrafter(_OneRow):
     def propose_batch(
         self, seq: torch.Tensor, slots, Ls, ks, taus, sp: SamplingParams, gens
     ) -> list[Proposal]:
-        B = len(slots)
-        gens = _gens(gens, B)
+        B = len(slots)  # gens pass through to the model drafter, which spreads them per row
         out: list[Proposal] = [_NONE] * B
         model_ks = [0] * B
         for b in range(B):

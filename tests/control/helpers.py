@@ -4,6 +4,18 @@ from __future__ import annotations
 
 from control.types import Observation
 
+#: Every registered controller, in the registry's order (what ``controller_names`` must list).
+CONTROLLER_NAMES = (
+    "fixed",
+    "hf-heuristic",
+    "confidence-stop",
+    "ema-hysteresis",
+    "analytic",
+    "dspark",
+    "clairvoyant",
+    "rate-oracle",
+)
+
 
 def obs(
     drafted: int,

@@ -23,6 +23,7 @@ from control.configio import (
 from control.errors import ConfigError
 from control.registry import controller_names
 from control.types import PositionRecord, records_from_rows, records_to_columns
+from tests.control.helpers import CONTROLLER_NAMES
 
 
 @dataclass(frozen=True)
@@ -109,16 +110,7 @@ def test_configio_values_and_text(tmp_path):
 
 
 def test_registry_paths():
-    assert set(controller_names()) == {
-        "fixed",
-        "hf-heuristic",
-        "confidence-stop",
-        "ema-hysteresis",
-        "analytic",
-        "dspark",
-        "clairvoyant",
-        "rate-oracle",
-    }
+    assert set(controller_names()) == set(CONTROLLER_NAMES)
     cfg = make_config("dspark")
     assert make_config("dspark", cfg) is cfg
     assert make_controller("dspark", cfg).config is cfg

@@ -9,6 +9,7 @@ import pytest
 from control.types import RECORD_COLUMNS
 from dspark.cli import main
 from dspark.cmd_replay import TABLE_COLUMNS
+from tests.control.helpers import CONTROLLER_NAMES
 
 TRACE = Path(__file__).parents[2] / "examples" / "trace_small.csv"
 
@@ -61,26 +62,23 @@ def one_line_error(capsys, argv, needle):
 
 
 def test_cli_errors_are_one_line(capsys, tmp_path):
-    bad_toml = tmp_path / "bad.toml"
-    bad_toml.write_text("[controller.dspark\nalpha0 = ")
-    one_line_error(capsys, ["replay", str(TRACE), "--config", str(bad_toml)], "malformed TOML")
-    unknown = tmp_path / "u.toml"
-    unknown.write_text("[controller.dspark]\nalpha_gain = 1.0\n")
-    one_line_error(
-        capsys,
-        ["replay", str(TRACE), "--config", str(unknown)],
-        "unknown key 'controller.dspark.alpha_gain'",
-    )
-    rng = tmp_path / "r.toml"
-    rng.write_text("[controller.dspark]\nbeta_ki = 99.0\n")
-    one_line_error(
-        capsys,
-        ["replay", str(TRACE), "--config", str(rng)],
-        "controller.dspark.beta_ki = 99.0 is out of range; allowed [0.0, 10.0]",
-    )
-    not_table = tmp_path / "n.toml"
-    not_table.write_text("[controller]\ndspark = 3\n")
-    one_line_error(capsys, ["replay", str(TRACE), "--config", str(not_table)], "must be a table")
+    for name, text, needle in [
+        ("bad.toml", "[controller.dspark\nalpha0 = ", "malformed TOML"),
+        (
+            "u.toml",
+            "[controller.dspark]\nalpha_gain = 1.0\n",
+            "unknown key 'controller.dspark.alpha_gain'",
+        ),
+        (
+            "r.toml",
+            "[controller.dspark]\nbeta_ki = 99.0\n",
+            "controller.dspark.beta_ki = 99.0 is out of range; allowed [0.0, 10.0]",
+        ),
+        ("n.toml", "[controller]\ndspark = 3\n", "must be a table"),
+    ]:
+        cfg = tmp_path / name
+        cfg.write_text(text)
+        one_line_error(capsys, ["replay", str(TRACE), "--config", str(cfg)], needle)
     one_line_error(capsys, ["replay", str(tmp_path / "none.csv")], "file not found")
     one_line_error(
         capsys, ["replay", str(TRACE), "--controller", "nope"], "unknown controller 'nope'"
@@ -115,19 +113,7 @@ def test_cli_trace_errors(capsys, tmp_path):
     one_line_error(capsys, ["replay", str(empty)], "cannot read trace")
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "fixed",
-        "hf-heuristic",
-        "confidence-stop",
-        "ema-hysteresis",
-        "analytic",
-        "dspark",
-        "clairvoyant",
-        "rate-oracle",
-    ],
-)
+@pytest.mark.parametrize("name", CONTROLLER_NAMES)
 def test_configio_round_trip(name):
     import tomllib
 

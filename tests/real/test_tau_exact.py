@@ -34,7 +34,6 @@ either rule (confidence 1.0). With the rule in ``real/drafters.py``: χ² ≤ 11
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from pathlib import Path
 
@@ -49,6 +48,7 @@ from real.engine import Engine, EngineConfig
 from real.models import ConvConfig, ConvDrafter, Transformer, TransformerConfig
 from real.quality import FixedDecision
 from real.sampling import probs
+from tests.real.conftest import perturbed
 from tuning.export import load_best_config
 
 V = 16
@@ -67,17 +67,6 @@ CFG = EngineConfig(
     temperature=TEMP,
 )
 LENGTH = CFG.max_len + CFG.k_max + 1
-
-
-def _noisy(model, scale: float = 0.05, seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    m = copy.deepcopy(model)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(
-                torch.randn(p.shape, generator=g, dtype=p.dtype) * scale * p.std().clamp_min(1e-3)
-            )
-    return m
 
 
 def _strong(m, emb: float, gain: float):
@@ -108,7 +97,7 @@ def _pair(kind: str):
             0.5,
             3.0,
         )
-    return tgt, _noisy(tgt)
+    return tgt, perturbed(tgt, 0.05)
 
 
 def _engine(kind: str) -> tuple[Engine, torch.nn.Module | None]:

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from matplotlib.colors import to_hex
 
+from dspark.demo import SIM_CONTROLLERS
 from reports import plots
 from reports.analysis import answer, answer_sentence, comparison_table, kept_up
 from reports.build import ANSWER_TITLE
@@ -28,14 +29,7 @@ from reports.style import (
 from tests.reports.fixtures import sim_row
 
 DEMO_NAMES = [
-    "fixed:k=0",
-    "fixed:k=2",
-    "fixed:k=4",
-    "hf-heuristic",
-    "confidence-stop",
-    "ema-hysteresis",
-    "analytic",
-    "dspark",
+    *SIM_CONTROLLERS,
     "dspark@best_config",
     "dspark:policy=seed",
     "clairvoyant",

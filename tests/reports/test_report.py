@@ -151,6 +151,14 @@ def test_reports_imports_no_engine_or_simulator():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
 
 
+#: the summary fields of a small real-engine run on the conv drafter and copy-friendly code
+SMALL_CODE_RUN = dict(
+    drafter="conv",
+    copyable_fraction=0.85,
+    bench_config={"prompts": 4, "new_tokens": 96, "repeats": 1, "workload": "code"},
+)
+
+
 def _real(tmp, rows, **summary):
     import json
 
@@ -172,14 +180,7 @@ def test_quality_verdict_judges_every_row(tmp_path):
         dict(controller="threshold-beta0.85", tokens_per_s=0, beta=0.85, nll_change_pct=0.41),
         dict(controller="threshold-beta0.7", tokens_per_s=0, beta=0.7, nll_change_pct=1.2),
     ]
-    run = _real(
-        tmp_path / "real",
-        rows,
-        prompts=4,
-        copyable_fraction=0.85,
-        drafter="conv",
-        bench_config={"prompts": 4, "new_tokens": 96, "repeats": 1, "workload": "code"},
-    )
+    run = _real(tmp_path / "real", rows, prompts=4, **SMALL_CODE_RUN)
     q = audit(load_runs([run])).set_index("claim").loc["quality within ±0.3%"]
     for cell in (
         "dspark (strict) +0.00% ✓",
@@ -205,14 +206,7 @@ def test_real_engine_speedup_states_its_size(tmp_path):
         dict(controller="hf-heuristic", tokens_per_s=180.0, speedup_vs_ar=4.5),
         dict(controller="dspark", tokens_per_s=64.0, speedup_vs_ar=1.6),
     ]
-    run = _real(
-        tmp_path / "real",
-        rows,
-        drafter="conv",
-        copyable_fraction=0.85,
-        bench_config={"prompts": 4, "new_tokens": 96, "repeats": 1, "workload": "code"},
-        target_dtype="bfloat16",
-    )
+    run = _real(tmp_path / "real", rows, target_dtype="bfloat16", **SMALL_CODE_RUN)
     tp = audit(load_runs([run])).set_index("claim").loc["4.2× throughput"]
     f = tp["lab finds"]
     assert "best 4.50× (hf-heuristic), dspark 1.60×" in f
@@ -239,13 +233,7 @@ def test_real_section_states_its_size_and_no_fake_spread(tmp_path):
             speedup_vs_ar=1.5,
         ),
     ]
-    run = _real(
-        tmp_path / "real",
-        rows,
-        drafter="conv",
-        copyable_fraction=0.85,
-        bench_config={"prompts": 4, "new_tokens": 96, "repeats": 1, "workload": "code"},
-    )
+    run = _real(tmp_path / "real", rows, **SMALL_CODE_RUN)
     sec = Builder(load_runs([run])).real()
     text = " ".join(b for b in sec.blocks if isinstance(b, str))
     assert "Measured: drafter conv, code prompts, 4 prompts × 96 tokens × 1 repeat" in text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import optuna
@@ -22,3 +24,20 @@ def tiny_cfg():
     from tuning.config import load_tuning_config
 
     return load_tuning_config(TINY)
+
+
+def tune_cli(*args: str) -> list[str]:
+    """The command line of a quick ``dspark tune ARGS`` run (quiet, no held-out evaluation)."""
+    return [sys.executable, "-m", "dspark", "tune", *args, "--quiet", "--no-eval"]
+
+
+def run_cli(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+    """``cmd`` run to its end from the repository root, its output captured as text."""
+    return subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def run_tune(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m dspark tune ARGS`` (no flags added), run to its end: :func:`run_cli`."""
+    return run_cli([sys.executable, "-m", "dspark", "tune", *args], timeout)

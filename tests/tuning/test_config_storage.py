@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +10,7 @@ from control.errors import ConfigError
 from tuning.config import load_tuning_config
 from tuning.storage import make_storage, redact, resolve_url
 
-from .conftest import ROOT, TINY
+from .conftest import ROOT, TINY, run_tune
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -105,39 +103,22 @@ def test_bad_tuning_config_is_one_line_error(tmp_path, edit, message):
 
 def test_cli_bad_config_prints_one_line_and_exits_2(tmp_path):
     p = _write(tmp_path, BASE.replace('controller = "dspark"', 'controller = "dspark"\nx = 1'))
-    r = subprocess.run(
-        [sys.executable, "-m", "dspark", "tune", str(p), "--out", str(tmp_path / "o")],
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
+    r = run_tune(str(p), "--out", str(tmp_path / "o"), timeout=60)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dspark: error: ") and "tune.x" in lines[0]
 
 
 def test_cli_refuses_memory_storage_with_workers(tmp_path):
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dspark",
-            "tune",
-            str(TINY),
-            "--storage",
-            "memory",
-            "--workers",
-            "2",
-            "--out",
-            str(tmp_path / "o"),
-            "--quiet",
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
+    r = run_tune(
+        str(TINY),
+        "--storage",
+        "memory",
+        "--workers",
+        "2",
+        "--out",
+        str(tmp_path / "o"),
+        "--quiet",
         timeout=60,
     )
     assert r.returncode == 2 and "needs a shared storage" in r.stderr
@@ -178,27 +159,7 @@ def test_unreachable_database_is_one_line_error():
 
 def test_cli_tune_prints_the_final_table(tmp_path):
     out = tmp_path / "o"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dspark",
-            "tune",
-            str(TINY),
-            "--trials",
-            "3",
-            "--storage",
-            "memory",
-            "--out",
-            str(out),
-            "--quiet",
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    r = run_tune(str(TINY), "--trials", "3", "--storage", "memory", "--out", str(out), "--quiet")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "3 trials" in r.stdout and "held-out evaluation" in r.stdout
     rows = [ln.split()[0] for ln in r.stdout.splitlines() if ln.strip()]

@@ -26,7 +26,7 @@ from tuning.config import load_tuning_config
 from tuning.storage import make_storage, repair_journal, resolve_url
 from tuning.study import prepare_study, run_study, run_worker
 
-from .conftest import ROOT, TINY
+from .conftest import ROOT, TINY, run_cli, tune_cli
 from .test_postgres import pg_url  # noqa: F401  (fixture: a private PostgreSQL server)
 from .test_workers import _config
 
@@ -143,16 +143,26 @@ def test_journal_resume_short_of_n_is_an_error_not_exit_0(tmp_path):
         run_study(cfg, url, n_trials=4, resume=True, simulate=fake_simulate)
 
 
+def _storage_url(where: str, request, out: Path) -> str:
+    """The study's storage: the journal of run folder ``out``, or the private PostgreSQL
+    server (the ``pg_url`` fixture)."""
+    return request.getfixturevalue("pg_url") if where == "postgres" else resolve_url(None, out)
+
+
+def _cli_study(tmp_path: Path, n: int, where: str, request) -> tuple[Path, Path, str, list[str]]:
+    """A CLI study of ``n`` trials: its tuning config, its run folder, its storage URL
+    (:func:`_storage_url`) and the flags that name that storage on the command line."""
+    out = tmp_path / "run"
+    url = _storage_url(where, request, out)
+    return _config(tmp_path, n), out, url, ([] if where == "journal" else ["--storage", url])
+
+
 # ---- a slot queued twice runs once -------------------------------------------------------
 
 
 @pytest.mark.parametrize("where", ["journal", "postgres"])
 def test_a_slot_queued_twice_runs_once(tmp_path, where, request):
-    url = (
-        request.getfixturevalue("pg_url")
-        if where == "postgres"
-        else resolve_url(None, tmp_path / "run")
-    )
+    url = _storage_url(where, request, tmp_path / "run")
     n = 6
     cfg = load_tuning_config(TINY, n_trials=n)
     study = prepare_study(cfg, url, n)
@@ -217,26 +227,12 @@ def test_a_journal_line_that_is_no_record_is_refused_in_one_line(tmp_path):
 def test_resume_after_a_torn_write_via_the_cli_prints_one_warning_line(tmp_path):
     cfg = _config(tmp_path, 3)
     out = tmp_path / "run"
-    r = subprocess.run(
-        _cli(str(cfg), "--out", str(out)),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    r = run_cli(tune_cli(str(cfg), "--out", str(out)))
     assert r.returncode == 0, r.stderr[-2000:]
     torn = b'{"op_code":4,"worker_id":"x","study_id":0,"datetime_st'
     with (out / "study.journal").open("ab") as fh:
         fh.write(torn)
-    r = subprocess.run(
-        _cli(str(cfg), "--out", str(out), "--resume", "--trials", "4"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    r = run_cli(tune_cli(str(cfg), "--out", str(out), "--resume", "--trials", "4"))
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stderr.splitlines() == [
         (
@@ -248,10 +244,6 @@ def test_resume_after_a_torn_write_via_the_cli_prints_one_warning_line(tmp_path)
 
 
 # ---- processes killed: the main one (workers die with it), near the end of the queue --------
-
-
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "dspark", "tune", *args, "--quiet", "--no-eval"]
 
 
 def _load(url: str, name: str = "dspark-throughput") -> optuna.Study:
@@ -308,12 +300,9 @@ def test_killing_the_main_process_near_the_end_kills_its_workers_and_resume_comp
     tmp_path, where, request
 ):
     n = 8
-    cfg = _config(tmp_path, n)
-    out = tmp_path / "run"
-    url = request.getfixturevalue("pg_url") if where == "postgres" else resolve_url(None, out)
-    store = [] if where == "journal" else ["--storage", url]
+    cfg, out, url, store = _cli_study(tmp_path, n, where, request)
     res = _kill_near_the_end(
-        _cli(str(cfg), "--out", str(out), "--workers", "2", *store), url, n, victim="main"
+        tune_cli(str(cfg), "--out", str(out), "--workers", "2", *store), url, n, victim="main"
     )
     assert res["rc"] == -signal.SIGKILL
     workers = _pids_of(_load(url).get_trials())
@@ -321,14 +310,7 @@ def test_killing_the_main_process_near_the_end_kills_its_workers_and_resume_comp
     while time.time() < deadline and any(_alive(p) for p in workers):
         time.sleep(0.1)
     assert workers and not any(_alive(p) for p in workers), "workers outlived their parent"
-    r = subprocess.run(
-        _cli(str(cfg), "--out", str(out), "--resume", *store),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    r = run_cli(tune_cli(str(cfg), "--out", str(out), "--resume", *store))
     assert r.returncode == 0, r.stderr[-2000:]
     _assert_exact(_load(url), n, res["finished"])
 
@@ -337,7 +319,7 @@ def test_postgres_worker_killed_near_the_end_is_rerun_by_the_survivor(tmp_path, 
     n = 8
     cfg = _config(tmp_path, n)
     res = _kill_near_the_end(
-        _cli(str(cfg), "--out", str(tmp_path / "run"), "--workers", "2", "--storage", pg_url),
+        tune_cli(str(cfg), "--out", str(tmp_path / "run"), "--workers", "2", "--storage", pg_url),
         pg_url,
         n,
         victim="worker",
@@ -400,13 +382,10 @@ def test_workers_die_with_their_parent(tmp_path):
 @pytest.mark.parametrize("where", ["journal", "postgres"])
 def test_two_concurrent_resumes_run_exactly_n_distinct_slots(tmp_path, where, request):
     n = 10
-    cfg = _config(tmp_path, n)
-    out = tmp_path / "run"
-    url = request.getfixturevalue("pg_url") if where == "postgres" else resolve_url(None, out)
-    store = [] if where == "journal" else ["--storage", url]
+    cfg, out, url, store = _cli_study(tmp_path, n, where, request)
     procs = [
         subprocess.Popen(
-            _cli(str(cfg), "--out", str(out), "--resume", *store),
+            tune_cli(str(cfg), "--out", str(out), "--resume", *store),
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -427,17 +406,15 @@ def test_two_concurrent_resumes_run_exactly_n_distinct_slots(tmp_path, where, re
 @pytest.mark.parametrize("where", ["journal", "postgres"])
 def test_six_kills_lose_no_finished_trial_and_resume_ends_with_exactly_n(tmp_path, where, request):
     n = 14
-    cfg = _config(tmp_path, n)
-    out = tmp_path / "run"
-    url = request.getfixturevalue("pg_url") if where == "postgres" else resolve_url(None, out)
-    cmd = _cli(
+    cfg, out, url, store = _cli_study(tmp_path, n, where, request)
+    cmd = tune_cli(
         str(cfg),
         "--out",
         str(out),
         "--resume",
         "--workers",
         "2",
-        *([] if where == "journal" else ["--storage", url]),
+        *store,
     )
     finished: dict = {}
     kills = 0
@@ -475,6 +452,6 @@ def test_six_kills_lose_no_finished_trial_and_resume_ends_with_exactly_n(tmp_pat
     # up to six kills; on a loaded machine a run can finish between two polls and skip a later
     # one, which is no fault of the system under test — but both kinds of kill must have happened
     assert kills >= 2 and kinds == {"worker", "main"}, (kills, kinds)
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
+    r = run_cli(cmd, timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
     _assert_exact(_load(url), n, finished)

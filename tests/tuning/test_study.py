@@ -20,6 +20,13 @@ from tuning.space import params_to_config, start_points
 from tuning.study import run_study
 
 
+def _dspark_on(workload, cfg, seed: int) -> dict:
+    """The summary of dspark with ``cfg`` on a tuning ``workload`` (its scenario and
+    overrides), simulated directly rather than through the tuner."""
+    scn = load_scenario(workload.scenario).with_overrides(workload.overrides)
+    return simulate(scn, "dspark", controller_config=cfg, seed=seed, baseline=False).summary
+
+
 def test_five_trial_memory_study(tiny_cfg):
     study = run_study(tiny_cfg, "memory", n_trials=5)
     done = study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
@@ -106,13 +113,7 @@ def test_tune_writes_the_run_folder(tiny_cfg, tmp_path):
     w = tiny_cfg.tune.workloads[0]
     scn = load_scenario(w.scenario).with_overrides({**w.overrides, "controller.dspark": table})
     via_scenario = simulate(scn, "dspark", seed=0, baseline=False).summary
-    direct = simulate(
-        load_scenario(w.scenario).with_overrides(w.overrides),
-        "dspark",
-        controller_config=cfg,
-        seed=0,
-        baseline=False,
-    ).summary
+    direct = _dspark_on(w, cfg, seed=0)
     assert via_scenario["throughput_tokens_per_s"] == direct["throughput_tokens_per_s"]
     # evaluation matrix: every entry x held-out workload x held-out seed, nothing else
     ev = pd.read_csv(out / "evaluation.csv")
@@ -136,13 +137,7 @@ def test_tune_writes_the_run_folder(tiny_cfg, tmp_path):
     assert sweep[k] == max(sweep.values())
     # the tuned row is an independent simulation of the exported config on the held-out workload
     h = tiny_cfg.evaluate.workloads[0]
-    again = simulate(
-        load_scenario(h.scenario).with_overrides(h.overrides),
-        "dspark",
-        controller_config=cfg,
-        seed=100,
-        baseline=False,
-    ).summary
+    again = _dspark_on(h, cfg, seed=100)
     row = ev.set_index("controller").loc["dspark-tuned"]
     assert row["throughput_tokens_per_s"] == pytest.approx(again["throughput_tokens_per_s"])
     imp = pd.read_csv(out / "importances.csv")

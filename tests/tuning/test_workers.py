@@ -17,7 +17,7 @@ from tuning.config import load_tuning_config
 from tuning.storage import make_storage, resolve_url
 from tuning.study import run_study
 
-from .conftest import ROOT
+from .conftest import ROOT, run_cli, tune_cli
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -55,16 +55,12 @@ def _study(out: Path, name: str = "dspark-throughput") -> optuna.Study:
     return optuna.load_study(study_name=name, storage=make_storage(resolve_url(None, out)))
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "dspark", "tune", *args, "--quiet", "--no-eval"]
-
-
 def test_sigkilled_worker_loses_no_finished_trial_and_resume_completes(tmp_path):
     n = 12
     cfg = _config(tmp_path, n)
     out = tmp_path / "run"
     proc = subprocess.Popen(
-        _cli(str(cfg), "--out", str(out)),
+        tune_cli(str(cfg), "--out", str(out)),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -98,23 +94,9 @@ def test_sigkilled_worker_loses_no_finished_trial_and_resume_completes(tmp_path)
     print(f"killed running trials: {[t.number for t in killed]}")
 
     # without --resume the run folder is refused; with it the study is continued
-    r = subprocess.run(
-        _cli(str(cfg), "--out", str(out)),
-        cwd=ROOT,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = run_cli(tune_cli(str(cfg), "--out", str(out)), timeout=60)
     assert r.returncode == 2 and "pass --resume" in r.stderr
-    r = subprocess.run(
-        _cli(str(cfg), "--out", str(out), "--resume"),
-        cwd=ROOT,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = run_cli(tune_cli(str(cfg), "--out", str(out), "--resume"))
     assert r.returncode == 0, r.stderr[-2000:]
 
     after = {t.number: t for t in _study(out).get_trials()}
