@@ -4,6 +4,7 @@
 import contextlib
 import io
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -214,11 +215,18 @@ def test_reanalyze_and_exit_status_above_tolerance(run, capsys):
     assert "is above the tolerance 1e-09%" in cap.err
 
 
-def test_the_simulator_reads_the_profile_corrected_by_the_calibration_load(run):
-    _, out, _ = run
+def test_the_simulator_reads_the_profile_corrected_by_the_calibration_load(run, tmp_path):
+    _, src, _ = run
+    out = tmp_path / "pooled"
+    shutil.copytree(src, out)
+    argv = ["validate", "--reanalyze", "--out", str(out), "--quiet", "--max-error", "1e9"]
+    assert main([*argv, "--set", "batched.profile_correction=pooled"]) == 0
     summary = json.loads((out / "batched" / "summary.json").read_text())
     s, k_max = summary["profile_correction"], summary["engine"]["k_max"]
     assert s["mode"] == "pooled" and s["rounds"] > 0
+    assert json.loads((src / "batched" / "summary.json").read_text())["profile_correction"] == {
+        "mode": "off"
+    }
     pdir = out / "batched" / "profile"
     raw = pd.read_csv(pdir / "latency_profile_mean.csv")
     used = pd.read_csv(pdir / "latency_mean.csv")
