@@ -32,8 +32,6 @@ TABLE = (
     ("gpu_busy_fraction", "GPU busy (%)", 100.0, "{:.1f}"),
     ("requests_unfinished", "unfinished", 1.0, "{:.0f}"),
 )
-#: the summary keys of the printed table, in order
-TABLE_COLUMNS = tuple(row[0] for row in TABLE)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -464,20 +464,19 @@ def _corrected_profile(cfg: ValidateConfig, stat, cal_runs, icpt, pdir: Path, lo
         return stat, {"mode": "off"}
     raw_csv = pdir / f"latency_profile_{cfg.latency_statistic}.csv"  # the profile as measured
     stat.to_csv(raw_csv, index=False)
+    per_size = b.profile_correction == "per-batch"
     fixed, info = correct_from_calibration(
-        stat,
-        raw_csv,
-        [bt for _, bt in cal_runs],
-        icpt,
-        b.k_max,
-        per_size=b.profile_correction == "per-batch",
+        raw_csv, [bt for _, bt in cal_runs], icpt, b.k_max, per_size=per_size
+    )
+    v, d = info["verify_scale"], info["drafter_scale"]
+    scales = (
+        [f"B{g} {v[g]:.3f} / {d[g]:.3f}" for g in v]
+        if per_size
+        else [f"{x:.3f} / {d[g]:.3f}" for g, x in list(v.items())[:1]]
     )
     log(
-        "batched: profile corrected by the calibration load's rounds (verify / drafter step x): "
-        + ", ".join(
-            f"B{g} {info['verify_scale'][g]:.3f} / {info['drafter_scale'][g]:.3f}"
-            for g in sorted(info["verify_scale"])
-        )
+        f"batched: profile corrected by the calibration load's rounds ({b.profile_correction}; "
+        f"verify / drafter step x): {', '.join(scales)}"
     )
     return fixed, {"mode": b.profile_correction, **info}
 

@@ -134,8 +134,13 @@ def _ratios(measured, tabled, near, grid, min_rounds: int, per_size: bool) -> di
     return out
 
 
+def _verify_rows(df, k_max: int):
+    """The target rows of one verify pass per round (new tokens per row <= ``k_max + 1``), not
+    the prefill chunks."""
+    return (df["model"].astype(str) == "target") & (df["new_tokens"] <= k_max + 1)
+
+
 def correct_from_calibration(
-    table,
     latency_csv,
     cal_batches: list,
     propose_intercept,
@@ -143,24 +148,24 @@ def correct_from_calibration(
     min_rounds: int = 5,
     per_size: bool = True,
 ):
-    """The table (``latency_csv``'s frame) corrected by the calibration load's own rounds, as
+    """The table of ``latency_csv`` corrected by the calibration load's own rounds, as
     ``real.profile.correct_from_trace`` corrects the batch-1 table: per profiled batch size g,
-    every target verify row (new tokens per row <= ``k_max + 1``) is scaled by Σ verify_s / Σ
-    the table's verify time of the calibration rounds whose batch size is nearest g, and every
-    drafter row of batch g by Σ (draft_s - intercept) / Σ (draft steps x the table's step) of
-    the drafting rounds nearest g that follow a round, not a prefill (the first draft of a newly
-    admitted row carries its prompt catch-up, which the simulator charges at the prefill). A
-    size with fewer than ``min_rounds`` rounds, and every size unless ``per_size``, takes the
-    ratio pooled over all of them; no
-    usable rounds: the table unchanged. For rounds at profiled batch sizes the corrected table's
-    ratios are exactly 1 (tests). Returns (table, what was applied)."""
+    every target verify row is scaled by Σ verify_s / Σ the table's verify time of the
+    calibration rounds whose batch size is nearest g, and every drafter row of batch g by
+    Σ (draft_s - intercept) / Σ (draft steps x the table's step) of the drafting rounds nearest
+    g that follow a round, not a prefill (the first draft of a newly admitted row carries its
+    prompt catch-up, which the simulator charges at the prefill). A size with fewer than
+    ``min_rounds`` rounds, and every size unless ``per_size``, takes the ratio pooled over all
+    of them; no usable rounds: the table unchanged. For rounds at profiled batch sizes the
+    corrected table's ratios are exactly 1 (tests). Returns (table, what was applied)."""
     import pandas as pd
 
-    grid = sorted({int(b) for b in table["batch"].unique()})
+    out = pd.read_csv(latency_csv)
+    grid = sorted({int(b) for b in out["batch"].unique()})
     rounds = [round_phases(bt, latency_csv, propose_intercept) for bt in cal_batches]
     r = pd.concat(rounds) if rounds else pd.DataFrame()
     if not len(r):
-        return table.copy(), {"rounds": 0, "verify_scale": {}, "drafter_scale": {}}
+        return out, {"rounds": 0, "verify_scale": {}, "drafter_scale": {}}
     near = _nearest(r["batch_size"], grid)
     v_scale = _ratios(r["verify_s"], r["table_verify_s"], near, grid, min_rounds, per_size)
     d = (r["table_step_s"] > 0) & ~r["after_prefill"].astype(bool)
@@ -172,17 +177,13 @@ def correct_from_calibration(
         min_rounds,
         per_size,
     )
-    out = table.copy()
     cols = [c for c in TIME_COLUMNS if c in out.columns]
-    model = out["model"].astype(str)
+    verify, drafter = _verify_rows(out, k_max), out["model"].astype(str) == "drafter"
     for g in grid:
-        rows = {
-            "target": (model == "target") & (out["batch"] == g) & (out["new_tokens"] <= k_max + 1),
-            "drafter": (model == "drafter") & (out["batch"] == g),
-        }
-        for name, s in (("target", v_scale[g]), ("drafter", d_scale[g])):
+        for rows, s in ((verify, v_scale[g]), (drafter, d_scale[g])):
             if np.isfinite(s) and s > 0:
-                out.loc[rows[name], cols] = out.loc[rows[name], cols] * s
+                sel = rows & (out["batch"] == g)
+                out.loc[sel, cols] = out.loc[sel, cols] * s
     return out, {
         "rounds": len(r),
         "drafting_rounds_used": int(d.sum()),
@@ -199,7 +200,7 @@ def sim_table(lat, k_max: int, overhead: dict[int, float], scale: float = 1.0):
     cols = [c for c in TIME_COLUMNS if c in out.columns]
     if scale != 1.0:
         out[cols] = out[cols] * scale
-    verify = (out["model"].astype(str) == "target") & (out["new_tokens"] <= k_max + 1)
+    verify = _verify_rows(out, k_max)
     for b, s in overhead.items():
         sel = verify & (out["batch"] == b)
         out.loc[sel, cols] = out.loc[sel, cols] + s

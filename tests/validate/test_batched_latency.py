@@ -74,11 +74,11 @@ def test_correction_makes_the_calibration_rounds_exact(tmp_path):
     assert before["verify_ratio"] == pytest.approx(1.1)
     assert before["draft_ratio"] > 1.3  # catch-up rounds read as slow steps
 
-    fixed, info = correct_from_calibration(lat, path, [bt], icpt, K_MAX)
+    fixed, info = correct_from_calibration(path, [bt], icpt, K_MAX)
     assert info["verify_scale"] == pytest.approx({1: 1.1, 2: 1.1, 4: 1.1})
     assert info["drafter_scale"] == pytest.approx({1: 1.3, 2: 1.3, 4: 1.3})  # catch-up left out
     assert info["drafting_rounds_used"] == 60 - 6
-    _, pooled = correct_from_calibration(lat, path, [bt], icpt, K_MAX, per_size=False)
+    _, pooled = correct_from_calibration(path, [bt], icpt, K_MAX, per_size=False)
     assert pooled["verify_scale"] == pytest.approx(info["verify_scale"])
     assert pooled["drafter_scale"] == pytest.approx(info["drafter_scale"])
     prefill = fixed["new_tokens"] == 64
@@ -101,8 +101,8 @@ def test_sizes_without_rounds_take_the_pooled_ratio_and_no_rounds_change_nothing
     icpt = {1: 0.0, 2: 0.0, 4: 0.0}
     bt = _trace(path, icpt, 1.2, 0.9, np.random.default_rng(1))
     only_small = bt[(bt["kind"] == "prefill") | (bt["batch_size"] < 4)]
-    _, info = correct_from_calibration(lat, path, [only_small], icpt, K_MAX)
+    _, info = correct_from_calibration(path, [only_small], icpt, K_MAX)
     assert info["verify_scale"][4] == pytest.approx(1.2)  # pooled over sizes 1 and 2
     assert info["drafter_scale"][4] == pytest.approx(0.9)
-    same, info = correct_from_calibration(lat, path, [], icpt, K_MAX)
+    same, info = correct_from_calibration(path, [], icpt, K_MAX)
     assert same.equals(lat) and info["rounds"] == 0
