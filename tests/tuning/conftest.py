@@ -32,10 +32,17 @@ def tune_cli(*args: str) -> list[str]:
 
 
 def run_cli(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
-    """``cmd`` run to its end from the repository root, its output captured as text."""
-    return subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    """``cmd`` run to its end from the repository root, its output captured as text; past
+    ``timeout`` it fails with the end of what the command wrote to stderr."""
+    try:
+        return subprocess.run(
+            cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+        raise AssertionError(
+            f"{cmd[2:5]} still running after {timeout} s; stderr: {err[-2000:]}"
+        ) from e
 
 
 def run_tune(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
