@@ -52,7 +52,11 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", choices=DRAFTERS, default=None)
     p.add_argument("--device", choices=("cpu", "cuda"), default=None)
     p.add_argument(
-        "--target-dtype", default=None, choices=("float32", "float64", "bfloat16", "float16")
+        "--target-dtype",
+        default=None,
+        choices=("auto", "float32", "float64", "bfloat16", "float16"),
+        help="target precision (default auto: bfloat16 on CUDA or a CPU with native bf16, "
+        "else float32)",
     )
     p.add_argument("--temperature", type=float, default=None)
     p.add_argument("--top-k", type=int, default=None)

@@ -37,7 +37,7 @@ from control.configio import param
 from control.errors import DSparkError
 from control.types import Observation, RoundRecord
 from real import DRAFTERS
-from real.checkpoint import DTYPES
+from real.checkpoint import AUTO_DTYPE, DTYPES, resolve_dtype
 from real.drafter_protocol import CachedDrafter, Drafter
 from real.models import Segments
 from real.sampling import SamplingParams, verify_greedy, verify_sampling, verify_threshold
@@ -55,8 +55,12 @@ class EngineConfig:
     top_p: float = param(1.0, lo=0.0, hi=1.0, doc="top-p (nucleus) filter (1 = off)")
     seed: int = param(0, lo=0, hi=2**31 - 1, doc="seed of the sampling generator")
     device: str = param("cpu", choices=("cpu", "cuda"), doc="device of both models")
-    # bf16 target: 2x less memory traffic; verifying 9 tokens ~ 1 token on this CPU.
-    target_dtype: str = param("bfloat16", choices=tuple(DTYPES), doc="target precision")
+    # auto: bf16 on CUDA and on CPUs that multiply bf16 natively (half the memory traffic),
+    # float32 on the others, where bf16 is emulated and compute-bound at batch 1
+    # (real.checkpoint.resolve_dtype); resolved when the config is made, so runs record it.
+    target_dtype: str = param(
+        AUTO_DTYPE, choices=(AUTO_DTYPE, *DTYPES), doc="target precision (auto: by device)"
+    )
     # drafters stay fp32 (issue 4): their confidences feed the controllers.
     drafter_dtype: str = param("float32", choices=tuple(DTYPES), doc="drafter precision")
     # the seed's drafter.
@@ -69,6 +73,9 @@ class EngineConfig:
     stop_at_eot: bool = param(True, doc="stop after emitting the end-of-text token")
     # 1: the batch-1 engine; serving and batched benchmarks raise it (cache memory grows with it).
     slots: int = param(1, lo=1, hi=256, doc="sequences in flight at once (KV cache slots)")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "target_dtype", resolve_dtype(self.target_dtype, self.device))
 
     @property
     def sampling(self) -> SamplingParams:
