@@ -143,6 +143,11 @@ def eval_windows(tokens: np.ndarray, n: int, t: int) -> torch.Tensor:
     return torch.from_numpy(np.stack([tokens[s : s + t + 1] for s in starts]).astype(np.int64))
 
 
+def val_windows(arrays: dict[str, np.ndarray], c: TrainConfig, t: int) -> dict[str, torch.Tensor]:
+    """Every workload's evaluation windows of ``t+1`` tokens, from its validation split."""
+    return {wl: eval_windows(arrays[f"{wl}_val"], c.eval_windows, t) for wl in corpus.WORKLOADS}
+
+
 # ---------------------------------------------------------------- losses
 def distill_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
     """KL(teacher || student) per token, averaged."""
@@ -317,14 +322,8 @@ def run_training(work: Path, out: Path, c: TrainConfig, command: str) -> dict:
         f"corpus: {len(arrays['code_train'])} code + {len(arrays['prose_train'])} prose "
         f"training tokens"
     )
-    tw = {
-        wl: eval_windows(arrays[f"{wl}_val"], c.eval_windows, c.target_seq_len)
-        for wl in corpus.WORKLOADS
-    }
-    dw = {
-        wl: eval_windows(arrays[f"{wl}_val"], c.eval_windows, c.drafter_seq_len)
-        for wl in corpus.WORKLOADS
-    }
+    tw = val_windows(arrays, c, c.target_seq_len)
+    dw = val_windows(arrays, c, c.drafter_seq_len)
     specs = {
         "target": ("transformer", target_config(c)),
         "drafter_conv": ("conv", conv_config(c)),
@@ -455,10 +454,7 @@ def train_feature_drafter(work: Path, ckpt_dir: Path, c: TrainConfig, command: s
     teacher = bundle.models["target"].eval()  # bf16 weights, held in fp32
     arrays = token_arrays(work, bundle.tokenizer)
     train_tokens = np.concatenate([arrays["code_train"], arrays["prose_train"]])
-    dw = {
-        wl: eval_windows(arrays[f"{wl}_val"], c.eval_windows, c.drafter_seq_len)
-        for wl in corpus.WORKLOADS
-    }
+    dw = val_windows(arrays, c, c.drafter_seq_len)
     torch.manual_seed(c.seed + 1 + STAGES.index("drafter_feat"))
     cfg = feat_config(c, teacher.cfg.d_model)
     model = FeatureConvDrafter(cfg)

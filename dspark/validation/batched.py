@@ -606,23 +606,10 @@ def _error_table(meta: dict, preds: dict, real: dict, out: Path):
     import pandas as pd
 
     rates = {ld: v["rate_rps"] for ld, v in meta["loads"].items()}
-    rows_out = []
-    for (c, ld), sim in preds.items():
-        for m in M.SERVING_METRICS:
-            vals = [r[m] for r in real[c, ld]]
-            med = float(np.median(vals))
-            rows_out.append(
-                {
-                    "controller": c,
-                    "load": ld,
-                    "rate_rps": rates[ld],
-                    "metric": m,
-                    "sim": sim[m],
-                    "real": med,
-                    "real_spread": M.spread_pct(vals),
-                    "error_pct": M.error_pct(sim[m], med),
-                }
-            )
+    rows_out = [
+        {**r, "rate_rps": rates[r["load"]]}
+        for r in M.error_rows(preds, real, M.SERVING_METRICS, "load")
+    ]
     err = pd.DataFrame(rows_out, columns=list(ERROR_COLUMNS))
     err.to_csv(out / "errors_batched.csv", index=False)
     return err
@@ -644,11 +631,7 @@ def _rank_orders(err, load_names) -> dict:
             "throughput_real_order": tp.sort_values("real", ascending=False)["controller"].tolist(),
         }
         ranks[ld]["agree"] = ranks[ld]["sim_order"] == ranks[ld]["real_order"]
-        ranks[ld]["told_apart"] = M.resolved_pairs(
-            dict(zip(t["controller"], t["sim"])),
-            dict(zip(t["controller"], t["real"])),
-            dict(zip(t["controller"], t["real_spread"])),
-        )
+        ranks[ld]["told_apart"] = M.told_apart(t)
     return ranks
 
 

@@ -65,6 +65,29 @@ def spread_pct(values) -> float:
     return float((v.max() - v.min()) / abs(med) * 100.0) if med else float("nan")
 
 
+def error_rows(preds: dict, real: dict, metrics, group: str) -> list[dict]:
+    """One row per (controller, ``group``, metric): the prediction ``preds[c, g][m]`` against
+    the median of the real repeats ``real[c, g]``, their spread (:func:`spread_pct`) and the
+    error (:func:`error_pct`)."""
+    rows = []
+    for (c, g), sim in preds.items():
+        for m in metrics:
+            vals = [r[m] for r in real[c, g]]
+            med = float(np.median(vals))
+            rows.append(
+                {
+                    "controller": c,
+                    group: g,
+                    "metric": m,
+                    "sim": sim[m],
+                    "real": med,
+                    "real_spread": spread_pct(vals),
+                    "error_pct": error_pct(sim[m], med),
+                }
+            )
+    return rows
+
+
 def resolved_pairs(sim: dict[str, float], real: dict[str, float], spread: dict[str, float]) -> dict:
     """Controller pairs the real runs tell apart, and whether the simulator orders them so.
 
@@ -88,6 +111,16 @@ def resolved_pairs(sim: dict[str, float], real: dict[str, float], spread: dict[s
             else:
                 swapped.append([a, b])
     return {"pairs": told, "same_order": same, "swapped": swapped}
+
+
+def told_apart(rows) -> dict:
+    """:func:`resolved_pairs` of one metric's error rows (columns ``controller``, ``sim``,
+    ``real``, ``real_spread``)."""
+    return resolved_pairs(
+        dict(zip(rows["controller"], rows["sim"])),
+        dict(zip(rows["controller"], rows["real"])),
+        dict(zip(rows["controller"], rows["real_spread"])),
+    )
 
 
 # ---------------------------------------------------------------- the batched part (serving)

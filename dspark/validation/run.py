@@ -605,23 +605,9 @@ def _error_table(pred: dict, real: dict):
     the real repeats, their spread, and the error."""
     import pandas as pd
 
-    rows = []
-    for (c, w), sim in pred.items():
-        for m in M.METRICS:
-            vals = [r[m] for r in real[c, w]]
-            med = float(np.median(vals))
-            rows.append(
-                {
-                    "controller": c,
-                    "workload": w,
-                    "metric": m,
-                    "sim": sim[m],
-                    "real": med,
-                    "real_spread": M.spread_pct(vals),
-                    "error_pct": M.error_pct(sim[m], med),
-                }
-            )
-    return pd.DataFrame(rows, columns=list(ERROR_COLUMNS))
+    return pd.DataFrame(
+        M.error_rows(pred, real, M.METRICS, "workload"), columns=list(ERROR_COLUMNS)
+    )
 
 
 def _rank_orders(err, workloads) -> dict:
@@ -634,11 +620,7 @@ def _rank_orders(err, workloads) -> dict:
             "real_order": tp.sort_values("real", ascending=False)["controller"].tolist(),
         }
         ranks[w]["agree"] = ranks[w]["sim_order"] == ranks[w]["real_order"]
-        ranks[w]["told_apart"] = M.resolved_pairs(
-            dict(zip(tp["controller"], tp["sim"])),
-            dict(zip(tp["controller"], tp["real"])),
-            dict(zip(tp["controller"], tp["real_spread"])),
-        )
+        ranks[w]["told_apart"] = M.told_apart(tp)
     return ranks
 
 

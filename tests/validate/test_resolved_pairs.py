@@ -2,7 +2,9 @@
 
 import math
 
-from dspark.validation.metrics import resolved_pairs
+import pandas as pd
+
+from dspark.validation.metrics import resolved_pairs, told_apart
 
 
 def test_only_pairs_whose_gap_exceeds_both_spreads_are_judged():
@@ -25,3 +27,15 @@ def test_a_gap_inside_either_spread_or_an_unknown_spread_tells_nothing_apart():
     assert resolved_pairs(sim, real, {"x": 2.0, "y": 9.6})["pairs"] == 0
     assert resolved_pairs(sim, real, {"x": 2.0, "y": math.nan})["pairs"] == 0
     assert resolved_pairs(sim, real, {"x": 2.0, "y": 9.4})["swapped"] == [["x", "y"]]
+
+
+def test_told_apart_reads_one_metrics_error_rows():
+    rows = pd.DataFrame(
+        {
+            "controller": ["fixed", "dspark"],
+            "sim": [26.0, 21.0],
+            "real": [20.0, 25.0],
+            "real_spread": [10.0, 12.0],
+        }
+    )
+    assert told_apart(rows) == {"pairs": 1, "same_order": 0, "swapped": [["dspark", "fixed"]]}
