@@ -55,8 +55,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         "--target-dtype",
         default=None,
         choices=("auto", "float32", "float64", "bfloat16", "float16"),
-        help="target precision (default auto: bfloat16 on CUDA or a CPU with native bf16, "
-        "else float32)",
+        help="target precision (default auto: bfloat16 on CUDA, on a CPU with native bf16 and "
+        "at --slots 1; float32 for a batched engine on another CPU)",
     )
     p.add_argument("--temperature", type=float, default=None)
     p.add_argument("--top-k", type=int, default=None)

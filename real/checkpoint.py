@@ -33,15 +33,18 @@ def native_cpu_bf16() -> bool:
     return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
 
 
-def resolve_dtype(name: str, device: str) -> str:
-    """A precision name of DTYPES; ``auto`` is bfloat16 on CUDA and on a CPU with native bf16,
-    else float32. On a 2-core AVX2 CPU (no native bf16) the shipped 12 M-parameter target in
-    bf16 is compute-bound already at batch 1: a bf16 linear layer costs 6x at batch 8 what it
-    costs at batch 1, a float32 one 2.7x, so float32 serves batch 8 at 3.5-3.9x batch 1's
-    tokens/s where bf16 reaches 1.7-2.8x (session 10, 2026-12-02)."""
+def resolve_dtype(name: str, device: str, slots: int = 1) -> str:
+    """A precision name of DTYPES; ``auto`` is bfloat16 on CUDA and on a CPU with native bf16;
+    on another CPU bfloat16 for the batch-1 engine (``slots`` = 1) and float32 for a batched
+    one. Measured on a 2-core AVX2 CPU (session 10, 2026-12-02), the shipped 12 M-parameter
+    target: bf16 is emulated there and compute-bound (a 384x1536 bf16 linear costs 6.5x at 8
+    rows what it costs at 1, float32 2.7x), so float32 serves plain batch 8 at 3.6-4.5x batch
+    1's tokens/s where bf16 reaches 1.7-2.8x; at batch 1 bf16 decodes 1.7-2x faster and a
+    3-token verify costs 1.2x one token against float32's 1.4x, so speculation gains more
+    there (best unseen-prompt method 2.0x against 1.3x)."""
     if name != AUTO_DTYPE:
         return name
-    return "bfloat16" if device == "cuda" or native_cpu_bf16() else "float32"
+    return "bfloat16" if device == "cuda" or native_cpu_bf16() or slots == 1 else "float32"
 
 
 def sha256_file(path: str | Path) -> str:

@@ -55,8 +55,9 @@ class EngineConfig:
     top_p: float = param(1.0, lo=0.0, hi=1.0, doc="top-p (nucleus) filter (1 = off)")
     seed: int = param(0, lo=0, hi=2**31 - 1, doc="seed of the sampling generator")
     device: str = param("cpu", choices=("cpu", "cuda"), doc="device of both models")
-    # auto: bf16 on CUDA and on CPUs that multiply bf16 natively (half the memory traffic),
-    # float32 on the others, where bf16 is emulated and compute-bound at batch 1
+    # auto: bf16 on CUDA and on CPUs that multiply bf16 natively (half the memory traffic); on
+    # other CPUs, where bf16 is emulated and compute-bound, bf16 at slots = 1 (faster at batch
+    # 1) and float32 when batched (one forward serves many rows; token-identical)
     # (real.checkpoint.resolve_dtype); resolved when the config is made, so runs record it.
     target_dtype: str = param(
         AUTO_DTYPE, choices=(AUTO_DTYPE, *DTYPES), doc="target precision (auto: by device)"
@@ -75,7 +76,9 @@ class EngineConfig:
     slots: int = param(1, lo=1, hi=256, doc="sequences in flight at once (KV cache slots)")
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "target_dtype", resolve_dtype(self.target_dtype, self.device))
+        object.__setattr__(
+            self, "target_dtype", resolve_dtype(self.target_dtype, self.device, self.slots)
+        )
 
     @property
     def sampling(self) -> SamplingParams:

@@ -1,4 +1,5 @@
-"""The engine's default target precision, ``auto``: bf16 where it is native, float32 elsewhere."""
+"""The engine's default target precision, ``auto``: bf16 where it is native or at batch 1,
+float32 for a batched engine on a CPU that emulates bf16."""
 
 import dataclasses
 
@@ -12,21 +13,26 @@ from real.engine import EngineConfig
 
 
 @pytest.mark.parametrize(
-    ("avx512_bf16", "amx", "device", "want"),
+    ("avx512_bf16", "amx", "device", "slots", "want"),
     [
-        (False, False, "cpu", "float32"),  # AVX2 only: bf16 is emulated
-        (True, False, "cpu", "bfloat16"),
-        (False, True, "cpu", "bfloat16"),
-        (False, False, "cuda", "bfloat16"),
+        (False, False, "cpu", 8, "float32"),  # AVX2 only, batched: bf16 is emulated
+        (False, False, "cpu", 1, "bfloat16"),  # AVX2 only, batch 1: bf16 decodes faster
+        (True, False, "cpu", 8, "bfloat16"),
+        (False, True, "cpu", 8, "bfloat16"),
+        (False, False, "cuda", 8, "bfloat16"),
     ],
 )
-def test_auto_resolves_by_device_and_cpu_features(monkeypatch, avx512_bf16, amx, device, want):
+def test_auto_resolves_by_device_cpu_features_and_slots(
+    monkeypatch, avx512_bf16, amx, device, slots, want
+):
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
-    assert ck.resolve_dtype("auto", device) == want
-    cfg = EngineConfig(device=device)  # the default is auto, resolved when the config is made
+    assert ck.resolve_dtype("auto", device, slots) == want
+    cfg = EngineConfig(device=device, slots=slots)  # default auto, resolved when made
     assert cfg.target_dtype == want
-    loaded = from_mapping(EngineConfig, {"device": device}, source="x.toml", prefix="engine")
+    loaded = from_mapping(
+        EngineConfig, {"device": device, "slots": slots}, source="x.toml", prefix="engine"
+    )
     assert loaded.target_dtype == want
     assert dataclasses.asdict(cfg)["target_dtype"] == want  # what a run folder records
 
@@ -34,12 +40,13 @@ def test_auto_resolves_by_device_and_cpu_features(monkeypatch, avx512_bf16, amx,
 def test_auto_without_the_cpu_probes_is_float32(monkeypatch):
     for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
         monkeypatch.delattr(torch.cpu, name, raising=False)
-    assert ck.resolve_dtype("auto", "cpu") == "float32"
+    assert ck.resolve_dtype("auto", "cpu", slots=2) == "float32"
 
 
 @pytest.mark.parametrize("name", sorted(ck.DTYPES))
 def test_an_explicit_precision_is_kept(name):
-    assert ck.resolve_dtype(name, "cpu") == name == EngineConfig(target_dtype=name).target_dtype
+    assert ck.resolve_dtype(name, "cpu", 8) == name
+    assert EngineConfig(target_dtype=name, slots=8).target_dtype == name
 
 
 def test_an_unknown_precision_is_a_config_error():
