@@ -1,6 +1,7 @@
 """Batched real-engine benchmark: plain batched decoding vs speculative decoding at batch 1..16.
 
-The shipped models (bf16 target, the chosen drafter), held-out code prompts, every sequence of a
+The shipped models (the engine's ``auto`` target precision: float32 for this batched engine on a
+CPU without native bf16, else bf16; the chosen drafter), held-out code prompts, every sequence of a
 batch admitted at once (one packed prefill) and decoded to ``--new-tokens`` tokens (the
 end-of-text token does not stop it). Methods: ``plain`` (target only, no drafter: one packed
 forward per round serves every row), fixed k (``--ks``), ``hf-heuristic`` and ``dspark``
@@ -9,7 +10,7 @@ in a serving engine, and is warmed by one untimed run per batch size). Every (ba
 runs once per repeat, cells interleaved (method order rotated per repeat) so background load hits all
 alike; the median over repeats is reported. Tokens/s count decoded tokens over the decode time
 (wall time of the batch minus its prefill); speedup is over ``plain`` at the same batch size.
-Outputs are checked against ``plain`` (greedy: equal up to bf16 near-ties).
+Outputs are checked against ``plain`` (greedy: identical in float32, equal up to near-ties in bf16).
 
 Last line: ``real_batch8_plain_vs_batch1=<plain tok/s at 8 / at 1> real_batch8_spec_vs_plain=
 <dspark tok/s / plain tok/s at 8> real_spec_never_slower=<1 if dspark >= plain at every batch>``.
@@ -100,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(
         f"real_batch: {args.drafter} drafter, {N} new tokens/sequence, batches {batches}, "
-        f"{args.repeats} repeats, {args.threads} threads, {args.device}, methods {methods}",
+        f"{args.repeats} repeats, {args.threads} threads, {args.device}, "
+        f"{engine.cfg.target_dtype} target, methods {methods}",
         file=sys.stderr,
     )
     planners: dict = {}
