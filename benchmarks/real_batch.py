@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"real_batch: {args.drafter} drafter, {N} new tokens/sequence, batches {batches}, "
         f"{args.repeats} repeats, {args.threads} threads, {args.device}, "
-        f"{engine.cfg.target_dtype} target, methods {methods}",
+        f"{engine.cfg.precision} target, methods {methods}",
         file=sys.stderr,
     )
     planners: dict = {}

@@ -66,7 +66,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import dataclasses
     import json
     import sys
     from pathlib import Path
@@ -98,7 +97,7 @@ def _run(args: argparse.Namespace) -> int:
     df.to_csv(out / "latency.csv", index=False)
     write_toml(
         {
-            "engine": dataclasses.asdict(ecfg),
+            "engine": ecfg.record(),
             "profile": to_dict(pcfg),
             "models": {"source": "tiny" if args.tiny else "shipped"},
         },

@@ -125,7 +125,6 @@ def _serve_all(engine, stream, specs, scfg, log) -> tuple:
 
 def _write_results(args, out, scfg, ecfg, reqs, recs, bts, sums, tables) -> None:
     """Write ``requests.csv``, ``rounds.csv``, ``batches.csv``, ``summary.json``, ``config.toml``."""
-    import dataclasses
     import json
 
     import pandas as pd
@@ -141,7 +140,7 @@ def _write_results(args, out, scfg, ecfg, reqs, recs, bts, sums, tables) -> None
     )
     write_toml(
         {
-            "engine": dataclasses.asdict(ecfg),
+            "engine": ecfg.record(),
             "serve": to_dict(scfg),
             "controller": tables,
             "models": {"source": "tiny" if args.tiny else "shipped"},

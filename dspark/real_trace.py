@@ -94,7 +94,6 @@ def _write_traces(args, out, engine, prompts, pcfg, recs, reqs) -> None:
 
 def _write_summary(args, out, pcfg, ecfg, ctrl_cfg, recs, reqs) -> dict:
     """Write ``summary.json`` and ``config.toml``; return the summary row."""
-    import dataclasses
     import json
 
     from control.configio import to_dict, write_toml
@@ -115,7 +114,7 @@ def _write_summary(args, out, pcfg, ecfg, ctrl_cfg, recs, reqs) -> dict:
     (out / "summary.json").write_text(json.dumps({"kind": "real", "rows": [row]}, indent=1))
     write_toml(
         {
-            "engine": dataclasses.asdict(ecfg),
+            "engine": ecfg.record(),
             "prompts": to_dict(pcfg),
             "controller": {args.controller: to_dict(ctrl_cfg)},
         },

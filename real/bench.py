@@ -361,11 +361,11 @@ def run_bench(
         "rows": rows,
         "best": best["controller"],
         "best_greedy_match_rate": best["greedy_match_rate"],
-        "target_dtype": engine.cfg.target_dtype,
+        "target_dtype": engine.cfg.precision,
         "speedup_vs_ar": best["speedup_vs_ar"],
         **_hf_speedups(rows, best),
         "bench_config": dataclasses.asdict(bc),
-        "engine_config": dataclasses.asdict(engine.cfg),
+        "engine_config": engine.cfg.record(),
         "drafter": methods[best["controller"]][2].name,
         **provenance(engine, methods[best["controller"]][2]),
         "drafters": [d.name for d in drafters.values()],
@@ -503,7 +503,7 @@ def bench_engine(cfg, bc: BenchConfig, checkpoints: str | None) -> tuple[Any, di
     bundle = load_bundle(
         checkpoints,
         names=("target", *models),
-        target_dtype=DTYPES[cfg.target_dtype],
+        target_dtype=DTYPES[cfg.precision],
         drafter_dtype=DTYPES[cfg.drafter_dtype],
         device=cfg.device,
     )

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -58,7 +58,8 @@ class EngineConfig:
     # auto: bf16 on CUDA and on CPUs that multiply bf16 natively (half the memory traffic); on
     # other CPUs, where bf16 is emulated and compute-bound, bf16 at slots = 1 (faster at batch
     # 1) and float32 when batched (one forward serves many rows; token-identical)
-    # (real.checkpoint.resolve_dtype); resolved when the config is made, so runs record it.
+    # (real.checkpoint.resolve_dtype). The field keeps the request; ``precision`` resolves it
+    # (so a replace() of device or slots re-resolves), and ``record()`` is what a run writes.
     target_dtype: str = param(
         AUTO_DTYPE, choices=(AUTO_DTYPE, *DTYPES), doc="target precision (auto: by device)"
     )
@@ -75,10 +76,14 @@ class EngineConfig:
     # 1: the batch-1 engine; serving and batched benchmarks raise it (cache memory grows with it).
     slots: int = param(1, lo=1, hi=256, doc="sequences in flight at once (KV cache slots)")
 
-    def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "target_dtype", resolve_dtype(self.target_dtype, self.device, self.slots)
-        )
+    @property
+    def precision(self) -> str:
+        """The target precision this config runs (a DTYPES name; ``auto`` resolved)."""
+        return resolve_dtype(self.target_dtype, self.device, self.slots)
+
+    def record(self) -> dict:
+        """The config as a run folder records it: its fields, the target precision resolved."""
+        return {**asdict(self), "target_dtype": self.precision}
 
     @property
     def sampling(self) -> SamplingParams:

@@ -73,6 +73,8 @@ COLUMNS = (
 )
 _GREEDY = SamplingParams()
 TRIM = 0.2  # fraction cut at each end for ``seconds_mean``
+#: the time columns of a ``latency.csv`` (a correction scales them together)
+TIME_COLUMNS = ("seconds", "seconds_mean", "seconds_p10", "seconds_p90")
 
 
 @dataclass(frozen=True)
@@ -124,11 +126,11 @@ def _row(model, new, ctx, xs, batch: int = 1):
         "seconds_p10": _pct(xs, 10),
         "seconds_p90": _pct(xs, 90),
         "repeats": len(xs),
-        "seconds_mean": _tmean(xs),
+        "seconds_mean": tmean(xs),
     }
 
 
-def _tmean(xs, axis=None):
+def tmean(xs, axis=None):
     """Mean after cutting the 20% highest and lowest samples: keeps the load mix of a shared
     machine (unlike the median) but not its rare multi-millisecond preemption spikes."""
     from scipy.stats import trim_mean
@@ -302,7 +304,7 @@ class GridProfiler:
                     rows.append(_row(TARGET, T, c, times[cell], b))
                 reps = np.array([times[("d", b, int(k), c)] for k in ks])  # [k, repeats]
                 slope, icpt = np.polyfit(ks, np.median(reps, axis=1), 1)
-                slope_mean, icpt_mean = np.polyfit(ks, _tmean(reps, axis=1), 1)
+                slope_mean, icpt_mean = np.polyfit(ks, tmean(reps, axis=1), 1)
                 slopes = [float(np.polyfit(ks, reps[:, j], 1)[0]) for j in range(reps.shape[1])]
                 # a time is never negative; under heavy noise a fit could say so (then 0).
                 row = _row(DRAFTER, 1, c, np.maximum(slopes, 0.0), b)
@@ -317,15 +319,13 @@ class GridProfiler:
                     "intercept_mean_s": float(icpt_mean),
                     "draft_lengths": [int(k) for k in ks],
                     "propose_median_s_by_k": [float(x) for x in np.median(reps, axis=1)],
-                    "propose_mean_s_by_k": [float(x) for x in _tmean(reps, axis=1)],
+                    "propose_mean_s_by_k": [float(x) for x in tmean(reps, axis=1)],
                 }
                 one = reps[0]  # propose(k=1) of one token = intercept + one step, measured
                 for N in pre:
                     x = np.asarray(times[("p", b, N, c)])
                     r = _row(DRAFTER, N, c, np.maximum(x - np.median(one) + row["seconds"], 0.0), b)
-                    r["seconds_mean"] = max(
-                        float(_tmean(x) - _tmean(one) + row["seconds_mean"]), 0.0
-                    )
+                    r["seconds_mean"] = max(float(tmean(x) - tmean(one) + row["seconds_mean"]), 0.0)
                     rows.append(r)
         return rows, fit
 
@@ -390,13 +390,11 @@ def profile_round_overhead(
         raise DSparkError(f"profile: no round of a full batch of {batch} to time the overhead")
     x = np.asarray(resid)
     row = _row(OVERHEAD, 0, 0, x + intercept_s, batch)
-    row["seconds_mean"] = _tmean(x) + (
-        intercept_s if intercept_mean_s is None else intercept_mean_s
-    )
+    row["seconds_mean"] = tmean(x) + (intercept_s if intercept_mean_s is None else intercept_mean_s)
     return {
         "row": row,
         "residual_median_s": float(np.median(x)),
-        "residual_mean_s": _tmean(x),
+        "residual_mean_s": tmean(x),
         "intercept_s": intercept_s,
         "intercept_mean_s": intercept_s if intercept_mean_s is None else intercept_mean_s,
         "rounds": len(x),

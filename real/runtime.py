@@ -27,12 +27,12 @@ def build_engine(
         bundle = load_bundle(
             checkpoint_dir,
             names=("target",) + drafter_models(cfg.drafter),
-            target_dtype=DTYPES[cfg.target_dtype],
+            target_dtype=DTYPES[cfg.precision],
             drafter_dtype=DTYPES[cfg.drafter_dtype],
             device=cfg.device,
         )
     tok = bundle.tokenizer
-    target = bundle.models["target"].to(device=cfg.device, dtype=DTYPES[cfg.target_dtype])
+    target = bundle.models["target"].to(device=cfg.device, dtype=DTYPES[cfg.precision])
     engine = Engine(
         target,
         build_drafter(cfg, bundle, cfg.drafter),

@@ -54,7 +54,7 @@ def tiny_engine(cfg: TinyModelsConfig, engine_cfg: EngineConfig) -> Engine:
     with torch.no_grad():
         for p in drafter.parameters():
             p.add_(torch.randn(p.shape, generator=g) * cfg.drafter_noise * p.std().clamp_min(1e-3))
-    tdt, ddt = DTYPES[engine_cfg.target_dtype], DTYPES[engine_cfg.drafter_dtype]
+    tdt, ddt = DTYPES[engine_cfg.precision], DTYPES[engine_cfg.drafter_dtype]
     target = target.to(dtype=tdt, device=engine_cfg.device).eval()
     drafter = drafter.to(dtype=ddt, device=engine_cfg.device).eval()
     length = engine_cfg.max_len + engine_cfg.k_max + 1

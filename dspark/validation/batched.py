@@ -56,10 +56,10 @@ from dspark.validation.batched_latency import (
     overhead_by_batch,
     overhead_residuals,
     sim_table,
-    tmean,
 )
 from dspark.validation.config import ValidateConfig, controller_config
 from dspark.validation.mirror import sim_serving_metrics, write_serving_scenario
+from real.profile import tmean
 
 #: the controller label of the calibration load's replay
 CALIBRATION_LABEL = "calibration"
@@ -348,7 +348,7 @@ def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
         "controllers": {c: [to_dict(ctrl_cfgs[c]), ctrl_src[c]] for c in b.controllers},
         "profile": {"passes": gp.done, "slices_cells": per_slice, **details},
         "decision_cpu_s_by_batch": _decision_cpu(cfg, bdir, x_name, x_cfg, ctrl_cfgs),
-        "engine": dataclasses.asdict(ecfg),
+        "engine": ecfg.record(),
         "measure_s": time.perf_counter() - t_start,
     }
     (bdir / "measure.json").write_text(json.dumps(json_safe(meta), indent=1))

@@ -13,16 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-TRIM = 0.2
-#: the time columns of a ``latency.csv``, all scaled together
-TIME_COLUMNS = ("seconds", "seconds_mean", "seconds_p10", "seconds_p90")
-
-
-def tmean(x) -> float:
-    """The 20%-trimmed mean."""
-    from scipy.stats import trim_mean
-
-    return float(trim_mean(np.asarray(x, dtype=float), TRIM))
+from real.profile import TIME_COLUMNS, tmean
 
 
 def overhead_residuals(batches) -> dict[int, list[float]]:

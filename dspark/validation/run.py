@@ -177,7 +177,7 @@ class _Batch1:
         self.engine = build_engine(cfg)
         self.kmax = cfg.engine.k_max
         log(
-            f"engine: {cfg.models.source} models, target {cfg.engine.target_dtype}, drafter "
+            f"engine: {cfg.models.source} models, target {cfg.engine.precision}, drafter "
             f"{cfg.engine.drafter} {cfg.engine.drafter_dtype}, {cfg.engine.device}, "
             f"k_max {self.kmax}"
         )
@@ -692,7 +692,7 @@ def _run_batch1(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> d
         "calibration_check": cal_check,
         "diagnostics": b.diagnostics(),
         "latency_check_by_k": b.latency_check(),
-        "engine": dataclasses.asdict(cfg.engine),
+        "engine": cfg.engine.record(),
         "models": cfg.models.source,
         "threads": cfg.threads,
         "runtime_s": time.perf_counter() - t_start,

@@ -135,6 +135,8 @@ def tp_table(table, proj1: dict, coll, layers: int, drafter_factor: float | None
     Each timing is the least-squares line over the profiled sizes (a latency plus a per-token
     time, as the simulator's collective model): one size's mean of 20 samples moved 5-25%
     between runs, the line pools them. Means, not medians: a run pays every slow all-reduce."""
+    from real.profile import TIME_COLUMNS
+
     col = "seconds_mean" if "seconds_mean" in coll else "seconds"
     sh = coll[coll["kind"] == "sharded"].sort_values("tokens")
     rep = coll[coll["kind"] == "replicated"].sort_values("tokens")
@@ -150,7 +152,7 @@ def tp_table(table, proj1: dict, coll, layers: int, drafter_factor: float | None
             f = np.full(len(toks), float(drafter_factor))
         else:
             f = side(toks) / full(toks)
-        for c in ("seconds", "seconds_mean", "seconds_p10", "seconds_p90"):
+        for c in TIME_COLUMNS:
             if c in out:
                 x = out.loc[rows, c].to_numpy(dtype=float)
                 if who == "target":  # the rest of the pass side by side, the projections sharded

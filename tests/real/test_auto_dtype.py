@@ -28,13 +28,26 @@ def test_auto_resolves_by_device_cpu_features_and_slots(
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
     assert ck.resolve_dtype("auto", device, slots) == want
-    cfg = EngineConfig(device=device, slots=slots)  # default auto, resolved when made
-    assert cfg.target_dtype == want
+    cfg = EngineConfig(device=device, slots=slots)  # the default: auto, kept as requested
+    assert cfg.target_dtype == "auto" and cfg.precision == want
     loaded = from_mapping(
         EngineConfig, {"device": device, "slots": slots}, source="x.toml", prefix="engine"
     )
-    assert loaded.target_dtype == want
-    assert dataclasses.asdict(cfg)["target_dtype"] == want  # what a run folder records
+    assert loaded.precision == want
+    assert cfg.record()["target_dtype"] == want  # what a run folder records
+    assert cfg.record() == {**dataclasses.asdict(cfg), "target_dtype": want}
+
+
+def test_a_replaced_config_resolves_auto_again(monkeypatch):
+    for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, name, lambda: False)
+    batch1 = EngineConfig()
+    assert batch1.precision == "bfloat16"
+    # the batched validation part makes its engine config this way
+    assert dataclasses.replace(batch1, slots=8).precision == "float32"
+    assert dataclasses.replace(batch1, slots=8, device="cuda").precision == "bfloat16"
+    pinned = EngineConfig(target_dtype="float32")
+    assert dataclasses.replace(pinned, slots=1).precision == "float32"
 
 
 def test_auto_without_the_cpu_probes_is_float32(monkeypatch):
@@ -46,7 +59,7 @@ def test_auto_without_the_cpu_probes_is_float32(monkeypatch):
 @pytest.mark.parametrize("name", sorted(ck.DTYPES))
 def test_an_explicit_precision_is_kept(name):
     assert ck.resolve_dtype(name, "cpu", 8) == name
-    assert EngineConfig(target_dtype=name, slots=8).target_dtype == name
+    assert EngineConfig(target_dtype=name, slots=8).precision == name
 
 
 def test_an_unknown_precision_is_a_config_error():
