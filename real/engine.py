@@ -525,23 +525,29 @@ class Engine:
 
     # ------------------------------------------------------------------ many requests
     @torch.inference_mode()
-    def run_batch(self, requests: list[Request], planner=None, on_round=None) -> list[Sequence]:
+    def run_batch(
+        self, requests: list[Request], planner=None, on_round=None, max_running: int | None = None
+    ) -> list[Sequence]:
         """Serve ``requests`` (all waiting from the start) with continuous batching: whenever
-        slots are free at a round boundary, the next waiting requests (FIFO) are admitted and
-        prefilled. A fresh state per controller is the caller's job. Returns the sequences in
-        request order; ``on_round(events)`` is called after every round."""
+        fewer than ``max_running`` sequences (None: every slot) run at a round boundary, the
+        next waiting requests (FIFO) are admitted and prefilled. A fresh state per controller is
+        the caller's job. Returns the sequences in request order; ``on_round(events)`` is called
+        after every round."""
         for r in requests:
             self.check_request(r.prompt, r.max_new_tokens)
         if self.running:
             raise DSparkError("run_batch needs an idle engine")
+        cap = self.cfg.slots if max_running is None else max_running
+        if not 1 <= cap <= self.cfg.slots:
+            raise DSparkError(f"max_running = {cap} is out of range; allowed [1, {self.cfg.slots}]")
         self.seed_planner(planner)
         origin = time.perf_counter()
         waiting = list(requests)
         done: list[Sequence] = []
         try:
             while waiting or self.running:
-                if waiting and self._free:
-                    n = len(self._free)
+                n = min(len(self._free), cap - len(self.running))
+                if waiting and n > 0:
                     done += self.admit(waiting[:n], origin)
                     waiting = waiting[n:]
                 ev = self.round(origin, planner)

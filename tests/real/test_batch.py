@@ -74,6 +74,27 @@ def test_batched_greedy_equals_target_greedy_per_sequence(drafter):
         assert any(0 < r.accepted < r.drafted for s in seqs for r in s.records)
 
 
+def test_max_running_caps_the_batch_and_keeps_it_full():
+    """``max_running`` = 2 on a 3-slot engine: never more than 2 rows in a round, a waiting
+    request joins the round after a row finishes (so the batch stays at 2 while work waits),
+    every request served with its own target-greedy output; an impossible cap is one error."""
+    eng = make_engine("tf", cfg=BCFG)
+    reqs = _requests(5)
+    refs = [eng.greedy_reference(r.prompt, r.max_new_tokens) for r in reqs]
+    eng.round_log = []
+    seqs = eng.run_batch(reqs, max_running=2)
+    assert [s.tokens for s in seqs] == refs
+    sizes = [st.batch_size for st in eng.round_log]
+    assert max(sizes) == 2
+    first_single = sizes.index(1)  # the batch shrinks only once nothing waits any more
+    assert all(b == 2 for b in sizes[:first_single])
+    assert all(b == 1 for b in sizes[first_single:])
+    assert sum(st.emitted for st in eng.round_log) == sum(len(r) for r in refs)
+    for bad in (0, 4):
+        with pytest.raises(DSparkError, match="max_running"):
+            eng.run_batch(_requests(2), max_running=bad)
+
+
 def test_rows_in_a_round_share_one_verify_pass():
     eng = make_engine("tf", cfg=BCFG)
     eng.round_log = []
