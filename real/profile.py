@@ -281,21 +281,6 @@ class GridProfiler:
             if self.cursor == 0:
                 self.done += record
 
-    @torch.inference_mode()
-    def probe(self, reps: int) -> float:
-        """The machine's speed now: the median over ``reps`` of one reference round (the
-        largest profiled batch, draft length 2 where the grid drafts, the first context), after
-        one untimed round. The same work every call, so probes taken at different moments
-        compare the machine with itself (the batched validation's ``speed_probe``)."""
-        tm = RegionTimer(self.engine, self.cfg)
-        b, c = self.batches[-1], (self.ctxs[0] if self.ctxs else 0)
-        k = min(2, self.kmax) if any(self.ks) else 0
-        out = []
-        for _ in range(reps + 1):
-            d = tm.propose(b, k, c) if k else 0.0
-            out.append(d + tm.verify(b, k + 1, c))
-        return float(np.median(out[1:]))
-
     def passes(self, n: int, record: bool = True, progress=None) -> None:
         for i in range(n):
             self.run_cells(len(self.cells), record)

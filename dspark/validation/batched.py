@@ -244,23 +244,17 @@ def _write_streams(b, pool, out_max, capacity_rps, bdir: Path) -> tuple[dict, di
     return loads, streams
 
 
-def _replay_all(engine, b, streams, x_name, x_cfg, ctrl_cfgs, gp, profile_slice, bdir, log):
+def _replay_all(engine, b, streams, x_name, x_cfg, ctrl_cfgs, profile_slice, bdir, log) -> None:
     """Step 4b: the real replays (calibration once, then controller x load x repeat,
-    interleaved with profile slices, each between two speed probes); writes ``requests.csv``,
-    ``rounds.csv``, ``batches.csv``; returns the probes (one dict per run)."""
+    interleaved with profile slices); writes ``requests.csv``, ``rounds.csv``, ``batches.csv``."""
     import pandas as pd
 
     from real.serve import serve
 
     all_req, all_rounds, all_batches = [], [], []
-    probes: list[dict] = []
-
-    def probe() -> float:
-        return gp.probe(b.speed_probe_reps) if b.speed_probe_reps else float("nan")
 
     def replay(load: str, name: str, conf, label: str, rep: int) -> None:
         stream, _ = streams[load]
-        before = probe()
         res = serve(
             engine, stream, lambda: make_controller(name, conf), make_planner(name, conf), label
         )
@@ -272,10 +266,6 @@ def _replay_all(engine, b, streams, x_name, x_cfg, ctrl_cfgs, gp, profile_slice,
             pd.DataFrame(records_to_columns(res.records)).assign(controller=label, **tag)
         )
         all_batches.append(res.batches.assign(**tag))
-        after = probe()
-        probes.append(
-            {"controller": label, "load": load, "repeat": rep, "before_s": before, "after_s": after}
-        )
         s = res.summary
         log(
             f"batched real {label} @ {load} ({len(stream)} requests) rep {rep}: "
@@ -295,7 +285,6 @@ def _replay_all(engine, b, streams, x_name, x_cfg, ctrl_cfgs, gp, profile_slice,
     pd.concat(all_req, ignore_index=True).to_csv(bdir / "requests.csv", index=False)
     pd.concat(all_rounds, ignore_index=True).to_csv(bdir / "rounds.csv", index=False)
     pd.concat(all_batches, ignore_index=True).to_csv(bdir / "batches.csv", index=False)
-    return probes
 
 
 def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> dict:
@@ -339,7 +328,7 @@ def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
     ctrl_cfgs, ctrl_src = {}, {}
     for c in b.controllers:
         ctrl_cfgs[c], ctrl_src[c] = controller_config(cfg, c)
-    probes = _replay_all(engine, b, streams, x_name, x_cfg, ctrl_cfgs, gp, profile_slice, bdir, log)
+    _replay_all(engine, b, streams, x_name, x_cfg, ctrl_cfgs, profile_slice, bdir, log)
 
     # the profile table (+ round overhead rows per batch, measured now)
     rows, fit = gp.rows()
@@ -359,8 +348,6 @@ def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
         "controllers": {c: [to_dict(ctrl_cfgs[c]), ctrl_src[c]] for c in b.controllers},
         "profile": {"passes": gp.done, "slices_cells": per_slice, **details},
         "decision_cpu_s_by_batch": _decision_cpu(cfg, bdir, x_name, x_cfg, ctrl_cfgs),
-        "speed_probes": probes,
-        "speed_probe_reps": b.speed_probe_reps,
         "engine": ecfg.record(),
         "measure_s": time.perf_counter() - t_start,
     }
@@ -720,8 +707,6 @@ def _summary(cfg, meta, err, ranks, cal_check, speed_df, corrected, cal, t_start
 def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> dict:
     """Steps 5-7 from the measurements under ``out/batched`` (no engine): calibration,
     predictions, errors; writes ``errors_batched.csv`` and ``batched/summary.json``."""
-    import pandas as pd
-
     t_start = time.perf_counter()
     b = cfg.batched
     bdir = out / "batched"
@@ -745,44 +730,16 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
         return _predict(cfg, bdir, streams, traces, load, name, conf, lat_csv, sub)
 
     cal_real = next(m for m, _ in cal_runs)
+    cal_sim = predict("calibration", x_name, x_cfg)
     tables = _decision_tables(cfg, meta, cal, log)
-    tables[CALIBRATION_LABEL] = cal["sim_lat_csv"]
-    scales = probe_scales(meta.get("speed_probes") or [], b.interleave_profile)
-
-    def predict_runs(load: str, label: str, name: str, conf) -> dict:
-        """At the profile's speed, or (speed probes) per real run at its probes' speed and
-        the median over the runs."""
-        reps = [r for (c, ld, r) in scales if c == label and ld == load]
-        if not reps:
-            return predict(load, name, conf, tables[label])
-        ms = []
-        for rep in reps:
-            path = bdir / "sim" / load / label / f"latency_probe_rep{rep}.csv"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            scaled = sim_table(pd.read_csv(tables[label]), b.k_max, {}, scales[(label, load, rep)])
-            scaled.to_csv(path, index=False)
-            ms.append(predict(load, name, conf, path, f"probe_rep{rep}"))
-        return {k: float(np.median([float(m[k]) for m in ms])) for k in ms[0]}
-
-    cal_sim = predict_runs("calibration", CALIBRATION_LABEL, x_name, x_cfg)
-    pairs = [(c, ld) for ld in b.load_names for c in b.controllers]
-    preds = {(c, ld): predict_runs(ld, c, c, ctrl_cfgs[c]) for c, ld in pairs}
+    preds = {
+        (c, ld): predict(ld, c, ctrl_cfgs[c], tables[c])
+        for ld in b.load_names
+        for c in b.controllers
+    }
     runs = {(c, ld): real_runs(c, ld) for (c, ld) in preds}
     real = {k: [m for m, _ in v] for k, v in runs.items()}
-    log(
-        f"batched: predicted {len(preds)} controller x load pairs"
-        + (
-            f" (each real run at its speed probes: x{min(scales.values()):.3f}-"
-            f"{max(scales.values()):.3f} the profile's)"
-            if scales
-            else ""
-        )
-    )
-    unprobed = (
-        {(c, ld): predict(ld, c, ctrl_cfgs[c], tables[c], "unprobed") for c, ld in pairs}
-        if scales
-        else None
-    )
+    log(f"batched: predicted {len(preds)} controller x load pairs")
 
     # diagnostics: the latency model on each real run's own rounds, and the speed-corrected error
     speed_df, corrected = _speed_diagnostics(
@@ -805,40 +762,9 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
         "error_pct": {k: M.error_pct(cal_sim[k], cal_real[k]) for k in M.SERVING_METRICS},
     }
     summary = _summary(cfg, meta, err, ranks, cal_check, speed_df, corrected, cal, t_start)
-    summary["speed_probe"] = _probe_summary(scales, unprobed, real)
     (bdir / "summary.json").write_text(json.dumps(json_safe(summary), indent=1))
     log(f"batched: done in {summary['runtime_s']:.0f} s")
     return summary
-
-
-def probe_scales(probes: list[dict], interleaved: bool) -> dict:
-    """Per real run ``(controller label, load, repeat)``: the mean of its two speed probes
-    (before, after) over the profile's speed — the mean of every probe when the profile's
-    cells were interleaved with the runs, else the first probe (the profile ran before it).
-    Empty when no probe was taken."""
-    vals = [x for p in probes for x in (p["before_s"], p["after_s"]) if np.isfinite(x)]
-    if not vals:
-        return {}
-    ref = float(np.mean(vals)) if interleaved else float(probes[0]["before_s"])
-    return {
-        (p["controller"], p["load"], int(p["repeat"])): (p["before_s"] + p["after_s"]) / 2 / ref
-        for p in probes
-    }
-
-
-def _probe_summary(scales: dict, unprobed: dict | None, real: dict) -> dict:
-    """The ``speed_probe`` entry of the summary: the runs' speed factors and the headline
-    metrics' worst error without the probes (one prediction at the profile's speed)."""
-    if not scales:
-        return {"used": False}
-    rows = M.error_rows(unprobed, real, tuple(M.SERVING_TARGETS), "load")
-    return {
-        "used": True,
-        "scale_min": min(scales.values()),
-        "scale_max": max(scales.values()),
-        "scales": {f"{c}/{ld}/{r}": v for (c, ld, r), v in scales.items()},
-        "unprobed_max_abs_error_pct": max(abs(r["error_pct"]) for r in rows),
-    }
 
 
 def format_table(err) -> str:

@@ -147,15 +147,12 @@ class BatchedConfig:
     )
     # profile cells between the real runs (see ValidateConfig.interleave_profile).
     interleave_profile: bool = param(True, doc="profile cells interleaved with the real runs")
-    # the machine's speed drifts 10-20% over minutes here: a reference round (real.profile.
-    # GridProfiler.probe, ~0.3 s) timed right before and after every real run; each run is
-    # predicted with the table scaled by its probes over the profile's (the mean of every
-    # probe when the profile is interleaved, else the first), and the prediction per
-    # controller x load is the median over its runs. Evidence taken beside the run, not the
-    # run's own times. 0 = off (one prediction per controller x load at the profile's speed).
-    speed_probe_reps: int = param(5, lo=0, hi=1000, doc="timed reference rounds per speed probe")
     # a diagnostic, not a prediction: each real run predicted again at the speed the machine
     # had during it (the table scaled by the run's measured draft + verify over the table's).
+    # (Tried and dropped, 2026-12-02: a speed probe, a fixed ~0.3 s reference round timed right
+    # before and after each real run, to predict each run at its moment's speed. Over 27 runs
+    # the probes' factor (0.75-1.17) correlated 0.09 with the run's own measured speed: the
+    # drift is faster than a run, and no evidence taken beside a run predicts it.)
     speed_corrected: bool = param(True, doc="also report errors at each run's measured speed")
     # 0: never fail. Else `dspark validate` exits 1 when validate_batched_max_abs_error_pct is
     # above it.

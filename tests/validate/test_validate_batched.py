@@ -13,7 +13,7 @@ import pytest
 from control.errors import ConfigError
 from control.types import PositionRecord, records_from_rows
 from dspark.cli import main
-from dspark.validation.batched import ERROR_COLUMNS, poisson_stream, probe_scales
+from dspark.validation.batched import ERROR_COLUMNS, poisson_stream
 from dspark.validation.batched_latency import overhead_by_batch, overhead_residuals, sim_table
 from dspark.validation.config import load_validate
 from dspark.validation.metrics import SERVING_METRICS, SERVING_TARGETS, resolved_pairs, serving
@@ -238,48 +238,3 @@ def test_the_simulator_reads_the_profile_corrected_by_the_calibration_load(run, 
         # used = raw x the phase's ratio (a row measured at 0.0 s on a loaded machine stays 0)
         want = raw.loc[sel, "seconds"].to_numpy() * scale
         assert used.loc[sel, "seconds"].to_numpy() == pytest.approx(want, rel=1e-9, abs=0.0)
-
-
-def test_probe_scales_by_hand():
-    probes = [
-        {
-            "controller": "calibration",
-            "load": "calibration",
-            "repeat": 0,
-            "before_s": 1.0,
-            "after_s": 1.2,
-        },
-        {"controller": "fixed", "load": "light", "repeat": 0, "before_s": 1.4, "after_s": 1.4},
-    ]
-    ref = (1.0 + 1.2 + 1.4 + 1.4) / 4
-    s = probe_scales(probes, interleaved=True)
-    assert s == pytest.approx(
-        {("calibration", "calibration", 0): 1.1 / ref, ("fixed", "light", 0): 1.4 / ref}
-    )
-    s = probe_scales(probes, interleaved=False)  # the profile ran before the first probe
-    assert s[("fixed", "light", 0)] == pytest.approx(1.4)
-    nan = float("nan")
-    assert probe_scales([{**probes[0], "before_s": nan, "after_s": nan}], True) == {}
-
-
-def test_each_run_is_predicted_at_its_speed_probes(run):
-    """Two probes per real run (before, after: finite, positive); each held-out run's table is
-    its controller's table with every time scaled by its probes' factor; the summary keeps
-    the headline without probes beside it."""
-    _, out, _ = run
-    meta = json.loads((out / "batched" / "measure.json").read_text())
-    cfg = load_validate(out / "config.toml")
-    b = cfg.batched
-    pr = meta["speed_probes"]
-    assert len(pr) == 1 + len(b.controllers) * len(b.loads) * b.repeats
-    assert all(p["before_s"] > 0 and p["after_s"] > 0 for p in pr)
-    scales = probe_scales(pr, b.interleave_profile)
-    s = json.loads((out / "summary.json").read_text())["batched"]["speed_probe"]
-    assert s["used"] and np.isfinite(s["unprobed_max_abs_error_pct"])
-    assert s["scale_min"] == pytest.approx(min(scales.values()))
-    base = pd.read_csv(out / "batched" / "profile" / "latency_sim_fixed.csv")
-    for rep in range(b.repeats):
-        got = pd.read_csv(
-            out / "batched" / "sim" / "light" / "fixed" / f"latency_probe_rep{rep}.csv"
-        )
-        assert np.allclose(got.seconds, base.seconds * scales[("fixed", "light", rep)], rtol=1e-12)
