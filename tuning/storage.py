@@ -44,7 +44,11 @@ HEARTBEAT_INTERVAL_S = 5  # seconds between heartbeats of a running RDB trial
 HEARTBEAT_GRACE_S = 20  # a trial silent this long is stale: failed and retried
 LOCK_GRACE_S = 10  # a journal lock held this long by a dead process is broken
 MAX_RETRY = 3  # retries of one trial before it is left failed
-UNTAGGED_STALE_S = 120  # a RUNNING trial never tagged with its worker is dead after this
+# A RUNNING trial never tagged with its worker is dead after this: a worker tags its claim in
+# the next storage call (ms; seconds on a loaded machine), so only a worker killed between the
+# two leaves one. 30 s: far beyond a live worker's gap, and a resume after such a kill waits
+# that long (at 120 s a CLI resume outlived its test's 120 s timeout on a loaded CI run).
+UNTAGGED_STALE_S = 30
 RDB_OPEN_ATTEMPTS = 4  # opening a new database races its schema creation: retried
 
 

@@ -131,6 +131,30 @@ def test_postgres_worker_waits_for_a_remote_trial_and_reruns_it_once_its_heartbe
     assert study._storage.get_trial(dead._trial_id).state == TrialState.FAIL
 
 
+def test_resume_recovers_a_slot_claimed_but_never_tagged(tmp_path, monkeypatch):
+    """A worker killed between its claim of a slot and its tag leaves a RUNNING trial with no
+    worker: resume waits until it is ``UNTAGGED_STALE_S`` old (here 1 s), then fails and
+    re-queues it, and the study ends with exactly n trials."""
+    import warnings
+
+    monkeypatch.setattr(storage_mod, "UNTAGGED_STALE_S", 1.0)
+    url = resolve_url(None, tmp_path / "run")
+    n = 4
+    cfg = load_tuning_config(TINY, n_trials=n)
+    prepare_study(cfg, url, n)
+    run_worker(cfg, url, n_trials=n - 1, simulate=fake_simulate)
+    study = optuna.load_study(study_name=cfg.study_name(), storage=make_storage(url))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        claimed = optuna.load_study(study_name=cfg.study_name(), storage=study._storage).ask()
+    assert "worker" not in study._storage.get_trial(claimed._trial_id).user_attrs
+    t0 = time.monotonic()
+    study = run_study(cfg, url, n_trials=n, resume=True, simulate=fake_simulate)
+    assert time.monotonic() - t0 >= 0.9  # it waited for the claim to go stale
+    _assert_exact(study, n)
+    assert study._storage.get_trial(claimed._trial_id).state == TrialState.FAIL
+
+
 def test_journal_resume_short_of_n_is_an_error_not_exit_0(tmp_path):
     # a journal has no heartbeat: a trial RUNNING on another host cannot be judged dead here
     url = resolve_url(None, tmp_path / "run")
