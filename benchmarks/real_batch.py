@@ -7,17 +7,19 @@ only, no drafter: one packed forward per round serves every row), fixed k (``--k
 ``hf-heuristic`` and ``dspark`` (default config, with its round planner when it has one; the
 planner lives for the whole run, as in a serving engine, and is warmed by one untimed run per
 batch size). Every (batch, method) cell runs once per repeat, cells interleaved (method order
-rotated per repeat) so background load hits all alike; the median over repeats is reported.
+rotated per repeat) so background load hits all alike; tokens/s are the median over repeats,
+speedups the median of the per-repeat ratios (below).
 
-**At batch B** means B sequences in flight: each cell serves ``--waves`` × B requests with
-continuous batching capped at B running (prompts reused in turn past 32) (``Engine.run_batch(max_running=B)``), so a finished row
-is replaced at the next round boundary, as in a serving engine. Tokens/s at batch B count the
-tokens emitted by the rounds that ran B rows, over the wall time from the first round to the
-first round with fewer rows (the final drain), less the prefills inside that window. Without
-refills a speculative batch drains unevenly (rows finish at different rounds, plain rows all
-together), so a fixed batch compares speculation at a smaller mean batch than plain (about 12
-against 16 at B = 16); the whole-run figure, drain included, is printed beside it. Outputs are
-checked against ``plain`` (greedy: identical in float32, equal up to near-ties in bf16).
+**At batch B** means B sequences in flight: each cell serves ``--waves`` × B requests (prompts
+reused in turn past 32) with continuous batching capped at B running
+(``Engine.run_batch(max_running=B)``), so a finished row is replaced at the next round boundary,
+as in a serving engine. Tokens/s at batch B count the tokens emitted by the rounds that ran B
+rows, over the wall time from the first round to the first round with fewer rows (the final
+drain), less the prefills inside that window. Without refills a speculative batch drains
+unevenly (rows finish at different rounds, plain rows all together), so a fixed batch compares
+speculation at a smaller mean batch than plain (about 12 against 16 at B = 16); the whole-run
+figure, drain included, is printed beside it. Outputs are checked against ``plain`` (greedy:
+identical in float32, equal up to near-ties in bf16).
 
 Last line: ``real_batch8_plain_vs_batch1=<plain tok/s at 8 / at 1>
 real_batch8_spec_vs_plain=<dspark's speedup over plain at 8>
