@@ -14,7 +14,8 @@ inputs (mean ~14k, clipped to 121k), lognormal outputs (mean ~340), gamma arriva
 splits TTFT into queueing (arrival to the first prompt chunk, ``admitted_s``) and prefill (first
 chunk to first token), each against the request's isolated prefill (its prompt alone, chunked
 under the same token budget, target + colocated drafter); ``--prefill-order shortest-first``
-runs it with that scheduling order (``deployment.prefill_order``).
+runs it with that scheduling order (``deployment.prefill_order``), ``--routing`` with that
+assignment of arrivals to replicas (``deployment.routing``).
 """
 
 from __future__ import annotations
@@ -60,7 +61,13 @@ def isolated_prefill_s(cluster, budget: int, prompt: int) -> float:
     return t
 
 
-def diagnose(trace: Path, n: int, loads: list[float], prefill_order: str = "fcfs") -> None:
+def diagnose(
+    trace: Path,
+    n: int,
+    loads: list[float],
+    prefill_order: str = "fcfs",
+    routing: str = "least-outstanding",
+) -> None:
     """TTFT against isolated prefill, split into queueing and prefill, per controller x load."""
     import sys
 
@@ -77,6 +84,7 @@ def diagnose(trace: Path, n: int, loads: list[float], prefill_order: str = "fcfs
             "workload.trace_path": str(trace),
             "workload.num_requests": n,
             "deployment.prefill_order": prefill_order,
+            "deployment.routing": routing,
         },
     )
     ctrls = [("fixed", {"k": 0}, "fixed:k=0"), ("fixed", {"k": 4}, "fixed:k=4")]
@@ -116,6 +124,12 @@ def main(argv=None) -> int:
         choices=("fcfs", "shortest-first"),
         help="deployment.prefill_order of --diagnose",
     )
+    ap.add_argument(
+        "--routing",
+        default="least-outstanding",
+        choices=("round-robin", "least-outstanding", "least-pending-tokens"),
+        help="deployment.routing of --diagnose (azure_conv's own: least-outstanding)",
+    )
     args = ap.parse_args(argv)
     p = Path(args.out)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -123,7 +137,7 @@ def main(argv=None) -> int:
     print(p)
     if args.diagnose:
         loads = [float(x) for x in args.loads.split(",")]
-        diagnose(p.resolve(), args.n, loads, args.prefill_order)
+        diagnose(p.resolve(), args.n, loads, args.prefill_order, args.routing)
     return 0
 
 

@@ -31,10 +31,12 @@ class DeploymentConfig:
     )
     # None = the target's tp (colocated) or 1 (separate).
     drafter_tp: int | None = param(None, lo=1, hi=1024, doc="drafter tensor-parallel degree")
-    # spreads load evenly without state.
+    # spreads load evenly without state. least-outstanding: the replica with the fewest
+    # requests in it; least-pending-tokens: the fewest prompt tokens waiting to be prefilled
+    # (then the fewest requests), which splits bursts of long prompts by their work.
     routing: str = param(
         "round-robin",
-        choices=("round-robin", "least-outstanding"),
+        choices=("round-robin", "least-outstanding", "least-pending-tokens"),
         doc="how arrivals are assigned to replicas",
     )
     # vLLM's default max_num_seqs is 256.

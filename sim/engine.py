@@ -137,8 +137,9 @@ def arrivals(
     routing: str,
     replica_of: np.ndarray,
 ):
-    """The arrival process: each request at its time to a replica (round-robin, or the one
-    with the fewest outstanding requests, lowest index first)."""
+    """The arrival process: each request at its time to a replica (round-robin; the one with
+    the fewest outstanding requests; or the one with the fewest prompt tokens waiting to be
+    prefilled, then the fewest outstanding requests; lowest index first)."""
     next_rr = 0
     for i in range(len(arrival_s)):
         dt = arrival_s[i] - env.now
@@ -147,6 +148,8 @@ def arrivals(
         if routing == "round-robin":
             r = replicas[next_rr]
             next_rr = (next_rr + 1) % len(replicas)
+        elif routing == "least-pending-tokens":
+            r = min(replicas, key=lambda x: (x.pending_prefill_tokens(), x.outstanding, x.index))
         else:
             r = min(replicas, key=lambda x: (x.outstanding, x.index))
         replica_of[i] = r.index

@@ -37,7 +37,7 @@ class EngineParams:
 
     replicas: int
     max_batch: int
-    routing: str  # "round-robin" or "least-outstanding"
+    routing: str  # "round-robin", "least-outstanding" or "least-pending-tokens"
     warmup_s: float
     horizon_s: float | None
     lossy_accept_max: float

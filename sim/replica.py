@@ -779,6 +779,12 @@ class Replica:
             )
         return decisions
 
+    def pending_prefill_tokens(self) -> int:
+        """Prompt tokens this replica has still to prefill: the rest of each partial prefill
+        and every waiting request's (re)prefill (prefix-cache hits not deducted)."""
+        left = sum([self.target[i] - self.computed[i] for i in self.prefilling])
+        return left + sum([self.prefill_length(i) for i in self.waiting])
+
     def prefill_pressure(self) -> tuple[int, int | None]:
         """(prompt tokens waiting for the next chunks, the pass's token budget) under chunked
         prefill: partial prefills' remaining tokens, then waiting requests that the batch has

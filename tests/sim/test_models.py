@@ -89,6 +89,39 @@ def test_routing_policies(tiny):
     assert set(lo["replica"]) == {0, 1, 2} and lo["finished"].all()
 
 
+def test_least_pending_tokens_routes_by_prefill_work(tiny, tmp_path):
+    """A long prompt, then three short ones within 3 ms (before any prefill ends), on two
+    replicas: by outstanding requests the third ties and goes to replica 0, behind the long
+    prefill; by pending prompt tokens it goes to replica 1, whose short prompt is ~8000 tokens
+    less work, and so does the fourth."""
+    from sim import simulate
+
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n0,8000,20\n0.001,50,20\n0.002,60,20\n0.003,70,20\n"
+    )
+    scn = tiny.with_overrides(
+        {
+            "deployment.replicas": 2,
+            "workload.arrival": "trace",
+            "workload.trace_path": str(trace),
+            "workload.trace_timestamp_unit": "s",
+            "workload.num_requests": 4,
+        }
+    )
+    by = {
+        r: simulate(scn.with_overrides({"deployment.routing": r}), "fixed", baseline=False).requests
+        for r in ("least-outstanding", "least-pending-tokens")
+    }
+    assert list(by["least-outstanding"]["replica"]) == [0, 1, 0, 1]
+    assert list(by["least-pending-tokens"]["replica"]) == [0, 1, 1, 1]
+    for q in by.values():
+        assert q["finished"].all() and (q["emitted_tokens"] == q["output_tokens"]).all()
+    # the third request no longer waits behind the 8000-token prefill
+    ttft = {r: q["ttft_s"].to_numpy() for r, q in by.items()}
+    assert ttft["least-pending-tokens"][2] * 5 < ttft["least-outstanding"][2]
+
+
 def test_separate_drafter_gpus(tiny):
     from sim import simulate
 
