@@ -367,20 +367,10 @@ def compare_runs(
     return out
 
 
-def compare(
-    scn: SimConfig,
-    controllers: Iterable = ("fixed", "dspark"),
-    seed: int = 0,
-    out_dir: str | Path | None = None,
-    load_scales: Iterable[float] = (1.0,),
-    trace: bool = False,
-    baseline: bool = True,
-    progress: Any = None,
-):
-    """:func:`compare_runs`' results table alone (one row per controller × load scale)."""
-    return compare_runs(
-        scn, controllers, seed, out_dir, load_scales, trace, baseline, progress
-    ).results
+def compare(scn: SimConfig, *args: Any, **kwargs: Any):
+    """:func:`compare_runs` (same arguments), its results table alone: one row per
+    controller × load scale."""
+    return compare_runs(scn, *args, **kwargs).results
 
 
 def provenance(scn: SimConfig, results: Any) -> dict:
