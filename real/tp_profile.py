@@ -48,17 +48,32 @@ COLUMNS = (
 
 
 def _layer_pair(layer, x: torch.Tensor, d_local: int) -> torch.Tensor:
-    """A layer's four projections (attention's qkv -> out, MLP gate/up -> down), no attention."""
-    y = layer.o(layer.qkv(x)[:, :d_local])
+    """A layer's four projections (attention's qkv -> out, MLP gate/up -> down), no attention,
+    with the block's data dependencies: the MLP reads the residual stream after attention's
+    output projection, the next layer reads this one's output. A sharded projection's
+    all-reduce is asynchronous (DTensor waits where the result is first read); without these
+    dependencies the first all-reduce of a layer ran under the MLP's matmuls and the last one
+    under the next layer's, which the engine's forward never allows."""
+    x = x + layer.o(layer.qkv(x)[:, :d_local])
     g, u = layer.gate_up(x).chunk(2, dim=-1)
-    return y + layer.down(F.silu(g) * u)
+    return x + layer.down(F.silu(g) * u)
 
 
 def _local_pair(ws: list[torch.Tensor], x: torch.Tensor, d_local: int) -> torch.Tensor:
+    """:func:`_layer_pair` on plain weight tensors (no DTensor, no communication)."""
     qkv, o, gate_up, down = ws
-    y = F.linear(F.linear(x, qkv)[:, :d_local], o)
+    x = x + F.linear(F.linear(x, qkv)[:, :d_local], o)
     g, u = F.linear(x, gate_up).chunk(2, dim=-1)
-    return y + F.linear(F.silu(g) * u, down)
+    return x + F.linear(F.silu(g) * u, down)
+
+
+def _chain(pair, weights: list, x: torch.Tensor, d_local: int, n: int) -> torch.Tensor:
+    """``n`` layer pairs back to back, each reading the last one's output, layer ``i mod L`` at
+    step i: each layer's own weights in a forward's order (one layer's weights run ``n`` times
+    would stay in the caches, which a forward streaming every layer's does not)."""
+    for i in range(n):
+        x = pair(weights[i % len(weights)], x, d_local)
+    return x
 
 
 def _timed(fn, sync) -> float:
@@ -83,9 +98,10 @@ def time_collectives(
 ) -> dict:
     """Seconds of each (kind, tokens) over ``repeats`` passes after ``warmup`` untimed ones,
     appended to ``times`` (passes can run in chunks between other work). ``chain``: the
-    projections kinds run that many times back to back after one barrier and count their
-    mean, as a forward's layers do (the ranks drift apart between all-reduces as they do
-    there; one call after a barrier starts them together)."""
+    projections kinds run that many layers back to back after one barrier (each layer's own
+    weights in a forward's order, :func:`_chain`) and count their mean, as a forward's layers
+    do (the ranks drift apart between all-reduces as they do there; one call after a barrier
+    starts them together)."""
     import torch.distributed as dist
 
     from real.engine import sync
@@ -94,11 +110,15 @@ def time_collectives(
     ctx = current()
     if ctx is None:
         raise RuntimeError("time_collectives needs an active tensor-parallel context")
-    layer = engine.target.layers[0]
+    layers = list(engine.target.layers)
     d, dt, dev = engine.target.cfg.d_model, engine.dtype, engine.device
-    d_local = layer.h * layer.hd
-    ws = [getattr(layer, n).weight.to_local().contiguous() for n in ("qkv", "o", "gate_up", "down")]
-    full = [w.repeat(*((ctx.size, 1) if i in (0, 2) else (1, ctx.size))) for i, w in enumerate(ws)]
+    d_local = layers[0].h * layers[0].hd
+    names = ("qkv", "o", "gate_up", "down")
+    ws = [[getattr(ly, n).weight.to_local().contiguous() for n in names] for ly in layers]
+    full = [
+        [w.repeat(*((ctx.size, 1) if i in (0, 2) else (1, ctx.size))) for i, w in enumerate(lw)]
+        for lw in ws
+    ]
     three = torch.zeros(3, dtype=torch.float64, device=dev)
     times = {} if times is None else times
     with torch.inference_mode():
@@ -109,13 +129,13 @@ def time_collectives(
                 ops = {
                     "all_reduce": (lambda m=msg: dist.all_reduce(m), 1),
                     "broadcast": (lambda: dist.broadcast(three, 0), 1),
-                    "sharded": (lambda x=x: _layer_pair(layer, x, d_local), chain),
-                    "local": (lambda x=x: _local_pair(ws, x, d_local), chain),
-                    "replicated": (lambda x=x: _local_pair(full, x, d), chain),
+                    "sharded": (lambda x=x: _chain(_layer_pair, layers, x, d_local, chain), chain),
+                    "local": (lambda x=x: _chain(_local_pair, ws, x, d_local, chain), chain),
+                    "replicated": (lambda x=x: _chain(_local_pair, full, x, d, chain), chain),
                 }
                 for kind, (fn, n) in ops.items():
                     dist.barrier()
-                    s = _timed(lambda fn=fn, n=n: [fn() for _ in range(n)], lambda: sync(dev))
+                    s = _timed(fn, lambda: sync(dev))
                     if r >= warmup:
                         times.setdefault((kind, t), []).append(s / n)
     return times
@@ -165,24 +185,31 @@ def message_tokens(batches, k_max: int) -> list[int]:
 
 
 def time_projections(
-    engine, tokens: list[int], repeats: int = 20, warmup: int = 3, times: dict | None = None
+    engine,
+    tokens: list[int],
+    repeats: int = 20,
+    warmup: int = 3,
+    times: dict | None = None,
+    chain: int = 1,
 ) -> dict:
     """Mean seconds of one layer's four projections at full width (one process), by tokens;
     with ``times`` (tokens -> list), the samples are appended there and the means are over all
-    of them (passes can run in chunks between other work)."""
+    of them (passes can run in chunks between other work). ``chain``: each sample is that many
+    layers back to back (each layer's own weights, in a forward's order: :func:`_chain`), per
+    layer, as :func:`time_collectives` times the sharded ones."""
     from real.engine import sync
 
-    layer = engine.target.layers[0]
     d, dt, dev = engine.target.cfg.d_model, engine.dtype, engine.device
-    ws = [getattr(layer, n).weight for n in ("qkv", "o", "gate_up", "down")]
+    names = ("qkv", "o", "gate_up", "down")
+    ws = [[getattr(ly, n).weight for n in names] for ly in engine.target.layers]
     times = {} if times is None else times
     with torch.inference_mode():
         for r in range(warmup + repeats):
             for t in tokens:
                 x = torch.randn(t, d, dtype=dt, device=dev)
-                s = _timed(lambda x=x: _local_pair(ws, x, d), lambda: sync(dev))
+                s = _timed(lambda x=x: _chain(_local_pair, ws, x, d, chain), lambda: sync(dev))
                 if r >= warmup:
-                    times.setdefault(t, []).append(s)
+                    times.setdefault(t, []).append(s / chain)
     return {t: float(np.mean(times[t])) for t in tokens}
 
 

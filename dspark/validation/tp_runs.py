@@ -72,7 +72,7 @@ class TP1Side:
 
     def __init__(self, cfg) -> None:
         from dspark.validation.tp import engine_for, prompts_for
-        from real.profile import GridProfiler, ProfileConfig
+        from real.profile import GridProfiler
         from real.tp_profile import drafter_draft_lengths, message_tokens
         from real.tracing import record_positions_full
 
@@ -82,12 +82,7 @@ class TP1Side:
         self.positions = [
             record_positions_full(e, p, cfg.new_tokens, i)[0] for i, p in enumerate(self.prompts)
         ]
-        self.pcfg = ProfileConfig(
-            contexts=(cfg.prompt_tokens + cfg.new_tokens // 2,),
-            prefill_tokens=(cfg.prompt_tokens - 1,),
-            repeats=cfg.profile_repeats,
-            warmup=1,
-        )
+        self.pcfg = self.profile_config(cfg)
         self.gp = GridProfiler(e, self.pcfg)
         self.gp.passes(self.pcfg.warmup, record=False)
         cells = np.arange(cfg.profile_repeats * len(self.gp.cells))
@@ -99,6 +94,18 @@ class TP1Side:
         self.cycle_recs: list = []
         self.measured: dict = {}
         warm_up(e, cfg, self.prompts)
+
+    @staticmethod
+    def profile_config(cfg):
+        """The TP = 1 profile's grid: one middle context, the prompt's prefill length."""
+        from real.profile import ProfileConfig
+
+        return ProfileConfig(
+            contexts=(cfg.prompt_tokens + cfg.new_tokens // 2,),
+            prefill_tokens=(cfg.prompt_tokens - 1,),
+            repeats=cfg.profile_repeats,
+            warmup=1,
+        )
 
     def step(self, r: int) -> None:
         """Repeat ``r``: a profile slice, the k-cycling calibration generations, a chunk of
@@ -113,8 +120,8 @@ class TP1Side:
                 ks = CycleK(range(e.cfg.k_max + 1), offset=r * len(self.val) + i)
                 self.cycle_recs.extend(e.generate(p, cfg.new_tokens, ks, request_id=i).records)
         n = chunk_passes(cfg)
-        layers = e.target.cfg.n_layers  # as many samples as the TP side's chained passes
-        time_projections(e, self.toks, n * layers, 3 if r == 0 else 0, self.proj_times)
+        layers = e.target.cfg.n_layers  # a forward's chain of layers a sample, as the TP side's
+        time_projections(e, self.toks, n, 1 if r == 0 else 0, self.proj_times, layers)
         ctx = drafter_context(cfg)
         time_drafter(e, ctx, self.drafter_ks, n, 2 if r == 0 else 0, self.drafter_times)
         measure_repeat(e, cfg, self.prompts, self.measured)
