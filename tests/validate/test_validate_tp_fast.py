@@ -40,6 +40,17 @@ def test_rows_complete_and_headline_is_the_worst_tp_row(run):
         assert np.isfinite(err[col]).all() and (err[col] > 0).all()
     summary = json.loads((out / "tp" / "summary.json").read_text())
     assert summary["max_abs_error_pct"] == pytest.approx(err["abs_error_pct"].max())
+    # measured = the median of the repeats, spread (max - min) / median, as the other parts
+    reps = json.loads((out / "tp" / "measure_tp.json").read_text())["measure"]
+    for _, row in err.iterrows():
+        vals = np.array(
+            reps[row.controller]["tps" if row.metric.startswith("throughput") else "tpot"]
+        )
+        assert len(vals) == 2 and row.tp_measured == pytest.approx(np.median(vals), rel=1e-12)
+        spread = (vals.max() - vals.min()) / np.median(vals) * 100
+        assert row.real_spread_pct == pytest.approx(spread, rel=1e-9, abs=1e-12)
+        err_pct = (row.tp_predicted - row.tp_measured) / row.tp_measured * 100
+        assert row.error_pct == pytest.approx(err_pct, rel=1e-9)
     assert stdout.strip().splitlines()[-1] == (
         f"validate_tp_max_abs_error_pct={err['abs_error_pct'].max():.3f}"
     )
