@@ -214,7 +214,7 @@ class _Batch1:
 
     def cycle_generation(self) -> None:
         """One k-cycling generation of the next calibration prompt (its rounds are kept)."""
-        from real.profile import CycleK
+        from real.profile import CycleK, calibration_ks
 
         A = self.cfg.calibration.workload
         i = len(self.cycle_recs)
@@ -222,7 +222,7 @@ class _Batch1:
         g = self.engine.generate(
             prompts[i % len(prompts)],
             self.cfg.prompt_set(A).max_new_tokens,
-            CycleK(range(self.kmax + 1), offset=i),
+            CycleK(calibration_ks(self.kmax), offset=i),
             request_id=i,
         )
         self.cycle_recs.append(g.records)

@@ -110,14 +110,14 @@ class TP1Side:
     def step(self, r: int) -> None:
         """Repeat ``r``: a profile slice, the k-cycling calibration generations, a chunk of
         projection timings and of draft phases, then one measured repeat of every controller."""
-        from real.profile import CycleK
+        from real.profile import CycleK, calibration_ks
         from real.tp_profile import time_drafter, time_projections
 
         cfg, e = self.cfg, self.engine
         self.gp.run_cells(self.slices[r])
         if cfg.correct_profile:
             for i, p in enumerate(self.val):
-                ks = CycleK(range(e.cfg.k_max + 1), offset=r * len(self.val) + i)
+                ks = CycleK(calibration_ks(e.cfg.k_max), offset=r * len(self.val) + i)
                 self.cycle_recs.extend(e.generate(p, cfg.new_tokens, ks, request_id=i).records)
         n = chunk_passes(cfg)
         layers = e.target.cfg.n_layers  # a forward's chain of layers a sample, as the TP side's

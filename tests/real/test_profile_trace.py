@@ -4,6 +4,7 @@ that the table's prediction of those very rounds has median measured / tabled = 
 Invariants of the method, not timing assertions (timings on a shared machine flake)."""
 
 import dataclasses
+import itertools
 
 import numpy as np
 import pandas as pd
@@ -16,6 +17,8 @@ from real.profile import (
     CycleK,
     GridProfiler,
     ProfileConfig,
+    after_a_draft,
+    calibration_ks,
     correct_from_trace,
     trace_ratios,
 )
@@ -92,10 +95,10 @@ def test_correction_makes_the_table_match_the_trace_exactly(profiled, statistic)
     assert all(v == pytest.approx(1.0, rel=1e-9) for v in det2["verify_scale_by_k"].values())
 
 
-def _rec(k: int, ctx: int, draft_s: float, verify_s: float) -> RoundRecord:
+def _rec(k: int, ctx: int, draft_s: float, verify_s: float, rnd: int = 0) -> RoundRecord:
     return RoundRecord(
         request_id=0,
-        round=0,
+        round=rnd,
         now_s=0.0,
         k=k,
         drafted=k,
@@ -134,3 +137,41 @@ def test_known_scales_are_recovered(statistic):
     assert det["drafter_scale"] == pytest.approx(2.0)
     k2 = out[(out.model == TARGET) & (out.new_tokens == 3)]
     assert list(k2.seconds) == [3.0, 4.0]  # no round drafted 2: unchanged
+
+
+def test_draft_free_rounds_right_after_a_draft_do_not_correct_k0():
+    """k = 0 is corrected from draft-free rounds inside a draft-free stretch (or first in a
+    generation), the profile cell's state; those right after a drafting round are reported."""
+    rows = [
+        {"model": m, "batch": 1, "new_tokens": T, "context_tokens": c, "seconds": s}
+        for m, T, s in ((TARGET, 1, 1.0), (TARGET, 2, 2.0), (DRAFTER, 1, 0.5))
+        for c in (0, 100)
+    ]
+    df = pd.DataFrame(rows)
+    # one generation: 0, 0, 0, 1, 0, 1, 0 — stretch rounds verify 0.9 x, those after a draft 1.2 x
+    ks = [0, 0, 0, 1, 0, 1, 0]
+    recs, prev = [], 0
+    for i, k in enumerate(ks):
+        v = 2.0 if k else (1.2 if i and prev else 0.9)
+        recs.append(_rec(k, 50, 1.0 if k else 0.0, v, rnd=i))
+        prev = k
+    # a second generation's first round follows the last one's draft in the list: it starts anew
+    recs.append(_rec(0, 50, 0.0, 0.9, rnd=0))
+    assert after_a_draft(recs) == [False, False, False, False, True, False, True, False]
+    _, det = correct_from_trace(df, recs, min_rounds=3, statistic="median")
+    assert det["verify_scale_by_k"][0] == pytest.approx(0.9)
+    assert det["before"][0]["rounds"] == 4
+    assert det["zero_draft_after_draft"]["rounds"] == 2
+    assert det["zero_draft_after_draft"]["verify_ratio"] == pytest.approx(1.2 / 0.9)
+
+
+def test_calibration_cycle_holds_a_draft_free_round_after_a_draft_free_round():
+    ks = calibration_ks(4)
+    assert ks == [0, 0, 1, 2, 3, 4]
+    c = CycleK(ks)
+    seq = []
+    for _ in range(2 * len(ks)):
+        seq.append(c.decide(0.0).k)
+        c.observe(None)
+    pairs = list(itertools.pairwise(seq))
+    assert (0, 0) in pairs and (4, 0) in pairs and set(seq) == set(range(5))
