@@ -566,8 +566,8 @@ def after_a_draft(records) -> list[bool]:
     """Per batch-1 record, in order: whether the previous round of the same generation drafted
     (``round`` 0 starts a generation). Its verify pass then follows a drafter pass: on the
     2-core CPU a draft-free round right after a drafting one verified ~15% slower (median)
-    than one inside a draft-free stretch (12.3 against 10.3 ms, 6 and 423 rounds, 2026-12-02),
-    the caches holding the drafter's work instead of the target's."""
+    than one inside a draft-free stretch (12.3 against 10.3 ms, 6 and 423 rounds, 2026-12-02;
+    the cause is not isolated, the caches are the likely one)."""
     last: dict = {}
     out = []
     for r in records:
