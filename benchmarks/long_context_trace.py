@@ -107,6 +107,18 @@ def diagnose(
         )
 
 
+def _choices(field: str) -> tuple:
+    """The allowed values of a ``[deployment]`` field, as its config declares them."""
+    import dataclasses
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from sim.config import DeploymentConfig
+
+    f = {f.name: f for f in dataclasses.fields(DeploymentConfig)}[field]
+    return tuple(f.metadata["choices"])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="runs/long_context.csv")
@@ -121,13 +133,13 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--prefill-order",
         default="fcfs",
-        choices=("fcfs", "shortest-first"),
+        choices=_choices("prefill_order"),
         help="deployment.prefill_order of --diagnose",
     )
     ap.add_argument(
         "--routing",
         default="least-outstanding",
-        choices=("round-robin", "least-outstanding", "least-pending-tokens"),
+        choices=_choices("routing"),
         help="deployment.routing of --diagnose (azure_conv's own: least-outstanding)",
     )
     args = ap.parse_args(argv)

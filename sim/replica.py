@@ -779,11 +779,14 @@ class Replica:
             )
         return decisions
 
+    def partial_prefill_left(self) -> int:
+        """Prompt tokens the partial prefills have still to compute."""
+        return sum([self.target[i] - self.computed[i] for i in self.prefilling])
+
     def pending_prefill_tokens(self) -> int:
         """Prompt tokens this replica has still to prefill: the rest of each partial prefill
         and every waiting request's (re)prefill (prefix-cache hits not deducted)."""
-        left = sum([self.target[i] - self.computed[i] for i in self.prefilling])
-        return left + sum([self.prefill_length(i) for i in self.waiting])
+        return self.partial_prefill_left() + sum([self.prefill_length(i) for i in self.waiting])
 
     def prefill_pressure(self) -> tuple[int, int | None]:
         """(prompt tokens waiting for the next chunks, the pass's token budget) under chunked
@@ -791,7 +794,7 @@ class Replica:
         room for; (0, None) when prefill does not share the pass."""
         if not self.chunked:
             return 0, None
-        backlog = sum([self.target[i] - self.computed[i] for i in self.prefilling])
+        backlog = self.partial_prefill_left()
         room = self.params.max_batch - len(self.running) - len(self.prefilling)
         for i in islice(self.waiting, max(room, 0)):
             backlog += self.prefill_length(i)
