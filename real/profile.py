@@ -22,18 +22,22 @@ caches the other leaves behind; timing either in isolation was measured to be of
   sync. Rows with ``T > k_max + 1`` time the engine's packed prefill
   (:meth:`~real.engine.Engine.prefill_rows`: ``T`` tokens per row, no logits), which the
   simulator charges at context 0.
-- ``drafter`` (new_tokens 1): one batched step of :meth:`ModelDrafter.propose_batch` —
-  forward, softmax, max, host transfer of the confidences — from the slope of propose time over
-  the draft lengths k >= 1 (least squares on the per-k medians). The intercept (the propose
-  call's own overhead, paid once per drafting round) is not a step: it goes into the round
-  overhead below. Rows with new_tokens ``N > 1`` time ``propose(k=1)`` that first catches the
-  drafter's cache up by ``N`` tokens per row (its prefill in the engine's first drafting
-  round), minus the measured ``propose(k=1)`` of one token, plus one step.
+- ``draft-phase`` (new_tokens = k, the draft steps; batch = the drafting rows): the whole
+  draft phase of an engine round, :meth:`ModelDrafter.propose_batch` of k steps — its fixed
+  cost and a first step unlike the later ones included — per draft length (isotonic in k).
+  The simulator prices a draft phase from these rows.
+- ``drafter`` (new_tokens 1): one batched step — forward, softmax, max, host transfer of the
+  confidences — from the slope of propose time over the draft lengths k >= 1 (least squares on
+  the per-k medians); a table without ``draft-phase`` rows prices a phase as k of them. Rows
+  with new_tokens ``N > 1`` time ``propose(k=1)`` that first catches the drafter's cache up by
+  ``N`` tokens per row (its prefill in the engine's first drafting round), minus the measured
+  ``propose(k=1)`` of one token, plus one step: a pass of N tokens, and ``row(N + 1) -
+  row(1)`` what feeding N more tokens adds to a phase's first step.
 - ``round-overhead`` (one row per batch size, new_tokens 0, context 0): per-round engine time
   outside the draft and verify regions (controller decide/observe, bookkeeping, records),
   measured as the median of ``(gap between consecutive round ends) - draft_s - verify_s`` over
   real engine rounds of fixed-k generations (``batch`` sequences at once, rounds of a full
-  batch only), plus the propose intercept. The batch-1 row comes first (``round_overhead_s``).
+  batch only). The batch-1 row comes first (``round_overhead_s``).
 
 Repeats are interleaved over the grid (every cell once per pass) so that a change of background
 load hits all cells alike; the first ``warmup`` passes are discarded. Medians and p10/p90 are
@@ -59,7 +63,7 @@ from control.types import Decision
 from real.engine import sync
 from real.sampling import SamplingParams
 
-TARGET, DRAFTER, OVERHEAD = "target", "drafter", "round-overhead"
+TARGET, DRAFTER, DRAFT_PHASE, OVERHEAD = "target", "drafter", "draft-phase", "round-overhead"
 COLUMNS = (
     "model",
     "batch",
@@ -321,6 +325,7 @@ class GridProfiler:
                     "propose_median_s_by_k": [float(x) for x in np.median(reps, axis=1)],
                     "propose_mean_s_by_k": [float(x) for x in tmean(reps, axis=1)],
                 }
+                rows += _phase_rows(ks, reps, c, b)
                 one = reps[0]  # propose(k=1) of one token = intercept + one step, measured
                 for N in pre:
                     x = np.asarray(times[("p", b, N, c)])
@@ -328,6 +333,22 @@ class GridProfiler:
                     r["seconds_mean"] = max(float(tmean(x) - tmean(one) + row["seconds_mean"]), 0.0)
                     rows.append(r)
         return rows, fit
+
+
+def _phase_rows(ks, reps, ctx: int, batch: int) -> list[dict]:
+    """``draft-phase`` rows: the whole propose call at each draft length (its fixed cost and a
+    first step unlike the others included), medians and trimmed means made non-decreasing in
+    k (isotonic regression: more steps never cost less; it pools the noise of neighbouring
+    cells). The line of the ``drafter`` row does not fit it: one step costs ~2.5 ms where the
+    line over k = 1..16 says ~4.2 (intercept 2.3 + step 1.9), and the second step ~3 ms."""
+    from scipy.optimize import isotonic_regression
+
+    out = [_row(DRAFT_PHASE, int(k), ctx, reps[i], batch) for i, k in enumerate(ks)]
+    for col in ("seconds", "seconds_mean"):
+        fit = isotonic_regression([r[col] for r in out]).x
+        for r, v in zip(out, fit):
+            r[col] = float(v)
+    return out
 
 
 def profile_grid(engine, cfg: ProfileConfig, progress=None) -> tuple[list[dict], dict]:
@@ -339,15 +360,11 @@ def profile_grid(engine, cfg: ProfileConfig, progress=None) -> tuple[list[dict],
 
 
 @torch.inference_mode()
-def profile_round_overhead(
-    engine,
-    cfg: ProfileConfig,
-    intercept_s: float,
-    intercept_mean_s: float | None = None,
-    batch: int = 1,
-) -> dict:
+def profile_round_overhead(engine, cfg: ProfileConfig, batch: int = 1) -> dict:
     """Per-round engine time outside draft and verify, from real fixed-k generations of
-    ``batch`` sequences at once (rounds of a full batch only)."""
+    ``batch`` sequences at once (rounds of a full batch only). The propose call's own fixed
+    cost is in the ``draft-phase`` rows, not here: a round that drafts nothing does not pay
+    it."""
     from control.registry import make_controller
     from real.engine import Request
 
@@ -389,14 +406,10 @@ def profile_round_overhead(
     if not resid:
         raise DSparkError(f"profile: no round of a full batch of {batch} to time the overhead")
     x = np.asarray(resid)
-    row = _row(OVERHEAD, 0, 0, x + intercept_s, batch)
-    row["seconds_mean"] = tmean(x) + (intercept_s if intercept_mean_s is None else intercept_mean_s)
     return {
-        "row": row,
+        "row": _row(OVERHEAD, 0, 0, x, batch),
         "residual_median_s": float(np.median(x)),
         "residual_mean_s": tmean(x),
-        "intercept_s": intercept_s,
-        "intercept_mean_s": intercept_s if intercept_mean_s is None else intercept_mean_s,
         "rounds": len(x),
         "batch": batch,
     }
@@ -407,12 +420,7 @@ def finish_table(engine, cfg: ProfileConfig, rows: list[dict], fit: dict):
     import pandas as pd
 
     batches = sorted({int(f.get("batch", 1)) for f in fit.values()})
-    ovs = []
-    for b in batches:
-        fb = [f for f in fit.values() if int(f.get("batch", 1)) == b]
-        icpt = max(float(np.median([f["intercept_s"] for f in fb])), 0.0)
-        icpt_m = max(float(np.median([f["intercept_mean_s"] for f in fb])), 0.0)
-        ovs.append(profile_round_overhead(engine, cfg, icpt, icpt_m, b))
+    ovs = [profile_round_overhead(engine, cfg, b) for b in batches]
     rows = rows + [ov["row"] for ov in ovs]
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     ov = ovs[0]
@@ -527,28 +535,98 @@ def _ratio(measured, tabled, statistic: str) -> float:
     return float(np.median(m / t))
 
 
+def _batch1_at(df, model: str, new_tokens, ctx, column: str) -> np.ndarray:
+    """The table's value for batch-1 rows of ``model`` at each (``new_tokens``, ``ctx``) pair,
+    linear in both and clamped at the grid's edges (as ``sim.latency.Table``); nan when the
+    model has no rows."""
+    ctx = np.atleast_1d(np.asarray(ctx, dtype=float))
+    new = np.broadcast_to(np.asarray(new_tokens, dtype=float), ctx.shape)
+    r = df[(df["model"] == model) & (df["batch"] == 1)]
+    if not len(r):
+        return np.full(ctx.shape, np.nan)
+    news = np.sort(r["new_tokens"].unique()).astype(float)
+    per = np.array([_at_context(df, model, int(n), ctx, column) for n in news])
+    if len(news) == 1:
+        return per[0]
+    j = np.clip(np.searchsorted(news, new), 1, len(news) - 1)
+    w = np.clip((new - news[j - 1]) / (news[j] - news[j - 1]), 0.0, 1.0)
+    cols = np.arange(len(ctx))
+    return (1.0 - w) * per[j - 1, cols] + w * per[j, cols]
+
+
+def draft_phases(records) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per batch-1 record, in order: the drafter steps its draft phase ran (the drafted tokens,
+    one more when the τ stop fired before k: that step's token was dropped), the tokens its
+    first step fed beyond the usual one (one per round since the drafter last ran: a draft-free
+    round commits a token it never saw), and whether the phase is the generation's first
+    (``round`` 0 starts one), whose first step feeds the whole prompt — the simulator charges
+    that at the prefill."""
+    steps, extra, first = [], [], []
+    since: dict = {}  # request id -> rounds since its drafter last ran (None: never)
+    for r in records:
+        if r.round == 0:
+            since[r.request_id] = None
+        n = r.drafted + 1 if (r.tau > 0.0 and r.drafted < r.k) else r.drafted
+        gap = since.get(r.request_id)
+        steps.append(n)
+        extra.append((gap or 0) if n else 0)
+        first.append(n > 0 and gap is None)
+        if n:
+            since[r.request_id] = 0
+        elif gap is not None:
+            since[r.request_id] = gap + 1
+    return np.array(steps), np.array(extra), np.array(first, dtype=bool)
+
+
+def tabled_draft_s(df, records, column: str = "seconds") -> np.ndarray:
+    """What the simulator's table backend charges each batch-1 record's draft phase: the
+    ``draft-phase`` row of its steps at its context (without such rows, steps x the drafter
+    step), plus what feeding :func:`draft_phases`' extra tokens adds to the first step,
+    ``drafter row(extra + 1) - row(1)``; 0 for a round whose drafter did not run."""
+    steps, extra, _ = draft_phases(records)
+    ctx = np.array([r.context_tokens for r in records], dtype=float)
+    if ((df["model"] == DRAFT_PHASE) & (df["batch"] == 1)).any():
+        phase = _batch1_at(df, DRAFT_PHASE, steps, ctx, column)
+    else:
+        phase = steps * _batch1_at(df, DRAFTER, 1, ctx, column)
+    feed = _batch1_at(df, DRAFTER, extra + 1, ctx, column) - _batch1_at(df, DRAFTER, 1, ctx, column)
+    return np.where(steps > 0, phase + np.maximum(feed, 0.0), 0.0)
+
+
 def trace_ratios(
-    df, records, column: str = "seconds", intercept_s: float = 0.0, statistic: str = "median"
+    df, records, column: str = "seconds", statistic: str = "median", keep=None
 ) -> dict:
     """Per draft length k of batch-1 engine rounds (``RoundRecord``s): measured over tabled
-    verify time (target row ``k + 1`` at the round's context), measured draft time over
-    ``intercept_s + k x`` the drafter step, and their round sum; each the median of the
-    per-round ratios or (``statistic = "mean"``) the ratio of the sums. ``{k: {...}}``."""
-    by_k: dict[int, list] = {}
-    for r in records:
-        if r.batch_size == 1:
-            by_k.setdefault(int(r.drafted), []).append(r)
+    verify time (target row ``k + 1`` at the round's context), measured over tabled draft time
+    (:func:`tabled_draft_s`, over the rounds whose drafter ran) and their round sum; each the
+    median of the per-round ratios or (``statistic = "mean"``) the ratio of the sums. A
+    generation's first draft phase (it feeds the prompt) is left out, and with ``keep`` (one
+    flag per record) every record it flags False; the rounds are read in order all the same
+    (a left-out draft-free round still puts the drafter behind). ``{k: {...}}``."""
+    keep = [True] * len(records) if keep is None else list(keep)
+    recs = [r for r in records if r.batch_size == 1]
+    use = [f for r, f in zip(records, keep) if r.batch_size == 1]
+    if not recs:
+        return {}
+    steps, _, first = draft_phases(recs)
+    pd_all = tabled_draft_s(df, recs, column)
+    by_k: dict[int, list[int]] = {}
+    for i, r in enumerate(recs):
+        if use[i] and not first[i]:
+            by_k.setdefault(int(r.drafted), []).append(i)
     out = {}
-    for k, rs in sorted(by_k.items()):
+    for k, idx in sorted(by_k.items()):
+        rs = [recs[i] for i in idx]
         ctx = np.array([r.context_tokens for r in rs], dtype=float)
         v = np.array([r.verify_s for r in rs])
         d = np.array([r.draft_s for r in rs])
         pv = _at_context(df, TARGET, k + 1, ctx, column)
-        pd_ = intercept_s + k * _at_context(df, DRAFTER, 1, ctx, column) if k else np.zeros_like(d)
+        pd_ = pd_all[idx]
+        ran = steps[idx] > 0
         out[k] = {
             "rounds": len(rs),
             "verify_ratio": _ratio(v, pv, statistic),
-            "draft_ratio": _ratio(d, pd_, statistic) if k else float("nan"),
+            "draft_ratio": _ratio(d[ran], pd_[ran], statistic) if ran.any() else float("nan"),
             "round_ratio": _ratio(v + d, pv + pd_, statistic),
         }
     return out
@@ -580,16 +658,16 @@ def correct_from_trace(
     df,
     records,
     column: str = "seconds",
-    intercept_s: float = 0.0,
     min_rounds: int = 5,
     statistic: str = "median",
 ) -> tuple[object, dict]:
     """The table corrected by the engine's own batch-1 rounds: every target row of verify size
     ``k + 1`` scaled by the measured / tabled verify time of the rounds that drafted k (k with
-    at least ``min_rounds`` rounds), every batch-1 drafter row by the measured / tabled step
-    share of the draft time of the rounds that drafted (``statistic``: median of the per-round
-    ratios, or ratio of the sums). After it, that ratio of each corrected k is exactly 1 on
-    these rounds (``trace_ratios``).
+    at least ``min_rounds`` rounds), every batch-1 ``draft-phase`` and drafter row by the
+    measured / tabled draft time (:func:`tabled_draft_s`) of the rounds whose drafter ran, a
+    generation's first draft phase left out (``statistic``: median of the per-round ratios, or
+    ratio of the sums). After it, that ratio of each corrected k is exactly 1 on these rounds
+    (``trace_ratios``).
 
     Draft-free rounds count only where the previous round drafted nothing either
     (:func:`after_a_draft`): the state the profile's k = 0 cell and a controller's draft-free
@@ -598,36 +676,34 @@ def correct_from_trace(
     priced every draft-free stretch that much too high). Those after a draft are reported
     beside (``zero_draft_after_draft``: their ratio against the corrected table)."""
     flags = after_a_draft(records)
-    cold = [r for r, f in zip(records, flags) if f and r.drafted == 0]
-    records = [r for r, f in zip(records, flags) if not (f and r.drafted == 0)]
+    cold = [f and r.drafted == 0 for r, f in zip(records, flags)]
+    warm = [not c for c in cold]
     out = df.copy()
-    before = trace_ratios(df, records, column, intercept_s, statistic)
+    before = trace_ratios(df, records, column, statistic, warm)
     scale = {}
     for k, r in before.items():
         if r["rounds"] >= min_rounds and np.isfinite(r["verify_ratio"]) and r["verify_ratio"] > 0:
             rows = (out["model"] == TARGET) & (out["batch"] == 1) & (out["new_tokens"] == k + 1)
             out.loc[rows, column] = out.loc[rows, column] * r["verify_ratio"]
             scale[k] = r["verify_ratio"]
-    drafting = [r for r in records if r.batch_size == 1 and r.drafted > 0]
+    recs = [r for r in records if r.batch_size == 1]
+    steps, _, first = draft_phases(recs)
+    ran = (steps > 0) & ~first
     d_scale = float("nan")
-    if len(drafting) >= min_rounds:
-        ctx = np.array([r.context_tokens for r in drafting], dtype=float)
-        k = np.array([r.drafted for r in drafting], dtype=float)
-        step = _at_context(df, DRAFTER, 1, ctx, column)
-        # (draft - intercept) / (k x step): the step's share only (the intercept is overhead)
-        d = np.array([r.draft_s for r in drafting]) - intercept_s
-        d_scale = _ratio(d, k * step, statistic)
+    if ran.sum() >= min_rounds:
+        d = np.array([r.draft_s for r in recs])
+        d_scale = _ratio(d[ran], tabled_draft_s(df, recs, column)[ran], statistic)
         if np.isfinite(d_scale) and d_scale > 0:
-            rows = (out["model"] == DRAFTER) & (out["batch"] == 1)
+            rows = out["model"].isin([DRAFTER, DRAFT_PHASE]) & (out["batch"] == 1)
             out.loc[rows, column] = out.loc[rows, column] * d_scale
-    after = trace_ratios(out, records, column, intercept_s, statistic)
+    after = trace_ratios(out, records, column, statistic, warm)
     return out, {
         "statistic": statistic,
         "verify_scale_by_k": scale,
         "drafter_scale": d_scale,
         "before": before,
         "after": after,
-        "zero_draft_after_draft": trace_ratios(out, cold, column, intercept_s, statistic).get(0),
+        "zero_draft_after_draft": trace_ratios(out, records, column, statistic, cold).get(0),
     }
 
 

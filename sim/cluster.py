@@ -9,7 +9,7 @@ from __future__ import annotations
 from control.costmodel import verify_seed_row
 from control.errors import ConfigError
 from sim.config import SimConfig
-from sim.latency import Constant, LatencyBackend, Roofline, Table
+from sim.latency import Constant, LatencyBackend, Roofline, Table, table_models
 
 
 class Cluster:
@@ -68,6 +68,10 @@ class Cluster:
         self.roof_d = Roofline(dr, hw, dtp)
         self.lat_t: LatencyBackend
         self.lat_d: LatencyBackend
+        # a measured table's whole draft phase by (drafting rows, steps, context): the engine's
+        # propose call, its fixed cost and a first step unlike the others included (None:
+        # a phase is `steps` drafter steps)
+        self.phase: Table | None = None
         if lat.backend == "roofline":
             self.lat_t, self.lat_d = self.roof_t, self.roof_d
         elif lat.backend == "table":
@@ -75,6 +79,8 @@ class Cluster:
                 raise ConfigError("latency.backend = 'table' needs latency.table_path")
             self.lat_t = Table(lat.table_path, lat.target_name)
             self.lat_d = Table(lat.table_path, lat.drafter_name)
+            if lat.draft_phase_name in table_models(lat.table_path):
+                self.phase = Table(lat.table_path, lat.draft_phase_name)
         else:
             self.lat_t = Constant(lat.constant_target_s, lat.constant_prefill_s)
             self.lat_d = Constant(lat.constant_drafter_s, 0.0)
@@ -96,8 +102,15 @@ class Cluster:
                     v = self.lat_t.seconds(B, B * (k + 1), ctx)
                     rows.append(verify_seed_row(B, k + 1, ctx, v))
                     if k and self.use_drafter:
-                        rows.append(("draft", B, k, ctx, k * self.lat_d.seconds(B, B, ctx)))
+                        rows.append(("draft", B, k, ctx, self.draft_phase_s(B, k, ctx)))
         return rows
+
+    def draft_phase_s(self, drafting: int, steps: int, context_sum: float) -> float:
+        """A draft phase of ``steps`` drafter steps over ``drafting`` rows (no prompt chunk, no
+        catch-up): the table's draft-phase rows where it has them, else ``steps`` steps."""
+        if self.phase is not None:
+            return self.phase.seconds(drafting, drafting * steps, context_sum)
+        return steps * self.lat_d.seconds(drafting, drafting, context_sum)
 
     def provenance(self) -> dict:
         """What a run folder's ``summary.json`` records about the deployment (reports read it):

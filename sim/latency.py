@@ -33,6 +33,13 @@ class LatencyConfig:
     target_name: str = param("target", doc="model name of the target in the table")
     # the name `dspark real profile` gives the drafter.
     drafter_name: str = param("drafter", doc="model name of the drafter in the table")
+    # the name `dspark real profile` gives its draft-phase rows; a table without them (an
+    # older profile, a hand-made one) prices a phase as k drafter steps.
+    draft_phase_name: str = param(
+        "draft-phase",
+        doc="model name of the table's draft-phase rows (a whole phase of k steps, its "
+        "fixed cost included)",
+    )
     # ~one 70B TP8 decode step; only for backend = 'constant'.
     constant_target_s: float = param(0.01, lo=0.0, hi=100.0, doc="target forward, s (constant)")
     # c = 0.05 against the default target step.
@@ -213,6 +220,11 @@ class Constant:
 
 
 TABLE_COLUMNS = ("model", "batch", "new_tokens", "context_tokens", "seconds")
+
+
+def table_models(path: str | Path) -> set[str]:
+    """The model names a latency table holds rows for."""
+    return set(read_table(path, "latency table", TABLE_COLUMNS)["model"].astype(str))
 
 
 class Table:

@@ -892,9 +892,10 @@ class Replica:
     def draft_seconds(
         self, batch: BatchView, rnd: Round, stats: tuple[int, int, int, int] | None
     ) -> float:
-        """The draft phase: ``draft_steps`` drafter steps over the drafting rows; the first also
-        carries the drafter's share of the step's prompt chunks (``stats``) and the drafting
-        rows' catch-up (:meth:`catch_up`). Without drafting, the prompt chunks' drafter pass."""
+        """The draft phase: ``draft_steps`` drafter steps over the drafting rows (a measured
+        table's draft-phase rows, :meth:`Cluster.draft_phase_s`); the first also carries the
+        drafter's share of the step's prompt chunks (``stats``) and the drafting rows' catch-up
+        (:meth:`catch_up`). Without drafting, the prompt chunks' drafter pass."""
         cl, cnt = self.cluster, self.counters
         steps, size, drafting = rnd.draft_steps, rnd.size, rnd.drafting
         if self.catches_up and (batch.lagging or drafting < size):
@@ -914,12 +915,18 @@ class Replica:
             cnt.bytes_moved += (
                 steps * cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context) * cl.dtp
             )
-            return steps * cl.lat_d.seconds(drafting, drafting, draft_context)
+            return cl.draft_phase_s(drafting, steps, draft_context)
         count, ctok, pairs, prefix = stats
         cnt.bytes_moved += (
             cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context + prefix)
             + (steps - 1) * cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context)
         ) * cl.dtp
+        if cl.phase is not None:  # the measured phase, plus what the chunks add to its first
+            # step: the drafter's rows of `count + ctok` tokens less those of `count`
+            feed = cl.lat_d.seconds(count, ctok + count, prefix) - cl.lat_d.seconds(
+                count, count, prefix
+            )
+            return cl.phase.seconds(drafting, drafting * steps, draft_context) + max(feed, 0.0)
         return cl.lat_d.pass_seconds(
             drafting, drafting, draft_context, count, ctok, pairs, prefix
         ) + (steps - 1) * cl.lat_d.seconds(drafting, drafting, draft_context)

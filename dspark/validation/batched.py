@@ -410,14 +410,6 @@ def _calibrate(cfg: ValidateConfig, meta: dict, lat, cal_runs, pdir: Path, log) 
     b = cfg.batched
     stat = with_statistic(lat, cfg.latency_statistic)
     batches = sorted({int(x) for x in lat["batch"].unique()})
-    fit = meta["profile"]["drafter_fit"]
-    key = "intercept_mean_s" if cfg.latency_statistic == "mean" else "intercept_s"
-    icpt = {
-        bb: max(
-            float(np.median([f[key] for f in fit.values() if int(f.get("batch", 1)) == bb])), 0.0
-        )
-        for bb in batches
-    }
     ov_rows = stat[stat["model"].astype(str) == "round-overhead"]
     profile_ov = {int(r.batch): float(r.seconds) for r in ov_rows.itertuples(index=False)}
     resid: dict[int, list[float]] = {}
@@ -426,12 +418,12 @@ def _calibrate(cfg: ValidateConfig, meta: dict, lat, cal_runs, pdir: Path, log) 
             resid.setdefault(bb, []).extend(v)
     cal_ov = overhead_by_batch(resid, batches)
     if b.overhead_from == "calibration" and cal_ov:
-        overhead = {bb: cal_ov[bb] + icpt[bb] for bb in batches}
-        ov_src = "calibration load (serving loop residual) + profile propose intercept"
+        overhead = {bb: cal_ov[bb] for bb in batches}
+        ov_src = "calibration load (serving loop residual)"
     else:
         overhead = {bb: profile_ov.get(bb, 0.0) for bb in batches}
         ov_src = "profile round-overhead rows (run_batch of fixed k)"
-    stat, correction = _corrected_profile(cfg, stat, cal_runs, icpt, pdir, log)
+    stat, correction = _corrected_profile(cfg, stat, cal_runs, pdir, log)
     sim_lat = sim_table(stat, b.k_max, overhead)
     sim_lat_csv = pdir / f"latency_sim_{cfg.latency_statistic}.csv"
     sim_lat.to_csv(sim_lat_csv, index=False)
@@ -450,12 +442,11 @@ def _calibrate(cfg: ValidateConfig, meta: dict, lat, cal_runs, pdir: Path, log) 
         "ov_src": ov_src,
         "profile_ov": profile_ov,
         "resid": resid,
-        "icpt": icpt,
         "correction": correction,
     }
 
 
-def _corrected_profile(cfg: ValidateConfig, stat, cal_runs, icpt, pdir: Path, log) -> tuple:
+def _corrected_profile(cfg: ValidateConfig, stat, cal_runs, pdir: Path, log) -> tuple:
     """The profile's table corrected by the calibration load's own rounds
     (``batched_latency.correct_from_calibration``; ``[batched] profile_correction``), the
     profile as measured kept beside it; (table, what was applied)."""
@@ -466,7 +457,7 @@ def _corrected_profile(cfg: ValidateConfig, stat, cal_runs, icpt, pdir: Path, lo
     stat.to_csv(raw_csv, index=False)
     per_size = b.profile_correction == "per-batch"
     fixed, info = correct_from_calibration(
-        raw_csv, [bt for _, bt in cal_runs], icpt, b.k_max, per_size=per_size
+        raw_csv, [bt for _, bt in cal_runs], b.k_max, per_size=per_size
     )
     v, d = info["verify_scale"], info["drafter_scale"]
     scales = (
@@ -571,7 +562,7 @@ def _speed_diagnostics(cfg, out: Path, bdir: Path, runs, cal: dict, predict) -> 
     speed, corrected_rows = [], []
     for (c, ld), rs in runs.items():
         for rep, (m_real, bt) in enumerate(rs):
-            ratio = latency_check(bt, cal["plain_csv"], cal["icpt"])
+            ratio = latency_check(bt, cal["plain_csv"])
             speed.append({"controller": c, "load": ld, "repeat": rep, **ratio})
             if not b.speed_corrected:
                 continue
@@ -639,8 +630,8 @@ def _latency_check_summary(speed_df) -> dict:
     """The ``latency_check`` entry of the summary."""
     return {
         "what": "per real run: its Σ verify_s / the table's verify for the same rounds "
-        "(verify_ratio), the same for the draft phase (draft_ratio: the table has "
-        "no propose intercept and no drafter catch-up after rounds that did not "
+        "(verify_ratio), the same for the draft phase (draft_ratio: the table's "
+        "draft-phase rows, without the drafter catch-up after rounds that did not "
         "draft), and for both together (round_ratio)",
         "round_ratio_min": float(speed_df["round_ratio"].min()),
         "round_ratio_max": float(speed_df["round_ratio"].max()),
@@ -694,7 +685,6 @@ def _summary(cfg, meta, err, ranks, cal_check, speed_df, corrected, cal, t_start
             str(k): {"rounds": len(v), "trimmed_mean_s": tmean(v)}
             for k, v in sorted(cal["resid"].items())
         },
-        "propose_intercept_s_by_batch": {str(k): v for k, v in cal["icpt"].items()},
         "profile_correction": cal["correction"],
         "controllers_heldout": {c: src for c, (_, src) in meta["controllers"].items()},
         "engine": meta["engine"],

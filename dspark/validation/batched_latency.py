@@ -5,15 +5,16 @@ batched``, steps 5 and 7 of :mod:`dspark.validation.batched`).
 A batch trace (``real.serve.BATCH_COLUMNS``) holds one row per round or prefill pass. A round's
 ``verify_s`` is its one target pass over ``verify_tokens`` at ``context_tokens`` (summed over
 the batch), its ``draft_s`` the propose call: ``draft_steps`` drafter steps over ``drafting``
-rows plus the call's own intercept, and, in the first round after a prefill, the newly admitted
-rows' catch-up on their prompts (which the simulator charges at the end of the prefill pass).
+rows, the call's own fixed cost included (the table's ``draft-phase`` rows hold both), and, in
+the first round after a prefill, the newly admitted rows' catch-up on their prompts (which the
+simulator charges at the end of the prefill pass).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from real.profile import TIME_COLUMNS, tmean
+from real.profile import DRAFT_PHASE, TIME_COLUMNS, tmean
 
 
 def overhead_residuals(batches) -> dict[int, list[float]]:
@@ -53,19 +54,17 @@ def overhead_by_batch(
     return {b: max(float(icpt + slope * b), 0.0) for b in batches}
 
 
-def round_phases(batches, latency_csv, propose_intercept=None):
+def round_phases(batches, latency_csv):
     """The rounds of one batch trace beside the table's time for each phase: columns
     ``verify_s``, ``draft_s`` (measured), ``table_verify_s`` (the target row for the round's
-    batch, verify tokens and context), ``table_step_s`` (draft steps x one drafter step of the
-    drafting rows), ``intercept_s`` (the propose call's own intercept for a drafting round,
-    ``propose_intercept`` by batch size, linear between the profiled sizes) and
-    ``after_prefill`` (the event before the round was a prefill pass: its draft phase holds the
-    admitted rows' prompt catch-up)."""
-    from sim.latency import Table
+    batch, verify tokens and context), ``table_draft_s`` (the ``draft-phase`` row of the
+    round's drafting rows, draft steps and context; a table without such rows: draft steps x
+    one drafter step) and ``after_prefill`` (the event before the round was a prefill pass: its
+    draft phase holds the admitted rows' prompt catch-up)."""
+    from sim.latency import Table, table_models
 
     T, D = Table(latency_csv, "target"), Table(latency_csv, "drafter")
-    ib = sorted(propose_intercept or {})
-    iv = [propose_intercept[b] for b in ib] if propose_intercept else []
+    P = Table(latency_csv, DRAFT_PHASE) if DRAFT_PHASE in table_models(latency_csv) else None
     ev = batches.sort_values("end_s")
     after = (ev["kind"].shift(1) == "prefill").to_numpy()
     keep = (ev["kind"] == "round").to_numpy()
@@ -76,26 +75,25 @@ def round_phases(batches, latency_csv, propose_intercept=None):
         for b, t, c in zip(r["batch_size"], r["verify_tokens"], r["context_tokens"])
     ]
     steps = r["draft_steps"].fillna(0).astype(int)
-    r["table_step_s"] = [
-        int(s) * D.seconds(int(n), int(n), float(c)) if s else 0.0
-        for s, n, c in zip(steps, r["drafting"], r["context_tokens"])
-    ]
-    r["intercept_s"] = [
-        float(np.interp(b, ib, iv)) if (ib and s) else 0.0 for s, b in zip(steps, r["batch_size"])
+    r["table_draft_s"] = [
+        (
+            (P.seconds(int(n), int(n) * int(s), float(c)) if P else s * D.seconds(n, n, float(c)))
+            if s
+            else 0.0
+        )
+        for s, n, c in zip(steps, r["drafting"].astype(int), r["context_tokens"])
     ]
     return r
 
 
-def latency_check(batches, latency_csv, propose_intercept=None) -> dict[str, float]:
+def latency_check(batches, latency_csv) -> dict[str, float]:
     """One real run's rounds against the simulator's latency table: Σ real verify_s / Σ the
     table's verify time for each round's (batch, verify tokens, context), the same for the draft
-    phase (draft steps x one drafter step of the drafting rows, plus the propose call's own
-    intercept of every drafting round: the engine's draft_s holds it, the simulator charges it
-    in the round overhead), and for the two together."""
-    r = round_phases(batches, latency_csv, propose_intercept)
+    phase (:func:`round_phases`' ``table_draft_s``), and for the two together."""
+    r = round_phases(batches, latency_csv)
     v, d = float(r["verify_s"].sum()), float(r["draft_s"].sum())
     pv = float(r["table_verify_s"].sum())
-    pd_ = float((r["table_step_s"] + r["intercept_s"]).sum())
+    pd_ = float(r["table_draft_s"].sum())
     return {
         "rounds": len(r),
         "verify_ratio": v / pv if pv else float("nan"),
@@ -134,7 +132,6 @@ def _verify_rows(df, k_max: int):
 def correct_from_calibration(
     latency_csv,
     cal_batches: list,
-    propose_intercept,
     k_max: int,
     min_rounds: int = 5,
     per_size: bool = True,
@@ -142,9 +139,9 @@ def correct_from_calibration(
     """The table of ``latency_csv`` corrected by the calibration load's own rounds, as
     ``real.profile.correct_from_trace`` corrects the batch-1 table: per profiled batch size g,
     every target verify row is scaled by Σ verify_s / Σ the table's verify time of the
-    calibration rounds whose batch size is nearest g, and every drafter row of batch g by
-    Σ (draft_s - intercept) / Σ (draft steps x the table's step) of the drafting rounds nearest
-    g that follow a round, not a prefill (the first draft of a newly admitted row carries its
+    calibration rounds whose batch size is nearest g, and every drafter and ``draft-phase`` row
+    of batch g by Σ draft_s / Σ the table's draft phase of the drafting rounds nearest g that
+    follow a round, not a prefill (the first draft of a newly admitted row carries its
     prompt catch-up, which the simulator charges at the prefill). A size with fewer than
     ``min_rounds`` rounds, and every size unless ``per_size``, takes the ratio pooled over all
     of them; no usable rounds: the table unchanged. For rounds at profiled batch sizes the
@@ -153,23 +150,24 @@ def correct_from_calibration(
 
     out = pd.read_csv(latency_csv)
     grid = sorted({int(b) for b in out["batch"].unique()})
-    rounds = [round_phases(bt, latency_csv, propose_intercept) for bt in cal_batches]
+    rounds = [round_phases(bt, latency_csv) for bt in cal_batches]
     r = pd.concat(rounds) if rounds else pd.DataFrame()
     if not len(r):
         return out, {"rounds": 0, "verify_scale": {}, "drafter_scale": {}}
     near = _nearest(r["batch_size"], grid)
     v_scale = _ratios(r["verify_s"], r["table_verify_s"], near, grid, min_rounds, per_size)
-    d = (r["table_step_s"] > 0) & ~r["after_prefill"].astype(bool)
+    d = (r["table_draft_s"] > 0) & ~r["after_prefill"].astype(bool)
     d_scale = _ratios(
-        (r["draft_s"] - r["intercept_s"])[d],
-        r["table_step_s"][d],
+        r["draft_s"][d],
+        r["table_draft_s"][d],
         near[d.to_numpy()],
         grid,
         min_rounds,
         per_size,
     )
     cols = [c for c in TIME_COLUMNS if c in out.columns]
-    verify, drafter = _verify_rows(out, k_max), out["model"].astype(str) == "drafter"
+    verify = _verify_rows(out, k_max)
+    drafter = out["model"].astype(str).isin(["drafter", DRAFT_PHASE])
     for g in grid:
         for rows, s in ((verify, v_scale[g]), (drafter, d_scale[g])):
             if np.isfinite(s) and s > 0:

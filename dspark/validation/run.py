@@ -99,19 +99,16 @@ def _replay_exact(sim_rounds, records) -> float:
     return ok / len(real) if real else float("nan")
 
 
-def _breakdown(sim_res, records, reqs, propose_intercept_s: float = 0.0) -> dict:
-    """Where the time goes, real vs simulated, in seconds summed over the requests.
-
-    The simulator charges the propose call's fixed cost (``propose_intercept_s``) in its round
-    overhead, the engine times it inside ``draft_s``: it is moved to the draft side here so the
-    parts compare like with like."""
+def _breakdown(sim_res, records, reqs) -> dict:
+    """Where the time goes, real vs simulated, in seconds summed over the requests (the
+    propose call's fixed cost on both sides in the draft phase: the engine's ``draft_s`` and
+    the table's ``draft-phase`` rows)."""
     rd = sim_res.rounds
-    moved = propose_intercept_s * int((rd["draft_s"] > 0).sum())  # rounds that ran the drafter
     req = sim_res.requests.sort_values("finish_s")
     finish = req["finish_s"].to_numpy(dtype=float)
     start = np.concatenate([[0.0], finish[:-1]])
     sim_pre = float((req["first_token_s"].to_numpy(dtype=float) - start).sum())
-    sim_draft = float(rd["draft_s"].sum()) + moved
+    sim_draft = float(rd["draft_s"].sum())
     sim_verify = float(rd["verify_s"].sum())
     sim_total = float(finish[-1]) if len(finish) else 0.0
     real_draft = float(sum(r.draft_s for r in records))
@@ -126,7 +123,7 @@ def _breakdown(sim_res, records, reqs, propose_intercept_s: float = 0.0) -> dict
         "real_verify_s": real_verify,
         "sim_verify_s": sim_verify,
         "real_round_overhead_s": real_decode - real_draft - real_verify,
-        "sim_round_overhead_s": sim_total - sim_pre - sim_draft - sim_verify,  # minus moved
+        "sim_round_overhead_s": sim_total - sim_pre - sim_draft - sim_verify,
         "real_prefill_s": real_total - real_decode,
         "sim_prefill_s": sim_pre,
         "real_rounds": len(records),
@@ -372,12 +369,10 @@ class _Batch1:
         lat.to_csv(self.prof_dir / "latency.csv", index=False)
         sim_lat = self.sim_lat_uncorrected = with_statistic(lat, cfg.latency_statistic)
         self.overhead_s = round_overhead_s(sim_lat)
-        ro = details["round_overhead"]
-        self.icpt = ro["intercept_mean_s"] if cfg.latency_statistic == "mean" else ro["intercept_s"]
         recs = [r for g in self.cycle_recs for r in g]
         if recs:
             sim_lat, details["trace_correction"] = correct_from_trace(
-                sim_lat, recs, "seconds", self.icpt, statistic=cfg.latency_statistic
+                sim_lat, recs, "seconds", statistic=cfg.latency_statistic
             )
             _write_rounds(self.prof_dir / "cycle_rounds.csv", recs)
         self.sim_lat_csv = self.prof_dir / f"latency_sim_{cfg.latency_statistic}.csv"
@@ -469,7 +464,7 @@ class _Batch1:
             "real": self.cal_real,
             "sim": cal_sim,
             "error_pct": {k: M.error_pct(cal_sim[k], self.cal_real[k]) for k in M.METRICS},
-            "latency_breakdown": _breakdown(cal_res, self.cal_recs, self.cal_reqs, self.icpt),
+            "latency_breakdown": _breakdown(cal_res, self.cal_recs, self.cal_reqs),
         }
 
     def predict_heldout(self) -> None:
@@ -527,7 +522,7 @@ class _Batch1:
         diag = {}
         for (c, w), res in self.sim_runs.items():
             pairs = self.real_recs[c, w]
-            parts = [_breakdown(res, recs, reqs, self.icpt) for recs, reqs in pairs]
+            parts = [_breakdown(res, recs, reqs) for recs, reqs in pairs]
             diag[f"{c}|{w}"] = {
                 "replay_exact_requests": float(
                     np.mean([_replay_exact(res.rounds, recs) for recs, _ in pairs])
@@ -549,15 +544,13 @@ class _Batch1:
 
         from real.profile import trace_ratios
 
-        recs = [
-            r for runs in self.real_recs.values() for recs, _ in runs for r in recs if r.tau == 0
-        ]
+        recs = [r for runs in self.real_recs.values() for recs, _ in runs for r in recs]
         out: dict = {"min_rounds": min_rounds}
         for name, lat in (
             ("", pd.read_csv(self.sim_lat_csv)),
             ("_uncorrected", self.sim_lat_uncorrected),
         ):
-            by_k = trace_ratios(lat, recs, "seconds", self.icpt, self.cfg.latency_statistic)
+            by_k = trace_ratios(lat, recs, "seconds", self.cfg.latency_statistic)
             ok = [v["round_ratio"] for v in by_k.values() if v["rounds"] >= min_rounds]
             out["by_k" + name] = by_k
             out["max_abs_round_error_pct" + name] = (

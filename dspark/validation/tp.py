@@ -130,13 +130,13 @@ def tp_table(table, proj1: dict, coll, layers: int, drafter_factor: float | None
     place of the full-width ones (``proj1``, TP = 1, seconds by tokens), and the rest of the
     pass (attention, norms, embedding, head) slowed by ``f(T) = replicated(T) / full(T)``, what
     the same compute costs with N ranks running side by side (``coll`` kind ``replicated``; 1
-    when the profile has none). The drafter is replicated: its rows are scaled by
-    ``drafter_factor`` (its own draft phases timed on every rank at once over the same timed
+    when the profile has none). The drafter is replicated: its rows (and the ``draft-phase``
+    rows) are scaled by ``drafter_factor`` (its own draft phases timed on every rank at once over the same timed
     alone, ``real.tp_profile.side_by_side_factor``), or without one by ``f`` at its tokens.
     Each timing is the least-squares line over the profiled sizes (a latency plus a per-token
     time, as the simulator's collective model): one size's mean of 20 samples moved 5-25%
     between runs, the line pools them. Means, not medians: a run pays every slow all-reduce."""
-    from real.profile import TIME_COLUMNS
+    from real.profile import DRAFT_PHASE, TIME_COLUMNS
 
     col = "seconds_mean" if "seconds_mean" in coll else "seconds"
     sh = coll[coll["kind"] == "sharded"].sort_values("tokens")
@@ -146,10 +146,12 @@ def tp_table(table, proj1: dict, coll, layers: int, drafter_factor: float | None
     side = _line(rep["tokens"], rep[col]) if len(rep) > 1 else full
     out = table.copy()
     model = out["model"].astype(str)
-    for who in ("target", "drafter"):
+    for who in ("target", "drafter", DRAFT_PHASE):
         rows = model == who
         toks = (out.loc[rows, "batch"] * out.loc[rows, "new_tokens"]).to_numpy(dtype=float)
-        if who == "drafter" and drafter_factor is not None:
+        if who == DRAFT_PHASE:  # a phase of k steps: f at one step's tokens
+            toks = out.loc[rows, "batch"].to_numpy(dtype=float)
+        if who != "target" and drafter_factor is not None:
             f = np.full(len(toks), float(drafter_factor))
         else:
             f = side(toks) / full(toks)
@@ -254,9 +256,9 @@ def run_tp(cfg: TPValidateConfig, out: Path, log=print) -> dict:
     predn = predict(out / "tp" / f"sim_tp{cfg.tp}", tab_n, ro_n, k_max, cfg, pos, extra_n)
     rows = _rows(cfg, one["measure"], res["measure"], pred1, predn)
     recs_n = [r for c in cfg.controllers for r in res["measure"][c]["records"]]
-    per_k = trace_ratios(tab_n, recs_n, "seconds", fix["intercept_s"], cfg.latency_statistic)
+    per_k = trace_ratios(tab_n, recs_n, "seconds", cfg.latency_statistic)
     recs_1 = [r for c in cfg.controllers for r in one["measure"][c]["records"]]
-    per_k1 = trace_ratios(table, recs_1, "seconds", fix["intercept_s"], cfg.latency_statistic)
+    per_k1 = trace_ratios(table, recs_1, "seconds", cfg.latency_statistic)
     for n, recs in ((1, recs_1), (cfg.tp, recs_n)):
         pd.DataFrame(records_to_columns(recs)).to_csv(out / "tp" / f"rounds_tp{n}.csv", index=False)
     err = pd.DataFrame(rows)

@@ -134,14 +134,12 @@ class TP1Side:
 
         cfg, e = self.cfg, self.engine
         rows, fit = self.gp.rows()
-        lat, details = finish_table(e, self.pcfg, rows, fit)
+        lat, _ = finish_table(e, self.pcfg, rows, fit)
         table = with_statistic(lat, cfg.latency_statistic)
-        ro = details["round_overhead"]
-        icpt = ro["intercept_mean_s" if cfg.latency_statistic == "mean" else "intercept_s"]
-        fix: dict = {"intercept_s": icpt}
+        fix: dict = {}
         if self.cycle_recs:
             table, more = correct_from_trace(
-                table, self.cycle_recs, "seconds", icpt, statistic=cfg.latency_statistic
+                table, self.cycle_recs, "seconds", statistic=cfg.latency_statistic
             )
             fix.update(more)
         return {

@@ -12,6 +12,7 @@ import pytest
 
 from control.types import RoundRecord
 from real.profile import (
+    DRAFT_PHASE,
     DRAFTER,
     TARGET,
     CycleK,
@@ -20,6 +21,8 @@ from real.profile import (
     after_a_draft,
     calibration_ks,
     correct_from_trace,
+    draft_phases,
+    tabled_draft_s,
     trace_ratios,
 )
 from sim.latency import Table
@@ -64,8 +67,9 @@ def test_lookup_is_the_simulators_table(profiled, tmp_path):
     df.to_csv(p, index=False)
     tab = Table(p, TARGET)
     med, tot = trace_ratios(df, recs), trace_ratios(df, recs, statistic="mean")
+    first = draft_phases(recs)[2]  # a generation's first draft phase feeds the prompt: out
     for k in med:
-        rs = [x for x in recs if x.drafted == k]
+        rs = [x for x, f in zip(recs, first) if x.drafted == k and not f]
         tabled = [tab.lookup(1, k + 1, x.context_tokens) for x in rs]
         want = np.median([x.verify_s / t for x, t in zip(rs, tabled)])
         assert med[k]["verify_ratio"] == pytest.approx(want, rel=1e-12)
@@ -76,7 +80,7 @@ def test_lookup_is_the_simulators_table(profiled, tmp_path):
 @pytest.mark.parametrize("statistic", ["median", "mean"])
 def test_correction_makes_the_table_match_the_trace_exactly(profiled, statistic):
     df, recs = profiled
-    out, det = correct_from_trace(df, recs, intercept_s=1e-5, min_rounds=3, statistic=statistic)
+    out, det = correct_from_trace(df, recs, min_rounds=3, statistic=statistic)
     assert det["verify_scale_by_k"]  # some k were corrected
     for k in det["verify_scale_by_k"]:
         assert det["after"][k]["verify_ratio"] == pytest.approx(1.0, rel=1e-9)
@@ -87,10 +91,11 @@ def test_correction_makes_the_table_match_the_trace_exactly(profiled, statistic)
     # rows of verify sizes no round had (prefill chunks) are untouched
     big = (df.model == TARGET) & (df.new_tokens > 5)
     assert out.loc[big, "seconds"].equals(df.loc[big, "seconds"])
-    # drafter rows: one scale, and after it the median step share is exactly 1
-    d = df.model == DRAFTER
+    # drafter and draft-phase rows: one scale, and after it the draft ratio is exactly 1
+    d = df.model.isin([DRAFTER, DRAFT_PHASE])
+    assert (df.model == DRAFT_PHASE).any()
     np.testing.assert_allclose(out.loc[d, "seconds"], df.loc[d, "seconds"] * det["drafter_scale"])
-    _, det2 = correct_from_trace(out, recs, intercept_s=1e-5, min_rounds=3, statistic=statistic)
+    _, det2 = correct_from_trace(out, recs, min_rounds=3, statistic=statistic)
     assert det2["drafter_scale"] == pytest.approx(1.0, rel=1e-9)
     assert all(v == pytest.approx(1.0, rel=1e-9) for v in det2["verify_scale_by_k"].values())
 
@@ -110,8 +115,7 @@ def _rec(k: int, ctx: int, draft_s: float, verify_s: float, rnd: int = 0) -> Rou
     )
 
 
-@pytest.mark.parametrize("statistic", ["median", "mean"])
-def test_known_scales_are_recovered(statistic):
+def _grid(extra=()) -> pd.DataFrame:
     rows = []
     for T in (1, 2, 3):
         for c in (0, 100):
@@ -125,18 +129,62 @@ def test_known_scales_are_recovered(statistic):
                 }
             )
     rows += [
-        {"model": DRAFTER, "batch": 1, "new_tokens": 1, "context_tokens": c, "seconds": 0.5}
+        {"model": m, "batch": 1, "new_tokens": n, "context_tokens": c, "seconds": s}
+        for m, n, s in ((DRAFTER, 1, 0.5), (DRAFTER, 3, 0.7), *extra)
         for c in (0, 100)
     ]
-    df = pd.DataFrame(rows)
-    # k = 0 rounds verify 0.8 x the table, k = 1 rounds 1.25 x; drafts 2 x the step + 0.1
-    recs = [_rec(0, c, 0.0, 0.8 * (1 + c / 100)) for c in (10, 50, 90)]
-    recs += [_rec(1, c, 0.1 + 2 * 0.5, 1.25 * (2 + c / 100)) for c in (10, 50, 90)]
-    out, det = correct_from_trace(df, recs, intercept_s=0.1, min_rounds=3, statistic=statistic)
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("statistic", ["median", "mean"])
+def test_known_scales_are_recovered(statistic):
+    df = _grid([(DRAFT_PHASE, 1, 0.6), (DRAFT_PHASE, 2, 1.5)])
+    # one generation: three k = 0 rounds verifying 0.8 x the table, then four k = 1 rounds
+    # verifying 1.25 x with drafts 2 x the draft-phase row (the first feeds the prompt: left out)
+    recs = [_rec(0, c, 0.0, 0.8 * (1 + c / 100), rnd=i) for i, c in enumerate((10, 50, 90))]
+    recs += [
+        _rec(1, c, 2 * 0.6, 1.25 * (2 + c / 100), rnd=3 + i) for i, c in enumerate((5, 10, 50, 90))
+    ]
+    out, det = correct_from_trace(df, recs, min_rounds=3, statistic=statistic)
     assert det["verify_scale_by_k"] == {0: pytest.approx(0.8), 1: pytest.approx(1.25)}
     assert det["drafter_scale"] == pytest.approx(2.0)
+    assert det["before"][1]["rounds"] == 3
     k2 = out[(out.model == TARGET) & (out.new_tokens == 3)]
     assert list(k2.seconds) == [3.0, 4.0]  # no round drafted 2: unchanged
+    ph = out[out.model == DRAFT_PHASE]
+    assert list(ph.seconds) == [1.2, 1.2, 3.0, 3.0]
+
+
+def _tau_rec(k, drafted, rnd, tau=0.0, request_id=0) -> RoundRecord:
+    return dataclasses.replace(
+        _rec(k, 50, 0.0, 1.0, rnd), drafted=drafted, tau=tau, request_id=request_id
+    )
+
+
+def test_draft_phases_count_steps_extra_tokens_and_the_first_phase():
+    recs = [
+        _tau_rec(0, 0, 0),  # the generation starts without drafting
+        _tau_rec(2, 2, 1),  # the first phase: it feeds the prompt
+        _tau_rec(0, 0, 2),
+        _tau_rec(0, 0, 3),
+        _tau_rec(3, 3, 4),  # two draft-free rounds before it: two extra tokens
+        _tau_rec(4, 1, 5, tau=0.5),  # the τ stop fired after one token: two steps ran
+        _tau_rec(4, 0, 6, tau=0.5),  # stopped at once: one step, nothing drafted
+        _tau_rec(2, 2, 7),
+        _tau_rec(1, 1, 0, request_id=1),  # a new generation: its first phase
+    ]
+    steps, extra, first = draft_phases(recs)
+    assert steps.tolist() == [0, 2, 0, 0, 3, 2, 1, 2, 1]
+    assert extra.tolist() == [0, 0, 0, 0, 2, 0, 0, 0, 0]
+    assert first.tolist() == [False, True, False, False, False, False, False, False, True]
+    df = _grid([(DRAFT_PHASE, 1, 0.6), (DRAFT_PHASE, 3, 1.8)])
+    got = tabled_draft_s(df, recs)
+    # the phase row of the steps (k = 2 between the rows of 1 and 3), plus, for the two extra
+    # tokens, the drafter's row of 3 tokens less its row of 1
+    want = [0.0, 1.2, 0.0, 0.0, 1.8 + 0.2, 1.2, 0.6, 1.2, 0.6]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    # a table without draft-phase rows: steps x the drafter step
+    np.testing.assert_allclose(tabled_draft_s(_grid(), recs)[4], 3 * 0.5 + 0.2, rtol=1e-12)
 
 
 def test_draft_free_rounds_right_after_a_draft_do_not_correct_k0():

@@ -14,7 +14,8 @@ CTX = (0, 256)
 
 def _table() -> pd.DataFrame:
     """Target rows at batch 1, 2, 4 for 1..k_max+1 tokens a row (and one prefill row that the
-    correction must not touch), drafter steps at the same sizes; linear in context."""
+    correction must not touch), drafter steps and draft phases (a first step dearer than the
+    others) at the same sizes; linear in context."""
     rows = []
     for b in (1, 2, 4):
         for n in (*range(1, K_MAX + 2), 64):
@@ -23,18 +24,20 @@ def _table() -> pd.DataFrame:
                 rows.append(("target", b, n, c, s))
         for c in CTX:
             rows.append(("drafter", b, 1, c, 1e-4 * (3 + b + c / 128)))
+            for k in range(1, K_MAX + 1):
+                rows.append(("draft-phase", b, k, c, 1e-4 * (6 + 3 * k + b + c / 128)))
     df = pd.DataFrame(rows, columns=["model", "batch", "new_tokens", "context_tokens", "seconds"])
     df["seconds_mean"] = df["seconds"] * 1.01
     return df
 
 
-def _trace(path, intercept, v_scale, d_scale, rng) -> pd.DataFrame:
+def _trace(path, v_scale, d_scale, rng) -> pd.DataFrame:
     """Rounds at batch 1, 2, 4 whose verify pass takes v_scale x the table and whose draft phase
-    takes intercept + d_scale x the table's steps; the round after each prefill also feeds the
+    takes d_scale x the table's draft-phase row; the round after each prefill also feeds the
     new row's 100-token prompt catch-up (50 ms more)."""
     from sim.latency import Table
 
-    T, D = Table(path, "target"), Table(path, "drafter")
+    T, P = Table(path, "target"), Table(path, "draft-phase")
     ev, t = [], 0.0
     for i in range(60):
         b = (1, 2, 4)[i % 3]
@@ -43,7 +46,7 @@ def _trace(path, intercept, v_scale, d_scale, rng) -> pd.DataFrame:
             ev.append({"kind": "prefill", "end_s": t, "batch_size": 1})
         k = int(rng.integers(1, K_MAX + 1))
         ctx = float(rng.uniform(0, 256)) * b
-        d = intercept[b] + d_scale * k * D.seconds(b, b, ctx)
+        d = d_scale * P.seconds(b, b * k, ctx)
         if ev[-1]["kind"] == "prefill":
             d += 0.05
         v = v_scale * T.seconds(b, b * (k + 1), ctx)
@@ -68,17 +71,16 @@ def test_correction_makes_the_calibration_rounds_exact(tmp_path):
     lat = _table()
     path = tmp_path / "latency.csv"
     lat.to_csv(path, index=False)
-    icpt = {1: 2e-4, 2: 3e-4, 4: 5e-4}
-    bt = _trace(path, icpt, 1.1, 1.3, np.random.default_rng(0))
-    before = latency_check(bt, path, icpt)
+    bt = _trace(path, 1.1, 1.3, np.random.default_rng(0))
+    before = latency_check(bt, path)
     assert before["verify_ratio"] == pytest.approx(1.1)
     assert before["draft_ratio"] > 1.3  # catch-up rounds read as slow steps
 
-    fixed, info = correct_from_calibration(path, [bt], icpt, K_MAX)
+    fixed, info = correct_from_calibration(path, [bt], K_MAX)
     assert info["verify_scale"] == pytest.approx({1: 1.1, 2: 1.1, 4: 1.1})
     assert info["drafter_scale"] == pytest.approx({1: 1.3, 2: 1.3, 4: 1.3})  # catch-up left out
     assert info["drafting_rounds_used"] == 60 - 6
-    _, pooled = correct_from_calibration(path, [bt], icpt, K_MAX, per_size=False)
+    _, pooled = correct_from_calibration(path, [bt], K_MAX, per_size=False)
     assert pooled["verify_scale"] == pytest.approx(info["verify_scale"])
     assert pooled["drafter_scale"] == pytest.approx(info["drafter_scale"])
     prefill = fixed["new_tokens"] == 64
@@ -87,10 +89,10 @@ def test_correction_makes_the_calibration_rounds_exact(tmp_path):
 
     out = tmp_path / "fixed.csv"
     fixed.to_csv(out, index=False)
-    r = round_phases(bt, out, icpt)
+    r = round_phases(bt, out)
     assert (r["verify_s"] / r["table_verify_s"]).to_numpy() == pytest.approx(1.0)
     steady = ~r["after_prefill"]
-    got = (r["draft_s"] - r["intercept_s"])[steady] / r["table_step_s"][steady]
+    got = r["draft_s"][steady] / r["table_draft_s"][steady]
     assert got.to_numpy() == pytest.approx(1.0)
 
 
@@ -98,11 +100,10 @@ def test_sizes_without_rounds_take_the_pooled_ratio_and_no_rounds_change_nothing
     lat = _table()
     path = tmp_path / "latency.csv"
     lat.to_csv(path, index=False)
-    icpt = {1: 0.0, 2: 0.0, 4: 0.0}
-    bt = _trace(path, icpt, 1.2, 0.9, np.random.default_rng(1))
+    bt = _trace(path, 1.2, 0.9, np.random.default_rng(1))
     only_small = bt[(bt["kind"] == "prefill") | (bt["batch_size"] < 4)]
-    _, info = correct_from_calibration(path, [only_small], icpt, K_MAX)
+    _, info = correct_from_calibration(path, [only_small], K_MAX)
     assert info["verify_scale"][4] == pytest.approx(1.2)  # pooled over sizes 1 and 2
     assert info["drafter_scale"][4] == pytest.approx(0.9)
-    same, info = correct_from_calibration(path, [], icpt, K_MAX)
+    same, info = correct_from_calibration(path, [], K_MAX)
     assert same.equals(lat) and info["rounds"] == 0
