@@ -86,22 +86,23 @@ def test_ranks_side_by_side_slow_the_unsharded_rest_and_the_drafter():
 
 def test_a_measured_drafter_factor_replaces_the_projections_factor_on_the_drafter_rows():
     """The drafter's own draft phases timed on every rank at once (``drafter_factor``) scale its
-    rows; the target's rows keep the projections' side-by-side factor."""
+    rows and the draft-phase rows; the target's rows keep the projections' side-by-side
+    factor."""
     proj1 = {1: 1e-3, 4: 1.2e-3, 16: 2e-3}
     side = [{"kind": "replicated", "tokens": t, "seconds_mean": 1.25 * v} for t, v in proj1.items()]
     coll = pd.concat([_coll(), pd.DataFrame(side)], ignore_index=True)
     table = pd.DataFrame(
         {
-            "model": ["target", "drafter"],
-            "batch": [1, 1],
-            "new_tokens": [4, 1],
-            "seconds": [6e-3, 5e-4],
+            "model": ["target", "drafter", "draft-phase"],
+            "batch": [1, 1, 1],
+            "new_tokens": [4, 1, 3],
+            "seconds": [6e-3, 5e-4, 2e-3],
         }
     )
     out = tp_table(table, proj1, coll, layers=2, drafter_factor=1.4)
     rest = 6e-3 - 2 * 1.2e-3
     assert out["seconds"].tolist() == pytest.approx(
-        [1.25 * rest + 2 * 1.5 * 2.4e-3, 1.4 * 5e-4], rel=1e-12
+        [1.25 * rest + 2 * 1.5 * 2.4e-3, 1.4 * 5e-4, 1.4 * 2e-3], rel=1e-12
     )
 
 
