@@ -339,8 +339,9 @@ def _phase_rows(ks, reps, ctx: int, batch: int) -> list[dict]:
     """``draft-phase`` rows: the whole propose call at each draft length (its fixed cost and a
     first step unlike the others included), medians and trimmed means made non-decreasing in
     k (isotonic regression: more steps never cost less; it pools the noise of neighbouring
-    cells). The line of the ``drafter`` row does not fit it: one step costs ~2.5 ms where the
-    line over k = 1..16 says ~4.2 (intercept 2.3 + step 1.9), and the second step ~3 ms."""
+    cells). The line of the ``drafter`` row does not fit it: in session 12's validate_files
+    profile (2-core CPU, 2026-12-02) one step cost ~2.7 ms where the line over k = 1..16 said
+    ~4.2 (intercept 2.3 + step 1.9), and the second step ~3 ms more."""
     from scipy.optimize import isotonic_regression
 
     out = [_row(DRAFT_PHASE, int(k), ctx, reps[i], batch) for i, k in enumerate(ks)]
