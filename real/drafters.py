@@ -129,7 +129,8 @@ class ModelDrafter(_OneRow):
         segs = Segments(
             [slots[b] for b in rows], starts, [Ls[b] - st for b, st in zip(rows, starts)], dev
         )
-        logits = step(seq[segs.slot_idx, segs.pos_idx], segs, self.state)[segs.last]
+        # the first step feeds each row's unseen tokens; only each row's last one is drafted from
+        logits = step(seq[segs.slot_idx, segs.pos_idx], segs, self.state, logits=segs.last)
         confs: dict[int, list[float]] = {b: [] for b in rows}
         qs: dict[int, list] = {b: [] for b in rows}
         fed = dict.fromkeys(rows, 0)

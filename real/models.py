@@ -25,6 +25,15 @@ from torch import nn
 
 from control.configio import param
 
+#: Which tokens' logits a packed step computes: all (True), none (False), or those a list or
+#: tensor of packed row indices picks (a drafter's first step wants each segment's last token).
+Wanted = bool | list[int] | torch.Tensor
+
+
+def head_rows(x: torch.Tensor, logits: Wanted) -> torch.Tensor:
+    """The rows of ``x`` whose logits are wanted (``logits`` True or row indices)."""
+    return x if isinstance(logits, bool) else x[logits]
+
 
 class Segments:
     """The sequences of one packed step: sequence b lives in cache slot ``slots[b]``, its
@@ -271,12 +280,13 @@ class Transformer(nn.Module):
         }
 
     def step_packed(
-        self, ids: torch.Tensor, segs: Segments, state: dict, logits: bool = True
+        self, ids: torch.Tensor, segs: Segments, state: dict, logits: Wanted = True
     ) -> torch.Tensor | None:
         """Logits ``[N, V]`` of the packed new tokens ``ids`` (shape ``[N]``) of ``segs``
-        (None with ``logits=False``: a prefill only fills the cache). The last layer's output
-        of these tokens (before the final norm, ``[N, D]``) is left in ``state["hidden"]`` for
-        a feature drafter (a reference, no copy)."""
+        (None with ``logits=False``: a prefill only fills the cache; an index tensor: those
+        tokens' only, :func:`head_rows`). The last layer's output of these tokens (before the
+        final norm, ``[N, D]``) is left in ``state["hidden"]`` for a feature drafter (a
+        reference, no copy)."""
         segs.check(state)
         x = self.embed_tokens(ids)
         cos = state["cos"][segs.pos_idx][:, None, None, :]
@@ -284,7 +294,7 @@ class Transformer(nn.Module):
         for layer, cache in zip(self.layers, state["kv"]):
             x = layer.forward_packed(x, cos, sin, cache, segs, state["causal"])
         state["hidden"] = x
-        return self.logits(x) if logits else None
+        return None if logits is False else self.logits(head_rows(x, logits))
 
     def step(self, ids: torch.Tensor, pos: int, state: dict, slot: int = 0) -> torch.Tensor:
         """Logits ``[T, V]`` of ``ids`` (shape ``[1, T]``) placed at ``pos..pos+T-1`` of
@@ -370,10 +380,10 @@ class ConvDrafter(nn.Module):
         }
 
     def step_packed(
-        self, ids: torch.Tensor, segs: Segments, state: dict, logits: bool = True
+        self, ids: torch.Tensor, segs: Segments, state: dict, logits: Wanted = True
     ) -> torch.Tensor | None:
         """Logits ``[N, V]`` of the packed new tokens ``ids`` (shape ``[N]``) of ``segs``
-        (None with ``logits=False``)."""
+        (None with ``logits=False``; an index tensor: those tokens' only)."""
         segs.check(state)
         K, d = self.cfg.kernel, self.cfg.d_model
         x = self.inputs(ids, segs, state)  # [N, d]
@@ -404,7 +414,9 @@ class ConvDrafter(nn.Module):
                 win = pi[:, None] + torch.arange(0, r + 1, blk.dil, device=pi.device)
                 c = (buf[si[:, None], win] * w.t()).sum(1) + blk.conv.bias
             x = self._mix(blk, x, c)
-        return F.linear(self.norm(x), self.embed_tokens.weight) if logits else None
+        if logits is False:
+            return None
+        return F.linear(self.norm(head_rows(x, logits)), self.embed_tokens.weight)
 
     def step(self, ids: torch.Tensor, pos: int, state: dict, slot: int = 0) -> torch.Tensor:
         """Logits ``[T, V]`` of ``ids`` (shape ``[1, T]``) placed at ``pos..pos+T-1`` of
