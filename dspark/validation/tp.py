@@ -130,9 +130,10 @@ def tp_table(table, proj1: dict, coll, layers: int, drafter_factor: float | None
     place of the full-width ones (``proj1``, TP = 1, seconds by tokens), and the rest of the
     pass (attention, norms, embedding, head) slowed by ``f(T) = replicated(T) / full(T)``, what
     the same compute costs with N ranks running side by side (``coll`` kind ``replicated``; 1
-    when the profile has none). The drafter is replicated: its rows (and the ``draft-phase``
-    rows) are scaled by ``drafter_factor`` (its own draft phases timed on every rank at once over the same timed
-    alone, ``real.tp_profile.side_by_side_factor``), or without one by ``f`` at its tokens.
+    when the profile has none). The drafter is replicated: its rows and the ``draft-phase``
+    rows are scaled by ``drafter_factor`` (its own draft phases timed on every rank at once
+    over the same timed alone, ``real.tp_profile.side_by_side_factor``), or without one by
+    ``f`` at its tokens (a phase: at one step's tokens).
     Each timing is the least-squares line over the profiled sizes (a latency plus a per-token
     time, as the simulator's collective model): one size's mean of 20 samples moved 5-25%
     between runs, the line pools them. Means, not medians: a run pays every slow all-reduce."""
