@@ -315,15 +315,21 @@ class ConvBlock(nn.Module):
 
 
 #: Up to this many new tokens of one sequence, a conv block gathers each token's window and
-#: sums it (as the packed path does) instead of launching ``F.conv1d``: on a CPU the launch cost
-#: ~0.4 ms more than the gather over four blocks at 2-32 tokens (a drafter catching up on the
-#: tokens of a fully accepted or draft-free round), and the gather's cost grows with T.
+#: sums it (as the packed path does) instead of launching ``F.conv1d``: on the 2-core CPU the
+#: gather took 0.60 / 0.66 / 0.89 of conv1d's time over four blocks at 2 / 8 / 32 tokens
+#: (``benchmarks/drafter_step.py``, 2026-12-02; a drafter catching up on the tokens of a fully
+#: accepted or draft-free round), and its cost grows with T.
 GATHER_MAX_TOKENS = 32
+
+
+def _taps(r: int, dil: int, device) -> torch.Tensor:
+    """Offsets ``0, dil, .., r`` of a conv window's taps from its first buffer position."""
+    return torch.arange(0, r + 1, dil, device=device)
 
 
 def _span(T: int, r: int, dil: int, device) -> torch.Tensor:
     """``[T, r // dil + 1]`` buffer offsets of each of T consecutive tokens' conv windows."""
-    return torch.arange(T, device=device)[:, None] + torch.arange(0, r + 1, dil, device=device)
+    return torch.arange(T, device=device)[:, None] + _taps(r, dil, device)
 
 
 class ConvDrafter(nn.Module):
@@ -411,7 +417,7 @@ class ConvDrafter(nn.Module):
                     )[0].t()
             else:  # packed: write every new input, then gather each token's window
                 buf[si, pi + r] = blk.norm(x)
-                win = pi[:, None] + torch.arange(0, r + 1, blk.dil, device=pi.device)
+                win = pi[:, None] + _taps(r, blk.dil, pi.device)
                 c = (buf[si[:, None], win] * w.t()).sum(1) + blk.conv.bias
             x = self._mix(blk, x, c)
         if logits is False:

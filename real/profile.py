@@ -579,12 +579,13 @@ def draft_phases(records) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.array(steps), np.array(extra), np.array(first, dtype=bool)
 
 
-def tabled_draft_s(df, records, column: str = "seconds") -> np.ndarray:
+def tabled_draft_s(df, records, column: str = "seconds", phases=None) -> np.ndarray:
     """What the simulator's table backend charges each batch-1 record's draft phase: the
     ``draft-phase`` row of its steps at its context (without such rows, steps x the drafter
     step), plus what feeding :func:`draft_phases`' extra tokens adds to the first step,
-    ``drafter row(extra + 1) - row(1)``; 0 for a round whose drafter did not run."""
-    steps, extra, _ = draft_phases(records)
+    ``drafter row(extra + 1) - row(1)``; 0 for a round whose drafter did not run. ``phases``:
+    :func:`draft_phases` of these records, when the caller has it already."""
+    steps, extra, _ = draft_phases(records) if phases is None else phases
     ctx = np.array([r.context_tokens for r in records], dtype=float)
     if ((df["model"] == DRAFT_PHASE) & (df["batch"] == 1)).any():
         phase = _batch1_at(df, DRAFT_PHASE, steps, ctx, column)
@@ -609,8 +610,9 @@ def trace_ratios(
     use = [f for r, f in zip(records, keep) if r.batch_size == 1]
     if not recs:
         return {}
-    steps, _, first = draft_phases(recs)
-    pd_all = tabled_draft_s(df, recs, column)
+    phases = draft_phases(recs)
+    steps, _, first = phases
+    pd_all = tabled_draft_s(df, recs, column, phases)
     by_k: dict[int, list[int]] = {}
     for i, r in enumerate(recs):
         if use[i] and not first[i]:
@@ -688,12 +690,13 @@ def correct_from_trace(
             out.loc[rows, column] = out.loc[rows, column] * r["verify_ratio"]
             scale[k] = r["verify_ratio"]
     recs = [r for r in records if r.batch_size == 1]
-    steps, _, first = draft_phases(recs)
+    phases = draft_phases(recs)
+    steps, _, first = phases
     ran = (steps > 0) & ~first
     d_scale = float("nan")
     if ran.sum() >= min_rounds:
         d = np.array([r.draft_s for r in recs])
-        d_scale = _ratio(d[ran], tabled_draft_s(df, recs, column)[ran], statistic)
+        d_scale = _ratio(d[ran], tabled_draft_s(df, recs, column, phases)[ran], statistic)
         if np.isfinite(d_scale) and d_scale > 0:
             rows = out["model"].isin([DRAFTER, DRAFT_PHASE]) & (out["batch"] == 1)
             out.loc[rows, column] = out.loc[rows, column] * d_scale

@@ -9,7 +9,7 @@ from __future__ import annotations
 from control.costmodel import verify_seed_row
 from control.errors import ConfigError
 from sim.config import SimConfig
-from sim.latency import Constant, LatencyBackend, Roofline, Table, table_models
+from sim.latency import Constant, LatencyBackend, Roofline, Table, phase_seconds, table_models
 
 
 class Cluster:
@@ -108,9 +108,7 @@ class Cluster:
     def draft_phase_s(self, drafting: int, steps: int, context_sum: float) -> float:
         """A draft phase of ``steps`` drafter steps over ``drafting`` rows (no prompt chunk, no
         catch-up): the table's draft-phase rows where it has them, else ``steps`` steps."""
-        if self.phase is not None:
-            return self.phase.seconds(drafting, drafting * steps, context_sum)
-        return steps * self.lat_d.seconds(drafting, drafting, context_sum)
+        return phase_seconds(self.phase, self.lat_d, drafting, steps, context_sum)
 
     def provenance(self) -> dict:
         """What a run folder's ``summary.json`` records about the deployment (reports read it):

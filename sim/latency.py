@@ -227,6 +227,17 @@ def table_models(path: str | Path) -> set[str]:
     return set(read_table(path, "latency table", TABLE_COLUMNS)["model"].astype(str))
 
 
+def phase_seconds(
+    phase: Table | None, drafter: LatencyBackend, drafting: int, steps: int, context_sum: float
+) -> float:
+    """A draft phase of ``steps`` drafter steps over ``drafting`` rows (no prompt chunk, no
+    catch-up): a measured table's ``draft-phase`` rows (``phase``) where it has them, else
+    ``steps`` drafter steps."""
+    if phase is not None:
+        return phase.seconds(drafting, drafting * steps, context_sum)
+    return steps * drafter.seconds(drafting, drafting, context_sum)
+
+
 class Table:
     """Multilinear interpolation of a measured grid ``(batch, new_tokens, context_tokens)``;
     queries outside the grid are clamped to its edge. Axes measured at a single value are

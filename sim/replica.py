@@ -926,7 +926,7 @@ class Replica:
             feed = cl.lat_d.seconds(count, ctok + count, prefix) - cl.lat_d.seconds(
                 count, count, prefix
             )
-            return cl.phase.seconds(drafting, drafting * steps, draft_context) + max(feed, 0.0)
+            return cl.draft_phase_s(drafting, steps, draft_context) + max(feed, 0.0)
         return cl.lat_d.pass_seconds(
             drafting, drafting, draft_context, count, ctok, pairs, prefix
         ) + (steps - 1) * cl.lat_d.seconds(drafting, drafting, draft_context)

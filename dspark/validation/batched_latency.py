@@ -61,7 +61,7 @@ def round_phases(batches, latency_csv):
     round's drafting rows, draft steps and context; a table without such rows: draft steps x
     one drafter step) and ``after_prefill`` (the event before the round was a prefill pass: its
     draft phase holds the admitted rows' prompt catch-up)."""
-    from sim.latency import Table, table_models
+    from sim.latency import Table, phase_seconds, table_models
 
     T, D = Table(latency_csv, "target"), Table(latency_csv, "drafter")
     P = Table(latency_csv, DRAFT_PHASE) if DRAFT_PHASE in table_models(latency_csv) else None
@@ -76,12 +76,8 @@ def round_phases(batches, latency_csv):
     ]
     steps = r["draft_steps"].fillna(0).astype(int)
     r["table_draft_s"] = [
-        (
-            (P.seconds(int(n), int(n) * int(s), float(c)) if P else s * D.seconds(n, n, float(c)))
-            if s
-            else 0.0
-        )
-        for s, n, c in zip(steps, r["drafting"].astype(int), r["context_tokens"])
+        phase_seconds(P, D, int(n), int(s), float(c)) if s else 0.0
+        for s, n, c in zip(steps, r["drafting"].fillna(0).astype(int), r["context_tokens"])
     ]
     return r
 
