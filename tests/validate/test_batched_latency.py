@@ -14,8 +14,8 @@ CTX = (0, 256)
 
 def _table() -> pd.DataFrame:
     """Target rows at batch 1, 2, 4 for 1..k_max+1 tokens a row (and one prefill row that the
-    correction must not touch), drafter steps and draft phases (a first step dearer than the
-    others) at the same sizes; linear in context."""
+    correction must not touch), drafter steps and draft phases (a fixed cost plus a cost per
+    step, unlike the step rows) at the same sizes; linear in context."""
     rows = []
     for b in (1, 2, 4):
         for n in (*range(1, K_MAX + 2), 64):
