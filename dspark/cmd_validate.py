@@ -228,6 +228,8 @@ def _print_batched(s: dict, out: str) -> None:
             f"{lc['round_ratio_max']:.2f} (the machine's speed per run); draft alone "
             f"{lc['draft_ratio_median']:.2f}, verify alone {lc['verify_ratio_median']:.2f}"
         )
+    if s.get("noise_floor"):
+        print(_noise_line(s["noise_floor"], "batched"))
     if s.get("speed_corrected_max_abs_error_pct") is not None:
         print(
             f"diagnostic, each run predicted at its own measured speed "
@@ -285,4 +287,21 @@ def _print_batch1(summary: dict, out: str) -> None:
             f">= {lc['min_rounds']} rounds (uncorrected profile: "
             f"{lc['max_abs_round_error_pct_uncorrected']:.1f}%)"
         )
+    nf = summary.get("noise_floor") or {}
+    for key, what in (("predictive", "predicted"), ("latency_only", "latency-only")):
+        if nf.get(key):
+            print(_noise_line(nf[key], what))
     print(f"runtime: {summary['runtime_s']:.0f} s; run folder: {out}")
+
+
+def _noise_line(f: dict, what: str) -> str:
+    """One line of ``metrics.noise_floor``'s figures."""
+    need = f["repeats_needed_for_p10"]
+    return (
+        f"noise floor ({what}): a simulator exact on every true value would score max |error| "
+        f"{f['max_abs_error_pct_p50']:.1f}% (p90 {f['max_abs_error_pct_p90']:.1f}%) on these "
+        f"{f['repeats']} repeats (one run's sd: median {f['run_sd_pct_median']:.1f}% over the "
+        f"{f['noisy_rows']} of {f['rows']} rows that vary), over a target in "
+        f"{100 * f['p_over_target']:.0f}% of draws; "
+        + (f"{need} repeats bring that to <= 10%" if need else "no repeat count up to 50 does")
+    )

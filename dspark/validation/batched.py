@@ -641,7 +641,7 @@ def _latency_check_summary(speed_df) -> dict:
     }
 
 
-def _summary(cfg, meta, err, ranks, cal_check, speed_df, corrected, cal, t_start) -> dict:
+def _summary(cfg, meta, err, real, ranks, cal_check, speed_df, corrected, cal, t_start) -> dict:
     """Step 7c: the ``batched/summary.json`` contents."""
     b = cfg.batched
     head = err[err["metric"].isin(tuple(M.SERVING_TARGETS))]
@@ -665,6 +665,8 @@ def _summary(cfg, meta, err, ranks, cal_check, speed_df, corrected, cal, t_start
         "headline_errors": len(head),
         "max_real_spread_pct": float(head["real_spread"].max()),
         "repeats": b.repeats,
+        # what a simulator exact on every true value would score on these repeats (seeded)
+        "noise_floor": M.noise_floor_of(real, M.SERVING_TARGETS, np.random.default_rng(0)),
         "capacity_probe": meta["capacity_probe"],
         "loads": meta["loads"],
         "calibration_check": cal_check,
@@ -751,7 +753,7 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
         "sim": cal_sim,
         "error_pct": {k: M.error_pct(cal_sim[k], cal_real[k]) for k in M.SERVING_METRICS},
     }
-    summary = _summary(cfg, meta, err, ranks, cal_check, speed_df, corrected, cal, t_start)
+    summary = _summary(cfg, meta, err, real, ranks, cal_check, speed_df, corrected, cal, t_start)
     (bdir / "summary.json").write_text(json.dumps(json_safe(summary), indent=1))
     log(f"batched: done in {summary['runtime_s']:.0f} s")
     return summary

@@ -652,6 +652,18 @@ def _headline(err, err_replay, err_f) -> dict:
     }
 
 
+def _noise_floor(cfg: ValidateConfig, real: dict) -> dict:
+    """What a simulator exact on every true value would score on these repeats
+    (``metrics.noise_floor``), for the predictive and the latency-only headline."""
+    rng = np.random.default_rng(0)  # seeded: the same measurements give the same figures
+    return {
+        "predictive": M.noise_floor_of(real, dict.fromkeys(M.HEADLINE, cfg.noise_target_pct), rng),
+        "latency_only": M.noise_floor_of(
+            real, dict.fromkeys(M.LATENCY_ONLY, cfg.noise_target_latency_only_pct), rng
+        ),
+    }
+
+
 def _run_batch1(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> dict:
     t_start = time.perf_counter()
     b = _Batch1(cfg, out, log)
@@ -679,6 +691,7 @@ def _run_batch1(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> d
         "rank_orders": ranks,
         "rank_agreement_replay": {w: r["agree"] for w, r in ranks_replay.items()},
         "repeats": cfg.repeats,
+        "noise_floor": _noise_floor(cfg, b.real),
         "calibrated_on": b.calibrated_on(),
         "fitted_acceptance": b.fitted,
         "predicted_acceptance_calibration": b.pred_cal,

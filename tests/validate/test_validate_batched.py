@@ -50,6 +50,7 @@ def test_error_table_columns_and_finite(run):
     head = err[err.metric.isin(list(SERVING_TARGETS))]
     assert s["max_abs_error_pct"] == pytest.approx(np.abs(head.error_pct).max())
     assert set(s["rank_agreement"]) == set(LOADS)
+    assert s["noise_floor"]["rows"] == len(head) and s["noise_floor"]["repeats"] == s["repeats"]
     for ld, r in s["rank_orders"].items():
         assert sorted(r["sim_order"]) == sorted(r["real_order"]) == sorted(err.controller.unique())
         # the pairs told apart are judged on this load's TPOT rows (metrics.resolved_pairs)

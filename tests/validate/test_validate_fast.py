@@ -77,6 +77,10 @@ def test_error_table_columns_and_finite(run):
     assert s["max_abs_error_pct"] == pytest.approx(np.abs(head.error_pct).max())
     lat = rep[rep.metric == "throughput_tokens_per_s"]
     assert s["latency_only_max_abs_error_pct"] == pytest.approx(np.abs(lat.error_pct).max())
+    # the noise floor covers the same rows as each headline (metrics.noise_floor_of)
+    nf = s["noise_floor"]
+    assert nf["predictive"]["rows"] == len(head) and nf["latency_only"]["rows"] == len(lat)
+    assert nf["predictive"]["repeats"] == s["repeats"]
     # "within spread" counts only rows whose spread is above zero
     spread = head[head.real_spread > 0]
     assert s["headline_errors_with_spread"] == len(spread)

@@ -1,0 +1,60 @@
+"""The noise floor of saved batch-1 validation runs: what a simulator exact on every true value
+would score on their real repeats (``dspark.validation.metrics.noise_floor``; new runs print it
+and keep it in ``summary.json``; the batched part's comes with ``dspark validate --reanalyze``).
+
+    .venv/bin/python benchmarks/noise_floor.py RUN_DIR [RUN_DIR ...] [--target 10] [--latency-target 5]
+
+Reads each folder's ``requests.csv`` and ``rounds.csv`` (one row per request / round, with
+controller, workload and repeat), recomputes every repeat's metrics with the validation's own
+``metrics.compute`` and prints, per folder, the predictive headline's floor (throughput and
+mean accepted length) and the latency-only one (throughput).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dspark.cmd_validate import _noise_line  # noqa: E402
+from dspark.validation import metrics as M  # noqa: E402
+
+
+def repeats_of(run: Path) -> dict:
+    """``(controller, workload) -> [metrics of each repeat]`` from a run folder."""
+    req = pd.read_csv(run / "requests.csv")
+    rd = pd.read_csv(run / "rounds.csv")
+    keys = ["controller", "workload", "repeat"]
+    out: dict = {}
+    for (c, w, r), q in req.groupby(keys):
+        g = rd[(rd.controller == c) & (rd.workload == w) & (rd.repeat == r)]
+        m = M.compute(g.accepted, g.drafted, q.output_tokens, q.seconds, q.decode_s)
+        out.setdefault((c, w), []).append(m)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+")
+    ap.add_argument("--target", type=float, default=10.0)
+    ap.add_argument("--latency-target", type=float, default=5.0)
+    a = ap.parse_args(argv)
+    for run in map(Path, a.runs):
+        real = repeats_of(run)
+        rng = np.random.default_rng(0)  # as dspark validate's own figures
+        pred = M.noise_floor_of(real, dict.fromkeys(M.HEADLINE, a.target), rng)
+        lat = M.noise_floor_of(real, dict.fromkeys(M.LATENCY_ONLY, a.latency_target), rng)
+        print(f"# {run}")
+        for f, what in ((pred, "predicted"), (lat, "latency-only")):
+            print(_noise_line(f, what) if f else f"noise floor ({what}): fewer than 2 repeats")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
