@@ -357,6 +357,59 @@ def headroom(cells: list[dict], glob: int) -> None:
         f"clairvoyant): {math.exp(sum(map(math.log, cap1)) / n):.4f}; with all {len(cap2)} "
         f"i.i.d. and Beta cells so: {math.exp(sum(map(math.log, cap2)) / n):.4f}"
     )
+    b256_bound(cells, glob)
+
+
+#: the issue's target at batch 256: dspark ≥ 1.09 of the best single global fixed k (geo)
+B256_TARGET = 1.09
+
+
+def b256_bound(cells: list[dict], glob: int) -> None:
+    """Prints what the B = 256 target asks of the clairvoyant cells (:func:`b256_needed_share`),
+    with the i.i.d. cell, then also the Beta cells, at their best measured causal value."""
+    b = [c for c in cells if c["load"] == "B=256"]
+    if not b:
+        return
+    clv = [_vs_glob(c, c["v"]["clairvoyant"], glob) for c in b]
+    print(
+        f"B = 256: the clairvoyant is {geo(clv):.4f} of the global fixed k (geo; "
+        f"target for dspark {B256_TARGET})"
+    )
+    for prefixes in (("iid",), ("iid", "beta")):
+        held = [c for c in b if c["regime"].startswith(prefixes)]
+        share = b256_needed_share(cells, glob, prefixes)
+        if share is None:
+            continue
+        vals = ", ".join(f"{c['regime']} {_causal_vs_glob(c, glob):.4f}" for c in held)
+        print(
+            f"  with {vals} (their best measured causal value), the other {len(b) - len(held)} "
+            f"cells need {share:.4f} of the clairvoyant (geo)"
+        )
+
+
+def _vs_glob(c: dict, x: float, glob: int) -> float:
+    return ratio(x, c["fixed"][glob], c["metric"])
+
+
+def _causal_vs_glob(c: dict, glob: int) -> float:
+    """The best measured causal value of a cell (best fixed k, rate oracle, tuned ``dspark``)."""
+    v = c["v"]
+    return max(_vs_glob(c, x, glob) for x in (c["best"], v["rate-oracle"], v["dspark-tuned"]))
+
+
+def b256_needed_share(cells: list[dict], glob: int, prefixes: tuple[str, ...]) -> float | None:
+    """With the B = 256 cells whose regime starts with ``prefixes`` at their best measured
+    causal value, the geometric-mean share of the clairvoyant that every other B = 256 cell must
+    reach for the mean over all of them to be ``B256_TARGET`` of the global fixed k (above 1:
+    not even the clairvoyant gets there). None when either group is empty."""
+    b = [c for c in cells if c["load"] == "B=256"]
+    held = [c for c in b if c["regime"].startswith(prefixes)]
+    rest = [c for c in b if c not in held]
+    if not held or not rest:
+        return None
+    need = B256_TARGET ** len(b) / math.prod(_causal_vs_glob(c, glob) for c in held)
+    clv = math.prod(_vs_glob(c, c["v"]["clairvoyant"], glob) for c in rest)
+    return (need / clv) ** (1 / len(rest))
 
 
 if __name__ == "__main__":
