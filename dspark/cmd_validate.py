@@ -247,8 +247,11 @@ def _told_apart(order: dict) -> str:
     if t is None:
         return ""
     swaps = "".join(f"; swapped {a} / {b}" for a, b in t["swapped"])
+    from dspark.validation.metrics import TOLD_APART_P
+
     return (
-        f" (pairs the real runs tell apart, gap > both spreads: {t['same_order']} of "
+        f" (pairs the real repeats tell apart, Mann-Whitney p <= {TOLD_APART_P:g}: "
+        f"{t['same_order']} of "
         f"{t['pairs']} in the same order{swaps})"
     )
 

@@ -606,8 +606,9 @@ def _error_table(meta: dict, preds: dict, real: dict, out: Path):
     return err
 
 
-def _rank_orders(err, load_names) -> dict:
-    """Step 7b: the controllers' orders per load, simulated and real (TPOT and throughput)."""
+def _rank_orders(err, real: dict, load_names) -> dict:
+    """Step 7b: the controllers' orders per load, simulated and real (TPOT and throughput), and
+    the pairs the real repeats tell apart by TPOT (``metrics.resolved_pairs``)."""
     ranks = {}
     for ld in load_names:
         t = err[(err["load"] == ld) & (err["metric"] == M.RANK_METRIC)]
@@ -618,11 +619,12 @@ def _rank_orders(err, load_names) -> dict:
             "real_order": t.sort_values("real")["controller"].tolist(),
             "real_values": dict(zip(t["controller"], t["real"])),
             "real_spread_pct": dict(zip(t["controller"], t["real_spread"])),
+            "real_repeats": M.repeats_of(real, t["controller"], ld, M.RANK_METRIC),
             "throughput_sim_order": tp.sort_values("sim", ascending=False)["controller"].tolist(),
             "throughput_real_order": tp.sort_values("real", ascending=False)["controller"].tolist(),
         }
         ranks[ld]["agree"] = ranks[ld]["sim_order"] == ranks[ld]["real_order"]
-        ranks[ld]["told_apart"] = M.told_apart(t)
+        ranks[ld]["told_apart"] = M.told_apart(t, real, ld, M.RANK_METRIC)
     return ranks
 
 
@@ -745,7 +747,7 @@ def analyze_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
 
     # 7. errors, ranking, summary
     err = _error_table(meta, preds, real, out)
-    ranks = _rank_orders(err, b.load_names)
+    ranks = _rank_orders(err, real, b.load_names)
     cal_check = {
         "controller": x_name,
         "controller_config": x_table,

@@ -603,17 +603,20 @@ def _error_table(pred: dict, real: dict):
     )
 
 
-def _rank_orders(err, workloads) -> dict:
-    """Per workload: the controllers by throughput, simulated and real, and whether they agree."""
+def _rank_orders(err, real: dict, workloads) -> dict:
+    """Per workload: the controllers by throughput, simulated and real, whether they agree, and
+    the pairs the real repeats tell apart (``metrics.resolved_pairs``)."""
     ranks = {}
+    m = "throughput_tokens_per_s"
     for w in workloads:
-        tp = err[(err["workload"] == w) & (err["metric"] == "throughput_tokens_per_s")]
+        tp = err[(err["workload"] == w) & (err["metric"] == m)]
         ranks[w] = {
             "sim_order": tp.sort_values("sim", ascending=False)["controller"].tolist(),
             "real_order": tp.sort_values("real", ascending=False)["controller"].tolist(),
+            "real_repeats": M.repeats_of(real, tp["controller"], w, m),
         }
         ranks[w]["agree"] = ranks[w]["sim_order"] == ranks[w]["real_order"]
-        ranks[w]["told_apart"] = M.told_apart(tp)
+        ranks[w]["told_apart"] = M.told_apart(tp, real, w, m)
     return ranks
 
 
@@ -681,8 +684,8 @@ def _run_batch1(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> d
     err_f = _error_table(b.fitted_preds, b.real) if b.fitted_preds else None
     if err_f is not None:
         err_f.to_csv(out / "errors_fitted.csv", index=False)
-    ranks = _rank_orders(err, cfg.heldout.workloads)
-    ranks_replay = _rank_orders(err_replay, cfg.heldout.workloads)
+    ranks = _rank_orders(err, b.real, cfg.heldout.workloads)
+    ranks_replay = _rank_orders(err_replay, b.real, cfg.heldout.workloads)
     summary = {
         "kind": "validate",
         "name": cfg.name,

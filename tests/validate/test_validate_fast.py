@@ -77,6 +77,16 @@ def test_error_table_columns_and_finite(run):
     assert s["max_abs_error_pct"] == pytest.approx(np.abs(head.error_pct).max())
     lat = rep[rep.metric == "throughput_tokens_per_s"]
     assert s["latency_only_max_abs_error_pct"] == pytest.approx(np.abs(lat.error_pct).max())
+    # rankings: the pairs told apart are judged on the real repeats (metrics.resolved_pairs)
+    from dspark.validation.metrics import resolved_pairs
+
+    for w, r in s["rank_orders"].items():
+        tp = err[(err.workload == w) & (err.metric == "throughput_tokens_per_s")]
+        for c, v in zip(tp.controller, tp.real):
+            assert np.median(r["real_repeats"][c]) == pytest.approx(v)
+        assert r["told_apart"] == resolved_pairs(
+            dict(zip(tp.controller, tp.sim)), r["real_repeats"]
+        )
     # the noise floor covers the same rows as each headline (metrics.noise_floor_of)
     nf = s["noise_floor"]
     assert nf["predictive"]["rows"] == len(head) and nf["latency_only"]["rows"] == len(lat)
