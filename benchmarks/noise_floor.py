@@ -7,7 +7,9 @@ and keep it in ``summary.json``; the batched part's comes with ``dspark validate
 Reads each folder's ``requests.csv`` and ``rounds.csv`` (one row per request / round, with
 controller, workload and repeat), recomputes every repeat's metrics with the validation's own
 ``metrics.compute`` and prints, per folder, the predictive headline's floor (throughput and
-mean accepted length) and the latency-only one (throughput).
+mean accepted length) and the latency-only one (throughput), then per workload the controller pairs
+the repeats tell apart by throughput (``metrics.resolved_pairs``) and whether each variant's
+prediction orders them so.
 """
 
 from __future__ import annotations
@@ -53,6 +55,16 @@ def main(argv=None) -> int:
         print(f"# {run}")
         for f, what in ((pred, "predicted"), (lat, "latency-only")):
             print(_noise_line(f, what) if f else f"noise floor ({what}): fewer than 2 repeats")
+        for name, what in (("errors.csv", "predicted"), ("errors_replay.csv", "latency-only")):
+            err = pd.read_csv(run / name)
+            for w in sorted(err.workload.unique()):
+                tp = err[(err.workload == w) & (err.metric == M.RANK_METRIC_BATCH1)]
+                t = M.told_apart(tp, real, w, M.RANK_METRIC_BATCH1)
+                swaps = "".join(f"; swapped {a} / {b}" for a, b in t["swapped"])
+                print(
+                    f"{what} {w}: pairs the repeats tell apart (Mann-Whitney p <= "
+                    f"{M.TOLD_APART_P:g}): {t['same_order']} of {t['pairs']} in the same order{swaps}"
+                )
     return 0
 
 

@@ -23,6 +23,8 @@ METRICS = (
 )
 #: the metrics whose largest |error| is the headline number.
 HEADLINE = ("throughput_tokens_per_s", "mean_accepted_length")
+#: batch-1 controllers are ranked per workload by this metric (higher is better)
+RANK_METRIC_BATCH1 = "throughput_tokens_per_s"
 #: the latency-only (replay) headline: replayed acceptance is exact by construction, so only
 #: throughput says how far the latency model is off
 LATENCY_ONLY = ("throughput_tokens_per_s",)

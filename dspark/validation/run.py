@@ -607,7 +607,7 @@ def _rank_orders(err, real: dict, workloads) -> dict:
     """Per workload: the controllers by throughput, simulated and real, whether they agree, and
     the pairs the real repeats tell apart (``metrics.resolved_pairs``)."""
     ranks = {}
-    m = "throughput_tokens_per_s"
+    m = M.RANK_METRIC_BATCH1
     for w in workloads:
         tp = err[(err["workload"] == w) & (err["metric"] == m)]
         ranks[w] = {
