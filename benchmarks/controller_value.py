@@ -342,9 +342,7 @@ def headroom(cells: list[dict], glob: int) -> None:
         print(f"{label:22s} {cols[0]:14.4f} {cols[1]:11.4f} {cols[2]:11.4f}")
 
     def best_causal(c) -> float:
-        m, v = c["metric"], c["v"]
-        cand = (c["best"], v["rate-oracle"], v["dspark-tuned"])
-        return max(ratio(x, v["clairvoyant"], m) for x in cand)
+        return ratio(_best_causal(c), c["v"]["clairvoyant"], c["metric"])
 
     iid = [c for c in cells if c["regime"].startswith("iid")]
     beta = [c for c in cells if c["regime"].startswith("beta")]
@@ -391,10 +389,17 @@ def _vs_glob(c: dict, x: float, glob: int) -> float:
     return ratio(x, c["fixed"][glob], c["metric"])
 
 
-def _causal_vs_glob(c: dict, glob: int) -> float:
-    """The best measured causal value of a cell (best fixed k, rate oracle, tuned ``dspark``)."""
+def _best_causal(c: dict) -> float:
+    """The best measured causal value of a cell: best fixed k, rate oracle or tuned ``dspark``
+    (the highest throughput or the lowest TPOT)."""
     v = c["v"]
-    return max(_vs_glob(c, x, glob) for x in (c["best"], v["rate-oracle"], v["dspark-tuned"]))
+    return max(
+        (c["best"], v["rate-oracle"], v["dspark-tuned"]), key=lambda x: ratio(x, 1.0, c["metric"])
+    )
+
+
+def _causal_vs_glob(c: dict, glob: int) -> float:
+    return _vs_glob(c, _best_causal(c), glob)
 
 
 def b256_needed_share(cells: list[dict], glob: int, prefixes: tuple[str, ...]) -> float | None:

@@ -24,18 +24,17 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dspark.cmd_validate import _noise_line  # noqa: E402
+from dspark.cmd_validate import noise_line  # noqa: E402
 from dspark.validation import metrics as M  # noqa: E402
 
 
-def repeats_of(run: Path) -> dict:
+def real_of(run: Path) -> dict:
     """``(controller, workload) -> [metrics of each repeat]`` from a run folder."""
-    req = pd.read_csv(run / "requests.csv")
-    rd = pd.read_csv(run / "rounds.csv")
     keys = ["controller", "workload", "repeat"]
+    rounds = dict(iter(pd.read_csv(run / "rounds.csv").groupby(keys)))
     out: dict = {}
-    for (c, w, r), q in req.groupby(keys):
-        g = rd[(rd.controller == c) & (rd.workload == w) & (rd.repeat == r)]
+    for (c, w, r), q in pd.read_csv(run / "requests.csv").groupby(keys):
+        g = rounds[c, w, r]
         m = M.compute(g.accepted, g.drafted, q.output_tokens, q.seconds, q.decode_s)
         out.setdefault((c, w), []).append(m)
     return out
@@ -48,18 +47,18 @@ def main(argv=None) -> int:
     ap.add_argument("--latency-target", type=float, default=5.0)
     a = ap.parse_args(argv)
     for run in map(Path, a.runs):
-        real = repeats_of(run)
+        real = real_of(run)
         rng = np.random.default_rng(0)  # as dspark validate's own figures
         pred = M.noise_floor_of(real, dict.fromkeys(M.HEADLINE, a.target), rng)
         lat = M.noise_floor_of(real, dict.fromkeys(M.LATENCY_ONLY, a.latency_target), rng)
         print(f"# {run}")
         for f, what in ((pred, "predicted"), (lat, "latency-only")):
-            print(_noise_line(f, what) if f else f"noise floor ({what}): fewer than 2 repeats")
+            print(noise_line(f, what) if f else f"noise floor ({what}): fewer than 2 repeats")
         for name, what in (("errors.csv", "predicted"), ("errors_replay.csv", "latency-only")):
             err = pd.read_csv(run / name)
             for w in sorted(err.workload.unique()):
                 tp = err[(err.workload == w) & (err.metric == M.RANK_METRIC_BATCH1)]
-                t = M.told_apart(tp, real, w, M.RANK_METRIC_BATCH1)
+                t = M.told_apart(tp, M.repeats_of(real, tp.controller, w, M.RANK_METRIC_BATCH1))
                 swaps = "".join(f"; swapped {a} / {b}" for a, b in t["swapped"])
                 print(
                     f"{what} {w}: pairs the repeats tell apart (Mann-Whitney p <= "

@@ -229,7 +229,7 @@ def _print_batched(s: dict, out: str) -> None:
             f"{lc['draft_ratio_median']:.2f}, verify alone {lc['verify_ratio_median']:.2f}"
         )
     if s.get("noise_floor"):
-        print(_noise_line(s["noise_floor"], "batched"))
+        print(noise_line(s["noise_floor"], "batched"))
     if s.get("speed_corrected_max_abs_error_pct") is not None:
         print(
             f"diagnostic, each run predicted at its own measured speed "
@@ -293,11 +293,11 @@ def _print_batch1(summary: dict, out: str) -> None:
     nf = summary.get("noise_floor") or {}
     for key, what in (("predictive", "predicted"), ("latency_only", "latency-only")):
         if nf.get(key):
-            print(_noise_line(nf[key], what))
+            print(noise_line(nf[key], what))
     print(f"runtime: {summary['runtime_s']:.0f} s; run folder: {out}")
 
 
-def _noise_line(f: dict, what: str) -> str:
+def noise_line(f: dict, what: str) -> str:
     """One line of ``metrics.noise_floor``'s figures."""
     need = f["repeats_needed_for_p10"]
     return (

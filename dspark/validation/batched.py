@@ -624,7 +624,7 @@ def _rank_orders(err, real: dict, load_names) -> dict:
             "throughput_real_order": tp.sort_values("real", ascending=False)["controller"].tolist(),
         }
         ranks[ld]["agree"] = ranks[ld]["sim_order"] == ranks[ld]["real_order"]
-        ranks[ld]["told_apart"] = M.told_apart(t, real, ld, M.RANK_METRIC)
+        ranks[ld]["told_apart"] = M.told_apart(t, ranks[ld]["real_repeats"])
     return ranks
 
 

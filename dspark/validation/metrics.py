@@ -112,8 +112,7 @@ def resolved_pairs(sim: dict[str, float], runs: dict[str, list[float]]) -> dict:
     from scipy.stats import mannwhitneyu
 
     names = sorted(runs)
-    vals = {n: np.asarray(runs[n], dtype=float) for n in names}
-    vals = {n: v[np.isfinite(v)] for n, v in vals.items()}
+    vals = {n: (v := np.asarray(runs[n], dtype=float))[np.isfinite(v)] for n in names}
     told, same, swapped = 0, 0, []
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
@@ -130,11 +129,10 @@ def resolved_pairs(sim: dict[str, float], runs: dict[str, list[float]]) -> dict:
     return {"pairs": told, "same_order": same, "swapped": swapped}
 
 
-def told_apart(rows, real: dict, group, metric: str) -> dict:
-    """:func:`resolved_pairs` of one metric's error rows (columns ``controller``, ``sim``) in
-    ``group`` (a workload, a load), against the real repeats ``real[controller, group]``."""
-    sim = dict(zip(rows["controller"], rows["sim"]))
-    return resolved_pairs(sim, repeats_of(real, sim, group, metric))
+def told_apart(rows, repeats: dict[str, list[float]]) -> dict:
+    """:func:`resolved_pairs` of one metric's error rows of one group (columns ``controller``,
+    ``sim``) against each controller's real repeats (:func:`repeats_of`)."""
+    return resolved_pairs(dict(zip(rows["controller"], rows["sim"])), repeats)
 
 
 def repeats_of(real: dict, controllers, group, metric: str) -> dict[str, list[float]]:
@@ -235,10 +233,8 @@ def noise_floor(
 
     p, e = p_over(repeats)
     worst = e.max(axis=1)
-    need = repeats if p <= 0.1 else None
-    for n in MORE_REPEATS:
-        if need is None and n > repeats and p_over(n)[0] <= 0.1:
-            need = n
+    more = (n for n in MORE_REPEATS if n > repeats and p_over(n)[0] <= 0.1)
+    need = repeats if p <= 0.1 else next(more, None)
     noisy = s[s > 0]
     return {
         "repeats": int(repeats),

@@ -616,7 +616,7 @@ def _rank_orders(err, real: dict, workloads) -> dict:
             "real_repeats": M.repeats_of(real, tp["controller"], w, m),
         }
         ranks[w]["agree"] = ranks[w]["sim_order"] == ranks[w]["real_order"]
-        ranks[w]["told_apart"] = M.told_apart(tp, real, w, m)
+        ranks[w]["told_apart"] = M.told_apart(tp, ranks[w]["real_repeats"])
     return ranks
 
 

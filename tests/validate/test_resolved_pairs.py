@@ -3,7 +3,7 @@
 import pandas as pd
 from scipy.stats import mannwhitneyu
 
-from dspark.validation.metrics import TOLD_APART_P, resolved_pairs, told_apart
+from dspark.validation.metrics import TOLD_APART_P, repeats_of, resolved_pairs, told_apart
 
 
 def test_at_three_repeats_only_fully_separated_pairs_are_judged():
@@ -51,4 +51,4 @@ def test_told_apart_reads_one_metrics_error_rows_and_the_real_repeats():
         ("dspark", "w"): [{"m": 25.0}, {"m": 26.0}, {"m": 24.0}],
     }
     want = {"pairs": 1, "same_order": 0, "swapped": [["dspark", "fixed"]]}
-    assert told_apart(rows, real, "w", "m") == want
+    assert told_apart(rows, repeats_of(real, rows["controller"], "w", "m")) == want
