@@ -15,12 +15,16 @@ splits TTFT into queueing (arrival to the first prompt chunk, ``admitted_s``) an
 chunk to first token), each against the request's isolated prefill (its prompt alone, chunked
 under the same token budget, target + colocated drafter); ``--prefill-order shortest-first``
 runs it with that scheduling order (``deployment.prefill_order``), ``--routing`` with that
-assignment of arrivals to replicas (``deployment.routing``).
+assignment of arrivals to replicas (``deployment.routing``). Beside each row it prints the
+same ratio for an ideal server (``ideal_ratio``, :func:`ideal_ttft`): the replicas share one
+queue, serve it in the same order, one whole prefill at a time at its isolated speed, and decodes
+cost nothing. No server that keeps that order does better on the trace's median.
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +65,35 @@ def isolated_prefill_s(cluster, budget: int, prompt: int) -> float:
     return t
 
 
+def ideal_ttft(
+    arrival_s: np.ndarray, service_s: np.ndarray, servers: int, order: str = "fcfs"
+) -> np.ndarray:
+    """TTFT per request on ``servers`` identical servers sharing one queue, non-preemptive:
+    a server that frees takes the waiting request that arrived first (``"fcfs"``) or the one
+    with the least service (``"shortest-first"``); ties by arrival, then index."""
+    if order not in ("fcfs", "shortest-first"):
+        raise ValueError(f"order {order!r}: allowed fcfs, shortest-first")
+    arrival_s, service_s = np.asarray(arrival_s, float), np.asarray(service_s, float)
+    by_arrival = np.lexsort((np.arange(len(arrival_s)), arrival_s))
+    free = [0.0] * servers  # a heap of the times the servers free
+    waiting: list[tuple[float, float, int]] = []
+    done = np.empty(len(arrival_s))
+    nxt = 0
+    while nxt < len(by_arrival) or waiting:
+        t = heapq.heappop(free)
+        if not waiting:  # idle until the next arrival
+            t = max(t, arrival_s[by_arrival[nxt]])
+        while nxt < len(by_arrival) and arrival_s[by_arrival[nxt]] <= t:
+            j = int(by_arrival[nxt])
+            key = arrival_s[j] if order == "fcfs" else service_s[j]
+            heapq.heappush(waiting, (key, arrival_s[j], j))
+            nxt += 1
+        _, _, j = heapq.heappop(waiting)
+        done[j] = t + service_s[j]
+        heapq.heappush(free, done[j])
+    return done - arrival_s
+
+
 def diagnose(
     trace: Path,
     n: int,
@@ -93,6 +126,7 @@ def diagnose(
     iso = {p: isolated_prefill_s(cl, budget, p) for p in set(rq["prompt_tokens"].tolist())}
     for (name, load), g in rq.groupby(["controller", "load_scale"], sort=False):
         alone = g["prompt_tokens"].map(iso).to_numpy()
+        ideal = ideal_ttft(g["arrival_s"].to_numpy(), alone, scn.deployment.replicas, prefill_order)
         queue = (g["admitted_s"] - g["arrival_s"]).to_numpy()
         prefill = (g["first_token_s"] - g["admitted_s"]).to_numpy()
         ttft = g["ttft_s"].to_numpy()
@@ -102,7 +136,8 @@ def diagnose(
             f"ttft_p99={np.percentile(ttft, 99):.3f} "
             f"per_request_ratio_p50={np.median(ttft / alone):.2f} "
             f"queue_p50={np.median(queue):.3f} queue_mean={queue.mean():.3f} "
-            f"prefill_over_isolated_p50={np.median(prefill / alone):.2f}",
+            f"prefill_over_isolated_p50={np.median(prefill / alone):.2f} "
+            f"ideal_ratio={np.median(ideal) / np.median(alone):.2f}",
             flush=True,
         )
 
