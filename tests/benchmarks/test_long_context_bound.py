@@ -1,13 +1,16 @@
 """The ideal shared-queue server of benchmarks/long_context_trace.py: exact event times."""
 
-import sys
+import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from long_context_trace import ideal_ttft
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "long_context_trace.py"
+_spec = importlib.util.spec_from_file_location("long_context_trace", _PATH)
+lct = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(lct)
+ideal_ttft = lct.ideal_ttft
 
 
 def test_one_server_fcfs_queues_a_burst_in_arrival_order():
