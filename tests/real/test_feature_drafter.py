@@ -130,9 +130,11 @@ def test_drafted_positions_are_refed_after_acceptance():
         assert d.valid == want, cls
 
 
-def test_training_windows_match_the_decode_pattern():
+@pytest.mark.parametrize("teacher_bf16", [True, False])
+def test_training_windows_match_the_decode_pattern(teacher_bf16):
     """``real.train.feature_batch``: student logits equal the drafter's own forward on the full
-    sequence with features present up to the cut, at every depth."""
+    sequence with features present up to the cut, at every depth; the teacher's features and
+    logits come from a forward in the dtype asked for (bf16 autocast or float32)."""
     from real.train import feature_batch
 
     m = tiny_feat().float()
@@ -140,11 +142,12 @@ def test_training_windows_match_the_decode_pattern():
     g = torch.Generator().manual_seed(4)
     w = torch.randint(0, V, (2, 41), generator=g)
     depth, off = 3, 1
-    s, tl, y = feature_batch(m, teacher, w, depth, off)
+    s, tl, y = feature_batch(m, teacher, w, depth, off, teacher_bf16)
     R = m.receptive_field()
     x = w[:, :-1]
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=teacher_bf16):
         h = teacher.hidden(x)
+        logits = teacher.logits(h)
     feats = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], 1).float()
     pos = torch.arange(x.shape[1])
     cuts = list(range(R - 1 + off, x.shape[1] - depth + 1, depth))
@@ -155,6 +158,7 @@ def test_training_windows_match_the_decode_pattern():
         for b in range(2):
             got = s[b * len(cuts) + ci]
             assert torch.allclose(got, full[b, c : c + depth], atol=1e-4)
+            assert torch.equal(tl[b * len(cuts) + ci], logits[b, c : c + depth])
             assert torch.equal(y[b * len(cuts) + ci], w[b, c + 1 : c + 1 + depth])
 
 
