@@ -9,12 +9,14 @@ controller, workload and repeat), recomputes every repeat's metrics with the val
 ``metrics.compute`` and prints, per folder, the predictive headline's floor (throughput and
 mean accepted length) and the latency-only one (throughput), then per workload the controller pairs
 the repeats tell apart by throughput (``metrics.resolved_pairs``) and whether each variant's
-prediction orders them so.
+prediction orders them so, and last the run's round offset (:func:`round_offset`): a bias that
+more repeats of the same run do not average out.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -38,6 +40,16 @@ def real_of(run: Path) -> dict:
         m = M.compute(g.accepted, g.drafted, q.output_tokens, q.seconds, q.decode_s)
         out.setdefault((c, w), []).append(m)
     return out
+
+
+def round_offset(check: dict) -> tuple[float, int]:
+    """The held-out rounds' measured / tabled draft + verify time over all k with at least
+    ``min_rounds`` rounds (``summary.json``'s ``latency_check_by_k``): the geometric mean of the
+    per-k ratios, weighted by rounds; and how many k it pools."""
+    rows = [v for v in check["by_k"].values() if v["rounds"] >= check["min_rounds"]]
+    n = np.array([v["rounds"] for v in rows], float)
+    r = np.array([v["round_ratio"] for v in rows], float)
+    return float(np.exp((n * np.log(r)).sum() / n.sum())), len(rows)
 
 
 def main(argv=None) -> int:
@@ -64,6 +76,13 @@ def main(argv=None) -> int:
                     f"{what} {w}: pairs the repeats tell apart (Mann-Whitney p <= "
                     f"{M.TOLD_APART_P:g}): {t['same_order']} of {t['pairs']} in the same order{swaps}"
                 )
+        summary = run / "summary.json"
+        if summary.is_file() and "latency_check_by_k" in (s := json.loads(summary.read_text())):
+            off, nk = round_offset(s["latency_check_by_k"])
+            print(
+                f"round offset: held-out rounds ran {off:.4f}x the corrected table (draft + "
+                f"verify, geometric mean over {nk} k, weighted by rounds)"
+            )
     return 0
 
 
