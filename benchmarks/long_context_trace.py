@@ -18,7 +18,9 @@ runs it with that scheduling order (``deployment.prefill_order``), ``--routing``
 assignment of arrivals to replicas (``deployment.routing``). Beside each row it prints the
 same ratio for an ideal server (``ideal_ratio``, :func:`ideal_ttft`): the replicas share one
 queue, serve it in the same order, one whole prefill at a time at its isolated speed, and decodes
-cost nothing. No server that keeps that order does better on the trace's median.
+cost nothing. A server that keeps that order without preempting gains on it only where the
+next prompt fills a last chunk's leftover budget; ``shortest-first`` in the simulator reorders at
+every chunk (shortest remaining first), so it can come in below its ideal.
 """
 
 from __future__ import annotations
