@@ -560,11 +560,13 @@ def bench_main(
 def summary_lines(summary: dict, out: Path) -> list[str]:
     """What ``dspark real bench`` prints after a run: the table, the run folder, how much of the
     output prompt lookup could copy, the comparison with HF, and the headline numbers."""
+    t = summary["engine_config"]["temperature"]
+    how = "greedy" if t == 0 else f"temperature {t:g}"
     lines = [
         format_table(summary),
         f"run folder: {out}",
         (
-            f"target-only greedy output: {summary['copyable_fraction']:.3f} of its tokens "
+            f"target-only output ({how}): {summary['copyable_fraction']:.3f} of its tokens "
             "repeat what followed an earlier occurrence of their preceding 4 tokens (prompt "
             "lookup's share)"
         ),

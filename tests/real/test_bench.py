@@ -35,6 +35,10 @@ def test_side_by_side_drafters_are_exact_and_accounted(monkeypatch, tmp_path):
     per = rounds.groupby("controller")["emitted"].sum()
     assert (per == 2 * 24).all() and len(per) == 6  # the last repeat's rounds, every method
     assert rows["tf/fixed-k4"]["mean_k"] <= 4 and rows["ngram/fixed-k2"]["mean_k"] <= 2
+    # the copyable share is labelled with the run's own decoding
+    assert any("target-only output (greedy):" in x for x in bench.summary_lines(s, tmp_path))
+    s["engine_config"] = {**s["engine_config"], "temperature": 0.8}
+    assert any("(temperature 0.8):" in x for x in bench.summary_lines(s, tmp_path))
 
 
 def test_copyable_fraction_counts_repeats_after_a_matching_ngram():
