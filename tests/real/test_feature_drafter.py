@@ -212,3 +212,34 @@ def test_shipped_feature_drafter_is_exact_and_small():
     g = eng.generate(p, 32, make_controller("fixed", {"k": 4}))
     assert g.tokens == ref
     assert sum(r.accepted for r in g.records) > 0
+
+
+@pytest.mark.parametrize("teacher_bf16", [True, False])
+def test_feature_loss_is_the_depth_weighted_kl(teacher_bf16):
+    """``real.train.feature_loss``: KL(teacher || student) per depth, weighted by decay^(j-1) and
+    normalised, on the windows of cut offset ``step % depth`` and the teacher dtype asked for."""
+    from real.train import feature_batch, feature_loss
+
+    m, teacher = tiny_feat().float(), tiny_target().float()
+    w = torch.randint(0, V, (2, 41), generator=torch.Generator().manual_seed(5))
+    s, tl, _ = feature_batch(m, teacher, w, 3, 1, teacher_bf16)
+    lp, lq = torch.log_softmax(tl.float(), -1), torch.log_softmax(s.float(), -1)
+    kl = (lp.exp() * (lp - lq)).sum(-1).mean(0)
+    want = (kl[0] + 0.5 * kl[1] + 0.25 * kl[2]) / 1.75
+    got = feature_loss(m, teacher, w, step=4, depth=3, decay=0.5, teacher_bf16=teacher_bf16)
+    assert torch.allclose(got, want, atol=1e-6)
+
+
+def test_evaluate_feature_counts_agreement_per_depth_against_the_bf16_teacher():
+    from real.train import evaluate_feature, feature_batch
+
+    m, teacher = tiny_feat().float(), tiny_target().float()
+    win = torch.randint(0, V, (3, 41), generator=torch.Generator().manual_seed(6))
+    ev = evaluate_feature(m, win, teacher, depth=2)
+    hits, n = torch.zeros(2), 0
+    for off in range(2):
+        s, tl, _ = feature_batch(m, teacher, win, 2, off)  # bf16 teacher
+        hits += (s.argmax(-1) == tl.argmax(-1)).float().sum(0)
+        n += s.shape[0]
+    assert ev["val_greedy_agreement_by_depth"] == [round(x, 4) for x in (hits / n).tolist()]
+    assert ev["val_greedy_agreement"] == pytest.approx((hits[0] / n).item())
