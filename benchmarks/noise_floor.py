@@ -26,7 +26,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dspark.cmd_validate import noise_line  # noqa: E402
+from dspark.cmd_validate import noise_line, told_apart_text  # noqa: E402
 from dspark.validation import metrics as M  # noqa: E402
 
 
@@ -71,11 +71,7 @@ def main(argv=None) -> int:
             for w in sorted(err.workload.unique()):
                 tp = err[(err.workload == w) & (err.metric == M.RANK_METRIC_BATCH1)]
                 t = M.told_apart(tp, M.repeats_of(real, tp.controller, w, M.RANK_METRIC_BATCH1))
-                swaps = "".join(f"; swapped {a} / {b}" for a, b in t["swapped"])
-                print(
-                    f"{what} {w}: pairs the repeats tell apart (Mann-Whitney p <= "
-                    f"{M.TOLD_APART_P:g}): {t['same_order']} of {t['pairs']} in the same order{swaps}"
-                )
+                print(f"{what} {w}: {told_apart_text(t)}")
         summary = run / "summary.json"
         if summary.is_file() and "latency_check_by_k" in (s := json.loads(summary.read_text())):
             off, nk = round_offset(s["latency_check_by_k"])

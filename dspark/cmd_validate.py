@@ -244,15 +244,17 @@ def _print_batched(s: dict, out: str) -> None:
 def _told_apart(order: dict) -> str:
     """The pairs the real runs tell apart (``metrics.resolved_pairs``), as a short clause."""
     t = order.get("told_apart")
-    if t is None:
-        return ""
-    swaps = "".join(f"; swapped {a} / {b}" for a, b in t["swapped"])
+    return "" if t is None else f" ({told_apart_text(t)})"
+
+
+def told_apart_text(t: dict) -> str:
+    """``metrics.resolved_pairs``' result in words."""
     from dspark.validation.metrics import TOLD_APART_P
 
+    swaps = "".join(f"; swapped {a} / {b}" for a, b in t["swapped"])
     return (
-        f" (pairs the real repeats tell apart, Mann-Whitney p <= {TOLD_APART_P:g}: "
-        f"{t['same_order']} of "
-        f"{t['pairs']} in the same order{swaps})"
+        f"pairs the real repeats tell apart, Mann-Whitney p <= {TOLD_APART_P:g}: "
+        f"{t['same_order']} of {t['pairs']} in the same order{swaps}"
     )
 
 
