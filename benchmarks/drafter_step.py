@@ -1,18 +1,21 @@
-"""The conv drafter's first draft step when it feeds more than one token, side by side in one run.
+"""The conv drafter's draft steps, each choice against the one it replaced, side by side in one run.
 
 A draft phase's first step feeds every token the drafter has not seen: one normally, two after a
-fully accepted round or a draft-free one, a whole prompt after admission. Two choices of
-``real.models.ConvDrafter.step_packed`` are timed against the alternative they replaced, on the
-shipped conv drafter (float32, 1 thread, medians of ``--calls`` calls of each, the two called in
-turn):
+fully accepted round or a draft-free one, a whole prompt after admission; the steps after it feed
+one token each. Three choices of ``real.models.ConvDrafter.step_packed`` are timed against the
+alternative they replaced, on the shipped conv drafter (float32, 1 thread, medians of ``--calls``
+calls of each, the two called in turn):
 
 - the conv blocks of one sequence's 2..32 new tokens: gathering each token's window (what the
   step does) against ``F.conv1d`` over the span (what it did);
 - the vocabulary head: each row's last token only (``logits=segs.last``, what the drafter asks
-  for) against every fed token's logits, then indexed (what it did).
+  for) against every fed token's logits, then indexed (what it did);
+- a one-token step: the fused norm (``F.rms_norm``) and GLU (``F.glu``, the weights called
+  without module dispatch) against the module-by-module ops they replaced, whose results are the
+  same bits (``tests/real/test_models.py``).
 
 Last line: ``drafter_gather_vs_conv1d_2tok=<time ratio> drafter_last_vs_all_logits_100tok=<time
-ratio at 1 row>`` (below 1: the step's way is faster).
+ratio at 1 row> drafter_fused_vs_modules_step=<time ratio>`` (below 1: the step's way is faster).
 
     .venv/bin/python benchmarks/drafter_step.py [--calls 200]
 """
@@ -113,11 +116,56 @@ def main(argv=None) -> int:
                 f"  {B} x {T:3d} tokens: last-token logits {lt:.3f}, all {al:.3f}, "
                 f"ratio {lt / al:.3f}"
             )
+        print("one-token step, fused norm and GLU against module-by-module (ms, median):")
+        one, seg1 = ids[:1], Segments.one(0, p, 1)
+        fused, mods = _paired_ms(
+            _with(False, lambda: m.step_packed(one, seg1, st)),
+            _with(True, lambda: m.step_packed(one, seg1, st)),
+            a.calls,
+        )
+        out["fused"] = fused / mods
+        print(f"  fused {fused:.3f}, modules {mods:.3f}, ratio {fused / mods:.3f}")
     print(
         f"drafter_gather_vs_conv1d_2tok={out[('gather', 2)]:.3f} "
-        f"drafter_last_vs_all_logits_100tok={out[('last', 100, 1)]:.3f}"
+        f"drafter_last_vs_all_logits_100tok={out[('last', 100, 1)]:.3f} "
+        f"drafter_fused_vs_modules_step={out['fused']:.3f}"
     )
     return 0
+
+
+def _modules_norm(self, x):
+    """``RMSNorm.forward`` before the fused op: Llama's formula, op by op."""
+    import torch
+
+    dt = x.dtype
+    xf = x.float() if dt in (torch.float16, torch.bfloat16) else x
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+    return self.weight * xf.to(dt)
+
+
+def _modules_mix(self, blk, x, u_conv):
+    """``ConvDrafter._mix`` before ``F.glu``: through the modules, chunk and sigmoid."""
+    import torch
+
+    a, g = blk.proj_in(u_conv).chunk(2, dim=-1)
+    return x + blk.proj_out(a * torch.sigmoid(g))
+
+
+def _with(modules: bool, fn):
+    """``fn`` run with the module-by-module ops (``modules``) or the fused ones (the code's)."""
+    from real.models import ConvDrafter, RMSNorm
+
+    new = (RMSNorm.forward, ConvDrafter._mix)
+
+    def run():
+        if modules:
+            RMSNorm.forward, ConvDrafter._mix = _modules_norm, _modules_mix
+        try:
+            return fn()
+        finally:
+            RMSNorm.forward, ConvDrafter._mix = new
+
+    return run
 
 
 if __name__ == "__main__":

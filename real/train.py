@@ -72,6 +72,9 @@ class TrainConfig:
     # (emulated bf16 matmuls; 3.3-4.1 against 10.6 s, batch 16 x 256, 2 threads), with features
     # that differ from the bf16 target's by bf16 rounding (validation scores against bf16).
     feat_teacher_bf16: bool = param(True, doc="feature drafter: teacher forward in bf16")
+    # on: the drafter is fed the target's hidden states; off (an ablation): the feature
+    # projection stays zero, so the same training sees token embeddings only.
+    feat_features: bool = param(True, doc="feature drafter: train the feature path")
     eval_windows: int = param(24, lo=1, hi=10000, doc="validation windows per workload")
     save_every: int = param(25, lo=1, hi=100000, doc="steps between resumable checkpoints")
 
@@ -454,12 +457,24 @@ def feat_config(c: TrainConfig, d_feature: int):
     )
 
 
+def feature_student(c: TrainConfig, d_feature: int, warm=None):
+    """The feature drafter to train: ``warm``'s weights where it has them (a token-only conv
+    drafter); with ``feat_features`` off its feature projection is frozen at zero."""
+    from real.feature_drafter import FeatureConvDrafter
+
+    model = FeatureConvDrafter(feat_config(c, d_feature))
+    if warm is not None:
+        model.load_state_dict(warm.state_dict(), strict=False)
+    if not c.feat_features:
+        model.feat_proj.weight.requires_grad_(False)
+    return model
+
+
 def train_feature_drafter(work: Path, ckpt_dir: Path, c: TrainConfig, command: str) -> dict:
     """Distil the feature conv drafter from the shipped target (``ckpt_dir``), warm-started
     from the shipped conv drafter, and add it to ``ckpt_dir``'s manifest as ``drafter_feat``."""
     from functools import partial
 
-    from real.feature_drafter import FeatureConvDrafter
     from real.store import add_model, load_bundle
 
     torch.set_num_threads(c.threads)
@@ -470,10 +485,8 @@ def train_feature_drafter(work: Path, ckpt_dir: Path, c: TrainConfig, command: s
     train_tokens = np.concatenate([arrays["code_train"], arrays["prose_train"]])
     dw = val_windows(arrays, c, c.drafter_seq_len)
     torch.manual_seed(c.seed + 1 + STAGES.index("drafter_feat"))
-    cfg = feat_config(c, teacher.cfg.d_model)
-    model = FeatureConvDrafter(cfg)
-    if c.feat_warm_start:
-        model.load_state_dict(bundle.models["drafter_conv"].float().state_dict(), strict=False)
+    warm = bundle.models["drafter_conv"].float() if c.feat_warm_start else None
+    model = feature_student(c, teacher.cfg.d_model, warm)
     res = train_stage(
         "drafter_feat",
         model,
@@ -496,4 +509,4 @@ def train_feature_drafter(work: Path, ckpt_dir: Path, c: TrainConfig, command: s
         # scored against the bf16 teacher whatever it trained on: the target as it serves
         eval_fn=partial(evaluate_feature, depth=c.feat_depth),
     )
-    return add_model(ckpt_dir, "drafter_feat", "featconv", cfg, model, res, command)
+    return add_model(ckpt_dir, "drafter_feat", "featconv", model.cfg, model, res, command)

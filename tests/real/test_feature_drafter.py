@@ -243,3 +243,38 @@ def test_evaluate_feature_counts_agreement_per_depth_against_the_bf16_teacher():
         n += s.shape[0]
     assert ev["val_greedy_agreement_by_depth"] == [round(x, 4) for x in (hits / n).tolist()]
     assert ev["val_greedy_agreement"] == pytest.approx((hits[0] / n).item())
+
+
+@pytest.mark.parametrize("features", [True, False])
+def test_feature_student_trains_the_feature_path_only_when_asked(features):
+    """``feat_features`` off (the ablation): the projection of the target's hidden states stays
+    zero through training while the rest learns; on, it moves off its zero start."""
+    from real.train import TrainConfig, _make_opt, feature_loss, feature_student
+
+    teacher = tiny_target().float()
+    c = TrainConfig(vocab_size=V, feat_features=features)
+    m = feature_student(c, D_TARGET)
+    assert torch.count_nonzero(m.feat_proj.weight) == 0  # zero at init: the warm start's output
+    before = m.blocks[0].proj_in.weight.detach().clone()
+    opt = _make_opt(m, 0.1, 1e-3)
+    w = torch.randint(0, V, (2, 41), generator=torch.Generator().manual_seed(7))
+    for step in range(2):
+        opt.zero_grad()
+        feature_loss(m, teacher, w, step, depth=3, decay=0.5, teacher_bf16=False).backward()
+        opt.step()
+    assert (torch.count_nonzero(m.feat_proj.weight) > 0) == features
+    assert not torch.equal(m.blocks[0].proj_in.weight, before)
+
+
+@pytest.mark.parametrize(
+    "name, features", [("train_feat.toml", True), ("train_feat_nofeat.toml", False)]
+)
+def test_the_feature_training_configs_parse(name, features):
+    from pathlib import Path
+
+    from control.configio import from_mapping, read_toml
+    from real.train import TrainConfig
+
+    path = Path(__file__).resolve().parents[2] / "configs" / name
+    c = from_mapping(TrainConfig, read_toml(path)["train"], source=str(path), prefix="train")
+    assert (c.feat_teacher_bf16, c.feat_features) == (False, features)

@@ -59,3 +59,22 @@ def test_dilation_widens_the_receptive_field():
             changed = not torch.equal(m(ids)[0, -1], m(other)[0, -1])
         # plain: 3 blocks x (4 - 1) + 1 = 10 positions; dilated 1, 2, 4: 3 x 7 + 1 = 22
         assert changed == reaches, base
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(1, 128), (7, 384), (2, 5, 16), (3, 1, 4096)])
+def test_fused_rms_norm_is_bit_equal_to_the_formula(dtype, shape):
+    """``RMSNorm`` takes ``F.rms_norm`` in full precision: the same bits as Llama's formula."""
+    from real.models import RMSNorm
+
+    g = torch.Generator().manual_seed(shape[-1])
+    x = (
+        torch.randn(shape, generator=g, dtype=dtype)
+        * torch.rand(shape[:-1], generator=g)[..., None].to(dtype)
+        * 30
+    )
+    norm = RMSNorm(shape[-1], 1e-5).to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(shape[-1], generator=g, dtype=dtype))
+        formula = norm.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))
+        assert torch.equal(norm(x), formula)
