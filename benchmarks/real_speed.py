@@ -230,10 +230,14 @@ def run_one(args, name: str, temperature: float, prompt_file: Path | None) -> di
     return r
 
 
-def step_costs(args, prompt: list[int], reps: int = 60) -> dict[str, float]:
+def step_costs(
+    args, prompt: list[int], reps: int = 60
+) -> tuple[dict[str, float], dict[int, float]]:
     """c per model drafter: the median time of one single-token drafter step over the median
     time of one single-token target step (no drafting), both at ``prompt``'s length, measured
-    alternately in one loop (the engine's dtypes, 1 thread)."""
+    alternately in one loop (the engine's dtypes, 1 thread); and per k of ``--k-values`` the
+    median time of a target pass over k + 1 new tokens (a verify pass) over the single-token
+    step's, measured alternately with it."""
     import statistics
 
     import torch
@@ -267,7 +271,27 @@ def step_costs(args, prompt: list[int], reps: int = 60) -> dict[str, float]:
                 tt.append(time.perf_counter() - t1)
                 td.append(t1 - t0)
             out[name] = statistics.median(td) / statistics.median(tt)
-    return out
+        verify: dict[int, float] = {}
+        for k in sorted({int(k) for k in args.k_values.split()}):
+            new, seg_v, seg_t = ids[: k + 1], Segments.one(0, L, k + 1), Segments.one(0, L, 1)
+            tv, tt = [], []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                engine.target.step_packed(new, seg_v, engine.state)
+                t1 = time.perf_counter()
+                engine.target.step_packed(ids[:1], seg_t, engine.state)
+                tt.append(time.perf_counter() - t1)
+                tv.append(t1 - t0)
+            verify[k] = statistics.median(tv) / statistics.median(tt)
+    return out, verify
+
+
+def ceiling_line(verify: dict[int, float]) -> str:
+    """What fixed k could reach at most on these costs: every draft accepted (k + 1 tokens a
+    round) and drafting free, over target-only's one token per single-token step."""
+    return "ceiling at fixed k (every draft accepted, drafting free: (k+1) / verify ratio): " + (
+        ", ".join(f"k = {k} {(k + 1) / v:.2f}x" for k, v in verify.items())
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,11 +315,16 @@ def main(argv: list[str] | None = None) -> int:
             for t in temps:
                 results[(name, t)] = run_one(args, name, t, pf)
         if args.c_prompt_tokens:
-            c = step_costs(args, held_prompt(tok, args.c_prompt_tokens))
+            c, verify = step_costs(args, held_prompt(tok, args.c_prompt_tokens))
             print(
                 f"c (one drafter step / one target step, {args.c_prompt_tokens} tokens of "
                 f"context, {_load()}): " + ", ".join(f"{k} {v:.3f}" for k, v in c.items())
             )
+            print(
+                "verify pass of k + 1 tokens / one target step: "
+                + ", ".join(f"k = {k} {v:.2f}" for k, v in verify.items())
+            )
+            print(ceiling_line(verify))
     except DSparkError as e:
         print(f"real_speed: error: {e}", file=sys.stderr)
         return 2

@@ -76,3 +76,10 @@ def test_ratios_same_drafter_and_best():
     assert r["ngram_vs_hf_prompt_lookup"] == pytest.approx(1.5)
     assert r["feat_vs_ar"] == pytest.approx(1.2)
     assert r["hf_target_only_vs_ar"] == pytest.approx(0.8)
+
+
+def test_the_ceiling_is_k_plus_one_tokens_over_the_verify_ratio():
+    """Every draft accepted and drafting free: k + 1 tokens a round at ``verify[k]`` times the
+    cost of target-only's one token a step."""
+    line = real_speed.ceiling_line({2: 1.5, 4: 2.0})
+    assert line.endswith("k = 2 2.00x, k = 4 2.50x")
