@@ -133,16 +133,6 @@ def main(argv=None) -> int:
     return 0
 
 
-def _modules_norm(self, x):
-    """``RMSNorm.forward`` before the fused op: Llama's formula, op by op."""
-    import torch
-
-    dt = x.dtype
-    xf = x.float() if dt in (torch.float16, torch.bfloat16) else x
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-    return self.weight * xf.to(dt)
-
-
 def _modules_mix(self, blk, x, u_conv):
     """``ConvDrafter._mix`` before ``F.glu``: through the modules, chunk and sigmoid."""
     import torch
@@ -159,7 +149,7 @@ def _with(modules: bool, fn):
 
     def run():
         if modules:
-            RMSNorm.forward, ConvDrafter._mix = _modules_norm, _modules_mix
+            RMSNorm.forward, ConvDrafter._mix = RMSNorm.formula, _modules_mix
         try:
             return fn()
         finally:

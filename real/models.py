@@ -120,10 +120,13 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype in (torch.float32, torch.float64) and x.dtype == self.weight.dtype:
-            # one fused op, bit-equal to the formula below (tests/real/test_models.py): a
-            # drafter step runs five norms of one token, where the op count is the cost.
+            # one fused op, bit-equal to the formula (tests/real/test_models.py): a drafter
+            # step runs five norms of one token, where the op count is the cost.
             return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
-        # half precision: statistics in float32, as Llama does, then cast back.
+        return self.formula(x)
+
+    def formula(self, x: torch.Tensor) -> torch.Tensor:
+        """Llama's formula op by op: statistics in float32 (or float64), then cast back."""
         dt = x.dtype
         xf = x.float() if dt in (torch.float16, torch.bfloat16) else x
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)

@@ -78,3 +78,15 @@ def test_fused_rms_norm_is_bit_equal_to_the_formula(dtype, shape):
         norm.weight.copy_(torch.randn(shape[-1], generator=g, dtype=dtype))
         formula = norm.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))
         assert torch.equal(norm(x), formula)
+
+
+def test_conv_mix_is_bit_equal_to_the_glu_through_the_modules():
+    """``ConvDrafter._mix`` (``F.glu`` on the weights) gives the bits of the module-by-module
+    GLU: first half times the sigmoid of the second, projected back, residual added."""
+    torch.manual_seed(1)
+    m = ConvDrafter(ConvConfig(vocab_size=V, d_model=16, n_blocks=1, kernel=4, d_hidden=32))
+    blk = m.blocks[0]
+    x, u = torch.randn(5, 16), torch.randn(5, 16)
+    with torch.no_grad():
+        a, g = blk.proj_in(u).chunk(2, dim=-1)
+        assert torch.equal(m._mix(blk, x, u), x + blk.proj_out(a * torch.sigmoid(g)))
