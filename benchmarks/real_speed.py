@@ -34,6 +34,10 @@ drafter, feature-conditioned, model only; ``vs_hf`` = best engine method of any 
 best HF setting of any kind). Machine load matters on a shared box: it is printed beside the
 results; compare ratios measured side by side in one run.
 
+Before the last line (unless ``--c-prompt-tokens 0``): c per model drafter, the verify pass of
+k + 1 tokens over one target step for each k of ``--k-values``, and the ceiling that puts on
+fixed k (every draft accepted, drafting free). ``--sets ""`` measures only these (~1 min).
+
     .venv/bin/python benchmarks/real_speed.py [--repeats 3] [--prompts 8] [--new-tokens 128]
         [--drafters "feat conv tf ngram ngram+feat ngram+tf"] [--k-values "2 4 6"]
         [--controllers "dspark hf-heuristic"] [--sets "unseen heldout"] [--no-sampled]
