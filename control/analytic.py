@@ -2,7 +2,7 @@
 
 With per-token acceptance rate ``a`` and cost ratio ``c`` (one drafter step / one target
 forward), a round of draft length ``k`` emits ``(1 − a^(k+1)) / (1 − a)`` tokens on average for
-a cost of ``k·c + 1`` target forwards (Leviathan et al., ICML 2023, Eq. 1 and Thm 3.8), so
+a cost of ``k·c + 1`` target forwards (:mod:`control.leviathan`), so
 
     k* = argmax_{k_min <= k <= k_max} (1 − a^(k+1)) / ((1 − a)(k·c + 1))
 
@@ -21,21 +21,16 @@ from typing import Any
 from control.base import Controller
 from control.configio import param
 from control.errors import ConfigError
+from control.leviathan import expected_speedup
 from control.types import Decision, Observation
 from control.window import RoundWindow, row_of
 
 
-def expected_speedup(a: float, c: float, k: int) -> float:
-    """(1 − a^(k+1)) / ((1 − a)(k·c + 1)); the limit (k+1)/(k·c+1) at a = 1."""
-    tokens = float(k + 1) if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
-    return tokens / (k * c + 1.0)
-
-
 def best_k(a: float, c: float, k_min: int, k_max: int) -> int:
-    """argmax over k in [k_min, k_max] of :func:`expected_speedup` (smallest k on ties)."""
+    """argmax over k in [k_min, k_max] of ``expected_speedup(a, k, c)`` (smallest k on ties)."""
     best, best_v = k_min, -1.0
     for k in range(k_min, k_max + 1):
-        v = expected_speedup(a, c, k)
+        v = expected_speedup(a, k, c)
         if v > best_v:
             best, best_v = k, v
     return best

@@ -4,7 +4,8 @@ With per-token acceptance rate ``a`` and draft length ``k``, a round emits in ex
 
     E(a, k) = Σ_{j=0..k} a^j = (1 − a^(k+1)) / (1 − a)          (Leviathan et al., Eq. 1)
 
-tokens (the accepted prefix plus the target's bonus or correction token). A batched round lasts
+tokens (the accepted prefix plus the target's bonus or correction token; one home:
+:func:`control.leviathan.expected_tokens`). A batched round lasts
 
     T = [steps > 0] · draft_fixed + steps · step_s(drafting, ctx) + verify_s(N, ctx) + overhead,
 
@@ -28,11 +29,6 @@ from dataclasses import dataclass
 import numpy as np
 
 Costs = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
-
-
-def expected_tokens(a: float, k: int) -> float:
-    """``E(a, k) = Σ_{j=0..k} a^j``: expected tokens a round of draft length k emits."""
-    return float(k + 1) if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
 
 
 @dataclass(frozen=True)

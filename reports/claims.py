@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from control.leviathan import expected_speedup as leviathan_speedup
 from reports.analysis import baseline_mask, kept_up
 from reports.loader import Run
 from reports.style import is_reference
@@ -46,14 +47,6 @@ class Claim:
 
 
 COLUMNS = ("claim", "seed says", "lab finds", "verdict", "assumptions or why")
-
-
-def leviathan_speedup(a: float, k: int, c: float) -> float:
-    """Expected speedup at batch 1 with i.i.d. acceptance a, draft length k, cost ratio c
-    (Leviathan et al. 2023, Thm 3.8)."""
-    if a >= 1.0:
-        return (k + 1) / (k * c + 1)
-    return (1 - a ** (k + 1)) / ((1 - a) * (k * c + 1))
 
 
 def min_acceptance_for(speedup: float, c: float, k_max: int = 15) -> float | None:

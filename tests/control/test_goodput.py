@@ -14,7 +14,8 @@ from control.batch import BatchContext, RoundStats
 from control.costmodel import KNOTS, RoundCostModel, verify_features
 from control.dspark import DSparkConfig
 from control.dspark_planner import DSparkPlanner
-from control.goodput import CostFunctions, expected_tokens, plan_round_lengths, round_seconds
+from control.goodput import CostFunctions, plan_round_lengths, round_seconds
+from control.leviathan import expected_tokens
 from control.registry import make_planner
 
 
@@ -176,11 +177,6 @@ def test_goodput_choice_equals_brute_force(a, c0, c1, s0, s1, K):
     best = max(goodput_of(k, a, costs) for k in itertools.product(range(K + 1), repeat=len(a)))
     assert goodput_of(plan.k, a, costs) == pytest.approx(best, rel=1e-9)
     assert plan.goodput.max() == pytest.approx(best, rel=1e-9)
-
-
-def test_leviathan_expectation():
-    assert expected_tokens(0.8, 4) == pytest.approx((1 - 0.8**5) / 0.2)
-    assert expected_tokens(1.0, 4) == 5.0 and expected_tokens(0.0, 7) == 1.0
 
 
 @settings(max_examples=80, deadline=None)
