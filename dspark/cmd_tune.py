@@ -15,8 +15,7 @@ import sys
 from typing import Any
 
 from dspark.args import command_parser
-
-OBJECTIVES = ("throughput", "goodput", "p99_tpot", "throughput-p99", "throughput-quality")
+from tuning.config import OBJECTIVES, SAMPLERS
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -51,7 +50,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--sampler",
-        choices=("auto", "tpe", "cmaes", "gp", "random", "nsga2"),
+        choices=SAMPLERS,
         default=None,
         help="override the config's sampler",
     )

@@ -15,3 +15,13 @@ def test_every_subcommand_is_offered(capsys):
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     assert set(sub.choices) == set(cli.SUBCOMMANDS)
+
+
+def test_tune_offers_exactly_the_config_choices():
+    from tuning.config import OBJECTIVES, SAMPLERS
+
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    tune = {a.dest: a for a in sub.choices["tune"]._actions}
+    assert tuple(tune["objective"].choices) == OBJECTIVES
+    assert tuple(tune["sampler"].choices) == SAMPLERS
