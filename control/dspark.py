@@ -1,5 +1,5 @@
-"""``dspark``: the confidence scheduler (DESIGN.md, "The confidence scheduler" and "Dynamic
-resource allocation"), with two policies.
+"""``dspark``: the confidence scheduler (docs/design.md, "The `dspark` scheduler" and "Formulas"),
+with two policies.
 
 **goodput** (the default, load-aware). A round planner (:mod:`control.dspark_planner`, one per
 engine replica, called once per round) chooses one draft cap for the batch and lets each
@@ -152,9 +152,9 @@ class DSparkConfig:
     )
     # 32 rounds: an engine's measured start-up profile counts as a third of the ~100 rounds
     # the fit remembers: rounds spread over many draft lengths outweigh it, rounds crowded at
-    # one length (whose timing noise would set the slope) cannot. Session 5, shipped models on
-    # the CPU engine: TP = 2 dspark 60-65 tok/s with it against 43-49 without (3 runs),
-    # batch 1 and batched within run-to-run noise. 0 = off (the engine then times nothing).
+    # one length (whose timing noise would set the slope) cannot; it matters most where the
+    # first rounds are slow to vary (benchmarks/real_tp.py, TP = 2 with dspark).
+    # 0 = off (the engine then times nothing).
     profile_prior_rounds: float = param(
         32.0,
         lo=0.0,
@@ -176,8 +176,9 @@ class DSparkConfig:
     # observed: a prompt token is worth the output its request brings per prompt token, learned
     # as Σ emitted / Σ prefilled over the rounds (~1000 rounds' memory), prompt_token_value
     # its prior: chat-sized prompts (~300 in, ~250 out) move it toward 0.8, 14k-token prompts
-    # with ~340 out toward 340/14000 = 0.024, and the drafts get the pass (session 7, issue 13's long-context
-    # case at load 1: 0.86x -> 1.22x plain serving's TPOT). fixed: prompt_token_value as is.
+    # with ~340 out toward 340/14000 = 0.024, and the drafts get the pass (measured by
+    # benchmarks/prompt_value.py and the long-context trace of benchmarks/long_context_trace.py).
+    # fixed: prompt_token_value as is.
     prompt_value_source: str = param(
         "observed",
         choices=("fixed", "observed"),
@@ -186,9 +187,9 @@ class DSparkConfig:
         when={"policy": ("goodput",)},
     )
     # 65536 prompt tokens (~200 chat prompts): the value moves once a workload's prompts and
-    # outputs have been seen at scale, not while a big batch first fills (capacity cells of
-    # benchmarks/controller_value.py at B = 128/256 against the fixed value: 4096 cost up to
-    # 1.9%, 65536 moved them 0.982-1.015x, geometric mean 1.001).
+    # outputs have been seen at scale, not while a big batch first fills: a small prior lets
+    # the first prompts of a filling batch set it (benchmarks/prompt_value.py, the capacity cells
+    # at B = 128/256).
     prompt_value_prior_tokens: float = param(
         65536.0,
         lo=0.0,
