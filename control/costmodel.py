@@ -21,8 +21,8 @@ statistics so it stays well conditioned) with a small ridge pull toward a prior:
   ever less. It is pulled toward 0 (a tenth of its data weight): rounds at one draft length
   alone cannot tell it from the step, and a step cost that is not linear in the drafting rows
   (a simulated roofline at batch 256) would otherwise park its misfit there and make every
-  draft look dearer (session 5: mixed code/chat at batch 256 drafted 1.05 tokens a round
-  instead of 1.46 with the pull at 10⁻³).
+  draft look dearer (the capacity cells of ``benchmarks/controller_value.py`` at batch 256
+  show it: a weaker pull drafts fewer tokens a round there).
 - **prefill sharing the pass**: a round's verify features use every token of its target pass,
   the drafts' ``Σ(k_i + 1)`` and ``prefill_tokens`` of prompt chunks alike.
 - **overhead**: an exponential average of ``(end − start) − draft_s − verify_s``.

@@ -1,4 +1,4 @@
-"""Speculation metrics, defined once (DESIGN.md) for the simulator, the engine and validation.
+"""Speculation metrics, defined once (docs/design.md) for the simulator, the engine and validation.
 
 From per-round counts: ``n`` tokens accepted of ``k`` drafted; a round *ended in a rejection*
 when ``n < k``.

@@ -13,7 +13,7 @@
   of what better acceptance estimates could buy.
 
 A per-sequence "draft exactly L" oracle is no reference under batching: the draft phase lasts
-the longest draft of the batch (DESIGN.md, "Dynamic resource allocation").
+the longest draft of the batch (docs/design.md, "Where the seed is wrong").
 """
 
 from __future__ import annotations

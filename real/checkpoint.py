@@ -36,13 +36,11 @@ def native_cpu_bf16() -> bool:
 def resolve_dtype(name: str, device: str, slots: int = 1) -> str:
     """A precision name of DTYPES; ``auto`` is bfloat16 on CUDA and on a CPU with native bf16;
     on another CPU bfloat16 for the batch-1 engine (``slots`` = 1) and float32 for a batched
-    one. Measured on a 2-core AVX2 CPU (session 10, 2026-12-02), the shipped 12 M-parameter
-    target: bf16 is emulated there and compute-bound (a 384x1536 bf16 linear costs 6.5x at 8
-    rows what it costs at 1, float32 2.7x), so float32 serves plain batch 8 at 3.6-4.5x batch
-    1's tokens/s where bf16 reaches 1.7-2.8x; at batch 1 bf16 decodes ~1.8x faster (side by
-    side, 2 repeats) and a 3-token verify costs 1.2x one token against float32's 1.4x (2
-    threads), so speculation gains more there (best unseen-prompt method 2.0x target-only in
-    bf16 in an earlier run, 1.3x in float32)."""
+    one. Without native bf16 a bf16 matmul is emulated and compute-bound already at a few rows,
+    so float32 serves a batch faster; at batch 1 bf16 decodes faster and a short verify pass
+    costs less over one token than in float32, so speculation gains more there
+    (``benchmarks/real_batch.py`` measures the batched engine, ``benchmarks/real_speed.py``
+    batch 1)."""
     if name != AUTO_DTYPE:
         return name
     return "bfloat16" if device == "cuda" or native_cpu_bf16() or slots == 1 else "float32"

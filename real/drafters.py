@@ -18,8 +18,8 @@ confidence is below τ; otherwise the token is drawn (argmax under greedy, x ~ q
 sampling) and always kept. So the stop at position i depends only on the committed sequence and
 the tokens already drafted at positions < i, never on the token drawn at i: a draft is a
 stopping-time prefix of tokens each drawn from exactly the q row that verification divides by,
-and speculative sampling stays exactly target-distributed for every τ (DESIGN.md, "Drafting stop
-vs verification threshold"). The rejected alternative, "draw x ~ q, drop x if q(x) < τ", proposes
+and speculative sampling stays exactly target-distributed for every τ (docs/design.md, "Two
+kinds of threshold"). The rejected alternative, "draw x ~ q, drop x if q(x) < τ", proposes
 from q conditioned on q(x) >= τ while verification divides by q: biased. HF's rule (keep the drawn
 token, stop after it) is exact too; this one is chosen because under greedy decoding the drawn
 token IS the argmax, so ``max q = q(x)`` and the rule is exactly the historical one ("stop before

@@ -45,7 +45,7 @@ from real.sampling import SamplingParams, verify_greedy, verify_sampling, verify
 
 @dataclass(frozen=True)
 class EngineConfig:
-    # 16: above the controllers' k range [3, 15] (DESIGN.md), so no decision is cut.
+    # 16: above the controllers' k range [3, 15] (docs/design.md), so no decision is cut.
     k_max: int = param(16, lo=0, hi=64, doc="largest draft length a round may use")
     # 1024 tokens of context: prompts + outputs of the benchmarks fit with room to spare.
     max_len: int = param(1024, lo=8, hi=2048, doc="longest sequence (prompt + output)")

@@ -322,10 +322,10 @@ class ConvBlock(nn.Module):
 
 
 #: Up to this many new tokens of one sequence, a conv block gathers each token's window and
-#: sums it (as the packed path does) instead of launching ``F.conv1d``: on the 2-core CPU the
-#: gather took 0.60 / 0.66 / 0.89 of conv1d's time over four blocks at 2 / 8 / 32 tokens
-#: (``benchmarks/drafter_step.py``, 2026-12-02; a drafter catching up on the tokens of a fully
-#: accepted or draft-free round), and its cost grows with T.
+#: sums it (as the packed path does) instead of launching ``F.conv1d``: on a CPU the gather is
+#: the faster of the two up to this size and its cost grows with T (``benchmarks/drafter_step.py``
+#: times both at 2, 8 and 32 tokens: a drafter catching up on the tokens of a fully accepted or
+#: draft-free round).
 GATHER_MAX_TOKENS = 32
 
 

@@ -339,9 +339,9 @@ def _phase_rows(ks, reps, ctx: int, batch: int) -> list[dict]:
     """``draft-phase`` rows: the whole propose call at each draft length (its fixed cost and a
     first step unlike the others included), medians and trimmed means made non-decreasing in
     k (isotonic regression: more steps never cost less; it pools the noise of neighbouring
-    cells). The line of the ``drafter`` row does not fit it: in session 12's validate_files
-    profile (2-core CPU, 2026-12-02) one step cost ~2.7 ms where the line over k = 1..16 said
-    ~4.2 (intercept 2.3 + step 1.9), and the second step ~3 ms more."""
+    cells). The line of the ``drafter`` row does not fit it: on a CPU the first step costs less
+    than the line over k = 1..16 says (its intercept plus one step) and the second step more;
+    the two rows of one ``dspark real profile`` side by side show it."""
     from scipy.optimize import isotonic_regression
 
     out = [_row(DRAFT_PHASE, int(k), ctx, reps[i], batch) for i, k in enumerate(ks)]
@@ -645,10 +645,10 @@ def calibration_ks(k_max: int) -> list[int]:
 
 def after_a_draft(records) -> list[bool]:
     """Per batch-1 record, in order: whether the previous round of the same generation drafted
-    (``round`` 0 starts a generation). Its verify pass then follows a drafter pass: on the
-    2-core CPU a draft-free round right after a drafting one verified ~15% slower (median)
-    than one inside a draft-free stretch (12.3 against 10.3 ms, 6 and 423 rounds, 2026-12-02;
-    the cause is not isolated, the caches are the likely one)."""
+    (``round`` 0 starts a generation). Its verify pass then follows a drafter pass: on a CPU a
+    draft-free round right after a drafting one verifies slower than one inside a draft-free
+    stretch (the profile's k-cycling rounds measure both; the cause is not isolated, the
+    caches are the likely one)."""
     last: dict = {}  # request id -> what its previous round drafted
     out = []
     for r in records:

@@ -1,4 +1,4 @@
-"""Package boundaries of DESIGN.md, checked on the source (every import statement, any depth)."""
+"""Package boundaries of docs/design.md, checked on the source (every import statement, any depth)."""
 
 import ast
 from pathlib import Path

@@ -47,8 +47,8 @@ MAX_RETRY = 3  # retries of one trial before it is left failed
 # A RUNNING trial never tagged with its worker is dead after this: a worker tags its claim in
 # the next storage call (ms; seconds on a loaded machine), so only a worker killed between the
 # two leaves one. 30 s: far beyond a live worker's gap, and a resume after such a kill waits
-# that long (at 120 s a CLI resume after a kill outlived its test's 120 s timeout on a loaded
-# CI run, 2026-12-02; the likely cause, inferred: the CLI ran --quiet).
+# that long, so it must stay well inside the 120 s that tests/tuning/test_faults.py gives a CLI
+# resume after a kill on a loaded machine.
 UNTAGGED_STALE_S = 30
 RDB_OPEN_ATTEMPTS = 4  # opening a new database races its schema creation: retried
 

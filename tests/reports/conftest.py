@@ -7,7 +7,7 @@ import pytest
 from tests.reports.fixtures import write_all
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def run_root(tmp_path_factory):
     """The fixed set of synthetic run folders (one of each kind, plus scaling and multi-objective)."""
     root = tmp_path_factory.mktemp("runs")
@@ -15,7 +15,7 @@ def run_root(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def built_report(run_root, tmp_path_factory):
     from reports import make_report
 

@@ -58,7 +58,7 @@ def api(app, path: str) -> dict:
 def tuned(tiny_cfg, tmp_path) -> Path:
     """A seeded 8-trial study, all of them random start-up trials: each draws the mode with
     even odds, so (deterministically, for this seed and space) some are threshold trials. With
-    3 start-up trials, all three drew strict once the space gained two dimensions (session 7)
+    3 start-up trials, all three drew strict once the space gained two dimensions
     and the model-guided trials after them never tried threshold."""
     from tuning.run import tune
 
