@@ -23,6 +23,7 @@ from control.errors import DSparkError
 # subcommand -> module; one that cannot be imported is an error (never a silently missing command).
 SUBCOMMANDS = {
     "simulate": "dspark.cmd_simulate",
+    "capacity": "dspark.cmd_capacity",
     "tune": "dspark.cmd_tune",
     "real": "dspark.cmd_real",
     "validate": "dspark.cmd_validate",

@@ -10,6 +10,7 @@ from typing import Any
 from control.configio import from_mapping, param, read_toml, to_dict
 from control.errors import ConfigError
 from sim.acceptance import AcceptanceConfig
+from sim.block import DraftConfig
 from sim.hardware import HardwareConfig
 from sim.latency import LatencyConfig
 from sim.models import ModelConfig
@@ -95,9 +96,9 @@ class DeploymentConfig:
 @dataclass(frozen=True)
 class SloConfig:
     # interactive chat: first token within 2 s.
-    ttft_s: float = param(2.0, lo=0.0, doc="time-to-first-token SLO, s")
+    ttft_s: float = param(2.0, lo=1e-6, doc="time-to-first-token SLO, s (> 0)")
     # ~20 tokens/s reading speed.
-    tpot_s: float = param(0.05, lo=0.0, doc="time-per-output-token SLO, s")
+    tpot_s: float = param(0.05, lo=1e-6, doc="time-per-output-token SLO, s (> 0)")
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,8 @@ class SimConfig:
     # a default deployment that fits one GPU: Llama-3.1-8B with a Llama-3.2-1B drafter.
     target: ModelConfig = param(default_factory=lambda: ModelConfig(preset="Llama-3.1-8B"))
     drafter: ModelConfig = param(default_factory=lambda: ModelConfig(preset="Llama-3.2-1B"))
+    # an autoregressive drafter (one token per forward) unless the scenario says 'block'.
+    draft: DraftConfig = param(default_factory=DraftConfig)
     deployment: DeploymentConfig = param(default_factory=DeploymentConfig)
     workload: WorkloadConfig = param(default_factory=WorkloadConfig)
     acceptance: AcceptanceConfig = param(default_factory=AcceptanceConfig)
@@ -145,6 +148,8 @@ class SimConfig:
 
 def _resolve(cfg: SimConfig, base: Path) -> SimConfig:
     w, a, lat = cfg.workload, cfg.acceptance, cfg.latency
+    if a.model == "curve" and not a.position_rates and cfg.draft.curve():
+        a = dataclasses.replace(a, position_rates=cfg.draft.curve())
     if w.arrival == "trace" or (w.prompt.path or w.output.path):
         if w.arrival == "trace":
             w = dataclasses.replace(
@@ -181,6 +186,14 @@ def _check(cfg: SimConfig) -> SimConfig:
     from control.registry import controller_names, make_config
 
     s, names = cfg.sim, controller_names()
+    cfg.draft.check()
+    if cfg.acceptance.model == "curve" and not (
+        cfg.acceptance.position_rates or cfg.draft.curve()
+    ):
+        raise ConfigError(
+            "acceptance.model = 'curve' needs acceptance.position_rates "
+            "(or a draft.preset whose curve fills it)"
+        )
     if s.horizon_s is not None and s.horizon_s <= 0:
         raise ConfigError(
             f"sim.horizon_s = {s.horizon_s!r} is out of range; allowed > 0 "

@@ -3,7 +3,8 @@
 Definitions: acceptance_rate â = Σn / (Σn + rounds that ended in a rejection); vpr = accepted /
 drafted; du = accepted drafted tokens that reached the output / drafted; mean_accepted_length =
 1 + Σn / rounds; throughput = output tokens emitted after warm-up / (end − warm-up); goodput
-counts only requests meeting both SLOs; speedup = token-weighted mean TPOT of the k = 0 run
+counts only requests meeting both SLOs;
+slo_attainment = share of the measured requests meeting both SLOs (unfinished ones miss); speedup = token-weighted mean TPOT of the k = 0 run
 without the drafter (plain serving) with the same seed and arrivals / this run's, and
 speedup_resident the same over the k = 0 run with the drafter resident (filled in by
 ``sim.api``); preemptions / recomputed_tokens: paged-KV preemptions and the prefill work they
@@ -29,6 +30,7 @@ SUMMARY_KEYS = (
     "offered_rps",
     "throughput_tokens_per_s",
     "goodput_tokens_per_s",
+    "slo_attainment",
     "speedup",
     "speedup_resident",
     "mean_accepted_length",
@@ -78,6 +80,17 @@ def per_request(run: RunData) -> dict[str, np.ndarray]:
     return {"finished": fin, "ttft": ttft, "tpot": tpot, "e2e": e2e}
 
 
+def slo_attainment(m: dict[str, np.ndarray], measured: np.ndarray, slo) -> float:
+    """Share of the measured requests (arrived after warm-up) that finished with TTFT ≤
+    ``slo.ttft_s`` and their own TPOT ≤ ``slo.tpot_s`` (a one-token output has no TPOT and
+    meets it). Unfinished and rejected requests miss. NaN when no request is measured."""
+    n = int(np.count_nonzero(measured))
+    if n == 0:
+        return NAN
+    ok = measured & m["finished"] & (m["ttft"] <= slo.ttft_s) & ~(m["tpot"] > slo.tpot_s)
+    return float(np.count_nonzero(ok)) / n
+
+
 def summarize(
     run: RunData, scn, cluster, *, controller: str, seed: int, load_scale: float, offered_rps: float
 ) -> dict:
@@ -101,6 +114,7 @@ def summarize(
         "offered_rps": float(offered_rps),
         "throughput_tokens_per_s": c.measured_tokens / window,
         "goodput_tokens_per_s": float(r.output_tokens[ok].sum()) / window,
+        "slo_attainment": slo_attainment(m, meas, scn.slo),
         "speedup": NAN,
         "speedup_resident": NAN,
         **speculation_metrics(
