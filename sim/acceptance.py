@@ -13,7 +13,10 @@ output token; a round uses the regime it starts in), ``beta`` (per-request rate 
 Beta(mean, concentration): task complexity), ``mixture`` (each request's rate is one of
 ``mixture_rates``, drawn with ``mixture_weights``: code-like and chat-like requests in one stream),
 ``replay`` (greedy position trace ``positions.csv``
-of ``control.PositionRecord``: L and confidences as recorded, exactly).
+of ``control.PositionRecord``: L and confidences as recorded, exactly), ``curve`` (a block
+drafter's confidence-head calibration curve: the j-th drafted token of a round is accepted with
+``position_rates[j-1]`` given the tokens before it were, the last value repeating past the
+table; ``sim.block``).
 
 Drafter confidence: logit-normal, with mean ``conf_accept_logit`` for tokens inside the run and
 ``conf_reject_logit`` for the first rejected token and beyond, so low confidence predicts
@@ -45,7 +48,7 @@ class AcceptanceConfig:
     # iid is the Leviathan model; the others add structure.
     model: str = param(
         "iid",
-        choices=("iid", "decay", "markov", "beta", "mixture", "replay"),
+        choices=("iid", "decay", "markov", "beta", "mixture", "replay", "curve"),
         doc="acceptance model",
     )
     # a 70B target with an 8B drafter of the same family accepts ~0.7-0.8 per token.
@@ -70,6 +73,10 @@ class AcceptanceConfig:
     )
     mixture_weights: tuple[float, ...] = param(
         (0.5, 0.5), lo=0.0, hi=1.0, doc="share of requests in each class (mixture)"
+    )
+    # empty: a block preset's curve (sim.block) fills it; model = 'curve' needs one.
+    position_rates: tuple[float, ...] = param(
+        (), lo=0.0, hi=1.0, doc="conditional acceptance per draft position (curve)"
     )
     # None unless model = 'replay'; relative to the scenario file.
     replay_path: str | None = param(None, doc="positions.csv (greedy position trace)")
@@ -172,6 +179,14 @@ class AcceptanceModel:
             pi_easy = ph / (pe + ph) if pe + ph > 0 else 1.0
             self.easy = init_rng.random(n) < pi_easy
             self.rate = np.where(self.easy, cfg.easy_rate, cfg.hard_rate)
+        elif kind == "curve":
+            if not cfg.position_rates:
+                raise DSparkError("acceptance.model = 'curve' needs acceptance.position_rates")
+            r = np.asarray(cfg.position_rates, dtype=float)
+            r = np.concatenate([r, np.full(max(self.H - len(r), 0), r[-1])])[: self.H]
+            with np.errstate(divide="ignore"):
+                self.neg_log_surv = -np.cumsum(np.log(r))
+            self.rate = np.full(n, r[0])
         elif kind == "decay":
             j = np.arange(1, self.H + 1)
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -209,7 +224,7 @@ class AcceptanceModel:
                 out[i] = min(int(L[p]), H) if p < len(L) and L[p] >= 0 else 0
             return out
         u = 1.0 - self.rng.random(len(ids))  # in (0, 1]
-        if self.kind == "decay":
+        if self.kind in ("decay", "curve"):
             return np.searchsorted(self.neg_log_surv, -np.log(u), side="left")
         # P(L >= j) = a^j  <=>  L = floor(log u / log a); log a = -0 (a = 1) gives the cap
         L = np.log(u)
@@ -219,9 +234,9 @@ class AcceptanceModel:
 
     def true_rates(self, ids: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """Each sequence's true per-token acceptance probability of its next drafted token
-        (the first of a round drafted at output position ``pos``): iid and decay the configured
-        rate (decay: at draft position 1), beta the request's own rate, markov the rate of its
-        current regime, replay the empirical rate of the request's recorded trace
+        (the first of a round drafted at output position ``pos``): iid, decay and curve the
+        configured rate (decay and curve: at draft position 1), beta the request's own rate,
+        markov the rate of its current regime, replay the empirical rate of the request's recorded trace
         (Σ L / (Σ L + positions whose run ended in a rejection), L capped at
         ``max_run_tokens``). What a rate oracle knows; draws nothing from ``rng``."""
         ids = np.asarray(ids, dtype=np.int64)

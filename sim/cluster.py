@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from control.costmodel import verify_seed_row
 from control.errors import ConfigError
+from sim.block import BlockForward
 from sim.config import SimConfig
 from sim.latency import Constant, LatencyBackend, Roofline, Table, phase_seconds, table_models
 
@@ -84,6 +85,13 @@ class Cluster:
         else:
             self.lat_t = Constant(lat.constant_target_s, lat.constant_prefill_s)
             self.lat_d = Constant(lat.constant_drafter_s, 0.0)
+        #: a block drafter's B (sim.block), 0 for an autoregressive drafter: its draft phase is
+        #: one forward at B tokens per drafting row whatever k <= B (a measured table's
+        #: draft-phase rows time autoregressive phases, so they do not apply)
+        self.block_size = scn.draft.resolved_block_size() if scn.draft.kind == "block" else 0
+        if self.block_size:
+            self.lat_d = BlockForward(self.lat_d, self.block_size)
+            self.phase = None
 
     def cost_seed_rows(
         self, max_batch: int, max_draft: int | None, ctxs: tuple[int, ...] = (64, 192)
@@ -101,13 +109,17 @@ class Cluster:
                 for k in ks:
                     v = self.lat_t.seconds(B, B * (k + 1), ctx)
                     rows.append(verify_seed_row(B, k + 1, ctx, v))
-                    if k and self.use_drafter:
-                        rows.append(("draft", B, k, ctx, self.draft_phase_s(B, k, ctx)))
+                    if k and self.use_drafter:  # a block drafter's phase: one forward
+                        steps = 1 if self.block_size else k
+                        rows.append(("draft", B, steps, ctx, self.draft_phase_s(B, k, ctx)))
         return rows
 
     def draft_phase_s(self, drafting: int, steps: int, context_sum: float) -> float:
         """A draft phase of ``steps`` drafter steps over ``drafting`` rows (no prompt chunk, no
-        catch-up): the table's draft-phase rows where it has them, else ``steps`` steps."""
+        catch-up): the table's draft-phase rows where it has them, else ``steps`` steps; a block
+        drafter's is one forward whatever ``steps`` (> 0)."""
+        if self.block_size and steps:
+            steps = 1
         return phase_seconds(self.phase, self.lat_d, drafting, steps, context_sum)
 
     def provenance(self) -> dict:

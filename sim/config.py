@@ -187,9 +187,7 @@ def _check(cfg: SimConfig) -> SimConfig:
 
     s, names = cfg.sim, controller_names()
     cfg.draft.check()
-    if cfg.acceptance.model == "curve" and not (
-        cfg.acceptance.position_rates or cfg.draft.curve()
-    ):
+    if cfg.acceptance.model == "curve" and not (cfg.acceptance.position_rates or cfg.draft.curve()):
         raise ConfigError(
             "acceptance.model = 'curve' needs acceptance.position_rates "
             "(or a draft.preset whose curve fills it)"

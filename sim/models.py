@@ -14,6 +14,12 @@ MODEL_PRESETS: dict[str, tuple[int, int, int, int, int, int]] = {
     "Llama-3.2-1B": (16, 2048, 32, 8, 8192, 128256),
     "Llama-2-7B": (32, 4096, 32, 32, 11008, 32000),
     "Llama-2-70B": (80, 8192, 64, 8, 28672, 32000),
+    # block drafters for a Llama-3.1-8B target (sim.block; sizes are assumptions, not published
+    # figures): decoder layers at the target's width, its vocabulary and GQA shape, fed a
+    # projection of several target layers' hidden states. DSpark-block-7: 2 layers (~1.5 B
+    # parameters with embedding and head); DFlash-block-16: 5 layers (~2.1 B).
+    "DSpark-block-7": (2, 4096, 32, 8, 14336, 128256),
+    "DFlash-block-16": (5, 4096, 32, 8, 14336, 128256),
 }
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
 

@@ -67,7 +67,8 @@ class EngineParams:
             horizon_s=scn.sim.horizon_s,
             lossy_accept_max=scn.acceptance.lossy_accept_max,
             round_overhead_s=scn.latency.round_overhead_s,
-            max_draft_tokens=dep.max_draft_tokens,
+            # a block drafter proposes at most its block B (sim.block)
+            max_draft_tokens=min(dep.max_draft_tokens, cluster.block_size or NO_DRAFT_CAP),
             draft_within_length=dep.draft_within_length,
             kv_bytes_per_token=cluster.kv_bytes_per_token,
             kv_budget_bytes=cluster.kv_budget_bytes,

@@ -821,6 +821,8 @@ class Replica:
             rnd.drafted = drafted.tolist()
         else:
             rnd.draft_steps, rnd.drafted = max_k, rnd.k
+        if rnd.draft_steps and self.cluster.block_size:
+            rnd.draft_steps = 1  # a block drafter (sim.block): one forward whatever k <= B
         rnd.lossy = None
         if "threshold" in [d.mode for d in decisions]:
             if drafted is None:
