@@ -78,6 +78,22 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="override a scenario key, e.g. workload.rate_rps=3 (TOML value)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes that run the sweep's points (controller × load); the run folder is "
+        "the same as with 1 (default 1)",
+    )
+    p.add_argument(
+        "--storage",
+        default=None,
+        metavar="URL",
+        help="run the points as an Optuna study on this storage (journal: the run folder's "
+        "study.journal, journal:PATH, sqlite:///PATH, postgresql://...): the same command "
+        "on other machines joins it, a killed worker's point is run again, and each command "
+        "writes its run folder once every point is done",
+    )
     return p
 
 
@@ -152,6 +168,17 @@ def format_table(df) -> str:
     return shown.to_string(index=False)
 
 
+def _study_runner(storage: str | None, out: str | None, workers: int, bar: Any) -> Any:
+    """With ``--storage``: the sweep's points as an Optuna study (:mod:`tuning.sweep`)."""
+    if storage is None:
+        return None
+    from tuning.storage import resolve_url
+    from tuning.sweep import run_sweep
+
+    url = resolve_url(storage, out)
+    return lambda sweep: run_sweep(sweep, url, workers, bar)
+
+
 def run(args: argparse.Namespace) -> int:
     import json
 
@@ -160,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
 
     check_seed(args.seed)
     loads = _parse_loads(args.loads)
+    if args.workers < 1:
+        raise DSparkError(f"--workers {args.workers}: allowed an integer >= 1")
     out = None if args.no_out else run_folder(args.out, args.overwrite, "simulate")
     scn = load_scenario(args.config, parse_sets(args.set) or None)
     names = (
@@ -181,6 +210,8 @@ def run(args: argparse.Namespace) -> int:
             load_scales=loads,
             trace=args.trace,
             progress=bar,
+            workers=args.workers,
+            runner=_study_runner(args.storage, out, args.workers, bar),
         )
     except DSparkError as e:  # a check of the generated requests: name the scenario file
         msg = str(e)

@@ -260,13 +260,19 @@ def simulate(
             base_tpot = bs["mean_tpot_s"]
             if _baseline_cache is not None:
                 _baseline_cache[cache_key] = base_tpot
-        s[key] = base_tpot / s["mean_tpot_s"] if s["mean_tpot_s"] > 0 else float("nan")
+        s[key] = speedup_of(base_tpot, s)
     import pandas as pd
 
     req = requests_table(rd, label)
     rounds = pd.DataFrame(rd.rounds) if trace else None
     ctrace = pd.DataFrame(rd.ctrl_trace) if trace else None
     return SimResult(s, req, rounds, ctrace, cfg_obj)
+
+
+def speedup_of(base_tpot: float, summary: dict) -> float:
+    """A run's speedup over a baseline of mean TPOT ``base_tpot`` (NaN without a TPOT)."""
+    m = summary["mean_tpot_s"]
+    return base_tpot / m if m > 0 else float("nan")
 
 
 def _items(controllers: Iterable) -> list[tuple[str, Any, str]]:
@@ -313,10 +319,14 @@ def compare_runs(
     trace: bool = False,
     baseline: bool = True,
     progress: Any = None,
+    workers: int = 1,
+    runner: Any = None,
 ) -> Comparison:
     """One row per controller × load scale, all on the same seed (identical arrivals and
     lengths), with the request (and with ``trace`` the round) tables. Writes the run folder
-    (docs/results-format.md) when ``out_dir`` is given."""
+    (docs/results-format.md) when ``out_dir`` is given. With ``workers`` > 1 the runs are
+    points of a process pool, with ``runner`` points of whatever it is (e.g. an Optuna study):
+    :mod:`sim.sweep`; the tables are the same, row for row."""
     import pandas as pd
 
     items = _items(controllers)
@@ -328,22 +338,31 @@ def compare_runs(
         raise ConfigError("compare: no load scales to run")
     for name, cfg, _ in items:  # every config is checked before any run starts
         resolve_controller_config(scn, name, cfg)
+    pooled = workers != 1 or runner is not None
+    if pooled:
+        from sim import sweep
+
+        plan = sweep.Sweep.of(scn, seed, items, load_scales, trace, baseline)
+        done = iter(sweep.run(plan, sweep.check_workers(workers), progress, runner))
     cache: dict = {}
     rows, reqs, rounds, ctr, cfgs = [], [], [], [], {}
     for ls in load_scales:
         for name, cfg, label in items:
-            res = simulate(
-                scn,
-                name,
-                cfg,
-                seed=seed,
-                trace=trace,
-                baseline=baseline,
-                load_scale=float(ls),
-                label=label,
-                _baseline_cache=cache,
-                resident_baseline=True,
-            )
+            if pooled:
+                res = next(done)
+            else:
+                res = simulate(
+                    scn,
+                    name,
+                    cfg,
+                    seed=seed,
+                    trace=trace,
+                    baseline=baseline,
+                    load_scale=float(ls),
+                    label=label,
+                    _baseline_cache=cache,
+                    resident_baseline=True,
+                )
             rows.append(res.summary)
             r = res.requests.copy()
             r.insert(1, "load_scale", float(ls))
@@ -352,7 +371,7 @@ def compare_runs(
                 rounds.append(res.rounds.assign(load_scale=float(ls)))
                 ctr.append(res.controller_trace.assign(load_scale=float(ls)))
             cfgs[name] = res.controller_config
-            if progress is not None:
+            if progress is not None and not pooled:
                 progress.update(1)
     out = Comparison(
         pd.DataFrame(rows, columns=list(SUMMARY_KEYS)),

@@ -282,7 +282,23 @@ def run_worker(
     )
     n = n_trials or int(study.user_attrs.get("n_trials", cfg.tune.n_trials))
     objective = Objective(cfg, simulate=simulate, require_slot=True)
+    return work_queue(study, objective, n, callbacks)
+
+
+def work_queue(
+    study: optuna.Study,
+    objective: Callable[[optuna.Trial], Any],
+    n: int,
+    callbacks: list | None = None,
+    catch: tuple = (),
+    done_count: Callable[[optuna.Study], int] | None = None,
+) -> int:
+    """Run the study's queued slots with ``objective`` until ``n`` are finished, or none is
+    queued and none runs that may still finish or come back; returns trials run here.
+    ``catch``: exceptions that fail a trial without stopping the worker (beside duplicates);
+    ``done_count``: how many are finished (default: COMPLETE and PRUNED trials)."""
     done = 0
+    done_count = done_count or count_done
     # a worker that died while others run: its trial is re-queued after the next trial ends
     cbs = [
         lambda st, tr: recover(st),
@@ -299,12 +315,15 @@ def run_worker(
     while True:
         recover(study)
         drop_duplicates(study)
-        if count_done(study) >= n:
+        if done_count(study) >= n:
             break
         if _waiting(study):
             try:
                 study.optimize(
-                    objective, callbacks=[count, *cbs], gc_after_trial=False, catch=(DuplicateSlot,)
+                    objective,
+                    callbacks=[count, *cbs],
+                    gc_after_trial=False,
+                    catch=(DuplicateSlot, *catch),
                 )
             except NoSlot:  # the queue ran dry under a race: look again
                 pass
