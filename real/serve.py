@@ -37,6 +37,7 @@ import numpy as np
 
 from control.configio import param
 from control.errors import DSparkError
+from control.tracefile import UNIT_CHOICES, read_trace_file
 from control.types import RoundRecord
 
 #: the simulator's ``requests.csv`` columns (sim.metrics.requests_table), in order
@@ -73,7 +74,6 @@ BATCH_COLUMNS = (
     "waiting",
     "prefill_tokens",
 )
-AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,12 @@ class ServeConfig:
     # None: arrivals from `trace`; one of the two must be set.
     rate_rps: float | None = param(None, lo=1e-6, hi=1e6, doc="Poisson arrival rate")
     trace: str | None = param(None, doc="Azure-format trace CSV (arrivals and lengths)")
+    # as the simulator's workload.trace_timestamp_unit: ISO dates, or numbers as seconds, warned.
+    trace_timestamp_unit: str = param(
+        "auto", choices=UNIT_CHOICES, doc="unit of numeric trace timestamps (auto: see sim)"
+    )
+    # as the simulator's workload.trace_sort: out-of-order times are an error unless sorted.
+    trace_sort: bool = param(False, doc="sort trace rows by time")
     # 1: the trace's own pace; < 1 compresses it (more load).
     time_scale: float = param(1.0, lo=1e-6, hi=1e6, doc="multiplies trace inter-arrival times")
     # 30 s: a few hundred requests at a saturating rate on this CPU.
@@ -118,34 +124,14 @@ class ServeResult:
     rejected: list[str] = field(default_factory=list)
 
 
-def read_azure_trace(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(arrival seconds from the first request, context tokens, generated tokens), sorted."""
-    import pandas as pd
-
-    try:
-        df = pd.read_csv(path)
-    except FileNotFoundError:
-        raise DSparkError(f"{path}: trace file not found") from None
-    except Exception as e:
-        raise DSparkError(f"{path}: cannot read trace: {str(e).splitlines()[0]}") from None
-    for c in AZURE_COLUMNS:
-        if c not in df.columns:
-            raise DSparkError(f"{path}: trace lacks column '{c}'")
-    ts = pd.to_datetime(df["TIMESTAMP"], errors="coerce", format="mixed")
-    if ts.isna().any():
-        row = int(np.flatnonzero(ts.isna().to_numpy())[0])
-        raise DSparkError(f"{path}: column 'TIMESTAMP' has a garbled value at row {row + 2}")
-    cols = []
-    for c in AZURE_COLUMNS[1:]:
-        v = pd.to_numeric(df[c], errors="coerce")
-        bad = v.isna() | (v < 0)
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise DSparkError(f"{path}: column '{c}' has a garbled value at row {row + 2}")
-        cols.append(v.to_numpy(dtype=np.int64))
-    t = (ts - ts.min()).dt.total_seconds().to_numpy()
-    order = np.argsort(t, kind="stable")
-    return t[order], cols[0][order], cols[1][order]
+def read_azure_trace(
+    path: str, unit: str = "auto", sort: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(arrival seconds from the first request, context tokens, generated tokens), sorted by
+    time: the simulator's reader (:func:`control.tracefile.read_trace_file`), keys named
+    ``serve.trace_timestamp_unit`` / ``serve.trace_sort``."""
+    t, ctx, gen, _ = read_trace_file(path, unit, sort, prefix="serve.")
+    return t, ctx, gen
 
 
 def _windows(
@@ -201,7 +187,7 @@ def arrivals(cfg: ServeConfig, tokenizer=None, vocab_size: int | None = None) ->
         )
     rng = np.random.default_rng(cfg.seed)
     if cfg.trace is not None:
-        t, ctx, gen = read_azure_trace(cfg.trace)
+        t, ctx, gen = read_azure_trace(cfg.trace, cfg.trace_timestamp_unit, cfg.trace_sort)
         arr = t * cfg.time_scale
         n = int(np.searchsorted(arr, cfg.duration_s, side="left"))
         arr = arr[:n]

@@ -7,19 +7,18 @@ controller sees exactly the same arrivals and lengths.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from control import tracefile
 from control.configio import param
 from control.errors import ConfigError, DSparkError
 from sim.tables import read_table
 
-AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+AZURE_COLUMNS = tracefile.AZURE_COLUMNS
 #: the largest token count a trace row may hold (LengthConfig's max_tokens bound).
-MAX_TRACE_TOKENS = 10_000_000
-_TZ_SUFFIX = r"(?:Z|[+-]\d\d:?\d\d)\s*$"
+MAX_TRACE_TOKENS = tracefile.MAX_TRACE_TOKENS
 DEFAULT_TRACE = "../../shared/data/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"
 
 
@@ -78,11 +77,16 @@ class WorkloadConfig:
         doc="Azure-format CSV trace, or a .jsonl trace of {timestamp, input_length, "
         "output_length, optional hash_ids} records (relative to scenario file)",
     )
-    # datetime strings (the Azure traces) need no unit; numbers need one (JSONL traces: ms).
+    # ISO dates (the Azure traces) need no unit; auto reads numbers as seconds (JSONL: ms), warned.
     trace_timestamp_unit: str = param(
         "auto",
-        choices=("auto", "s", "ms", "us", "ns"),
-        doc="unit of numeric trace timestamps (auto: datetimes as text, JSONL numbers in ms)",
+        choices=tracefile.UNIT_CHOICES,
+        doc="unit of numeric trace timestamps (auto: ISO dates as dates, numbers as seconds, "
+        "JSONL numbers as ms, with a warning naming the span)",
+    )
+    # a trace out of time order is more likely a misread than a plan: refused unless asked.
+    trace_sort: bool = param(
+        False, doc="sort trace rows by time (negative or out-of-order times are else an error)"
     )
     # Mooncake's public traces hash prompts in blocks of 512 tokens.
     trace_hash_block_tokens: int = param(
@@ -113,155 +117,25 @@ class Requests:
         return len(self.arrival_s)
 
 
-def _hash_ids(rec: dict, path: str, line_no: int) -> tuple[int, ...]:
-    """A record's ``hash_ids`` (one id per block of prompt tokens; () when it has none)."""
-    h = rec.get("hash_ids", [])
-    if not isinstance(h, list) or not all(
-        isinstance(x, int) and not isinstance(x, bool) for x in h
-    ):
-        raise DSparkError(f"{path}: line {line_no}: hash_ids must be a list of integers")
-    return tuple(h)
-
-
-def _read_jsonl(path: str):
-    """A JSONL trace (one record a line: ``timestamp``, ``input_length``, ``output_length``,
-    optional ``hash_ids``, the form public long-context traces use) as the Azure columns, and
-    the records' hash ids (None when no record has any)."""
-    import json
-
-    import pandas as pd
-
-    rows, hashes = [], []
-    with open(path, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                rows.append((rec["timestamp"], rec["input_length"], rec["output_length"]))
-            except (ValueError, TypeError) as e:
-                raise DSparkError(f"{path}: line {line_no} is not a JSON record: {e}") from None
-            except KeyError as e:
-                raise DSparkError(
-                    f"{path}: line {line_no} has no {e}; a record needs timestamp, input_length "
-                    "and output_length"
-                ) from None
-            hashes.append(_hash_ids(rec, path, line_no))
-    df = pd.DataFrame(rows, columns=list(AZURE_COLUMNS)).astype(str)
-    return df, (hashes if any(hashes) else None)
-
-
-def _numeric_times(df, path: str, unit: str):
-    """Numeric ``TIMESTAMP`` values in ``unit`` as timedeltas (None when they are not numbers)."""
-    import pandas as pd
-
-    v = pd.to_numeric(df["TIMESTAMP"], errors="coerce")
-    if v.isna().any():
-        if unit != "auto":
-            row = int(np.flatnonzero(v.isna().to_numpy())[0])
-            raise DSparkError(
-                f"{path}: column 'TIMESTAMP' = {df['TIMESTAMP'].iloc[row]!r} at row {row + 2} is "
-                f"not a number; trace_timestamp_unit = '{unit}' needs numbers"
-            )
-        return None
-    return pd.to_timedelta(v, unit=unit)
-
-
 #: a trace: arrival seconds from the first request, context tokens, generated tokens (sorted
 #: by time) and, for a JSONL trace with ``hash_ids``, each request's hash ids (else None)
-Trace = tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, ...]] | None]
+Trace = tracefile.Trace
 
 
-@functools.lru_cache(maxsize=8)
-def _read_trace(path: str, mtime: float, unit: str = "auto") -> Trace:
-    jsonl = path.endswith(".jsonl")
-    hashes = None
-    if jsonl:
-        df, hashes = _read_jsonl(path)
-    else:
-        df = read_table(path, "trace", AZURE_COLUMNS)
-    if df.empty:
-        raise DSparkError(f"{path}: trace has no requests (only a header); need at least one row")
-    numeric = (
-        _numeric_times(df, path, "ms" if unit == "auto" and jsonl else unit)
-        if unit != "auto" or jsonl
-        else None
-    )
-    t, ctx, gen, order = _trace_arrays(
-        df, path, numeric if numeric is not None else _times(df, path)
-    )
-    return t, ctx, gen, ([hashes[j] for j in order] if hashes is not None else None)
-
-
-def _times(df, path: str):
-    """Datetime-text ``TIMESTAMP`` values as timestamps (one-line errors for bad ones)."""
-    import pandas as pd
-
-    text = df["TIMESTAMP"].astype(str).str.strip()
-    aware = text.str.contains(_TZ_SUFFIX, regex=True)
-    if aware.any() and not aware.all():
-        row = int(np.flatnonzero((aware != aware.iloc[0]).to_numpy())[0])
-        raise DSparkError(
-            f"{path}: column 'TIMESTAMP' mixes timezone-aware and naive times "
-            f"(row 2: {text.iloc[0]!r}, row {row + 2}: {text.iloc[row]!r}); "
-            "give every time a UTC offset or none"
-        )
-    try:
-        ts = pd.to_datetime(df["TIMESTAMP"], errors="coerce", format="mixed", utc=bool(aware.all()))
-    except (ValueError, TypeError, OverflowError) as e:
-        raise DSparkError(
-            f"{path}: column 'TIMESTAMP' cannot be read as times: {str(e).splitlines()[0]}"
-        ) from None
-    if ts.isna().any():
-        row = int(np.flatnonzero(ts.isna().to_numpy())[0])
-        raise DSparkError(
-            f"{path}: column 'TIMESTAMP' has a garbled value at row {row + 2}: "
-            f"{df['TIMESTAMP'].iloc[row]!r}"
-        )
-    return ts
-
-
-def _trace_arrays(df, path: str, ts) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(seconds from the first request, context tokens, generated tokens), sorted by time, and
-    the sorting order."""
-    import pandas as pd
-
-    out = []
-    for c in AZURE_COLUMNS[1:]:
-        v = pd.to_numeric(df[c], errors="coerce")
-        bad = v.isna() | (v < 0) | (v != v.round())
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise DSparkError(
-                f"{path}: column '{c}' has a garbled value at row {row + 2}: {df[c].iloc[row]!r}"
-            )
-        big = v > MAX_TRACE_TOKENS
-        if big.any():
-            row = int(np.flatnonzero(big.to_numpy())[0])
-            raise DSparkError(
-                f"{path}: column '{c}' = {df[c].iloc[row]} at row {row + 2} is out "
-                f"of range; allowed 0 to {MAX_TRACE_TOKENS} tokens"
-            )
-        out.append(v.to_numpy(dtype=np.int64))
-    t = (ts - ts.min()).dt.total_seconds().to_numpy()
-    order = np.argsort(t, kind="stable")
-    return t[order], out[0][order], out[1][order], order
-
-
-def read_trace_with_hashes(path: str, unit: str = "auto") -> Trace:
+def read_trace_with_hashes(path: str, unit: str = "auto", sort: bool = False) -> Trace:
     """:func:`read_trace` and each request's ``hash_ids`` (None unless a JSONL trace has
-    them)."""
-    try:
-        mtime = os.path.getmtime(path)
-    except OSError:
-        raise DSparkError(f"{path}: trace file not found") from None
-    return _read_trace(path, mtime, unit)
+    them): :func:`control.tracefile.read_trace_file`, the reader the real serving loop uses."""
+    return tracefile.read_trace_file(path, unit, sort, prefix="workload.")
 
 
-def read_trace(path: str, unit: str = "auto") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def read_trace(
+    path: str, unit: str = "auto", sort: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(arrival seconds from the first request, context tokens, generated tokens); ``unit``:
-    that of numeric timestamps (``auto``: datetime text, or milliseconds in a .jsonl trace)."""
-    t, ctx, gen, _ = read_trace_with_hashes(path, unit)
+    that of numeric timestamps (``auto``: ISO dates as dates, numbers as seconds, or
+    milliseconds in a .jsonl trace, with a warning); ``sort``: sort rows out of time order
+    (else they are an error)."""
+    t, ctx, gen, _ = read_trace_with_hashes(path, unit, sort)
     return t, ctx, gen
 
 
@@ -295,7 +169,9 @@ def generate(
     """Arrivals and lengths; ``load_scale`` multiplies the arrival rate (trace: compresses time)."""
     ra, rl = streams["arrivals"], streams["lengths"]
     if cfg.arrival == "trace":
-        t, ctx, gen, hashes = read_trace_with_hashes(cfg.trace_path, cfg.trace_timestamp_unit)
+        t, ctx, gen, hashes = read_trace_with_hashes(
+            cfg.trace_path, cfg.trace_timestamp_unit, cfg.trace_sort
+        )
         n = len(t)
         for lim in (cfg.max_requests, cfg.num_requests):
             if lim is not None:

@@ -168,7 +168,7 @@ def test_hash_ids_follow_their_requests_when_sorted_by_time(tmp_path):
         '{"timestamp": 1000, "input_length": 5, "output_length": 2}\n'
         '{"timestamp": 4000, "input_length": 9, "output_length": 1, "hash_ids": [1]}\n'
     )
-    _, ctx, _, hashes = read_trace_with_hashes(str(j))
+    _, ctx, _, hashes = read_trace_with_hashes(str(j), sort=True)
     assert ctx.tolist() == [5, 7, 9] and hashes == [(), (1, 2), (1,)]
     k = tmp_path / "none.jsonl"
     k.write_text('{"timestamp": 0, "input_length": 5, "output_length": 2}\n')

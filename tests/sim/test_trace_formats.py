@@ -19,11 +19,11 @@ def test_jsonl_in_ms_equals_a_csv_in_seconds(tmp_path):
     )
     c = tmp_path / "t.csv"
     c.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2.5,7,3\n1,5,2\n4,9,1\n")
-    tj, cj, gj = read_trace(str(j))
-    tc, cc, gc = read_trace(str(c), "s")
+    tj, cj, gj = read_trace(str(j), sort=True)
+    tc, cc, gc = read_trace(str(c), "s", sort=True)
     assert tj.tolist() == pytest.approx([0.0, 1.5, 3.0]) and cj.tolist() == [5, 7, 9]
     assert np.array_equal(tj, tc) and np.array_equal(cj, cc) and np.array_equal(gj, gc)
-    tu, _, _ = read_trace(str(c), "ms")  # the same numbers read as milliseconds
+    tu, _, _ = read_trace(str(c), "ms", sort=True)  # the same numbers read as milliseconds
     assert tu.tolist() == pytest.approx([0.0, 0.0015, 0.003])
 
 
@@ -49,7 +49,7 @@ def test_datetime_text_still_reads_and_units_need_numbers(tmp_path):
         ),
         (
             '{"timestamp": 1, "input_length": -2, "output_length": 3}\n',
-            "column 'ContextTokens' has a garbled value",
+            "column 'input_length' has a garbled value at line 1: '-2'",
         ),
     ],
 )
