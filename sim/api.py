@@ -239,6 +239,10 @@ def simulate(
             f"token after sim.warmup_s = {scn.sim.warmup_s!r} (controller "
             f"'{label}'): nothing to measure; allowed a longer horizon"
         )
+    if s["unmeasured_reason"]:
+        import warnings
+
+        warnings.warn(f"controller '{label}': {s['unmeasured_reason']}", SimWarning, stacklevel=2)
     runs = ([(BASELINE, False, "speedup")] if baseline else []) + (
         [(BASELINE_RESIDENT, True, "speedup_resident")] if baseline and resident_baseline else []
     )
@@ -270,7 +274,10 @@ def simulate(
 
 
 def speedup_of(base_tpot: float, summary: dict) -> float:
-    """A run's speedup over a baseline of mean TPOT ``base_tpot`` (NaN without a TPOT)."""
+    """A run's speedup over a baseline of mean TPOT ``base_tpot`` (NaN without a TPOT, or
+    when the run has no measurement window: ``unmeasured_reason``)."""
+    if summary.get("unmeasured_reason"):
+        return float("nan")
     m = summary["mean_tpot_s"]
     return base_tpot / m if m > 0 else float("nan")
 

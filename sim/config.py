@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -192,9 +193,9 @@ def _check(cfg: SimConfig) -> SimConfig:
             "acceptance.model = 'curve' needs acceptance.position_rates "
             "(or a draft.preset whose curve fills it)"
         )
-    if s.horizon_s is not None and s.horizon_s <= 0:
+    if s.horizon_s is not None and not (0 < s.horizon_s < math.inf):
         raise ConfigError(
-            f"sim.horizon_s = {s.horizon_s!r} is out of range; allowed > 0 "
+            f"sim.horizon_s = {s.horizon_s!r} is out of range; allowed a finite number > 0 "
             "(leave it out to run until every request finished)"
         )
     if s.horizon_s is not None and s.warmup_s >= s.horizon_s:

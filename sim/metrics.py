@@ -2,7 +2,9 @@
 
 Definitions: acceptance_rate â = Σn / (Σn + rounds that ended in a rejection); vpr = accepted /
 drafted; du = accepted drafted tokens that reached the output / drafted; mean_accepted_length =
-1 + Σn / rounds; throughput = output tokens emitted after warm-up / (end − warm-up); goodput
+1 + Σn / rounds; throughput = output tokens emitted after warm-up / (end − warm-up) (NaN,
+with unmeasured_reason, when that window is not a finite length > 0; so are goodput and
+speedup); goodput
 counts only requests meeting both SLOs;
 slo_attainment = share of the measured requests meeting both SLOs (unfinished ones miss); speedup = token-weighted mean TPOT of the k = 0 run
 without the drafter (plain serving) with the same seed and arrivals / this run's, and
@@ -60,6 +62,7 @@ SUMMARY_KEYS = (
     "sim_time_s",
     "num_gpus",
     "mean_tpot_s",
+    "unmeasured_reason",
 )
 
 
@@ -91,6 +94,19 @@ def slo_attainment(m: dict[str, np.ndarray], measured: np.ndarray, slo) -> float
     return float(np.count_nonzero(ok)) / n
 
 
+def unmeasured_reason(end_s: float, warmup_s: float) -> str:
+    """Why no rate can be measured ('' when one can): the window from ``sim.warmup_s`` to the
+    end of the run is not a finite length above 0. Throughput, goodput and speedup of such a
+    run are NaN (null in summary.json) and this reason says why."""
+    window = end_s - warmup_s
+    if np.isfinite(window) and window > 0:
+        return ""
+    return (
+        f"measurement window from sim.warmup_s = {warmup_s:g} s to the end of the run at "
+        f"{end_s:g} s has length {window:g} s: throughput, goodput and speedup are undefined"
+    )
+
+
 def summarize(
     run: RunData, scn, cluster, *, controller: str, seed: int, load_scale: float, offered_rps: float
 ) -> dict:
@@ -100,7 +116,8 @@ def summarize(
     warm = scn.sim.warmup_s
     meas = r.arrival_s >= warm
     fin = m["finished"] & meas
-    window = max(run.end_s - warm, 1e-12)
+    window = run.end_s - warm
+    reason = unmeasured_reason(run.end_s, warm)
     ttft, tpot, e2e = m["ttft"][fin], m["tpot"][fin], m["e2e"][fin]
     ok = fin & (m["ttft"] <= scn.slo.ttft_s) & ~(m["tpot"] > scn.slo.tpot_s)
     dec_tokens = (r.output_tokens[fin] - 1).sum()
@@ -112,8 +129,8 @@ def summarize(
         "seed": int(seed),
         "load_scale": float(load_scale),
         "offered_rps": float(offered_rps),
-        "throughput_tokens_per_s": c.measured_tokens / window,
-        "goodput_tokens_per_s": float(r.output_tokens[ok].sum()) / window,
+        "throughput_tokens_per_s": NAN if reason else c.measured_tokens / window,
+        "goodput_tokens_per_s": NAN if reason else float(r.output_tokens[ok].sum()) / window,
         "slo_attainment": slo_attainment(m, meas, scn.slo),
         "speedup": NAN,
         "speedup_resident": NAN,
@@ -147,6 +164,7 @@ def summarize(
         "sim_time_s": float(run.end_s),
         "num_gpus": int(cluster.num_gpus),
         "mean_tpot_s": mean_tpot,
+        "unmeasured_reason": reason,
     }
     return {k: (float(v) if isinstance(v, (np.floating,)) else v) for k, v in out.items()}
 

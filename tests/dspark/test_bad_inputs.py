@@ -90,8 +90,8 @@ CASES = [
         {"s.toml": tiny("horizon_s = 0")},
         ["simulate", "s.toml", "--no-out"],
         (
-            "s.toml: sim.horizon_s = 0.0 is out of range; allowed > 0 (leave it out to run until "
-            "every request finished)"
+            "s.toml: sim.horizon_s = 0.0 is out of range; allowed a finite number > 0 (leave it "
+            "out to run until every request finished)"
         ),
     ),
     (
