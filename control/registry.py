@@ -23,6 +23,18 @@ _REGISTRY: dict[str, tuple[str, str, str]] = {
     "dspark": ("control.dspark", "DSparkController", "DSparkConfig"),
     "clairvoyant": ("control.references", "ClairvoyantController", "ClairvoyantConfig"),
     "rate-oracle": ("control.references", "RateOracleController", "DSparkConfig"),
+    "vllm-dsd": ("control.peer_vllm_dsd", "VllmDsdController", "VllmDsdConfig"),
+    "vllm-adaptive-k": (
+        "control.peer_vllm_adaptive_k",
+        "VllmAdaptiveKController",
+        "VllmAdaptiveKConfig",
+    ),
+    "vllm-adaptive-verification": (
+        "control.peer_vllm_verification",
+        "VllmVerificationController",
+        "VllmVerificationConfig",
+    ),
+    "sglang-adaptive": ("control.peer_sglang", "SglangAdaptiveController", "SglangAdaptiveConfig"),
 }
 
 #: References told what only the simulator knows (run lengths, true rates).

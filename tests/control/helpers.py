@@ -14,6 +14,10 @@ CONTROLLER_NAMES = (
     "dspark",
     "clairvoyant",
     "rate-oracle",
+    "vllm-dsd",
+    "vllm-adaptive-k",
+    "vllm-adaptive-verification",
+    "sglang-adaptive",
 )
 
 
