@@ -168,14 +168,22 @@ def format_table(df) -> str:
     return shown.to_string(index=False)
 
 
-def _study_runner(storage: str | None, out: str | None, workers: int, bar: Any) -> Any:
-    """With ``--storage``: the sweep's points as an Optuna study (:mod:`tuning.sweep`)."""
+def _study_url(storage: str | None, out: str | None, workers: int) -> str | None:
+    """``--storage`` as a checked storage URL (None without it)."""
     if storage is None:
         return None
     from tuning.storage import resolve_url
+    from tuning.sweep import check_storage
+
+    return check_storage(resolve_url(storage, out), workers)
+
+
+def _study_runner(url: str | None, workers: int, bar: Any) -> Any:
+    """With ``--storage``: the sweep's points as an Optuna study (:mod:`tuning.sweep`)."""
+    if url is None:
+        return None
     from tuning.sweep import run_sweep
 
-    url = resolve_url(storage, out)
     return lambda sweep: run_sweep(sweep, url, workers, bar)
 
 
@@ -190,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise DSparkError(f"--workers {args.workers}: allowed an integer >= 1")
     out = None if args.no_out else run_folder(args.out, args.overwrite, "simulate")
+    url = _study_url(args.storage, out, args.workers)
     scn = load_scenario(args.config, parse_sets(args.set) or None)
     names = (
         [parse_controller_spec(c) for c in args.controller]
@@ -211,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
             trace=args.trace,
             progress=bar,
             workers=args.workers,
-            runner=_study_runner(args.storage, out, args.workers, bar),
+            runner=_study_runner(url, args.workers, bar),
         )
     except DSparkError as e:  # a check of the generated requests: name the scenario file
         msg = str(e)

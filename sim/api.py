@@ -345,12 +345,12 @@ def compare_runs(
         raise ConfigError("compare: no load scales to run")
     for name, cfg, _ in items:  # every config is checked before any run starts
         resolve_controller_config(scn, name, cfg)
-    pooled = workers != 1 or runner is not None
-    if pooled:
-        from sim import sweep
+    from sim import sweep
 
+    pooled = sweep.check_workers(workers) > 1 or runner is not None
+    if pooled:
         plan = sweep.Sweep.of(scn, seed, items, load_scales, trace, baseline)
-        done = iter(sweep.run(plan, sweep.check_workers(workers), progress, runner))
+        done = iter(sweep.run(plan, workers, progress, runner))
     cache: dict = {}
     rows, reqs, rounds, ctr, cfgs = [], [], [], [], {}
     for ls in load_scales:

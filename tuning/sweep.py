@@ -17,6 +17,7 @@ folder exactly as a serial run would, without running them again.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import os
 import time
@@ -44,6 +45,29 @@ RESULT_CHUNK = 60_000
 POLL_S = 0.5  # how often the command that started workers looks at the study
 
 
+class _SkipPointErrors(logging.Filter):
+    """Optuna logs a failed trial with its traceback; a point's own error (a DSparkError) is
+    reported once, in one line, when the sweep ends (:func:`_check_complete`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, DSparkError):
+            self.last = record.getMessage().split(" failed", 1)[0]
+            return False
+        last = getattr(self, "last", None)
+        return not (last and record.getMessage().startswith(f"{last} failed with value"))
+
+
+_FILTER = _SkipPointErrors()
+
+
+def _quiet() -> None:
+    quiet()
+    log = logging.getLogger("optuna.study._optimize")
+    if _FILTER not in log.filters:
+        log.addFilter(_FILTER)
+
+
 def study_name(sweep: Sweep) -> str:
     return f"sweep-{sweep.scn.name}-{sweep.digest()[:16]}"
 
@@ -55,7 +79,7 @@ def _sampler() -> optuna.samplers.BaseSampler:
 
 def prepare(sweep: Sweep, url: str, storage: Any = None) -> optuna.Study:
     """Create the sweep's study, or open it, and queue every point no trial holds."""
-    quiet()
+    _quiet()
     storage = storage or make_storage(url)
     study = optuna.create_study(
         study_name=study_name(sweep),
@@ -118,7 +142,7 @@ def done_points(study: optuna.Study) -> int:
 def run_worker(sweep: Sweep, url: str, storage: Any = None, callbacks: list | None = None) -> int:
     """Run queued points until every point is finished or none is left to this worker;
     returns the points this worker finished."""
-    quiet()
+    _quiet()
     storage = storage or make_storage(url)
     study = optuna.load_study(study_name=study_name(sweep), storage=storage, sampler=_sampler())
     return work_queue(
@@ -136,17 +160,22 @@ def _worker_main(sweep: Sweep, url: str, parent: int) -> None:
     run_worker(sweep, url)
 
 
-def run_sweep(sweep: Sweep, url: str, workers: int = 1, progress: Any = None) -> list[PointResult]:
-    """Queue the sweep's points on ``url`` and run them with ``workers`` processes (1: in this
-    one) until all are finished, by these workers or any other command on the same study; the
-    points' results in point order. ``progress.update(1)`` per finished controller run.
-    Ending short of every point is a one-line DSparkError (the same command continues it)."""
+def check_storage(url: str, workers: int) -> str:
+    """``url``, refused in one line when ``workers`` processes cannot share it."""
     if workers > 1 and not shareable(url):
         raise ConfigError(
             f"--workers {workers} with --storage needs a shared storage (journal or "
             "database), not 'memory'"
         )
-    storage = make_storage(url)
+    return url
+
+
+def run_sweep(sweep: Sweep, url: str, workers: int = 1, progress: Any = None) -> list[PointResult]:
+    """Queue the sweep's points on ``url`` and run them with ``workers`` processes (1: in this
+    one) until all are finished, by these workers or any other command on the same study; the
+    points' results in point order. ``progress.update(1)`` per finished controller run.
+    Ending short of every point is a one-line DSparkError (the same command continues it)."""
+    storage = make_storage(check_storage(url, workers))
     study = prepare(sweep, url, storage)
     points = sweep.points()
     ticked: set[int] = set()
