@@ -17,6 +17,7 @@ seed to seed, more than the differences the targets are about). Ratios are "valu
 the k with the best geometric mean of its ratios to the per-cell best.
 
     .venv/bin/python benchmarks/controller_value.py [--seeds 0,1] [--tuned configs/dspark_tuned.toml]
+        [--workers N]   # the cells' runs on N processes; the cells are the same as with 1
 
 Beside each cell's tuned/best ratio: its standard error over seeds (paired: the same seeds for
 every controller), and the count of cells whose ratio is below 0.99 by more than two of them.
@@ -42,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 from control.registry import make_config  # noqa: E402
 from sim.api import simulate  # noqa: E402
 from sim.config import load_scenario  # noqa: E402
+from sim.sweep import pool_map, summary_of  # noqa: E402
 from tuning.export import load_best_config  # noqa: E402
 
 FIXED_K = tuple(range(9))
@@ -126,13 +128,19 @@ def cell_seeds(seeds: list[int], ov: dict, min_requests: int) -> list[int]:
     return seeds + list(range(max(seeds) + 1, max(seeds) + 1 + max(0, more)))
 
 
-def run_cell(base, ov: dict, metric: str, entries: dict, seeds: list[int]) -> dict[str, dict]:
+def cell_tasks(base, ov: dict, entries: dict, seeds: list[int]) -> list[tuple]:
+    """The cell's runs as :func:`sim.sweep.summary_of` tasks: every entry on every seed."""
     scn = base.with_overrides(ov)
+    return [(scn, name, cfg, s) for name, cfg in entries.values() for s in seeds]
+
+
+def cell_values(metric: str, entries: dict, seeds: list[int], summaries: list) -> dict[str, dict]:
+    """Per entry: its mean metric over the seeds, mean p99 TPOT and per-seed values, from the
+    summaries of :func:`cell_tasks` (in its order)."""
     out: dict[str, dict] = {}
-    for label, (name, cfg) in entries.items():
+    for i, label in enumerate(entries):
         vals, p99 = [], []
-        for s in seeds:
-            r = simulate(scn, name, cfg, seed=s, baseline=False).summary
+        for r in summaries[i * len(seeds) : (i + 1) * len(seeds)]:
             vals.append(
                 r["throughput_tokens_per_s"] if metric == "throughput" else r["mean_tpot_s"]
             )
@@ -165,6 +173,12 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--from-cells", default=None, help="summarise a saved cells.csv instead of running"
     )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes that run the cells' simulations (the cells are the same as with 1)",
+    )
     a = ap.parse_args(argv)
     if a.from_cells:
         summarize(pd.read_csv(a.from_cells))
@@ -185,21 +199,43 @@ def main(argv=None) -> int:
     cap = k0_capacity_rps(base)
     print(f"k = 0 capacity at batch {OPEN_BATCH}: {cap:.2f} requests/s (open-loop loads scale it)")
     regimes = a.regimes.split(",")
-    rows = []
-    for reg, load, ov, metric in conditions(cap):
-        if reg not in regimes:
-            continue
-        res = run_cell(base, ov, metric, entries, cell_seeds(seeds, ov, a.min_requests))
-        for label, v in res.items():
-            rows.append({"regime": reg, "load": load, "metric": metric, "controller": label, **v})
-        print(f"  {reg:14s} {load:7s} done ({time.perf_counter() - t0:.0f} s)", flush=True)
-    df = pd.DataFrame(rows)
+    cells = [c for c in conditions(cap) if c[0] in regimes]
+    df = pd.DataFrame(run_cells(base, cells, entries, seeds, a.min_requests, a.workers, t0))
     Path(a.out).mkdir(parents=True, exist_ok=True)
     df.to_csv(Path(a.out) / "cells.csv", index=False)
     best_fixed_k_table(df).to_csv(Path(a.out) / "best_fixed_k.csv", index=False)
     print(f"tables: {a.out}/cells.csv, {a.out}/best_fixed_k.csv")
     summarize(df)
     return 0
+
+
+def run_cells(
+    base, cells: list, entries: dict, seeds: list[int], min_requests: int, workers: int, t0: float
+) -> list[dict]:
+    """Every cell's rows (regime, load, metric, controller, values), its runs on ``workers``
+    processes; a line as each cell's last run ends."""
+    tasks, spans = [], []
+    for _, _, ov, _ in cells:
+        cs = cell_seeds(seeds, ov, min_requests)
+        spans.append((len(tasks), cs))
+        tasks += cell_tasks(base, ov, entries, cs)
+    left = [len(entries) * len(cs) for _, cs in spans]
+    cell_of = [j for j, n in enumerate(left) for _ in range(n)]
+
+    def tick(i: int) -> None:
+        j = cell_of[i]
+        left[j] -= 1
+        if not left[j]:
+            reg, load = cells[j][:2]
+            print(f"  {reg:14s} {load:7s} done ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+    summaries = pool_map(summary_of, tasks, workers, tick)
+    rows = []
+    for (reg, load, _, metric), (start, cs) in zip(cells, spans):
+        got = summaries[start : start + len(entries) * len(cs)]
+        for label, v in cell_values(metric, entries, cs, got).items():
+            rows.append({"regime": reg, "load": load, "metric": metric, "controller": label, **v})
+    return rows
 
 
 def cells_of(df: pd.DataFrame) -> list[dict]:
