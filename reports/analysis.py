@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
-from reports.style import family, is_baseline, is_reference
+from reports.style import is_baseline, is_reference
 
 # (column in results.csv, header in the report, scale, format) of the controller comparison.
 # Two ratios, two baselines: ``throughput_ratio`` is throughput over the visible no-speculation
@@ -20,7 +18,8 @@ COMPARISON_COLUMNS: tuple[tuple[str, str, float, str], ...] = (
     ("throughput_ratio", "throughput ÷ k = 0 with drafter (×)", 1.0, "{:.2f}"),
     ("speedup", "TPOT speedup vs k = 0 without drafter (×)", 1.0, "{:.2f}"),
     ("speedup_resident", "TPOT speedup vs k = 0 with drafter (×)", 1.0, "{:.2f}"),
-    ("goodput_tokens_per_s", "goodput (tok/s)", 1.0, "{:,.0f}"),
+    ("goodput_tokens_per_s", "SLO goodput (tok/s)", 1.0, "{:,.0f}"),
+    ("slo_attainment", "SLO attainment (%)", 100.0, "{:.1f}"),
     ("ttft_p50_s", "TTFT p50 (ms)", 1e3, "{:.1f}"),
     ("ttft_p99_s", "TTFT p99 (ms)", 1e3, "{:.1f}"),
     ("mean_tpot_s", "mean TPOT (ms)", 1e3, "{:.2f}"),
@@ -118,8 +117,8 @@ def spread_pct(s: pd.Series) -> float:
 
 def comparison_table(results: pd.DataFrame) -> pd.DataFrame:
     """Mean of every saved metric per controller (one row each) over the rows given (one
-    operating point): contenders first by throughput, then the no-speculation rows, then the
-    references. ``throughput_ratio`` divides by the no-speculation rows' mean throughput
+    operating point): contenders first by SLO goodput (by throughput when the run saved no
+    goodput), then the no-speculation rows, then the references. ``throughput_ratio`` divides by the no-speculation rows' mean throughput
     (NaN when the table has none); ``throughput_spread_pct`` is half the range over seeds."""
     cols = [
         c
@@ -138,25 +137,20 @@ def comparison_table(results: pd.DataFrame) -> pd.DataFrame:
     base = g.loc[g["role"] == NO_SPEC, "throughput_tokens_per_s"]
     g["throughput_ratio"] = g["throughput_tokens_per_s"] / base.mean() if len(base) else np.nan
     g["_o"] = g["role"].map(ROLE_ORDER)
+    key = (
+        "goodput_tokens_per_s" if "goodput_tokens_per_s" in g.columns else "throughput_tokens_per_s"
+    )
     return (
-        g.sort_values(["_o", "throughput_tokens_per_s"], ascending=[True, False])
+        g.sort_values(["_o", key], ascending=[True, False])
         .drop(columns="_o")
         .reset_index(drop=True)
     )
 
 
-# -- the answer first: winner per scenario and load ---------------------------------------------
-#: a throughput leader ahead of the runner-up by less than this fraction is a tie: the answer
-#: ranks by mean TPOT instead (as it does where throughput is capped by the offered load).
+# -- the answer first: winner per scenario and load (the ranking: reports/answer.py) -----------
+#: a leader ahead of the runner-up by less than this fraction is a tie: the answer breaks it by
+#: mean TPOT (as it does where throughput is capped by the offered load).
 SEPARATION = 0.01
-
-
-def tpot_column(df: pd.DataFrame) -> str | None:
-    """The TPOT a ranking uses: the token-weighted mean when saved, else the median."""
-    for c in ("mean_tpot_s", "tpot_p50_s"):
-        if c in df.columns and df[c].notna().any():
-            return c
-    return None
 
 
 def kept_up(rows: pd.DataFrame) -> bool | None:
@@ -174,186 +168,6 @@ def kept_up(rows: pd.DataFrame) -> bool | None:
         return False  # capacity mode: every request at t = 0, never capped
     window = (r["requests_finished"] + r["requests_unfinished"]) / r["offered_rps"]
     return bool(r["requests_unfinished"] == 0 and r["sim_time_s"] <= 1.25 * window)
-
-
-@dataclass
-class Answer:
-    """Who wins at one operating point, by which metric, by how much, how sure."""
-
-    metric: str  # "throughput" or "tpot"
-    column: str
-    winner: str
-    value: float
-    seeds: int
-    spread_pct: float  # the winner's half-range over seeds, % (NaN with one seed)
-    runner_up: tuple[str, float] | None
-    best_fixed: tuple[str, float] | None
-    no_spec: tuple[str, float] | None  # the visible k = 0 row (drafter resident)
-    tpot_speedup: float  # the winner's TPOT ratio over k = 0 without a drafter (``speedup``)
-    references: dict[str, float]
-    why_tpot: str  # why the ranking is by TPOT ("" when throughput decides)
-    capped: bool | None  # plain decoding kept up with the arrivals
-
-    @property
-    def higher_is_better(self) -> bool:
-        return self.metric == "throughput"
-
-    def margin(self, other: float) -> float:
-        """The winner's advantage over ``other`` as a ratio (> 1 is better)."""
-        if not other or not np.isfinite(other) or not self.value:
-            return np.nan
-        return self.value / other if self.higher_is_better else other / self.value
-
-
-METRIC_WORDS = {
-    "throughput": ("throughput (output tokens/s, higher is better)", 1.0, "{:,.0f} tok/s"),
-    "tpot": ("mean TPOT (ms per output token, lower is better)", 1e3, "{:.2f} ms"),
-}
-
-
-def answer(rows: pd.DataFrame, metric: str | None = None) -> Answer | None:
-    """The winner among the contenders of ``rows`` (one operating point, several seeds).
-    ``metric`` None: throughput, unless it is capped by the offered load (:func:`kept_up`) or
-    the leader is within :data:`SEPARATION` of the runner-up; then mean TPOT. None when the
-    rows hold no contender."""
-    roles = rows["controller"].map(role)
-    if not (roles == CONTENDER).any():
-        return None
-    mean = rows.groupby("controller").mean(numeric_only=True)
-    cont = mean[mean.index.map(role) == CONTENDER]
-    tput = cont["throughput_tokens_per_s"].sort_values(ascending=False)
-    capped = kept_up(rows)
-    why = ""
-    if capped:
-        why = (
-            "plain decoding keeps up with the arrivals, so throughput is capped by the "
-            "offered load and only measures how fast the last requests drain"
-        )
-    elif len(tput) > 1 and tput.iloc[1] > 0 and tput.iloc[0] / tput.iloc[1] - 1 < SEPARATION:
-        why = (
-            f"the throughput leaders are within {SEPARATION * 100:g}% of each other "
-            f"({tput.index[0]} {fmt_num(tput.iloc[0], '{:,.0f}')}, {tput.index[1]} "
-            f"{fmt_num(tput.iloc[1], '{:,.0f}')} tok/s)"
-        )
-    tcol = tpot_column(rows)
-    if metric is None:
-        metric = "tpot" if why and tcol is not None else "throughput"
-    if metric == "throughput":
-        why = ""
-    col = "throughput_tokens_per_s" if metric == "throughput" else tcol
-    if col is None:
-        return None
-    order = cont[col].sort_values(ascending=metric != "throughput")
-    win = str(order.index[0])
-    fixed = [n for n in order.index if family(n) == "fixed"]
-    base = mean[mean.index.map(role) == NO_SPEC]
-    refs = mean[mean.index.map(role) == REFERENCE]
-    return Answer(
-        metric=metric,
-        column=col,
-        winner=win,
-        value=float(order.iloc[0]),
-        seeds=int(rows.loc[rows["controller"] == win, "seed"].nunique()),
-        spread_pct=spread_pct(rows.loc[rows["controller"] == win, col]),
-        runner_up=(str(order.index[1]), float(order.iloc[1])) if len(order) > 1 else None,
-        best_fixed=(fixed[0], float(order[fixed[0]])) if fixed else None,
-        no_spec=(str(base.index[0]), float(base[col].iloc[0])) if len(base) else None,
-        tpot_speedup=float(cont.loc[win, "speedup"]) if "speedup" in cont.columns else np.nan,
-        references={str(n): float(v) for n, v in refs[col].items()},
-        why_tpot=why,
-        capped=capped,
-    )
-
-
-def answer_row(scenario: str, where: str, a: Answer) -> dict:
-    """The answer at one point as a table row (text cells)."""
-    words, scale, fmt = METRIC_WORDS[a.metric]
-
-    def pct(other):
-        if other is None:
-            return "—"
-        return fmt_num((a.margin(other[1]) - 1) * 100, "{:+.1f}%") + f" ({other[0]})"
-
-    return {
-        "scenario": scenario,
-        "point": where,
-        "ranked by": words.split(" (")[0] + (" (throughput capped)" if a.capped else ""),
-        "winner": a.winner,
-        "value": fmt_num(a.value * scale, fmt),
-        "vs best fixed k": "is a fixed k"
-        if a.best_fixed and a.best_fixed[0] == a.winner
-        else pct(a.best_fixed),
-        "vs runner-up": pct(a.runner_up),
-        "vs no speculation": (fmt_num(a.margin(a.no_spec[1]), "{:.2f}×") if a.no_spec else "—"),
-        "seeds": f"{a.seeds}"
-        + (
-            f" (±{fmt_num(a.spread_pct, '{:.1f}')}%)"
-            if a.seeds > 1 and np.isfinite(a.spread_pct)
-            else ""
-        ),
-    }
-
-
-def no_spec_words(name: str) -> str:
-    """What a no-speculation row is: ``fixed:k=0`` keeps the drafter resident (loaded, its
-    memory taken, never used); other names (``ar``) are plain decoding."""
-    return "k = 0, drafter resident" if family(name) == "fixed" else "k = 0"
-
-
-def answer_sentence(a: Answer) -> str:
-    """One sentence (two when throughput is capped): the named metric, the winner and its value,
-    its margin over the best fixed k, the runner-up and no speculation, the seed spread."""
-    words, scale, fmt = METRIC_WORDS[a.metric]
-
-    def v(x: float) -> str:
-        return fmt_num(x * scale, fmt)
-
-    def pct(ratio: float) -> str:
-        return fmt_num((ratio - 1) * 100, "{:+.1f}%")
-
-    parts = [f"by {words}: **{a.winner}** {v(a.value)}"]
-
-    def tie(x: float) -> str:
-        return " — a tie" if a.margin(x) - 1 < SEPARATION else ""
-
-    if a.best_fixed and a.best_fixed[0] != a.winner:
-        parts.append(
-            f"{pct(a.margin(a.best_fixed[1]))} over the best fixed k "
-            f"({a.best_fixed[0]}, {v(a.best_fixed[1])}{tie(a.best_fixed[1])})"
-        )
-    elif a.best_fixed:
-        parts.append("the winner is a fixed k")
-    if a.runner_up and (not a.best_fixed or a.runner_up[0] != a.best_fixed[0]):
-        parts.append(
-            f"{pct(a.margin(a.runner_up[1]))} over the runner-up ({a.runner_up[0]}, "
-            f"{v(a.runner_up[1])}{tie(a.runner_up[1])})"
-        )
-    if a.no_spec:
-        parts.append(
-            f"{fmt_num(a.margin(a.no_spec[1]), '{:.2f}')}× over no speculation "
-            f"({a.no_spec[0]}: {no_spec_words(a.no_spec[0])}, {v(a.no_spec[1])})"
-        )
-    if a.metric == "tpot" and np.isfinite(a.tpot_speedup):
-        parts.append(
-            f"TPOT {fmt_num(a.tpot_speedup, '{:.2f}')}× better than k = 0 without a drafter"
-        )
-    sure = (
-        f"spread over {a.seeds} seeds ±{fmt_num(a.spread_pct, '{:.1f}')}%"
-        if a.seeds > 1 and np.isfinite(a.spread_pct)
-        else "one seed: no spread measured"
-    )
-    text = "; ".join(parts) + f"; {sure}."
-    if a.metric == "tpot" and a.why_tpot:
-        text = f"Throughput does not decide here ({a.why_tpot}), so ranked " + text
-    else:
-        text = "Ranked " + text
-    if a.references:
-        text += (
-            " References (told what no engine knows; not contenders): "
-            + ", ".join(f"{n} {v(x)}" for n, x in a.references.items())
-            + "."
-        )
-    return text
 
 
 def operating_points(results: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:

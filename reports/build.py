@@ -10,25 +10,23 @@ from pathlib import Path
 import pandas as pd
 
 from control.errors import DSparkError
-from reports import plots
+from reports import build_slo, plots
 from reports.analysis import (
     NO_SPEC,
     acceptance_by_position,
-    answer,
-    answer_row,
-    answer_sentence,
     comparison_table,
     fmt_num,
     format_comparison,
     full_table,
-    heldout_sentence,
-    operating_points,
     reference_slice,
 )
+from reports.answer import answer, answer_sentence
+from reports.build_slo import ANSWER_TITLE, CAPACITY_TITLE, SLO_TITLE
 from reports.claims import audit, real_provenance
 from reports.loader import Run, load_runs
 from reports.plots import MIN_POSITION_ROUNDS
 from reports.render import FigureBlock, Report, Section, TableBlock, write_report
+from reports.slo import slo_of
 from reports.style import controller_colors, family
 
 Result = Section | str  # a section, or why it was skipped
@@ -67,44 +65,15 @@ class Builder:
                 sec.h3(_label(r))
             body(sec, r, _slug(r.name))
 
-    # -- the answer first -------------------------------------------------------------------
+    # -- the user's question (reports/build_slo.py) ---------------------------------------
     def answer(self) -> Result:
-        sims = _with(self.runs, "simulate", "results")
-        tunes = _with(self.runs, "tune", "evaluation")
-        if not sims and not tunes:
-            return "no simulate or tune run given (run `dspark simulate` or `dspark tune`)."
-        sec = Section("answer", ANSWER_TITLE)
-        sec.p(
-            "Which controller, by how much, how sure — per scenario and load, computed from "
-            "the runs below. Contenders are the deployable controllers; no speculation is the "
-            "visible k = 0 row (the drafter resident, never used); references (clairvoyant, "
-            "rate-oracle) are told what no engine knows and are never the winner. The winner "
-            "is ranked by throughput; where throughput does not separate the contenders it is "
-            "ranked by mean TPOT, and the sentence says so. The table is the short form; "
-            "one sentence per row follows it."
-        )
-        found = []
-        for r in sims:
-            sc = str(r.summary.get("scenario") or r.name)
-            for where, rows in _points(r.tables["results"]):
-                a = answer(rows)
-                if a is not None:
-                    found.append((sc, r.name, where, a))
-        if found:
-            sec.blocks.append(
-                TableBlock(
-                    "answer",
-                    "winner per scenario and operating point (margins in the ranking metric)",
-                    pd.DataFrame([answer_row(sc, where, a) for sc, _, where, a in found]),
-                )
-            )
-        for sc, name, where, a in found:
-            sec.p(f"**{sc}** (run `{name}`), {where}: {answer_sentence(a)}")
-        for r in tunes:
-            text = heldout_sentence(r.tables["evaluation"])
-            if text:
-                sec.p(f"**Held-out evaluation** (tune run `{r.name}`): {text}")
-        return sec
+        return build_slo.answer_section(self)
+
+    def slo(self) -> Result:
+        return build_slo.slo_section(self)
+
+    def capacity(self) -> Result:
+        return build_slo.capacity_section(self)
 
     # -- simulator -------------------------------------------------------------------------
     def comparison(self) -> Result:
@@ -133,7 +102,7 @@ class Builder:
         res = r.tables["results"]
         ref, where = reference_slice(res)
         table = comparison_table(ref)
-        a = answer(ref)
+        a = answer(ref, slo=slo_of(r))
         if a is not None:
             s.p(f"At {where}: {answer_sentence(a)}")
         k0 = table[(table["role"] == NO_SPEC) & (table["controller"].map(family) == "fixed")]
@@ -558,19 +527,6 @@ class Builder:
         return sec
 
 
-def _points(results: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """Operating points of one simulate run for the answer: every load at the common GPU count;
-    a GPU-count sweep: its smallest and largest cluster."""
-    if "num_gpus" in results.columns and results["num_gpus"].nunique() > 2:
-        g = results["num_gpus"]
-        pts = []
-        for n in (g.min(), g.max()):
-            for where, rows in operating_points(results[g == n]):
-                pts.append((f"{n:g} GPU{'s' if n != 1 else ''}, {where}", rows))
-        return pts
-    return operating_points(results)
-
-
 def _objectives(run: Run) -> dict:
     sm = run.summary
     dirs = sm.get("directions") or ["maximize"]
@@ -581,10 +537,11 @@ def _objectives(run: Run) -> dict:
     return {"directions": [str(d) for d in dirs], "names": [str(n) for n in names]}
 
 
-ANSWER_TITLE = "The answer first"
 SECTION_ORDER = (
     ("answer", ANSWER_TITLE),
+    ("capacity", CAPACITY_TITLE),
     ("comparison", "Controller comparison (simulator)"),
+    ("slo", SLO_TITLE),
     ("load", "Throughput against offered load"),
     ("latency", "Latency distributions"),
     ("traces", "Controller traces"),

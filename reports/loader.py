@@ -18,7 +18,7 @@ import pandas as pd
 from control.errors import DSparkError
 from control.types import RoundRecord
 
-KINDS = ("simulate", "tune", "real", "validate")
+KINDS = ("simulate", "capacity", "tune", "real", "validate")
 
 # required columns of each table this package reads (the rest of the contract's columns are optional:
 # a report shows "—" for a metric a run did not save)
@@ -33,6 +33,9 @@ IMPORTANCE_COLUMNS = ("param", "importance")
 TRIAL_COLUMNS = ("number", "state")
 EVALUATION_COLUMNS = ("controller", "workload", "seed")
 REAL_ROW_KEYS = ("controller", "tokens_per_s")
+CAPACITY_ROW_KEYS = ("controller", "capacity_load_scale")
+CAPACITY_COLUMNS = ("controller", "seed", "capacity_load_scale")
+PROBE_COLUMNS = ("controller", "seed", "load_scale", "slo_attainment")
 
 # files that mark a folder as a run folder even when its summary.json is missing
 RESULT_FILES = (
@@ -43,6 +46,8 @@ RESULT_FILES = (
     "requests.csv",
     "study.journal",
     "evaluation.csv",
+    "capacity.csv",
+    "probes.csv",
 )
 
 
@@ -231,6 +236,10 @@ def load_run(path: Path) -> Run:
         t["requests"] = read_csv(path / "requests.csv", REQUEST_COLUMNS, optional=True)
         t["rounds"] = read_csv(path / "rounds.csv", ROUND_REQUIRED, optional=True)
         t["trace"] = read_csv(path / "controller_trace.csv", TRACE_COLUMNS, optional=True)
+    elif run.kind == "capacity":
+        t["capacity"] = _rows_table(summary, path / "summary.json", CAPACITY_ROW_KEYS)
+        t["capacity_seeds"] = read_csv(path / "capacity.csv", CAPACITY_COLUMNS)
+        t["probes"] = read_csv(path / "probes.csv", PROBE_COLUMNS, optional=True)
     elif run.kind == "tune":
         trials = read_csv(path / "trials.csv", TRIAL_COLUMNS, optional=True)
         t["trials"] = trials if trials is not None else _trials_from_journal(run)

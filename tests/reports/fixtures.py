@@ -27,6 +27,14 @@ CONTROLLERS = {
 BASE_TPUT = 1000.0  # k = 0 throughput at load scale 1 and 8 GPUs (tokens/s)
 BASE_TPOT_S = 0.040
 BASE_E2E_P99_S = 12.0
+SLO_TTFT_S, SLO_TPOT_S = 2.0, 0.05  # the simulate and capacity runs' [slo]
+# capacity run: controller -> capacity load scale per seed (seeds 1, 2, 3)
+CAPACITY = {
+    "fixed:k=0": (0.8, 0.9, 1.0),
+    "fixed:k=2": (1.3, 1.4, 1.6),
+    "dspark": (1.5, 1.6, 1.55),
+    "clairvoyant": (2.0, 2.1, 2.2),
+}
 
 
 def _write(folder: Path, summary: dict, config: str = "") -> Path:
@@ -51,6 +59,7 @@ def sim_row(
         offered_rps=2.0 * load_scale * num_gpus / 8,
         throughput_tokens_per_s=tput,
         goodput_tokens_per_s=0.9 * tput,
+        slo_attainment=0.97,
         speedup=sp,
         mean_accepted_length=mal,
         acceptance_rate=np.nan if is_base else a,
@@ -107,7 +116,8 @@ def write_simulate_run(
             "num_gpus": 8,
             "rows": rows,
         },
-        f'[hardware]\npreset = "{hardware}"\n[target]\npreset = "{target}"\n',
+        f'[hardware]\npreset = "{hardware}"\n[target]\npreset = "{target}"\n'
+        f"[slo]\nttft_s = {SLO_TTFT_S}\ntpot_s = {SLO_TPOT_S}\n",
     )
     req = []
     for c, (sp, _) in CONTROLLERS.items():
@@ -358,10 +368,73 @@ def write_validate_run(folder: Path) -> Path:
     )
 
 
+def write_capacity_run(folder: Path, scenario: str = "capacity 70B") -> Path:
+    """A ``dspark capacity`` folder: per seed, attainment falls linearly from 1 at load 0 to
+    0.9 at the capacity (probes at 0.5×, 1× and 1.05× the capacity)."""
+    _mk(folder)
+    seeds, per_seed, probes, rows = (1, 2, 3), [], [], []
+    for c, caps in CAPACITY.items():
+        for s, cap in zip(seeds, caps):
+            per_seed.append(
+                dict(
+                    controller=c,
+                    seed=s,
+                    capacity_load_scale=cap,
+                    missed_load_scale=1.05 * cap,
+                    capacity_rps=2.0 * cap,
+                    probes=3,
+                )
+            )
+            for x in (0.5 * cap, cap, 1.05 * cap):
+                probes.append(
+                    dict(
+                        controller=c,
+                        seed=s,
+                        load_scale=x,
+                        offered_rps=2.0 * x,
+                        slo_attainment=1 - 0.1 * x / cap,
+                        goodput_tokens_per_s=1000.0 * x,
+                        throughput_tokens_per_s=1000.0 * x,
+                        ttft_p99_s=0.5 * x / cap,
+                        tpot_p99_s=0.02 * x / cap,
+                        mean_tpot_s=0.01,
+                        mean_accepted_length=2.0,
+                    )
+                )
+        v = np.array(caps)
+        rows.append(
+            dict(
+                controller=c,
+                seeds=3,
+                capacity_load_scale=float(np.median(v)),
+                capacity_min=float(v.min()),
+                capacity_max=float(v.max()),
+                capacity_spread=float((v.max() - v.min()) / np.median(v)),
+                capacity_rps=2.0 * float(np.median(v)),
+                crossed=True,
+            )
+        )
+    pd.DataFrame(per_seed).to_csv(folder / "capacity.csv", index=False)
+    pd.DataFrame(probes).to_csv(folder / "probes.csv", index=False)
+    return _write(
+        folder,
+        {
+            "kind": "capacity",
+            "scenario": scenario,
+            "seeds": list(seeds),
+            "slo": {"ttft_s": SLO_TTFT_S, "tpot_s": SLO_TPOT_S},
+            "search": {"attainment": 0.9, "start": 1.0, "lo": 0.05, "hi": 20.0, "rel_tol": 0.02},
+            "rows": rows,
+        },
+        f"[slo]\nttft_s = {SLO_TTFT_S}\ntpot_s = {SLO_TPOT_S}\n",
+    )
+
+
 def write_all(root: Path) -> list[Path]:
     """The fixed set of runs a full report is built from."""
     return [
         write_simulate_run(root / "sim"),
+        write_capacity_run(root / "capacity"),
         write_scaling_run(root / "scaling"),
         write_tune_run(root / "tune"),
         write_tune_run(root / "tune-mo", multi=True),

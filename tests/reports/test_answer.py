@@ -14,8 +14,10 @@ from matplotlib.colors import to_hex
 
 from dspark.demo import SIM_CONTROLLERS
 from reports import plots
-from reports.analysis import answer, answer_sentence, comparison_table, kept_up
+from reports.analysis import comparison_table, kept_up
+from reports.answer import answer, answer_sentence
 from reports.build import ANSWER_TITLE
+from reports.slo import Slo
 from reports.style import (
     BASELINE_COLOR,
     KNOWN_COLORS,
@@ -138,7 +140,9 @@ def test_no_overlapping_titles(run_root):
         assert not _overlaps(fig), _overlaps(fig)
 
 
-def _point(speedups: dict, tputs: dict, seeds=(0, 1), kept=False) -> pd.DataFrame:
+def _point(speedups: dict, tputs: dict, seeds=(0, 1), kept=False, slo=True) -> pd.DataFrame:
+    """One operating point; SLO goodput 0.9 × throughput, or (``slo`` False) a run that saved
+    neither goodput nor attainment."""
     rows = []
     for c, tp in tputs.items():
         for s in seeds:
@@ -146,6 +150,7 @@ def _point(speedups: dict, tputs: dict, seeds=(0, 1), kept=False) -> pd.DataFram
             r.update(
                 controller=c,
                 throughput_tokens_per_s=tp * (1 + 0.01 * s),
+                goodput_tokens_per_s=0.9 * tp * (1 + 0.01 * s),
                 speedup=speedups[c],
                 mean_tpot_s=0.04 / speedups[c],
             )
@@ -155,48 +160,82 @@ def _point(speedups: dict, tputs: dict, seeds=(0, 1), kept=False) -> pd.DataFram
                 )
             else:
                 r.update(requests_unfinished=5, sim_time_s=90.0)
+            if not slo:
+                del r["goodput_tokens_per_s"], r["slo_attainment"]
             rows.append(r)
     return pd.DataFrame(rows)
 
 
-def test_headline_names_its_metric_and_quotes_it():
-    sp = {"fixed:k=0": 0.93, "fixed:k=2": 1.5, "dspark": 1.8, "analytic": 1.2, "clairvoyant": 2.0}
-    rows = _point(
-        sp,
-        {
-            "fixed:k=0": 1000,
-            "fixed:k=2": 1200,
-            "dspark": 1300,
-            "analytic": 1100,
-            "clairvoyant": 1400,
-        },
-    )
-    a = answer(rows)
-    assert a.metric == "throughput" and a.winner == "dspark"  # never the reference
+HEADLINE_SPEEDUPS = {
+    "fixed:k=0": 0.93,
+    "fixed:k=2": 1.5,
+    "dspark": 1.8,
+    "analytic": 1.2,
+    "clairvoyant": 2.0,
+}
+HEADLINE_TPUTS = {
+    "fixed:k=0": 1000,
+    "fixed:k=2": 1200,
+    "dspark": 1300,
+    "analytic": 1100,
+    "clairvoyant": 1400,
+}
+
+
+def test_headline_names_its_measure_and_the_slos_and_quotes_it():
+    a = answer(_point(HEADLINE_SPEEDUPS, HEADLINE_TPUTS), slo=Slo(2.0, 0.05))
+    assert a.metric == "goodput" and a.winner == "dspark"  # never the reference
     text = answer_sentence(a)
-    # ranked by throughput and quoting throughput (tokens/s), not the TPOT speedup
-    assert "by throughput (output tokens/s" in text
-    assert "**dspark** 1,306 tok/s" in text
-    assert f"{(1306.5 / 1206 - 1) * 100:+.1f}% over the best fixed k (fixed:k=2, 1,206" in text
-    assert "1.30× over no speculation (fixed:k=0: k = 0, drafter resident, 1,005" in text
+    # ranked by SLO goodput, naming the SLOs, quoting goodput (tokens/s), not the TPOT speedup
+    assert text.startswith(
+        "Ranked by SLO goodput (output tokens/s of requests meeting both SLOs, higher is "
+        "better; SLOs TTFT ≤ 2 s and TPOT ≤ 50 ms): **dspark** 1,176 tok/s"
+    )
+    assert f"{(1306.5 / 1206 - 1) * 100:+.1f}% over the best fixed k (fixed:k=2, 1,085" in text
+    assert "1.30× over no speculation (fixed:k=0: k = 0, drafter resident, " in text
     assert "1.80×" not in text and "speedup" not in text
     assert "spread over 2 seeds ±0.5%" in text
-    assert "clairvoyant 1,407 tok/s" in text and "not contenders" in text
-
-
-def test_capped_throughput_ranks_by_tpot_and_says_why():
-    sp = {"fixed:k=0": 0.93, "fixed:k=2": 1.5, "dspark": 1.8, "clairvoyant": 2.0}
-    rows = _point(
-        sp, {"fixed:k=0": 1000, "fixed:k=2": 1005, "dspark": 1004, "clairvoyant": 1006}, kept=True
+    assert "clairvoyant 1,266 tok/s" in text and "not contenders" in text
+    # without saved SLOs the sentence says so
+    assert "SLOs not saved with the run)" in answer_sentence(
+        answer(_point(HEADLINE_SPEEDUPS, HEADLINE_TPUTS))
     )
+
+
+def test_a_run_without_slo_goodput_ranks_by_throughput():
+    a = answer(_point(HEADLINE_SPEEDUPS, HEADLINE_TPUTS, slo=False))
+    assert a.metric == "throughput" and a.winner == "dspark"
+    text = answer_sentence(a)
+    assert "by throughput (output tokens/s, higher is better): **dspark** 1,306 tok/s" in text
+    assert f"{(1306.5 / 1206 - 1) * 100:+.1f}% over the best fixed k (fixed:k=2, 1,206" in text
+    assert "1.30× over no speculation (fixed:k=0: k = 0, drafter resident, 1,005" in text
+    assert "clairvoyant 1,407 tok/s" in text
+
+
+def test_capped_goodput_ranks_by_attainment_then_tpot_and_says_why():
+    sp = {"fixed:k=0": 0.93, "fixed:k=2": 1.5, "dspark": 1.8, "clairvoyant": 2.0}
+    tputs = {"fixed:k=0": 1000, "fixed:k=2": 1005, "dspark": 1004, "clairvoyant": 1006}
+    rows = _point(sp, tputs, kept=True)
     assert kept_up(rows)
-    a = answer(rows)
+    a = answer(rows)  # every contender at 97% attainment: a tie, broken by mean TPOT
     assert a.metric == "tpot" and a.winner == "dspark"
     text = answer_sentence(a)
-    assert "capped by the offered load" in text
-    assert "by mean TPOT (ms per output token, lower is better): **dspark** 22.22 ms" in text
+    assert "SLO goodput does not decide here (plain decoding keeps up" in text
+    assert "capped by the offered load" in text and "2 contenders meet both SLOs for 97.0%" in text
+    assert (
+        "by mean TPOT (ms per output token, lower is better; SLOs not saved with the run): "
+        "**dspark** 22.22 ms"
+    ) in text
     assert "TPOT 1.80× better than k = 0 without a drafter" in text
-    # a throughput tie without a cap is also decided by TPOT, and says so
+    # one contender ahead on attainment by more than a point wins by attainment
+    rows.loc[rows["controller"] == "fixed:k=2", "slo_attainment"] = 0.99
+    a = answer(rows)
+    assert (a.metric, a.winner, a.value) == ("attainment", "fixed:k=2", 0.99)
+    assert "by SLO attainment (share of requests meeting both SLOs" in answer_sentence(a)
+    # a run without goodput: throughput capped, ranked by TPOT as before
+    a = answer(_point(sp, tputs, kept=True, slo=False))
+    assert a.metric == "tpot" and "Throughput does not decide here" in answer_sentence(a)
+    # a goodput tie without a cap is also decided by TPOT, and says so
     rows = _point(sp, {"fixed:k=0": 1000, "fixed:k=2": 1302, "dspark": 1300, "clairvoyant": 1400})
     a = answer(rows)
     assert a.metric == "tpot" and "within 1% of each other" in answer_sentence(a)
@@ -210,12 +249,12 @@ def test_comparison_names_both_ratios_and_explains_k0(built_report):
     assert len(lines) == 3  # one per load
     for ln in lines:  # each names the metric it ranks by and quotes that metric
         assert re.search(
-            r"by throughput \(output tokens/s, higher is better\): \*\*dspark\*\* "
-            r"[\d,]+ tok/s",
+            r"by SLO goodput \(output tokens/s of requests meeting both SLOs, higher is "
+            r"better; SLOs TTFT ≤ 2 s and TPOT ≤ 50 ms\): \*\*dspark\*\* [\d,]+ tok/s",
             ln,
         ) or re.search(
-            r"ranked by mean TPOT \(ms per output token, lower is better\): \*\*dspark\*\* "
-            r"[\d.]+ ms",
+            r"ranked by mean TPOT \(ms per output token, lower is better; SLOs TTFT ≤ 2 s "
+            r"and TPOT ≤ 50 ms\): \*\*dspark\*\* [\d.]+ ms",
             ln,
         ), ln
     assert "Held-out evaluation" in ans and "**dspark" in ans
@@ -252,5 +291,5 @@ def test_answer_table_one_row_per_point(built_report):
     sim = t[t["scenario"] == "8xA100 70B+8B"]
     assert len(sim) == 3 and set(sim["winner"]) == {"dspark"}
     for _, r in sim.iterrows():  # the value is in the unit of the metric it is ranked by
-        unit = "tok/s" if r["ranked by"].startswith("throughput") else "ms"
+        unit = "ms" if r["ranked by"].startswith("mean TPOT") else "tok/s"
         assert r["value"].endswith(unit), r

@@ -25,6 +25,7 @@ def test_discovers_run_folders_and_dispatches_on_kind(run_root):
     runs = load_runs([run_root])
     assert {r.name: r.kind for r in runs} == {
         "sim": "simulate",
+        "capacity": "capacity",
         "scaling": "simulate",
         "tune": "tune",
         "tune-mo": "tune",
