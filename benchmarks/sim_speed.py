@@ -17,18 +17,76 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+def sized(scn, size: float):
+    """``scn`` with enough requests for ``size`` million output tokens, and their count (the
+    trace cycled with its arrival pattern repeated when it holds too few)."""
+    import numpy as np
+
+    from sim.workload import read_trace
+
+    t, _, gen = read_trace(scn.workload.trace_path)
+    mean_out = float(gen.mean())
+    target = size * 1e6
+    cum = np.cumsum(gen)
+    n = (
+        int(np.searchsorted(cum, target)) + 1
+        if target <= cum[-1]
+        else max(1, round(target / mean_out))
+    )
+    over = {"workload.num_requests": n}
+    if n > len(t):  # more requests than the trace: replicate it end to end
+        over["workload.arrival"] = "gamma"  # keeps the trace's burstiness and rate
+        over["workload.rate_rps"] = (len(t) - 1) / (t[-1] * scn.workload.time_scale)
+        gaps = np.diff(t)
+        over["workload.gamma_cv"] = float(gaps.std() / gaps.mean())
+        over["workload.prompt"] = {
+            "dist": "empirical",
+            "path": scn.workload.trace_path,
+            "column": "ContextTokens",
+        }
+        over["workload.output"] = {
+            "dist": "empirical",
+            "path": scn.workload.trace_path,
+            "column": "GeneratedTokens",
+        }
+    return scn.with_overrides(over), n
+
+
+def warm(scn, name: str, cfg) -> None:
+    """A 50-request run first: imports and caches are not what is measured."""
+    from sim import simulate
+
+    simulate(scn.with_overrides({"workload.num_requests": 50}), name, cfg, baseline=False)
+
+
+def measure(scn, name: str, cfg, size: float) -> dict:
+    """One run of ``size`` million output tokens: tokens per CPU-second (``time.process_time``)
+    and what it ran."""
+    from sim import simulate
+
+    s, n = sized(scn, size)
+    t0 = time.process_time()
+    res = simulate(s, name, cfg, baseline=False)
+    dt = time.process_time() - t0
+    tok = res.summary["output_tokens"]
+    return {
+        "rate": tok / dt,
+        "tokens": tok,
+        "requests": n,
+        "cpu_s": dt,
+        "mean_accepted_length": res.summary["mean_accepted_length"],
+    }
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--controller", default="dspark")
     ap.add_argument("--sizes", default="0.1,1,10", help="million output tokens per run")
     ap.add_argument("--scenario", default=str(ROOT / "configs" / "standard.toml"))
     args = ap.parse_args(argv)
-    import numpy as np
-
     from control.errors import DSparkError
     from dspark.cmd_simulate import parse_controller_spec
-    from sim import load_scenario, simulate
-    from sim.workload import read_trace
+    from sim import load_scenario
 
     try:  # NAME or NAME:key=value,... as `dspark simulate --controller` takes it
         spec = parse_controller_spec(args.controller)
@@ -42,48 +100,18 @@ def main(argv=None) -> int:
         return 2
 
     scn = load_scenario(args.scenario)
-    t, _, gen = read_trace(scn.workload.trace_path)
-    mean_out = float(gen.mean())
     result_1m = None
-    simulate(scn.with_overrides({"workload.num_requests": 50}), name, cfg, baseline=False)
+    warm(scn, name, cfg)
     for size in (float(x) for x in args.sizes.split(",")):
-        target = size * 1e6
-        cum = np.cumsum(gen)
-        n = (
-            int(np.searchsorted(cum, target)) + 1
-            if target <= cum[-1]
-            else max(1, round(target / mean_out))
-        )
-        over = {"workload.num_requests": n}
-        if n > len(t):  # more requests than the trace: replicate it end to end
-            over["workload.arrival"] = "gamma"  # keeps the trace's burstiness and rate
-            over["workload.rate_rps"] = (len(t) - 1) / (t[-1] * scn.workload.time_scale)
-            gaps = np.diff(t)
-            over["workload.gamma_cv"] = float(gaps.std() / gaps.mean())
-            over["workload.prompt"] = {
-                "dist": "empirical",
-                "path": scn.workload.trace_path,
-                "column": "ContextTokens",
-            }
-            over["workload.output"] = {
-                "dist": "empirical",
-                "path": scn.workload.trace_path,
-                "column": "GeneratedTokens",
-            }
-        s = scn.with_overrides(over)
-        t0 = time.process_time()
-        res = simulate(s, name, cfg, baseline=False)
-        dt = time.process_time() - t0
-        tok = res.summary["output_tokens"]
-        rate = tok / dt
+        m = measure(scn, name, cfg, size)
         print(
-            f"{size:g}M: {tok} output tokens, {n} requests, {dt:.2f} CPU-s, "
-            f"{rate:,.0f} tokens/CPU-s ({args.controller}, mean accepted length "
-            f"{res.summary['mean_accepted_length']:.2f})",
+            f"{size:g}M: {m['tokens']} output tokens, {m['requests']} requests, "
+            f"{m['cpu_s']:.2f} CPU-s, {m['rate']:,.0f} tokens/CPU-s ({args.controller}, mean "
+            f"accepted length {m['mean_accepted_length']:.2f})",
             flush=True,
         )
         if size == 1:
-            result_1m = rate
+            result_1m = m["rate"]
     if result_1m is not None:
         print(f"sim_tokens_per_cpu_s={result_1m:.0f}")
     return 0

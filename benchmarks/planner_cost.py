@@ -1,0 +1,321 @@
+"""What the ``dspark`` round planner costs: microseconds per round, and its share of a round.
+
+1. µs per round of the planner (``control.registry.make_planner("dspark")`` with
+   ``make_controller`` members, default config) at B = 1, 16, 64, 256, driven through
+   ``control.batch.plan_round`` and ``observe_round`` by a synthetic batch, in two call patterns:
+
+   - *sim*: as ``sim.replica`` calls it: the scenario's SLOs told to the planner and every member,
+     each member observed through its bound ``observe_values`` (the Observation's fields
+     positionally; confidences only when the controller reads them);
+   - *engine*: as ``real.engine`` calls it: ``plan_round`` with ``BatchContext(B, Σ context,
+     k_max = 16)``, each member observed with an ``Observation``, no SLOs.
+
+   A round's time is plan + the members' observe calls + ``observe_round``; everything the
+   synthetic batch does itself (acceptance draws, building observations, the round's modelled
+   seconds) is outside the clock. The batch is the standard scenario's: per-request acceptance
+   rates from its Beta(0.75, 10), output and prompt lengths from its lognormals; run lengths are
+   geometric at the request's rate; a finished sequence leaves and a new one joins at the end
+   (as the engines admit), so the planner sees arrivals and departures. A round's draft and
+   verify seconds come from the standard scenario's latency model (Llama-3.1-70B, TP 8, H100), so
+   the costs the planner learns are an H100's. The first ``--warmup`` rounds are not timed.
+2. The planner's share of a simulated H100 round: a traced ``dspark`` run of the standard
+   scenario (``--share-requests`` requests) gives the mean round time and the mean batch over
+   rounds; the engine-pattern µs per round at that batch over the mean round time.
+3. ``sim_dspark_vs_fixed``: ``benchmarks/sim_speed.py``'s measurement (tokens per CPU-second,
+   standard scenario, ``--sim-size`` M output tokens) for ``fixed`` and ``dspark``, interleaved
+   (fixed, dspark, fixed, dspark, ...; ``--repeats`` each), mean dspark over mean fixed.
+
+Timings want a quiet machine: run it alone.
+
+    .venv/bin/python benchmarks/planner_cost.py [--rounds 1000] [--sim-size 1] [--repeats 2]
+
+Last line: ``planner_us_b16=… planner_us_b256=… planner_share_h100=… sim_dspark_vs_fixed=…``
+(engine pattern at B = 16 and 256; the share as a fraction, not a percentage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from control.batch import BatchContext, RoundStats, Slo, plan_round  # noqa: E402
+from control.registry import make_config, make_controller, make_planner  # noqa: E402
+from control.types import Observation  # noqa: E402
+
+BATCHES = (1, 16, 64, 256)
+PATTERNS = ("sim", "engine")
+ENGINE_K_MAX = 16  # real.engine.EngineConfig.k_max's default: the engine's cap on any k
+MAX_RUN = 64  # run lengths are cut here (the simulator's acceptance.max_run_tokens)
+SCENARIO = ROOT / "configs" / "standard.toml"
+LAST_LINE_KEYS = ("planner_us_b16", "planner_us_b256", "planner_share_h100", "sim_dspark_vs_fixed")
+
+
+class Batch:
+    """A synthetic running batch of ``B`` sequences, each with its controller, acceptance rate,
+    context and remaining output tokens, refilled to ``B`` as sequences finish. Drafter
+    confidences are uniform on [0.3, 1]; a decision's τ stops drafting at the first below it."""
+
+    def __init__(self, scn, B: int, pattern: str, seed: int) -> None:
+        from sim.cluster import Cluster
+
+        self.rng = np.random.default_rng(seed)
+        self.scn, self.B, self.pattern = scn, B, pattern
+        self.cluster = Cluster(scn, use_drafter=True)
+        self.cfg = make_config("dspark")
+        self.slo = Slo(scn.slo.ttft_s, scn.slo.tpot_s) if pattern == "sim" else None
+        self.planner = make_planner("dspark", self.cfg)
+        if self.slo is not None:
+            self.planner.set_slo(self.slo)
+        self.members: list = []
+        self.rate: list[float] = []
+        self.context: list[int] = []
+        self.left: list[int] = []
+        self.now = 0.0
+        self.k_cap = ENGINE_K_MAX if pattern == "engine" else scn.deployment.max_draft_tokens
+        self.refill()
+
+    def _lognormal(self, length) -> int:
+        mu = np.log(length.mean_tokens) - length.sigma**2 / 2
+        return int(np.clip(round(self.rng.lognormal(mu, length.sigma)), 1, length.max_tokens))
+
+    def refill(self) -> None:
+        acc, w = self.scn.acceptance, self.scn.workload
+        a, b = acc.beta_mean * acc.beta_concentration, (1 - acc.beta_mean) * acc.beta_concentration
+        while len(self.members) < self.B:
+            c = make_controller("dspark", self.cfg)
+            if self.slo is not None:
+                c.set_slo(self.slo)
+            self.members.append(c)
+            self.rate.append(float(self.rng.beta(a, b)))
+            self.context.append(self._lognormal(w.prompt))
+            self.left.append(self._lognormal(w.output))
+
+    def round(self) -> tuple[float, float, float]:
+        """One round; the seconds spent in plan, the members' observe calls, observe_round."""
+        B, members = self.B, self.members
+        ctx_sum = sum(self.context)
+        t0 = time.perf_counter()
+        decisions = plan_round(
+            self.planner, members, self.now, BatchContext(B, ctx_sum, self.k_cap)
+        )
+        t1 = time.perf_counter()
+        caps = [
+            min(d.k, self.k_cap, left - 1) if left > 1 else 0
+            for d, left in zip(decisions, self.left)
+        ]
+        confs = [self.rng.uniform(0.3, 1.0, k).tolist() for k in caps]
+        ks = [drafted(cf, d.tau) for cf, d in zip(confs, decisions)]
+        confs = [tuple(cf[:k]) for cf, k in zip(confs, ks)]
+        runs = np.minimum(self.rng.geometric(1.0 - np.minimum(self.rate, 0.999)) - 1, MAX_RUN)
+        accepted = [min(int(r), k) for r, k in zip(runs, ks)]
+        emitted = [min(n + 1, left) for n, left in zip(accepted, self.left)]
+        steps, drafting = max(ks), sum(1 for k in ks if k)
+        verify_tokens = sum(ks) + B
+        verify_s = self.cluster.lat_t.seconds(B, verify_tokens, float(ctx_sum))
+        draft_s = self.cluster.draft_phase_s(drafting, steps, float(ctx_sum)) if steps else 0.0
+        end = self.now + draft_s + verify_s
+        t_obs = self._observe(end, ks, accepted, emitted, confs, draft_s, verify_s, ctx_sum)
+        stats = RoundStats(
+            self.now,
+            end,
+            B,
+            drafting,
+            steps,
+            verify_tokens,
+            ctx_sum,
+            draft_s,
+            verify_s,
+            sum(accepted),
+            sum(emitted),
+        )
+        t4 = time.perf_counter()
+        self.planner.observe_round(stats)
+        t5 = time.perf_counter()
+        self._advance(emitted, end)
+        return t1 - t0, t_obs, t5 - t4
+
+    def _observe(self, end, ks, accepted, emitted, confs, draft_s, verify_s, ctx_sum) -> float:
+        """The members' observations (built outside the clock), their observe calls timed."""
+        B, tokens = self.B, sum(ks) + self.B
+        if self.pattern == "engine":
+            obs = [
+                Observation(end, k, n, cf, draft_s, verify_s, cx, 0, e, (), B, tokens, ctx_sum)
+                for k, n, cf, cx, e in zip(ks, accepted, confs, self.context, emitted)
+            ]
+            calls = [c.observe for c in self.members]
+            t0 = time.perf_counter()
+            for f, o in zip(calls, obs):
+                f(o)
+            return time.perf_counter() - t0
+        args = [
+            (
+                end,
+                k,
+                n,
+                cf if getattr(c, "reads_confidences", True) else (),
+                draft_s,
+                verify_s,
+                cx,
+                0,
+                e,
+                (),
+                B,
+                tokens,
+                ctx_sum,
+            )
+            for c, k, n, cf, cx, e in zip(self.members, ks, accepted, confs, self.context, emitted)
+        ]
+        calls = [c.observe_values for c in self.members]
+        t0 = time.perf_counter()
+        for f, a in zip(calls, args):
+            f(*a)
+        return time.perf_counter() - t0
+
+    def _advance(self, emitted: list[int], end: float) -> None:
+        self.now = end
+        keep = [i for i, (left, e) in enumerate(zip(self.left, emitted)) if left > e]
+        self.context = [self.context[i] + emitted[i] for i in keep]
+        self.left = [self.left[i] - emitted[i] for i in keep]
+        self.members = [self.members[i] for i in keep]
+        self.rate = [self.rate[i] for i in keep]
+        self.refill()
+
+
+def drafted(confidences: list[float], tau: float) -> int:
+    """Tokens drafted of ``len(confidences)`` allowed: drafting stops at the first position
+    whose confidence is below τ (0: never early)."""
+    if tau > 0:
+        for i, c in enumerate(confidences):
+            if c < tau:
+                return i
+    return len(confidences)
+
+
+def cost_per_round(scn, B: int, pattern: str, rounds: int, warmup: int, seed: int = 0) -> dict:
+    """Mean µs per round (plan, observe, observe_round, total) over ``rounds`` timed rounds."""
+    batch = Batch(scn, B, pattern, seed)
+    for _ in range(warmup):
+        batch.round()
+    t = np.zeros(3)
+    for _ in range(rounds):
+        t += batch.round()
+    us = t / rounds * 1e6
+    return {"plan": us[0], "observe": us[1], "observe_round": us[2], "total": float(us.sum())}
+
+
+def h100_round(scn, requests: int) -> tuple[float, float]:
+    """(mean round seconds, mean batch size) over the rounds of a traced ``dspark`` run of
+    ``scn`` with ``requests`` requests. A round of B sequences is B rows of rounds.csv."""
+    from sim import simulate
+
+    res = simulate(
+        scn.with_overrides({"workload.num_requests": requests}),
+        "dspark",
+        trace=True,
+        baseline=False,
+    )
+    r = res.rounds
+    w = 1.0 / r["batch_size"].to_numpy(dtype=float)
+    n_rounds = w.sum()
+    round_s = float(((r["draft_s"] + r["verify_s"]).to_numpy() * w).sum() / n_rounds)
+    return round_s, float(len(r) / n_rounds)
+
+
+def sim_speed_ratio(scn, size: float, repeats: int) -> tuple[float, dict]:
+    """Mean tokens per CPU-second of ``dspark`` over ``fixed`` (interleaved runs of
+    ``benchmarks/sim_speed.py``'s measurement), and every run's rate."""
+    spec = importlib.util.spec_from_file_location("sim_speed", ROOT / "benchmarks" / "sim_speed.py")
+    speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(speed)
+    rates: dict[str, list[float]] = {"fixed": [], "dspark": []}
+    for name in rates:
+        speed.warm(scn, name, None)
+    for _ in range(repeats):
+        for name in rates:
+            rates[name].append(speed.measure(scn, name, None, size)["rate"])
+    return float(np.mean(rates["dspark"]) / np.mean(rates["fixed"])), rates
+
+
+#: the last line's number formats: µs to 0.1, the share (a fraction) and the ratio to 4 digits
+LAST_LINE_FORMATS = ("{:.1f}", "{:.1f}", "{:.6f}", "{:.4f}")
+
+
+def last_line(values: dict) -> str:
+    return " ".join(f"{k}={f.format(values[k])}" for k, f in zip(LAST_LINE_KEYS, LAST_LINE_FORMATS))
+
+
+def parse_last_line(line: str) -> dict[str, float]:
+    """The last line back as numbers; ValueError unless it has exactly the four keys in order."""
+    pairs = [p.split("=", 1) for p in line.split()]
+    if [p[0] for p in pairs] != list(LAST_LINE_KEYS) or any(len(p) != 2 for p in pairs):
+        raise ValueError(f"not a planner_cost last line: {line!r}")
+    return {k: float(v) for k, v in pairs}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=1000, help="timed rounds per batch size")
+    ap.add_argument("--warmup", type=int, default=100, help="untimed rounds first")
+    ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    ap.add_argument("--share-requests", type=int, default=1000, help="requests of the traced run")
+    ap.add_argument("--sim-size", type=float, default=1.0, help="M output tokens per sim_speed run")
+    ap.add_argument("--repeats", type=int, default=2, help="sim_speed runs of each controller")
+    a = ap.parse_args(argv)
+    from sim import load_scenario
+
+    scn = load_scenario(SCENARIO)
+    batches = sorted({int(x) for x in a.batches.split(",")} | {16, 256})
+    print(
+        f"{'B':>4s} {'pattern':7s} {'plan':>9s} {'observe':>9s} {'obs_round':>9s} {'total µs':>9s}"
+    )
+    engine = {}
+    for B in batches:
+        for pattern in PATTERNS:
+            c = cost_per_round(scn, B, pattern, a.rounds, a.warmup)
+            if pattern == "engine":
+                engine[B] = c["total"]
+            print(
+                f"{B:4d} {pattern:7s} {c['plan']:9.1f} {c['observe']:9.1f} "
+                f"{c['observe_round']:9.1f} {c['total']:9.1f}",
+                flush=True,
+            )
+    round_s, mean_b = h100_round(scn, a.share_requests)
+    b_star = max(1, round(mean_b))
+    at = cost_per_round(scn, b_star, "engine", a.rounds, a.warmup)["total"]
+    share = at * 1e-6 / round_s
+    print(
+        f"standard scenario (H100-SXM): mean round {round_s * 1e3:.2f} ms at a mean batch of "
+        f"{mean_b:.1f}; the planner at B = {b_star} (engine pattern) {at:.1f} µs = "
+        f"{share * 100:.3f}% of a round",
+        flush=True,
+    )
+    ratio, rates = sim_speed_ratio(scn, a.sim_size, a.repeats)
+    for name, r in rates.items():
+        print(
+            f"sim_speed {a.sim_size:g}M {name}: "
+            + ", ".join(f"{x:,.0f}" for x in r)
+            + " tokens/CPU-s"
+        )
+    print(
+        last_line(
+            {
+                "planner_us_b16": engine[16],
+                "planner_us_b256": engine[256],
+                "planner_share_h100": share,
+                "sim_dspark_vs_fixed": ratio,
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
