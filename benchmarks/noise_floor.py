@@ -1,5 +1,5 @@
 """The noise floor of saved batch-1 validation runs: what a simulator exact on every true value
-would score on their real repeats (``dspark.validation.metrics.noise_floor``; new runs print it
+would score on their real repeats (``validate.metrics.noise_floor``; new runs print it
 and keep it in ``summary.json``; the batched part's comes with ``dspark validate --reanalyze``).
 
     .venv/bin/python benchmarks/noise_floor.py RUN_DIR [RUN_DIR ...] [--target 10] [--latency-target 5]
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dspark.cmd_validate import noise_line, told_apart_text  # noqa: E402
-from dspark.validation import metrics as M  # noqa: E402
+from validate import metrics as M  # noqa: E402
 
 
 def real_of(run: Path) -> dict:

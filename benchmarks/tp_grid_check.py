@@ -1,7 +1,7 @@
 """Where the TP model misses: the TP = N engine's own forward passes against the model's table.
 
 ``dspark validate --part tp`` predicts TP = N generation from the TP = 1 profile plus what the
-ranks measure of the sharded projections and collectives (``dspark.validation.tp.tp_table``).
+ranks measure of the sharded projections and collectives (``validate.tp.tp_table``).
 This check takes generation out: one spawned group times, alternating in ``--repeats`` chunks,
 
 - rank 0 alone (the other ranks at a barrier): the TP = 1 profile grid (verify passes of
@@ -40,11 +40,11 @@ def _job(rank: int, size: int, port: int, repeats: int, path: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from dspark.validation.tp import TPValidateConfig, engine_for
-    from dspark.validation.tp_runs import TP1Side, chunk_passes
     from real import tp
     from real.profile import GridProfiler
     from real.tp_profile import collective_rows, message_tokens, time_collectives, time_projections
+    from validate.tp import TPValidateConfig, engine_for
+    from validate.tp_runs import TP1Side, chunk_passes
 
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size)
@@ -96,8 +96,8 @@ def main(argv=None) -> int:
     import pandas as pd
     import torch.multiprocessing as mp
 
-    from dspark.validation.tp import tp_table
     from real.tp import free_port
+    from validate.tp import tp_table
 
     path = Path(tempfile.mkdtemp()) / "tp_grid.json"
     mp.start_processes(

@@ -72,16 +72,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from dspark.validation.config import load_validate
-    from dspark.validation.run import run_validate
+    from validate.config import load_validate
+    from validate.run import run_validate
 
     path = args.config
     if args.reanalyze:
         return _reanalyze(args)
-    if args.part == "tp":  # tensor parallelism (issue 16): its own part, dspark/validation/tp.py
-        from dspark.validation.tp import run_tp_command
-
-        return run_tp_command(args)
+    if args.part == "tp":  # tensor parallelism (issue 16): its own part, validate/tp.py
+        return _run_tp(args)
     if path is None and args.fast:
         path = str(Path(__file__).resolve().parents[1] / "configs" / "validate_tiny.toml")
     ov = parse_sets(args.set)
@@ -118,6 +116,36 @@ def run(args: argparse.Namespace) -> int:
             "validate_batched_max_abs_error_pct",
         )
     return _exit(fails)
+
+
+def _run_tp(args: argparse.Namespace) -> int:
+    """``dspark validate --part tp [--fast] [--repeats N] [--set tp.KEY=VALUE]``."""
+    import sys
+    from pathlib import Path
+
+    import pandas as pd
+
+    from control.configio import from_mapping
+    from validate.tp import TPValidateConfig, run_tp
+
+    data = {k.removeprefix("tp."): v for k, v in parse_sets(args.set).items()}
+    if args.fast:
+        data.setdefault("tiny", True)
+    if args.repeats is not None:
+        data["repeats"] = args.repeats
+    cfg = from_mapping(TPValidateConfig, data, source="<command line>", prefix="tp")
+
+    def log(msg: str) -> None:
+        if not args.quiet:
+            print(f"[validate tp] {msg}", file=sys.stderr, flush=True)
+
+    summary = run_tp(cfg, Path(args.out), log)
+    df = pd.DataFrame(summary["rows"])
+    print(f"\n# TP = {summary['tp']} predicted from TP = 1 + measured collectives (errors_tp.csv)")
+    print(df.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    print(f"tp runtime: {summary['runtime_s']:.0f} s", file=sys.stderr)
+    print(f"validate_tp_max_abs_error_pct={summary['max_abs_error_pct']:.3f}")
+    return 0
 
 
 def _tolerance_overrides(args: argparse.Namespace, ov: dict) -> None:
@@ -157,8 +185,8 @@ def _reanalyze(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from control.errors import DSparkError
-    from dspark.validation.batched import analyze_batched
-    from dspark.validation.config import load_validate
+    from validate.batched import analyze_batched
+    from validate.config import load_validate
 
     out = Path(args.out)
     if not (out / "batched" / "measure.json").is_file():
@@ -196,7 +224,7 @@ def _print_batched(s: dict, out: str) -> None:
 
     import pandas as pd
 
-    from dspark.validation.batched import format_table
+    from validate.batched import format_table
 
     print(
         "\n# batched: continuous batching under Poisson arrivals (real.serve), "
@@ -249,7 +277,7 @@ def _told_apart(order: dict) -> str:
 
 def told_apart_text(t: dict) -> str:
     """``metrics.resolved_pairs``' result in words."""
-    from dspark.validation.metrics import TOLD_APART_P
+    from validate.metrics import TOLD_APART_P
 
     swaps = "".join(f"; swapped {a} / {b}" for a, b in t["swapped"])
     return (
@@ -263,7 +291,7 @@ def _print_batch1(summary: dict, out: str) -> None:
 
     import pandas as pd
 
-    from dspark.validation.run import format_table
+    from validate.run import format_table
 
     print("# predicted: acceptance from the drafter's confidences on the held-out prompts")
     print(format_table(pd.read_csv(Path(out) / "errors.csv")))

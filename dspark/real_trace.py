@@ -97,7 +97,7 @@ def _write_summary(args, out, pcfg, ecfg, ctrl_cfg, recs, reqs) -> dict:
     import json
 
     from control.configio import to_dict, write_toml
-    from dspark.validation.metrics import real_metrics
+    from validate.metrics import real_metrics
 
     m = real_metrics(recs, reqs)
     row = {

@@ -7,8 +7,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# package -> top-level modules it must never import. ``dspark`` (the CLI and the validation
-# harness) sits above every other package: none of them may import it.
+# package -> top-level modules it must never import. ``dspark`` (the command line) sits above
+# every other package: none of them may import it. ``validate`` (calibrate the simulator on the
+# engine, measure its error) sits above ``sim`` and ``real``, beside ``tuning``: it may import
+# control, sim, real and tuning; nothing but ``dspark`` may import it.
 FORBIDDEN = {
     "control": {
         "torch",
@@ -23,11 +25,14 @@ FORBIDDEN = {
         "tuning",
         "reports",
         "dspark",
+        "validate",
     },
-    "sim": {"torch", "real", "optuna", "tuning", "reports", "dspark"},
-    "real": {"sim", "simpy", "optuna", "tuning", "reports", "dspark"},
-    "tuning": {"torch", "real", "reports", "dspark"},
-    "reports": {"sim", "real", "tuning", "torch", "simpy", "dspark"},  # optuna: reads studies
+    "sim": {"torch", "real", "optuna", "tuning", "reports", "dspark", "validate"},
+    "real": {"sim", "simpy", "optuna", "tuning", "reports", "dspark", "validate"},
+    "tuning": {"torch", "real", "reports", "dspark", "validate"},
+    # optuna: reads studies
+    "reports": {"sim", "real", "tuning", "torch", "simpy", "dspark", "validate"},
+    "validate": {"dspark", "reports"},
 }
 
 

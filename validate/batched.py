@@ -49,17 +49,17 @@ from control.configio import to_dict
 from control.metrics import json_safe
 from control.registry import make_config, make_controller, make_planner
 from control.types import records_to_columns
-from dspark.validation import metrics as M
-from dspark.validation.batched_latency import (
+from real.profile import tmean
+from validate import metrics as M
+from validate.batched_latency import (
     correct_from_calibration,
     latency_check,
     overhead_by_batch,
     overhead_residuals,
     sim_table,
 )
-from dspark.validation.config import ValidateConfig, controller_config
-from dspark.validation.mirror import sim_serving_metrics, write_serving_scenario
-from real.profile import tmean
+from validate.config import ValidateConfig, controller_config
+from validate.mirror import sim_serving_metrics, write_serving_scenario
 
 #: the controller label of the calibration load's replay
 CALIBRATION_LABEL = "calibration"
@@ -292,8 +292,8 @@ def measure_batched(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) 
     under ``out/batched`` (``measure.json``, ``streams.csv``, ``pool_positions.csv``, the real
     ``requests.csv`` / ``rounds.csv`` / ``batches.csv``, ``profile/latency.csv``), so that
     :func:`analyze_batched` can run again on it without the engine."""
-    from dspark.validation.run import build_engine
     from real.profile import GridProfiler, finish_table
+    from validate.run import build_engine
 
     t_start = time.perf_counter()
     b = cfg.batched
@@ -479,7 +479,7 @@ def _decision_cpu(cfg: ValidateConfig, bdir: Path, x_name, x_cfg, ctrl_cfgs) -> 
     import pandas as pd
 
     from control.types import records_from_rows
-    from dspark.validation.mirror import decision_cpu_by_batch
+    from validate.mirror import decision_cpu_by_batch
 
     rows = pd.read_csv(bdir / "rounds.csv", dtype={"confidences": str, "sentence_ends": str})
     recs = records_from_rows(rows[rows["controller"] == CALIBRATION_LABEL].to_dict("records"))

@@ -1,6 +1,6 @@
 """The batched part's latency model: the profile's table, the serving loop's round overhead and
 the correction of the table by the calibration load's own rounds (``dspark validate --part
-batched``, steps 5 and 7 of :mod:`dspark.validation.batched`).
+batched``, steps 5 and 7 of :mod:`validate.batched`).
 
 A batch trace (``real.serve.BATCH_COLUMNS``) holds one row per round or prefill pass. A round's
 ``verify_s`` is its one target pass over ``verify_tokens`` at ``context_tokens`` (summed over

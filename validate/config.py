@@ -369,7 +369,7 @@ def load_validate(
     path: str | Path | None, overrides: dict[str, Any] | None = None
 ) -> ValidateConfig:
     """Load a validate TOML (None: ``configs/validate.toml`` of the project)."""
-    p = Path(path) if path else Path(__file__).resolve().parents[2] / "configs" / "validate.toml"
+    p = Path(path) if path else Path(__file__).resolve().parents[1] / "configs" / "validate.toml"
     data = read_toml(p)
     for key, value in (overrides or {}).items():
         d = data
@@ -385,7 +385,7 @@ def load_validate(
 
 def controller_config(cfg: ValidateConfig, name: str) -> tuple[Any, str]:
     """(checked config, where it came from) of held-out controller ``name``."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     for cand in cfg.dspark_tuned if name == "dspark" else ():
         p = Path(cand) if Path(cand).is_absolute() else root / cand
         if p.is_file():

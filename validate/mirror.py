@@ -14,7 +14,7 @@ prompt's first P - 1 tokens, and its "first token" is the engine's last prompt t
 rounds then start at context P exactly as the engine's, its output is one longer, and its
 position trace is the engine's shifted by one (position 0 is that prompt token, never drafted
 from). Metrics are computed from the rounds and request times by the same function on both
-sides (:mod:`dspark.validation.metrics`).
+sides (:mod:`validate.metrics`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 
 from control.configio import write_toml
 from control.types import PositionRecord, records_to_columns
-from dspark.validation.metrics import compute
+from validate.metrics import compute
 
 TIMESTAMP = "2023-11-16 00:00:00.000000"
 
@@ -236,7 +236,7 @@ def sim_serving_metrics(res) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     per-request times. Mapped back to the engine: the simulator's first token (end of its
     prefill) is the engine's admission, the end of the request's first round its first token,
     its output one token longer."""
-    from dspark.validation.metrics import serving
+    from validate.metrics import serving
 
     req = res.requests.sort_values("request_id")
     rd = res.rounds

@@ -11,7 +11,7 @@
    model is fitted on its rounds, and the mirror is checked on it;
 4. measurement: the engine runs every held-out pair ``repeats`` times, interleaved;
 5. prediction (from calibration data only): the simulator mirrors the engine
-   (``dspark.validation.mirror``) for every held-out controller Y x workload B, on the profile
+   (``validate.mirror``) for every held-out controller Y x workload B, on the profile
    corrected by the engine's own k-cycling rounds of A's prompts (``correct_profile``), with
    acceptance PREDICTED from the drafter's confidences on B's prompts (``real.predicted``,
    calibrated on A; the headline), and, as diagnostics, replayed from B's target-measured
@@ -37,9 +37,9 @@ from control.configio import to_dict, to_toml
 from control.metrics import json_safe
 from control.registry import make_config, make_controller
 from control.types import PositionRecord, records_to_columns
-from dspark.validation import metrics as M
-from dspark.validation.config import ValidateConfig, controller_config
-from dspark.validation.mirror import fit_acceptance, predict, write_scenario
+from validate import metrics as M
+from validate.config import ValidateConfig, controller_config
+from validate.mirror import fit_acceptance, predict, write_scenario
 
 ERROR_COLUMNS = ("controller", "workload", "metric", "sim", "real", "real_spread", "error_pct")
 
@@ -157,7 +157,7 @@ def run_validate(cfg: ValidateConfig, out: Path, quiet: bool = False) -> dict:
     else:
         summary = {"kind": "validate", "name": cfg.name}
     if "batched" in cfg.parts:
-        from dspark.validation.batched import run_batched
+        from validate.batched import run_batched
 
         summary["batched"] = run_batched(cfg, out, log)
         summary["runtime_s"] = time.perf_counter() - t_start
@@ -502,7 +502,7 @@ class _Batch1:
         """Per held-out controller: its CPU per round beyond the profile's fixed-k controller
         (``mirror.decision_cpu_s`` over the calibration rounds, never the held-out ones), which
         the simulator adds to that controller's round overhead."""
-        from dspark.validation.mirror import decision_cpu_s
+        from validate.mirror import decision_cpu_s
 
         k = self.cfg.profile.overhead_k
         base = decision_cpu_s("fixed", make_config("fixed", {"k": k}), self.cal_recs, self.kmax)

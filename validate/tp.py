@@ -24,7 +24,6 @@ and ``tp/summary.json`` under the run folder; the last line printed is
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -99,8 +98,8 @@ def _spawn(cfg: TPValidateConfig, path: Path) -> dict:
 
     import torch.multiprocessing as mp
 
-    from dspark.validation.tp_runs import rank_job
     from real.tp import free_port
+    from validate.tp_runs import rank_job
 
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     try:
@@ -187,8 +186,8 @@ def predict(
     own CPU)."""
     from control.configio import to_dict
     from control.registry import make_config
-    from dspark.validation.mirror import predict as sim_predict
-    from dspark.validation.mirror import write_scenario
+    from validate.mirror import predict as sim_predict
+    from validate.mirror import write_scenario
 
     folder.mkdir(parents=True, exist_ok=True)
     lat = folder / "latency.csv"
@@ -291,7 +290,7 @@ def _decision_overheads(cfg: TPValidateConfig, one: dict, k_max: int) -> dict[st
     """Each controller's CPU per round beyond fixed k's (``mirror.decision_cpu_s``), replayed
     over its TP = 1 rounds (the calibration side); the profile's overhead holds fixed k's."""
     from control.registry import make_config
-    from dspark.validation.mirror import decision_cpu_s
+    from validate.mirror import decision_cpu_s
 
     recs = [r for c in cfg.controllers for r in one[c]["records"]]
     base = decision_cpu_s("fixed", make_config("fixed"), recs, k_max)
@@ -307,7 +306,7 @@ def _rows(cfg, one, tpn, pred1: dict, predn: dict) -> list[dict]:
     Measured = the median of the repeats and their spread (max − min) / median, as every other
     part's error table (``metrics.error_rows``): one disturbed repeat of a shared 2-core machine
     (a repeat at ~0.6× the others' speed, seen in 2 of 9 runs on 2026-12-02) does not set the figure."""
-    from dspark.validation.metrics import error_pct, spread_pct
+    from validate.metrics import error_pct, spread_pct
 
     rows = []
     for c in cfg.controllers:
@@ -333,34 +332,3 @@ def _rows(cfg, one, tpn, pred1: dict, predn: dict) -> list[dict]:
                 }
             )
     return rows
-
-
-def print_tp(summary: dict) -> None:
-    import pandas as pd
-
-    df = pd.DataFrame(summary["rows"])
-    print(f"\n# TP = {summary['tp']} predicted from TP = 1 + measured collectives (errors_tp.csv)")
-    print(df.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
-    print(f"tp runtime: {summary['runtime_s']:.0f} s", file=sys.stderr)
-
-
-def run_tp_command(args) -> int:
-    """``dspark validate --part tp [--fast] [--repeats N] [--set tp.KEY=VALUE]``."""
-    from control.configio import from_mapping
-    from dspark.args import parse_sets
-
-    data = {k.removeprefix("tp."): v for k, v in parse_sets(args.set).items()}
-    if args.fast:
-        data.setdefault("tiny", True)
-    if args.repeats is not None:
-        data["repeats"] = args.repeats
-    cfg = from_mapping(TPValidateConfig, data, source="<command line>", prefix="tp")
-    quiet = getattr(args, "quiet", False)
-    summary = run_tp(cfg, Path(args.out), (lambda m: None) if quiet else _log)
-    print_tp(summary)
-    print(f"validate_tp_max_abs_error_pct={summary['max_abs_error_pct']:.3f}")
-    return 0
-
-
-def _log(msg: str) -> None:
-    print(f"[validate tp] {msg}", file=sys.stderr, flush=True)

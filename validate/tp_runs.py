@@ -11,7 +11,7 @@ minute; calibrating first and measuring later showed it as model error):
 2. all ranks: a chunk of the collectives profile, the same draft phases on every rank at once
    (the replicated drafter side by side) and one measured repeat at TP = N.
 
-Rank 0 writes what the parent (``dspark.validation.tp``) predicts from and compares against.
+Rank 0 writes what the parent (``validate.tp``) predicts from and compares against.
 """
 
 from __future__ import annotations
@@ -71,10 +71,10 @@ class TP1Side:
     full-width projections) and the TP = 1 control runs, a slice at a time."""
 
     def __init__(self, cfg) -> None:
-        from dspark.validation.tp import engine_for, prompts_for
         from real.profile import GridProfiler
         from real.tp_profile import drafter_draft_lengths, message_tokens
         from real.tracing import record_positions_full
+        from validate.tp import engine_for, prompts_for
 
         self.cfg = cfg
         self.engine = e = engine_for(cfg)
@@ -159,7 +159,6 @@ def rank_job(rank: int, size: int, port: int, data: dict, path: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from dspark.validation.tp import TPValidateConfig, engine_for, prompts_for
     from real import tp
     from real.tp_profile import (
         collective_rows,
@@ -168,6 +167,7 @@ def rank_job(rank: int, size: int, port: int, data: dict, path: str) -> None:
         time_collectives,
         time_drafter,
     )
+    from validate.tp import TPValidateConfig, engine_for, prompts_for
 
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size)

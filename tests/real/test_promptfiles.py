@@ -11,10 +11,10 @@ import pytest
 
 from control.errors import ConfigError, DSparkError
 from dspark.cli import main
-from dspark.validation.config import load_validate
 from real.promptfiles import file_prompts, read_prompt_texts
 from real.tokenizer import load_tokenizer
 from real.tracing import PromptSetConfig, make_prompts
+from validate.config import load_validate
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dspark.validation.batched_latency import correct_from_calibration, latency_check, round_phases
+from validate.batched_latency import correct_from_calibration, latency_check, round_phases
 
 K_MAX = 3
 CTX = (0, 256)

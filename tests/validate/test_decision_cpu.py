@@ -6,7 +6,7 @@ import pytest
 import control.batch
 from control.registry import make_config
 from control.types import RoundRecord
-from dspark.validation import mirror
+from validate import mirror
 
 
 def _rec(req: int, rnd: int, now: float, drafted: int = 2, batch: int = 1) -> RoundRecord:

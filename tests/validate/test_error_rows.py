@@ -2,7 +2,7 @@
 
 import pytest
 
-from dspark.validation.metrics import error_rows
+from validate.metrics import error_rows
 
 
 def test_one_row_per_controller_group_and_metric():

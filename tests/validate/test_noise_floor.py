@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from dspark.validation import metrics as M
+from validate import metrics as M
 
 
 def _p_median3_outside(sigma: float, target_pct: float) -> float:

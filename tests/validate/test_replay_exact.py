@@ -9,11 +9,11 @@ import pytest
 
 from control.configio import to_dict
 from control.registry import make_config, make_controller
-from dspark.validation.metrics import compute, real_metrics
-from dspark.validation.mirror import predict, write_scenario
 from real.profile import profile, round_overhead_s
 from real.tracing import PromptSetConfig, make_prompts, record_positions_full, run_requests
 from tests.validate.conftest import ECFG, PCFG
+from validate.metrics import compute, real_metrics
+from validate.mirror import predict, write_scenario
 
 NEW = 24
 CONTROLLERS = {

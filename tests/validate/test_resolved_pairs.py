@@ -3,7 +3,7 @@
 import pandas as pd
 from scipy.stats import mannwhitneyu
 
-from dspark.validation.metrics import TOLD_APART_P, repeats_of, resolved_pairs, told_apart
+from validate.metrics import TOLD_APART_P, repeats_of, resolved_pairs, told_apart
 
 
 def test_at_three_repeats_only_fully_separated_pairs_are_judged():

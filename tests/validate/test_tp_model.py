@@ -4,8 +4,8 @@ target pass charged the sharded layers' extra time (exact arithmetic on a small 
 import pandas as pd
 import pytest
 
-from dspark.validation.tp import agree_overhead_s, tp_table
 from real.tp_profile import side_by_side_factor
+from validate.tp import agree_overhead_s, tp_table
 
 
 def _coll():

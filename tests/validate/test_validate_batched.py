@@ -13,11 +13,11 @@ import pytest
 from control.errors import ConfigError
 from control.types import PositionRecord, records_from_rows
 from dspark.cli import main
-from dspark.validation.batched import ERROR_COLUMNS, poisson_stream
-from dspark.validation.batched_latency import overhead_by_batch, overhead_residuals, sim_table
-from dspark.validation.config import load_validate
-from dspark.validation.metrics import SERVING_METRICS, SERVING_TARGETS, resolved_pairs, serving
 from real.tracing import replay_accepted
+from validate.batched import ERROR_COLUMNS, poisson_stream
+from validate.batched_latency import overhead_by_batch, overhead_residuals, sim_table
+from validate.config import load_validate
+from validate.metrics import SERVING_METRICS, SERVING_TARGETS, resolved_pairs, serving
 
 LOADS = ("light", "near-saturation", "overloaded")
 

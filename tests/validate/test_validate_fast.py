@@ -9,10 +9,10 @@ import pytest
 from control.errors import ConfigError
 from control.types import PositionRecord, records_from_rows
 from dspark.cli import main
-from dspark.validation.config import load_validate
-from dspark.validation.metrics import METRICS
 from real.profile import draft_phases
 from real.tracing import replay_accepted
+from validate.config import load_validate
+from validate.metrics import METRICS
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def test_error_table_columns_and_finite(run):
     lat = rep[rep.metric == "throughput_tokens_per_s"]
     assert s["latency_only_max_abs_error_pct"] == pytest.approx(np.abs(lat.error_pct).max())
     # rankings: the pairs told apart are judged on the real repeats (metrics.resolved_pairs)
-    from dspark.validation.metrics import resolved_pairs
+    from validate.metrics import resolved_pairs
 
     for w, r in s["rank_orders"].items():
         tp = err[(err.workload == w) & (err.metric == "throughput_tokens_per_s")]
