@@ -81,6 +81,10 @@ class Controller:
         then decides on its own (``decide``). One planner per engine replica."""
         return None
 
+    def set_slo(self, slo: Any) -> None:
+        """Told by a driver that serves SLOs (a :class:`control.batch.Slo`) before the first
+        round; controllers that do not plan against SLOs ignore it."""
+
     def set_future(self, run_length: int) -> None:
         """Told by a driver that knows it: how many of the next drafted tokens would be accepted.
 

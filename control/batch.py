@@ -16,11 +16,26 @@ existing controllers work unchanged. Pure and sans-IO: times are arguments, neve
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from control.types import Decision
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """The service-level objectives a driver serves, in seconds: time to first token, and each
+    request's own time per output token after the first. ``inf`` = no objective. Drivers hand
+    it once (``RoundPlanner.set_slo``, ``Controller.set_slo``) before the first round."""
+
+    ttft_s: float = math.inf
+    tpot_s: float = math.inf
+
+    @property
+    def active(self) -> bool:
+        return math.isfinite(self.ttft_s) or math.isfinite(self.tpot_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +48,8 @@ class BatchContext:
     ``token_budget`` is the most tokens one forward may carry (drafts first, then prompt
     chunks), ``prefill_backlog`` the prompt tokens waiting for it; a drafted token then
     displaces a prompt token (``None`` / 0: prefill does not share the pass).
+    ``waiting_since_s``: arrival time of the oldest request whose prompt is not yet fully
+    prefilled (its TTFT clock), ``None`` when none waits or the engine does not tell.
     """
 
     batch_size: int
@@ -40,6 +57,7 @@ class BatchContext:
     max_draft: int | None = None
     prefill_backlog: int = 0
     token_budget: int | None = None
+    waiting_since_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +117,13 @@ class RoundStats:
 
 class RoundPlanner:
     """Decides one round for a whole batch; subclasses override ``plan``/``observe_round``."""
+
+    #: the driver's SLOs (``set_slo``); none until told
+    slo: Slo = Slo()
+
+    def set_slo(self, slo: Slo) -> None:
+        """Told by the driver before the first round: the SLOs its requests are served at."""
+        self.slo = slo
 
     def plan(self, now_s: float, members: Sequence[Any], batch: BatchContext) -> list[Decision]:
         return [c.decide(now_s) for c in members]

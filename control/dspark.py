@@ -51,6 +51,7 @@ drafted something and accepted nothing, ``cooldown_rounds`` plain autoregressive
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +82,37 @@ class DSparkConfig:
         hi=1000.0,
         doc="goodput: weight of the pooled rate in a sequence's â",
         tune=(0.5, 64.0),
+        log=True,
+        when={"policy": ("goodput",)},
+    )
+    # slo-goodput: plan for the tokens of requests that meet the driver's SLOs (per-request
+    # TPOT within the SLO, waiting prompts' value from their TTFT slack); with slack SLOs it is
+    # the throughput plan. throughput: tokens per second of batch round time, SLOs ignored.
+    objective: str = param(
+        "slo-goodput",
+        choices=("slo-goodput", "throughput"),
+        doc="goodput: what the round plan maximises",
+        tune=True,
+        when={"policy": ("goodput",)},
+    )
+    # 1.0: plan each sequence's predicted TPOT (round time / expected tokens) to the SLO itself;
+    # below 1 keeps headroom for the round-time noise the plan does not predict.
+    slo_margin: float = param(
+        1.0,
+        lo=0.1,
+        hi=2.0,
+        doc="goodput/slo-goodput: share of the TPOT SLO a plan may use",
+        tune=(0.6, 1.2),
+        when={"policy": ("goodput",)},
+    )
+    # 8: a waiting prompt about to miss its TTFT SLO is worth up to 8x the observed value of a
+    # prompt token, so drafts give its chunk the pass.
+    ttft_value_max: float = param(
+        8.0,
+        lo=0.0,
+        hi=1000.0,
+        doc="goodput/slo-goodput: cap on the TTFT urgency factor of a prompt token's value",
+        tune=(1.0, 64.0),
         log=True,
         when={"policy": ("goodput",)},
     )
@@ -585,6 +617,7 @@ class DSparkController(Controller):
         self._win = RoundWindow(c.window_rounds)
         self._blocks = BlockPlanner(c.block_tokens, c.snap_tokens, c.span_tokens)
         self.goodput = c.policy == "goodput"
+        self.slo: Any = None  # the driver's SLOs (set_slo), None until told
         # goodput: α is the time-penalty weight of speculation, 1 = pure goodput (its ceiling)
         a_hi, a0 = (1.0, 1.0) if self.goodput else (c.alpha_max, c.alpha0)
         self._pid_a = PID(c.alpha_kp, c.alpha_ki, c.alpha_kd, c.d_filter, c.alpha_min, a_hi, a0)
@@ -608,6 +641,13 @@ class DSparkController(Controller):
             c.recovery_blocks,
         )
         self.reset()
+
+    def set_slo(self, slo: Any) -> None:
+        """The driver's SLOs: the TPOT trim holds the driver's TPOT SLO (``slo_tpot_s`` when it
+        gives none), and a planner of this sequence's own plans against them."""
+        self.slo = slo
+        if self._solo is not None:
+            self._solo.set_slo(slo)
 
     @classmethod
     def make_planner(cls, config: DSparkConfig) -> Any:
@@ -668,6 +708,8 @@ class DSparkController(Controller):
                 from control.dspark_planner import DSparkPlanner
 
                 self._solo = DSparkPlanner(self.config)
+                if self.slo is not None:
+                    self._solo.set_slo(self.slo)
             ctx = BatchContext(1, self.context_tokens) if batch is None else batch
             return self._solo.plan(now_s, (self,), ctx)[0]
         return self.take_decision()
@@ -835,7 +877,10 @@ class DSparkController(Controller):
         a = win.a_hat()
         tpot = win.tpot_s() if c.tpot_source == "round_time" else win.wall_tpot_s()
         self.a_hat = a
-        self.latency_ratio = None if tpot is None else tpot / c.slo_tpot_s
+        slo = self.slo.tpot_s if self.slo is not None else math.inf
+        self.latency_ratio = (
+            None if tpot is None else tpot / (slo if math.isfinite(slo) else c.slo_tpot_s)
+        )
         if self.rounds >= c.warmup_rounds:
             if self.rounds - self.last_update_round >= c.min_update_rounds:
                 if self.goodput:  # α trims the time penalty to hold the TPOT SLO

@@ -40,6 +40,7 @@ The per-sequence decision keeps its mode, β, τ and block-end flag; only k is p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,7 +48,7 @@ import numpy as np
 
 from control.batch import BatchContext, RoundPlanner, RoundStats
 from control.costmodel import RoundCostModel
-from control.goodput import CostFunctions, plan_round_lengths
+from control.goodput import CostFunctions, plan_round_lengths, slo_goodput_row
 from control.types import Decision
 
 #: Per-round memory of the emitted / prefilled token sums behind the observed prompt value
@@ -79,6 +80,7 @@ class DSparkPlanner(RoundPlanner):
         self._idle = 0  # draft-free full plans in a row with no prompt waiting (item 7)
         self._emitted = 0.0  # Σ output tokens of the rounds seen (forgotten, PROMPT_VALUE_KEEP)
         self._prefilled = 0.0  # Σ prompt tokens of the rounds seen (the same)
+        self._round_s = 0.0  # recent round time (EMA over ~20 rounds), for the TTFT urgency
 
     @property
     def wants_costs_seed(self) -> bool:
@@ -186,13 +188,41 @@ class DSparkPlanner(RoundPlanner):
             return c.prompt_token_value
         return (self._emitted + m * c.prompt_token_value) / (self._prefilled + m)
 
-    def cost_functions(self, batch: BatchContext) -> CostFunctions:
+    def serves_slo(self) -> bool:
+        """Whether plans are held to the driver's SLOs (objective ``slo-goodput`` and an SLO
+        told by the driver)."""
+        return self.config.objective == "slo-goodput" and self.slo.active
+
+    def ttft_urgency(self, now_s: float, batch: BatchContext) -> float:
+        """Factor on a prompt token's value from the TTFT slack of the oldest waiting prompt:
+        the time the backlog needs at the pass's spare budget and the recent round time, over
+        the time left before that prompt misses its TTFT SLO, times 2 (1 when the backlog takes
+        half the slack), capped at ``ttft_value_max``; the cap once the slack is gone. 1 when
+        the SLO, the backlog or the oldest arrival is unknown."""
+        c, slo = self.config, self.slo
+        since = batch.waiting_since_s
+        if since is None or not math.isfinite(slo.ttft_s) or batch.prefill_backlog <= 0:
+            return 1.0
+        slack = slo.ttft_s - (now_s - since)
+        if slack <= 0.0:
+            return c.ttft_value_max
+        spare = max((batch.token_budget or 0) - batch.batch_size, 1)
+        round_s = self._round_s
+        if not round_s > 0.0:
+            return 1.0
+        clear_s = math.ceil(batch.prefill_backlog / spare) * round_s
+        return min(c.ttft_value_max, 2.0 * clear_s / slack)
+
+    def cost_functions(self, batch: BatchContext, now_s: float = 0.0) -> CostFunctions:
+        value = self.prompt_value()
+        if self.serves_slo():
+            value *= self.ttft_urgency(now_s, batch)
         return self.costs.functions(
             batch.context_tokens,
             backlog=batch.prefill_backlog,
             budget=batch.token_budget,
             batch_size=batch.batch_size,
-            prompt_value=self.prompt_value(),
+            prompt_value=value,
         )
 
     def plan(self, now_s: float, members: Sequence[Any], batch: BatchContext) -> list[Decision]:
@@ -216,7 +246,7 @@ class DSparkPlanner(RoundPlanner):
             return out
         self._since = 0
         self._planned_b = B
-        k = self._full_plan(members, base, k_max, batch, probe)
+        k = self._full_plan(members, base, k_max, batch, probe, now_s)
         if not probe:  # a probe is an experiment: it neither starts nor ends idling
             idle = self.last_cap == 0 and batch.prefill_backlog <= 0
             # (bounded: the interval and the probe cadence saturate long before 32)
@@ -240,7 +270,7 @@ class DSparkPlanner(RoundPlanner):
             and not (self._idle and batch.prefill_backlog > 0)
         )
 
-    def _full_plan(self, members, base, k_max, batch, probe) -> np.ndarray:
+    def _full_plan(self, members, base, k_max, batch, probe, now_s=0.0) -> np.ndarray:
         c = self.config
         kcap = np.minimum(np.array([d.k for d in base], dtype=np.int64), k_max)
         if self._rates is not None and len(self._rates) == len(members):
@@ -256,13 +286,19 @@ class DSparkPlanner(RoundPlanner):
             # search near the last cap (±3): a cap moves by at most that between full plans
             near = None if self.last_cap < 0 else (self.last_cap - 3, self.last_cap + 3)
             p = plan_round_lengths(
-                a, kcap, self.cost_functions(batch), k_max, alpha, cap_range=near
+                a, kcap, self.cost_functions(batch, now_s), k_max, alpha, cap_range=near
             )
-            self.last_goodput = float(p.goodput.max())
-            k = p.k
+            row = (
+                slo_goodput_row(p, self.slo.tpot_s * c.slo_margin)
+                if self.serves_slo() and math.isfinite(self.slo.tpot_s)
+                else int(np.argmax(p.goodput))
+            )
+            self.last_goodput = float(p.goodput[row])
+            k = p.k_by_cap[row]
+            cap = int(k.max()) if len(k) else 0
             if probe:  # one round at the neighbouring cap; the next round re-plans
-                up = (self.rounds // c.explore_every) % 2 == 0 or p.cap == 0  # no cap −1
-                alt = p.cap + 1 if up else p.cap - 1
+                up = (self.rounds // c.explore_every) % 2 == 0 or cap == 0  # no cap −1
+                alt = cap + 1 if up else cap - 1
                 rows = np.flatnonzero(p.caps == alt)
                 if len(rows):
                     k = p.k_by_cap[rows[0]]
@@ -287,6 +323,8 @@ class DSparkPlanner(RoundPlanner):
 
     def observe_round(self, stats: RoundStats) -> None:
         self.rounds += 1
+        dt = stats.end_s - stats.start_s
+        self._round_s = dt if self.rounds == 1 else self._round_s + 0.05 * (dt - self._round_s)
         self._emitted = self._emitted * PROMPT_VALUE_KEEP + stats.emitted
         self._prefilled = self._prefilled * PROMPT_VALUE_KEEP + stats.prefill_tokens
         self.costs.observe(stats)

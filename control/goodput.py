@@ -41,6 +41,8 @@ class RoundPlan:
     k_by_cap: np.ndarray  # (rows, B): the draft lengths chosen under each cap tried
     goodput: np.ndarray  # tokens per second predicted for each cap tried
     seconds: float  # predicted round time of the chosen plan
+    seconds_by_cap: np.ndarray | None = None  # predicted round time of each row
+    expected: np.ndarray | None = None  # (rows, B): E(a_i, k_i) of each row
 
 
 @dataclass(frozen=True)
@@ -136,5 +138,32 @@ def plan_round_lengths(
     # the plan's true cap: sequences may all have stopped below the row's cap
     cap = int(k[best].max()) if B else 0
     return RoundPlan(
-        k=k[best].copy(), cap=cap, caps=caps, k_by_cap=k, goodput=g, seconds=float(t[best])
+        k=k[best].copy(),
+        cap=cap,
+        caps=caps,
+        k_by_cap=k,
+        goodput=g,
+        seconds=float(t[best]),
+        seconds_by_cap=t,
+        expected=cum[k, cols],
     )
+
+
+def slo_goodput_row(plan: RoundPlan, tpot_s: float) -> int:
+    """The row of ``plan`` with the most SLO goodput: its goodput times the share of the
+    expected tokens that come from sequences whose predicted TPOT, round time over expected
+    tokens ``T_r / E_ir``, is within ``tpot_s``. Sequences that miss in every row (nothing the
+    round can do brings them in) count in no row; when every sequence meets in every row
+    (a slack SLO) this is the goodput choice. Ties go to the higher goodput, then the shorter
+    cap."""
+    assert plan.expected is not None and plan.seconds_by_cap is not None
+    e = plan.expected
+    meets = e * tpot_s >= plan.seconds_by_cap[:, None]  # (rows, B)
+    reach = meets.any(axis=0)  # sequences some row brings within the SLO
+    if not reach.any() or meets[:, reach].all():
+        return int(np.argmax(plan.goodput))
+    er = e[:, reach]
+    share = (er * meets[:, reach]).sum(axis=1) / np.maximum(er.sum(axis=1), 1e-12)
+    score = plan.goodput * share
+    top = np.flatnonzero(score >= score.max() * (1.0 - 1e-9))
+    return int(top[np.argmax(plan.goodput[top])])

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from control.batch import RoundPlanner
+from control.batch import RoundPlanner, Slo
 from control.types import Decision
 from sim.acceptance import AcceptanceModel
 from sim.cluster import Cluster
@@ -83,6 +83,8 @@ def _simulate(
     make_planner: Callable[[], Any] | None,
 ) -> RunData:
     env = simpy.Environment()
+    slo = Slo(params.slo_ttft_s, params.slo_tpot_s)
+    make_ctrl = _told_slo(make_ctrl, slo)
     ledger = Ledger(reqs, params.kv_bytes_per_token, progress)
     tracer = RoundTrace(label, len(reqs)) if trace else None
     probe = make_ctrl()
@@ -163,6 +165,19 @@ def _planner(make_planner: Callable[[], Any] | None, params: EngineParams, clust
     """A replica's round planner (or None), seeded with the modelled start-up profile when
     ``seed_planner_costs`` asks (as the real engine seeds its own)."""
     p = make_planner() if make_planner is not None else None
+    if p is not None:
+        p.set_slo(Slo(params.slo_ttft_s, params.slo_tpot_s))
     if p is not None and params.seed_planner_costs and getattr(p, "wants_costs_seed", False):
         p.seed_costs(cluster.cost_seed_rows(params.max_batch, params.max_draft))
     return p
+
+
+def _told_slo(make_ctrl: Callable[[], Any], slo: Slo) -> Callable[[], Any]:
+    """``make_ctrl`` whose controllers are told the scenario's SLOs when built."""
+
+    def make() -> Any:
+        c = make_ctrl()
+        c.set_slo(slo)
+        return c
+
+    return make

@@ -55,6 +55,8 @@ class EngineParams:
     prefix_caching: bool = True
     hash_block_tokens: int = 512
     seed_planner_costs: bool = False
+    slo_ttft_s: float = math.inf  # the scenario's SLOs, handed to controllers and planners
+    slo_tpot_s: float = math.inf
 
     @classmethod
     def of(cls, scn, cluster: Cluster) -> EngineParams:
@@ -64,6 +66,8 @@ class EngineParams:
             max_batch=dep.max_batch,
             routing=dep.routing,
             warmup_s=scn.sim.warmup_s,
+            slo_ttft_s=scn.slo.ttft_s,
+            slo_tpot_s=scn.slo.tpot_s,
             horizon_s=scn.sim.horizon_s,
             lossy_accept_max=scn.acceptance.lossy_accept_max,
             round_overhead_s=scn.latency.round_overhead_s,

@@ -771,7 +771,13 @@ class Replica:
         decisions = planner.plan(
             now,
             batch.controllers,
-            BatchContext(size, sum(batch.context), self.max_draft, *self.prefill_pressure()),
+            BatchContext(
+                size,
+                sum(batch.context),
+                self.max_draft,
+                *self.prefill_pressure(),
+                self.waiting_since(),
+            ),
         )
         if len(decisions) != size:
             raise ValueError(
@@ -787,6 +793,15 @@ class Replica:
         """Prompt tokens this replica has still to prefill: the rest of each partial prefill
         and every waiting request's (re)prefill (prefix-cache hits not deducted)."""
         return self.partial_prefill_left() + sum([self.prefill_length(i) for i in self.waiting])
+
+    def waiting_since(self) -> float | None:
+        """Arrival time of the oldest request with prompt tokens left to prefill (partial
+        prefills, then the head of the queue), None when none waits."""
+        arrival = self.ledger.reqs.arrival_s
+        times = [arrival[i] for i in self.prefilling]
+        if self.waiting:
+            times.append(arrival[self.waiting[0]])
+        return float(min(times)) if times else None
 
     def prefill_pressure(self) -> tuple[int, int | None]:
         """(prompt tokens waiting for the next chunks, the pass's token budget) under chunked
