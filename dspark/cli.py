@@ -30,6 +30,8 @@ SUBCOMMANDS = {
     "report": "dspark.cmd_report",
     "demo": "dspark.cmd_demo",
     "replay": "dspark.cmd_replay",
+    "export": "dspark.cmd_export",
+    "calibrate": "dspark.cmd_calibrate",
 }
 
 

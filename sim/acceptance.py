@@ -16,7 +16,9 @@ Beta(mean, concentration): task complexity), ``mixture`` (each request's rate is
 of ``control.PositionRecord``: L and confidences as recorded, exactly), ``curve`` (a block
 drafter's confidence-head calibration curve: the j-th drafted token of a round is accepted with
 ``position_rates[j-1]`` given the tokens before it were, the last value repeating past the
-table; ``sim.block``).
+table; ``sim.block``), with a per-request spread when ``position_concentration`` > 0: request
+i draws its first-position rate ``r_i ~ Beta(c_1·κ, (1 − c_1)·κ)`` and every position's rate is
+scaled by ``r_i / c_1`` (capped at 1), so the mean first-position rate stays ``c_1``.
 
 Drafter confidence: logit-normal, with mean ``conf_accept_logit`` for tokens inside the run and
 ``conf_reject_logit`` for the first rejected token and beyond, so low confidence predicts
@@ -77,6 +79,10 @@ class AcceptanceConfig:
     # empty: a block preset's curve (sim.block) fills it; model = 'curve' needs one.
     position_rates: tuple[float, ...] = param(
         (), lo=0.0, hi=1.0, doc="conditional acceptance per draft position (curve)"
+    )
+    # 0: every request follows the curve (a calibration from per-request summaries sets it).
+    position_concentration: float = param(
+        0.0, lo=0.0, hi=1e6, doc="per-request spread of the curve: Beta a+b (curve; 0 = none)"
     )
     # None unless model = 'replay'; relative to the scenario file.
     replay_path: str | None = param(None, doc="positions.csv (greedy position trace)")
@@ -184,9 +190,13 @@ class AcceptanceModel:
                 raise DSparkError("acceptance.model = 'curve' needs acceptance.position_rates")
             r = np.asarray(cfg.position_rates, dtype=float)
             r = np.concatenate([r, np.full(max(self.H - len(r), 0), r[-1])])[: self.H]
-            with np.errstate(divide="ignore"):
-                self.neg_log_surv = -np.cumsum(np.log(r))
             self.rate = np.full(n, r[0])
+            kappa = cfg.position_concentration
+            if kappa > 0 and 0.0 < r[0] < 1.0:  # per-request spread (module docstring)
+                self.rate = init_rng.beta(r[0] * kappa, (1.0 - r[0]) * kappa, n)
+                r = np.minimum(r[None, :] * (self.rate / r[0])[:, None], 1.0)
+            with np.errstate(divide="ignore"):
+                self.neg_log_surv = -np.cumsum(np.log(r), axis=-1)
         elif kind == "decay":
             j = np.arange(1, self.H + 1)
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -225,6 +235,8 @@ class AcceptanceModel:
             return out
         u = 1.0 - self.rng.random(len(ids))  # in (0, 1]
         if self.kind in ("decay", "curve"):
+            if self.neg_log_surv.ndim == 2:  # a curve per request
+                return (self.neg_log_surv[ids] < -np.log(u)[:, None]).sum(axis=1)
             return np.searchsorted(self.neg_log_surv, -np.log(u), side="left")
         # P(L >= j) = a^j  <=>  L = floor(log u / log a); log a = -0 (a = 1) gives the cap
         L = np.log(u)
