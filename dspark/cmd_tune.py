@@ -117,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
         )
         with pd.option_context("display.width", 160, "display.max_columns", 20):
             print(table(df).to_string(float_format=lambda v: f"{v:.4g}"))
+        for line in summary.get("tuned_vs_default", {}).get("lines", []):
+            print(line)
     print(f"run folder: {out}  (optuna-dashboard {summary['storage'].removeprefix('journal:')})")
     return 0
 

@@ -16,8 +16,16 @@
     name = "azure-conv"
     scenario = "azure_conv.toml"
 
+    [slo]                       # the user's SLOs (objectives slo-capacity, slo-knee-goodput)
+    attainment = 0.9
+    ttft_s = 2.0                # optional: every workload's TTFT SLO unless its overrides set one
+
 A held-out workload must differ from every tuning workload (scenario or overrides);
 :func:`load_tuning_config` refuses a config where one is the same as a tuning workload.
+
+Under an SLO objective every workload needs SLOs: its scenario's ``[slo]`` table, its own
+``slo.ttft_s`` / ``slo.tpot_s`` overrides, or the times of this file's ``[slo]`` (which the
+loader writes into the overrides of every workload that does not set its own).
 """
 
 from __future__ import annotations
@@ -31,7 +39,17 @@ from control import controller_names
 from control.configio import from_mapping, param, read_toml
 from control.errors import ConfigError
 
-OBJECTIVES = ("throughput", "goodput", "p99_tpot", "throughput-p99", "throughput-quality")
+OBJECTIVES = (
+    "throughput",
+    "goodput",
+    "p99_tpot",
+    "throughput-p99",
+    "throughput-quality",
+    "slo-capacity",
+    "slo-knee-goodput",
+)
+#: objectives that ask the user's question: capacity at their SLOs (docs/design.md)
+SLO_OBJECTIVES = ("slo-capacity", "slo-knee-goodput")
 SAMPLERS = ("auto", "tpe", "cmaes", "gp", "random", "nsga2")
 PRUNERS = ("median", "wilcoxon", "none")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -104,9 +122,39 @@ class EvaluateSection:
 
 
 @dataclass(frozen=True)
+class SloSection:
+    """The user's SLOs and how the SLO objectives search capacity (:mod:`tuning.slo`)."""
+
+    # DistServe's 90%: nine requests in ten meet both SLOs.
+    attainment: float = param(
+        0.9, lo=1e-9, hi=1.0, doc="SLO attainment the capacity must reach, in (0, 1]"
+    )
+    # None: each workload's scenario [slo] (or its slo.* overrides).
+    ttft_s: float | None = param(None, lo=1e-6, doc="TTFT SLO of every workload, s (> 0)")
+    # None: each workload's scenario [slo] (or its slo.* overrides).
+    tpot_s: float | None = param(None, lo=1e-6, doc="TPOT SLO of every workload, s (> 0)")
+    # ±20 % around the default's capacity: a tuned config rarely moves it further, and each
+    # doubling of the bracket costs one more probe per instance.
+    bracket: float = param(0.2, lo=0.01, hi=0.9, doc="trial search range: knee × (1 ± this)")
+    # 3 %: below the seed-to-seed spread of the tuning workloads' capacity.
+    rel_tol: float = param(0.03, lo=1e-4, hi=1.0, doc="trial bisection stops at hi/lo − 1 ≤ this")
+    # sim.capacity's default precision for the knees and the held-out capacities.
+    knee_rel_tol: float = param(0.02, lo=1e-4, hi=1.0, doc="knee and held-out bisection precision")
+    # sim.capacity's default window: 20x either side of the workload's own load.
+    knee_lo: float = param(0.05, lo=1e-6, doc="smallest load scale of the knee search")
+    knee_hi: float = param(20.0, lo=1e-6, doc="largest load scale of the knee search")
+    # at the knee itself: the load where a better schedule shows in SLO goodput.
+    knee_load: float = param(
+        1.0, lo=0.1, hi=10.0, doc="slo-knee-goodput: load scale as a multiple of the knee"
+    )
+
+
+@dataclass(frozen=True)
 class TuningConfig:
     tune: TuneSection = param(default_factory=TuneSection)
     evaluate: EvaluateSection = param(default_factory=EvaluateSection)
+    # the scenarios' own SLOs, 90 % attainment.
+    slo: SloSection = param(default_factory=SloSection)
     # where relative scenario paths resolve; set by the loader.
     base_dir: str = param("", doc="set by load_tuning_config")
 
@@ -148,6 +196,11 @@ def _check(cfg: TuningConfig, source: str) -> TuningConfig:
             f"{source}: tune.sampler = 'cmaes' is single-objective; objective "
             f"'{t.objective}' needs nsga2, tpe, gp or random"
         )
+    if cfg.slo.knee_lo >= cfg.slo.knee_hi:
+        raise ConfigError(
+            f"{source}: slo.knee_lo = {cfg.slo.knee_lo!r} must be below "
+            f"slo.knee_hi = {cfg.slo.knee_hi!r}"
+        )
     base = Path(cfg.base_dir)
     resolved = {}
     for section, wls in (("tune", t.workloads), ("evaluate", e.workloads)):
@@ -168,7 +221,7 @@ def _check(cfg: TuningConfig, source: str) -> TuningConfig:
             p = p if p.is_absolute() else base / p
             if not p.is_file():
                 raise ConfigError(f"{where}.scenario = '{w.scenario}': file not found ({p})")
-            out.append(replace(w, scenario=str(p.resolve())))
+            out.append(replace(w, scenario=str(p.resolve()), overrides=_with_slo(cfg, w, p, where)))
         resolved[section] = tuple(out)
     train = {w.key(): w.name for w in resolved["tune"]}
     for w in resolved["evaluate"]:
@@ -182,6 +235,24 @@ def _check(cfg: TuningConfig, source: str) -> TuningConfig:
         tune=replace(t, workloads=resolved["tune"]),
         evaluate=replace(e, workloads=resolved["evaluate"]),
     )
+
+
+def _with_slo(cfg: TuningConfig, w: WorkloadSpec, scn: Path, where: str) -> dict:
+    """``w``'s overrides with the ``[slo]`` times it does not set itself; under an SLO
+    objective, one line when the workload ends up with no SLOs at all."""
+    ov = dict(w.overrides)
+    for key in ("ttft_s", "tpot_s"):
+        v = getattr(cfg.slo, key)
+        if v is not None:
+            ov.setdefault(f"slo.{key}", v)
+    if cfg.tune.objective in SLO_OBJECTIVES and not {"slo.ttft_s", "slo.tpot_s"} <= set(ov):
+        if "slo" not in read_toml(scn):
+            raise ConfigError(
+                f"{where} ('{w.name}'): {scn.name} has no [slo] table and objective "
+                f"'{cfg.tune.objective}' needs SLOs; add slo.ttft_s and slo.tpot_s to [slo] "
+                "or to the workload's overrides"
+            )
+    return ov
 
 
 def _fields_of(controller: str) -> set[str]:
@@ -205,7 +276,7 @@ def load_tuning_config(path: str | Path, **tune_overrides: Any) -> TuningConfig:
     """Load and check a tuning config; ``tune_overrides`` replace ``[tune]`` keys (CLI flags)."""
     p = Path(path)
     data = read_toml(p)
-    for section in ("tune", "evaluate"):
+    for section in ("tune", "evaluate", "slo"):
         if not isinstance(data.get(section, {}), dict):
             raise ConfigError(f"{p}: {section} = {data[section]!r}: expected a table [{section}]")
     tune = dict(data.get("tune", {}))

@@ -13,6 +13,11 @@ Entries (rows of the matrix ``controller × workload × seed``):
   ``mean_tpot_s`` is the reference of every row's ``speedup`` on the same workload and seed.
 
 Every entry runs on the *held-out* workloads and seeds only.
+
+:func:`tuned_vs_default` then judges ``<controller>-tuned`` against ``<controller>-default`` on
+the study's own measure, with its spread over seeds: under an SLO objective the capacity at SLO
+of both (and of ``fixed-best``) on every held-out workload and seed (:mod:`tuning.slo`), else
+the objective's first metric in the matrix.
 """
 
 from __future__ import annotations
@@ -83,7 +88,7 @@ def tune_baseline(
             n_startup_trials=min(cfg.tune.n_startup_trials, max(1, n_trials // 3)),
         ),
     )
-    obj = Objective(bcfg, simulate=simulate)
+    obj = Objective(bcfg, simulate=simulate, knee_controller=cfg.tune.controller)
     study = optuna.create_study(
         direction=OBJECTIVE_METRICS[single][0][1],
         sampler=make_sampler(bcfg),
@@ -200,12 +205,39 @@ def evaluate(
     return df[first + [c for c in df.columns if c not in first]]
 
 
+def tuned_vs_default(
+    cfg: TuningConfig,
+    entry_list: list[Entry],
+    df: Any,
+    workers: int = 1,
+    search_fn: Callable | None = None,
+) -> tuple[dict, Any]:
+    """(comparison of the tuned config with the default on the study's measure,
+    held-out capacity table or None); the comparison's ``lines`` are what ``dspark tune``
+    prints (:func:`tuning.slo.compare`)."""
+    from tuning.config import SLO_OBJECTIVES
+    from tuning.slo import CAPACITY_METRIC, compare, heldout_capacity
+
+    c = cfg.tune.controller
+    tuned, default = f"{c}-tuned", f"{c}-default"
+    if cfg.tune.objective in SLO_OBJECTIVES:
+        mine = [e for e in entry_list if e.label in (tuned, default, "fixed-best")]
+        cap = heldout_capacity(cfg, mine, default, workers, search_fn)
+        floor = cfg.slo.knee_rel_tol
+        out = compare(cap, tuned, default, CAPACITY_METRIC, floor=floor, measure="capacity at SLO")
+        return out, cap
+    single, metric = primary(cfg.tune.objective)
+    maximize = OBJECTIVE_METRICS[single][0][1] == "maximize"
+    return compare(df, tuned, default, metric, maximize=maximize), None
+
+
 def table(
     df: Any,
     metrics: tuple[str, ...] = (
         "throughput_tokens_per_s",
         "speedup",
         "goodput_tokens_per_s",
+        "slo_attainment",
         "tpot_p99_s",
         "lossy_accept_fraction",
     ),

@@ -18,6 +18,10 @@ as "Best Trial" — takes the best COMPLETE value and ignores constraints, so on
 dashboard, ``study.best_trial`` and ``best_config.toml`` name the same trial. Samplers still
 learn from it: TPE sorts infeasible trials by their violation whatever their state, and the
 trial's value is its full objective (reported as the last intermediate value).
+
+The SLO objectives (:mod:`tuning.slo`) score the user's question: ``slo-capacity`` the capacity
+at SLO of each instance (a bisection from the workload's knee, the default config's capacity,
+within a bracket around it), ``slo-knee-goodput`` the SLO goodput at the knee (one simulation).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 
 import optuna
 
-from tuning.config import TuningConfig, WorkloadSpec
+from tuning.config import SLO_OBJECTIVES, TuningConfig, WorkloadSpec
 from tuning.space import suggest_config
 from tuning.storage import worker_tag
 
@@ -43,6 +47,8 @@ OBJECTIVE_METRICS: dict[str, tuple[tuple[str, str], ...]] = {
         ("throughput_tokens_per_s", "maximize"),
         ("lossy_accept_fraction", "minimize"),
     ),
+    "slo-capacity": (("slo_capacity_load_scale", "maximize"),),
+    "slo-knee-goodput": (("goodput_tokens_per_s", "maximize"),),
 }
 #: metrics averaged over instances and stored on every trial.
 KEPT_METRICS = (
@@ -52,6 +58,10 @@ KEPT_METRICS = (
     "mean_accepted_length",
     "acceptance_rate",
     "lossy_accept_fraction",
+    "slo_attainment",
+    "slo_capacity_load_scale",
+    "slo_capacity_below_bracket",
+    "slo_capacity_above_bracket",
 )
 
 
@@ -115,12 +125,20 @@ def load_workload(spec: WorkloadSpec) -> Any:
     return scn.with_overrides(dict(spec.overrides)) if spec.overrides else scn
 
 
-def default_simulate(scn: Any, controller: str, config: Any, seed: int, baseline: bool) -> dict:
+def default_simulate(
+    scn: Any, controller: str, config: Any, seed: int, baseline: bool, load_scale: float = 1.0
+) -> dict:
     from sim import simulate
 
     return dict(
         simulate(
-            scn, controller, controller_config=config, seed=seed, trace=False, baseline=baseline
+            scn,
+            controller,
+            controller_config=config,
+            seed=seed,
+            trace=False,
+            baseline=baseline,
+            load_scale=load_scale,
         ).summary
     )
 
@@ -130,6 +148,7 @@ class Instance:
     workload: str
     seed: int
     scenario: Any
+    knee: float = 1.0  # the default config's capacity at SLO (SLO objectives), load scale
 
 
 class Objective:
@@ -137,6 +156,8 @@ class Objective:
 
     ``simulate`` replaces the simulator (signature of :func:`default_simulate`); used by tests
     of the storage machinery. ``require_slot``: refuse trials that are not queued slots.
+    ``search`` replaces :func:`sim.capacity.search` (SLO objectives); ``knee_controller``: whose
+    defaults set the knees (the study's controller unless given).
     """
 
     def __init__(
@@ -148,6 +169,8 @@ class Objective:
         workloads: tuple[WorkloadSpec, ...] | None = None,
         seeds: tuple[int, ...] | None = None,
         require_slot: bool = False,
+        search: Callable[..., Any] | None = None,
+        knee_controller: str | None = None,
     ) -> None:
         self.cfg = cfg
         self.controller = controller or cfg.tune.controller
@@ -162,6 +185,38 @@ class Objective:
         wls = workloads if workloads is not None else cfg.tune.workloads
         seeds = seeds if seeds is not None else cfg.tune.sim_seeds
         self.instances = [Instance(w.name, s, load_workload(w)) for w in wls for s in seeds]
+        self.search = search
+        if self.objective in SLO_OBJECTIVES:
+            from tuning.slo import prepare_knees
+
+            pairs = [(w, s) for w in wls for s in seeds]
+            knees = prepare_knees(cfg, pairs, knee_controller, search_fn=search)
+            for i, k in zip(self.instances, knees):
+                i.knee = k
+
+    def run(self, i: Instance, config: Any) -> dict:
+        """The summary row of ``config`` on instance ``i`` (the objective's own measure)."""
+        if self.objective == "slo-knee-goodput":
+            x = i.knee * self.cfg.slo.knee_load
+            return self.simulate(i.scenario, self.controller, config, i.seed, False, load_scale=x)
+        if self.objective != "slo-capacity":
+            return self.simulate(i.scenario, self.controller, config, i.seed, False)
+        from sim.capacity import search
+        from tuning.slo import bracket_config, capacity_row
+
+        cc = bracket_config(self.cfg.slo, i.knee)
+        r = (self.search or search)(
+            i.scenario, self.controller, config, self.controller, i.seed, cc
+        )
+        row = capacity_row(r, cc)
+        # strict verification accepts nothing lossy: the constraint needs no simulation
+        row["lossy_accept_fraction"] = 0.0
+        if getattr(config, "mode", "strict") != "strict":
+            s = self.simulate(
+                i.scenario, self.controller, config, i.seed, False, load_scale=row["load_scale"]
+            )
+            row["lossy_accept_fraction"] = s["lossy_accept_fraction"]
+        return row
 
     def scores(self, config: Any, trial: Any = None) -> dict[str, float]:
         """Mean summary metrics of ``config`` over the instances; with ``trial``, one report
@@ -171,9 +226,7 @@ class Objective:
         rows: list[dict] = []
         per_workload: list[float] = []
         for step, (name, group) in enumerate(self._by_workload()):
-            mine = [
-                self.simulate(i.scenario, self.controller, config, i.seed, False) for i in group
-            ]
+            mine = [self.run(i, config) for i in group]
             rows += mine
             per_workload.append(sum(float(r[primary]) for r in mine) / len(mine))
             if single:

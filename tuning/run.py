@@ -9,7 +9,7 @@ from typing import Any
 
 from control.errors import ConfigError
 from tuning.config import TuningConfig
-from tuning.evaluate import entries, evaluate, table
+from tuning.evaluate import entries, evaluate, table, tuned_vs_default
 from tuning.export import best_config, choose_best, write_run
 from tuning.objective import load_workload
 from tuning.storage import JOURNAL_NAME, is_journal, resolve_url
@@ -76,6 +76,21 @@ def _preflight(cfg: TuningConfig, evaluate_heldout: bool) -> None:
                 ) from None
 
 
+def _knees(cfg: TuningConfig, heldout: bool, workers: int, log: Callable[[str], None]) -> None:
+    """Under an SLO objective, every workload's knee before the first trial (forked workers
+    inherit them; a workload whose search never crosses the target stops the run here)."""
+    from tuning.config import SLO_OBJECTIVES
+    from tuning.slo import prepare_knees
+
+    if cfg.tune.objective not in SLO_OBJECTIVES:
+        return
+    pairs = [(w, s) for w in cfg.tune.workloads for s in cfg.tune.sim_seeds]
+    if heldout:
+        pairs += [(w, s) for w in cfg.evaluate.workloads for s in cfg.evaluate.sim_seeds]
+    log(f"capacity at SLO of {cfg.tune.controller}'s defaults on {len(pairs)} workload-seed pairs")
+    prepare_knees(cfg, pairs, workers=workers)
+
+
 def tune(
     cfg: TuningConfig,
     out: str | Path,
@@ -96,6 +111,7 @@ def tune(
         raise ConfigError("no [[evaluate.workloads]]: add held-out workloads or skip evaluation")
     _check_heldout(cfg)
     _preflight(cfg, evaluate_heldout)
+    _knees(cfg, evaluate_heldout, workers, log)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     log(
@@ -123,6 +139,10 @@ def tune(
         ents, info = entries(cfg, config, simulate, log)
         extra.update(info)
         df = evaluate(cfg, ents, workers=workers, simulate=simulate, progress=progress)
-        extra["evaluate_seconds"] = round(time.perf_counter() - t1, 3)
         extra["heldout_means"] = table(df).reset_index().to_dict("records")
+        versus, cap = tuned_vs_default(cfg, ents, df, workers)
+        if cap is not None:
+            cap.to_csv(out / "heldout_capacity.csv", index=False)
+        extra["tuned_vs_default"] = versus
+        extra["evaluate_seconds"] = round(time.perf_counter() - t1, 3)
     return write_run(out, cfg, study, url, best, config, df, extra)
