@@ -14,9 +14,12 @@ K holds for ``cooldown_steps`` steps. With a Dynamic SD table (``rows`` > 0) the
 the batch size bounds K from above ("DSD sets the coarse range, Adaptive K fine-tunes within
 it"); without one, ``num_speculative_tokens`` does.
 
-Our reading where the doc is silent: the EMA of position j starts at ``alpha_prior`` and moves
-once per step on the batch's pooled rate at j (accepted at j / tried at j over the step's
-requests), only at positions some request tried; K is the smallest of equally good ones.
+Our reading where the doc is silent: a position is *tracked* while it is within the step's K;
+the EMA of a tracked position starts at ``alpha_prior`` and moves once per step on the batch's
+pooled rate there (accepted at j / tried at j over the step's requests, where some request tried
+it); positions beyond K are untracked and read ``alpha_prior`` again, so a K that shrank (or
+speculation switched off) probes longer drafts once its cooldown is over instead of trusting
+stale estimates for good. K is the smallest of equally good ones.
 """
 
 from __future__ import annotations
@@ -166,7 +169,11 @@ class VllmAdaptiveKPlanner(RoundPlanner):
         elif best != self.k:
             self.k = best
             self.hold = self.config.cooldown_steps
-        return uniform(min(self.k, k_max), batch, len(members))
+        k = min(self.k, k_max)
+        prior = self.config.alpha_prior
+        for j in range(k, len(self.alphas)):  # beyond K: untracked (module docstring)
+            self.alphas[j] = prior
+        return uniform(k, batch, len(members))
 
     def observe_round(self, stats: RoundStats) -> None:
         self.steps += 1

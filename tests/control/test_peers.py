@@ -142,10 +142,15 @@ def test_adaptive_k_ema_and_cooldown_on_a_scripted_batch():
     assert p.alphas == [0.375, 0.75, 0.5]
     assert round_of(p, ms, ctx, [(3, 0), (3, 0)]) == [3, 3]  # held (best is 3 anyway)
     assert round_of(p, ms, ctx, [(3, 0), (3, 0)]) == [3, 3]  # held (best is 2: 1.328/1.2)
-    # α1 = 0.09375: G1 = 1.09375/1.1 < 1 is the best -> speculation off
+    # α1 = 0.09375: G1 = 1.09375/1.1 < 1 is the best -> speculation off, held for 2 steps;
+    # every position is then untracked and reads the prior again
     assert p.alphas[0] == 0.09375
     assert round_of(p, ms, ctx, [(0, 0), (0, 0)]) == [0, 0]
-    assert p.alphas[0] == 0.09375  # nothing tried, nothing learned
+    assert p.alphas == [0.5, 0.5, 0.5]
+    assert round_of(p, ms, ctx, [(0, 0), (0, 0)]) == [0, 0]
+    assert round_of(p, ms, ctx, [(0, 0), (0, 0)]) == [0, 0]
+    assert round_of(p, ms, ctx, [(2, 1), (2, 0)]) == [2, 2]  # the cooldown is over: K = 2
+    assert p.alphas == [0.5, 0.25, 0.5]  # position 1: 1 of 2 accepted; position 2: 0 of 1
 
 
 def test_adaptive_k_bounded_by_a_dsd_table():
