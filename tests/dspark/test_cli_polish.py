@@ -79,6 +79,7 @@ def test_help_has_no_rest_markup(cmd, capsys):
     assert "``" not in out and ":func:" not in out and ":class:" not in out
 
 
+@pytest.mark.slow
 def test_closed_pipe_ends_quietly():
     code = (
         "import sys, dspark.cmd_report as r, dspark.cli as c\n"

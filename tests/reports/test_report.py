@@ -139,6 +139,7 @@ def test_leviathan_bound_used_by_the_audit():
     assert min_acceptance_for(20.0, 0.1) is None  # (k+1)/(k c+1) <= 16/2.5 at k <= 15
 
 
+@pytest.mark.slow
 def test_reports_imports_no_engine_or_simulator():
     import subprocess
     import sys

@@ -101,6 +101,7 @@ def test_bad_tuning_config_is_one_line_error(tmp_path, edit, message):
     assert "\n" not in str(e.value) and str(p) in str(e.value)
 
 
+@pytest.mark.slow
 def test_cli_bad_config_prints_one_line_and_exits_2(tmp_path):
     p = _write(tmp_path, BASE.replace('controller = "dspark"', 'controller = "dspark"\nx = 1'))
     r = run_tune(str(p), "--out", str(tmp_path / "o"), timeout=60)
@@ -109,6 +110,7 @@ def test_cli_bad_config_prints_one_line_and_exits_2(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("dspark: error: ") and "tune.x" in lines[0]
 
 
+@pytest.mark.slow
 def test_cli_refuses_memory_storage_with_workers(tmp_path):
     r = run_tune(
         str(TINY),
@@ -157,6 +159,7 @@ def test_unreachable_database_is_one_line_error():
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_cli_tune_prints_the_final_table(tmp_path):
     out = tmp_path / "o"
     r = run_tune(str(TINY), "--trials", "3", "--storage", "memory", "--out", str(out), "--quiet")

@@ -110,11 +110,13 @@ def test_journal_resume_recovers_a_dead_workers_last_slot(tmp_path):
     _resume_recovers_last_slot(resolve_url(None, tmp_path / "run"))
 
 
+@pytest.mark.postgres
 def test_postgres_resume_recovers_a_dead_workers_last_slot(pg_url):  # noqa: F811
     # the bug of issue 14: the last slot stayed RUNNING forever and --resume reported n - 1
     _resume_recovers_last_slot(pg_url)
 
 
+@pytest.mark.postgres
 def test_postgres_worker_waits_for_a_remote_trial_and_reruns_it_once_its_heartbeat_stops(
     pg_url,  # noqa: F811
     monkeypatch,
@@ -167,6 +169,10 @@ def test_journal_resume_short_of_n_is_an_error_not_exit_0(tmp_path):
         run_study(cfg, url, n_trials=4, resume=True, simulate=fake_simulate)
 
 
+#: The two storages a study may run on; the PostgreSQL one needs its binaries (marked).
+WHERE = ["journal", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
 def _storage_url(where: str, request, out: Path) -> str:
     """The study's storage: the journal of run folder ``out``, or the private PostgreSQL
     server (the ``pg_url`` fixture)."""
@@ -184,7 +190,7 @@ def _cli_study(tmp_path: Path, n: int, where: str, request) -> tuple[Path, Path,
 # ---- a slot queued twice runs once -------------------------------------------------------
 
 
-@pytest.mark.parametrize("where", ["journal", "postgres"])
+@pytest.mark.parametrize("where", WHERE)
 def test_a_slot_queued_twice_runs_once(tmp_path, where, request):
     url = _storage_url(where, request, tmp_path / "run")
     n = 6
@@ -248,6 +254,7 @@ def test_a_journal_line_that_is_no_record_is_refused_in_one_line(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_resume_after_a_torn_write_via_the_cli_prints_one_warning_line(tmp_path):
     cfg = _config(tmp_path, 3)
     out = tmp_path / "run"
@@ -319,7 +326,8 @@ def _kill_near_the_end(cmd: list[str], url: str, n: int, victim: str) -> dict:
     return {"rc": rc, "finished": snapshot, "stderr": proc.stderr.read().decode()}
 
 
-@pytest.mark.parametrize("where", ["journal", "postgres"])
+@pytest.mark.slow
+@pytest.mark.parametrize("where", WHERE)
 def test_killing_the_main_process_near_the_end_kills_its_workers_and_resume_completes(
     tmp_path, where, request
 ):
@@ -339,6 +347,8 @@ def test_killing_the_main_process_near_the_end_kills_its_workers_and_resume_comp
     _assert_exact(_load(url), n, res["finished"])
 
 
+@pytest.mark.postgres
+@pytest.mark.slow
 def test_postgres_worker_killed_near_the_end_is_rerun_by_the_survivor(tmp_path, pg_url):  # noqa: F811
     n = 8
     cfg = _config(tmp_path, n)
@@ -362,6 +372,7 @@ run_study(load_tuning_config(sys.argv[1], n_trials=4), sys.argv[2], workers=2, s
 """
 
 
+@pytest.mark.slow
 def test_workers_die_with_their_parent(tmp_path):
     # both workers sit in a 120 s trial; the main process is killed: they must go at once
     url = resolve_url(None, tmp_path / "run")
@@ -403,7 +414,8 @@ def test_workers_die_with_their_parent(tmp_path):
 # ---- two commands on one study at once --------------------------------------------------
 
 
-@pytest.mark.parametrize("where", ["journal", "postgres"])
+@pytest.mark.slow
+@pytest.mark.parametrize("where", WHERE)
 def test_two_concurrent_resumes_run_exactly_n_distinct_slots(tmp_path, where, request):
     n = 10
     cfg, out, url, store = _cli_study(tmp_path, n, where, request)
@@ -427,7 +439,7 @@ def test_two_concurrent_resumes_run_exactly_n_distinct_slots(tmp_path, where, re
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where", ["journal", "postgres"])
+@pytest.mark.parametrize("where", WHERE)
 def test_six_kills_lose_no_finished_trial_and_resume_ends_with_exactly_n(tmp_path, where, request):
     n = 14
     cfg, out, url, store = _cli_study(tmp_path, n, where, request)

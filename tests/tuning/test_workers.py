@@ -55,6 +55,7 @@ def _study(out: Path, name: str = "dspark-throughput") -> optuna.Study:
     return optuna.load_study(study_name=name, storage=make_storage(resolve_url(None, out)))
 
 
+@pytest.mark.slow
 def test_sigkilled_worker_loses_no_finished_trial_and_resume_completes(tmp_path):
     n = 12
     cfg = _config(tmp_path, n)
@@ -114,6 +115,7 @@ def test_sigkilled_worker_loses_no_finished_trial_and_resume_completes(tmp_path)
     assert not [t for t in after.values() if t.state in (TrialState.RUNNING, TrialState.WAITING)]
 
 
+@pytest.mark.slow
 def test_two_workers_on_one_journal_run_the_requested_distinct_trials(tmp_path):
     cfg = load_tuning_config(_config(tmp_path, 10))
     url = resolve_url(None, tmp_path / "run")
@@ -150,6 +152,7 @@ WORKER = (
 )
 
 
+@pytest.mark.slow
 def test_surviving_worker_requeues_the_trial_of_a_killed_one(tmp_path):
     from tuning.study import prepare_study
 
