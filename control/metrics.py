@@ -10,6 +10,10 @@ when ``n < k``.
 
 A quantity with a zero denominator is NaN. :func:`json_safe` turns values (NaN and numpy
 scalars included) into what ``json.dumps`` writes as valid JSON.
+
+Two spreads, named for what they divide: :func:`range_pct_of_median` (a validation error's
+``real_spread``: the full range of the real repeats over their median) and
+:func:`half_range_pct_of_mean` (a report's "± over seeds": half the range over the mean).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from typing import Any
+
+import numpy as np
 
 NAN = float("nan")
 
@@ -70,6 +76,23 @@ def record_metrics(records: Iterable[Any]) -> dict[str, Any]:
     return speculation_metrics(
         **round_totals([r.accepted for r in recs], [r.drafted for r in recs])
     )
+
+
+def range_pct_of_median(values: Any) -> float:
+    """Run-to-run spread (max - min) / |median|, in % (NaN when the median is 0)."""
+    v = np.asarray(values, dtype=float)
+    med = float(np.median(v))
+    return float((v.max() - v.min()) / abs(med) * 100.0) if med else NAN
+
+
+def half_range_pct_of_mean(values: Any) -> float:
+    """Spread over seeds: half the range (max - min) / 2 over |mean|, in %, of the values that
+    are not NaN (NaN with fewer than two of them or a mean of 0)."""
+    v = np.asarray(values, dtype=float)
+    v = v[~np.isnan(v)]
+    if len(v) < 2 or v.mean() == 0:
+        return NAN
+    return float((v.max() - v.min()) / 2 / abs(v.mean()) * 100)
 
 
 def json_safe(v: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from control.metrics import half_range_pct_of_mean
 from reports.style import is_baseline, is_reference
 
 # (column in results.csv, header in the report, scale, format) of the controller comparison.
@@ -107,14 +108,6 @@ def role(name: object) -> str:
     return NO_SPEC if is_baseline(name) else CONTENDER
 
 
-def spread_pct(s: pd.Series) -> float:
-    """Half the range over seeds as % of the mean (NaN with one seed)."""
-    s = s.dropna().astype(float)
-    if len(s) < 2 or s.mean() == 0:
-        return np.nan
-    return float((s.max() - s.min()) / 2 / abs(s.mean()) * 100)
-
-
 def comparison_table(results: pd.DataFrame) -> pd.DataFrame:
     """Mean of every saved metric per controller (one row each) over the rows given (one
     operating point): contenders first by SLO goodput (by throughput when the run saved no
@@ -131,7 +124,7 @@ def comparison_table(results: pd.DataFrame) -> pd.DataFrame:
     g.insert(0, "seeds", results.groupby("controller", sort=False)["seed"].nunique())
     g["throughput_spread_pct"] = results.groupby("controller", sort=False)[
         "throughput_tokens_per_s"
-    ].agg(spread_pct)
+    ].agg(half_range_pct_of_mean)
     g = g.reset_index()
     g.insert(1, "role", g["controller"].map(role))
     base = g.loc[g["role"] == NO_SPEC, "throughput_tokens_per_s"]
@@ -385,7 +378,7 @@ def heldout_sentence(ev: pd.DataFrame, metric: str = "throughput_tokens_per_s") 
             text += (
                 f", per workload {fmt_num(r.min(), '{:+.1f}%')} to {fmt_num(r.max(), '{:+.1f}%')}"
             )
-    spread = mine.groupby("workload")[metric].agg(spread_pct).mean()
+    spread = mine.groupby("workload")[metric].agg(half_range_pct_of_mean).mean()
     sure = (
         f"spread over seeds ±{fmt_num(spread, '{:.1f}')}%"
         if n_seed > 1 and np.isfinite(spread)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from control.metrics import half_range_pct_of_mean
 from reports.analysis import (
     CONTENDER,
     NO_SPEC,
@@ -28,7 +29,6 @@ from reports.analysis import (
     fmt_num,
     kept_up,
     role,
-    spread_pct,
 )
 from reports.slo import MIN_ATTAINMENT, Slo
 from reports.style import family
@@ -89,6 +89,7 @@ class Answer:
     slo: Slo | None = None
     primary: str = "goodput"  # the measure that would decide without a tie or a cap
     notes: list[str] = field(default_factory=list)
+    attainment: float = np.nan  # the winner's SLO attainment (NaN when not saved)
 
     @property
     def higher_is_better(self) -> bool:
@@ -190,7 +191,7 @@ def answer(rows: pd.DataFrame, metric: str | None = None, slo: Slo | None = None
         winner=win,
         value=float(order.iloc[0]),
         seeds=int(rows.loc[rows["controller"] == win, "seed"].nunique()),
-        spread_pct=spread_pct(rows.loc[rows["controller"] == win, col]),
+        spread_pct=half_range_pct_of_mean(rows.loc[rows["controller"] == win, col]),
         runner_up=(str(order.index[1]), float(order.iloc[1])) if len(order) > 1 else None,
         best_fixed=(fixed[0], float(order[fixed[0]])) if fixed else None,
         no_spec=(str(base.index[0]), float(base[col].iloc[0])) if len(base) else None,
@@ -201,6 +202,9 @@ def answer(rows: pd.DataFrame, metric: str | None = None, slo: Slo | None = None
         slo=slo,
         primary=primary,
         notes=notes,
+        attainment=float(cont.loc[win, "slo_attainment"])
+        if _has(cont, "slo_attainment")
+        else np.nan,
     )
 
 
@@ -291,6 +295,8 @@ def answer_sentence(a: Answer) -> str:
         return " — a tie" if a.margin(x) - 1 < SEPARATION else ""
 
     parts = [f"by {_measure_words(a)}: **{a.winner}** {v(a.value)}"]
+    if a.metric != "attainment" and np.isfinite(a.attainment):
+        parts[0] += f" (SLO attainment {_words('attainment', a.attainment)})"
     if a.best_fixed and a.best_fixed[0] != a.winner:
         parts.append(
             f"{pct(a.margin(a.best_fixed[1]))} over the best fixed k "

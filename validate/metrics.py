@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from control.metrics import acceptance_rate, mean_accepted_length, round_totals
+from control.metrics import (
+    acceptance_rate,
+    mean_accepted_length,
+    range_pct_of_median,
+    round_totals,
+)
 
 METRICS = (
     "throughput_tokens_per_s",
@@ -60,33 +65,24 @@ def error_pct(sim: float, real: float) -> float:
     return (sim - real) / real * 100.0 if real else float("nan")
 
 
-def spread_pct(values) -> float:
-    """Run-to-run spread (max - min) / median, in %."""
-    v = np.asarray(values, dtype=float)
-    med = float(np.median(v))
-    return float((v.max() - v.min()) / abs(med) * 100.0) if med else float("nan")
+def error_columns(group: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The columns of an error table: one row per (controller, ``group``, metric), ``group`` a
+    workload or a load, ``extra`` columns of the group beside it (``errors.csv``,
+    ``errors_batched.csv``)."""
+    return ("controller", group, *extra, "metric", "sim", "real", "real_spread", "error_pct")
 
 
 def error_rows(preds: dict, real: dict, metrics, group: str) -> list[dict]:
-    """One row per (controller, ``group``, metric): the prediction ``preds[c, g][m]`` against
-    the median of the real repeats ``real[c, g]``, their spread (:func:`spread_pct`) and the
-    error (:func:`error_pct`)."""
+    """One row per (controller, ``group``, metric) (:func:`error_columns`): the prediction
+    ``preds[c, g][m]`` against the median of the real repeats ``real[c, g]``, their spread
+    (``control.metrics.range_pct_of_median``) and the error (:func:`error_pct`)."""
     rows = []
     for (c, g), sim in preds.items():
         for m in metrics:
             vals = [r[m] for r in real[c, g]]
             med = float(np.median(vals))
-            rows.append(
-                {
-                    "controller": c,
-                    group: g,
-                    "metric": m,
-                    "sim": sim[m],
-                    "real": med,
-                    "real_spread": spread_pct(vals),
-                    "error_pct": error_pct(sim[m], med),
-                }
-            )
+            values = (c, g, m, sim[m], med, range_pct_of_median(vals), error_pct(sim[m], med))
+            rows.append(dict(zip(error_columns(group), values)))
     return rows
 
 

@@ -1,4 +1,5 @@
-"""control.metrics: the speculation metrics' one definition and the JSON cleaner."""
+"""control.metrics: the speculation metrics' one definition, the two spreads and the JSON
+cleaner."""
 
 import json
 import math
@@ -6,8 +7,10 @@ import math
 import numpy as np
 
 from control.metrics import (
+    half_range_pct_of_mean,
     json_safe,
     mean_accepted_length,
+    range_pct_of_median,
     record_metrics,
     round_totals,
     speculation_metrics,
@@ -62,3 +65,17 @@ def test_json_safe():
     assert out == {"a": None, "b": [1.5, 2, [True, None]], "3": {"c": None, "d": "x"}}
     assert type(out["b"][1]) is int and type(out["b"][2][0]) is bool
     json.dumps(out, allow_nan=False)
+
+
+def test_the_two_spreads_by_hand():
+    # range over median: validation's real_spread, (120 - 90) / 100
+    assert range_pct_of_median([90.0, 100.0, 120.0]) == 30.0
+    assert range_pct_of_median([5.0, 5.0]) == 0.0
+    assert math.isnan(range_pct_of_median([-1.0, 0.0, 1.0]))  # median 0
+    # half range over mean: a report's ± over seeds, (110 - 90) / 2 / 100; NaN seeds dropped
+    assert half_range_pct_of_mean([90.0, 110.0, float("nan")]) == 10.0
+    assert math.isnan(half_range_pct_of_mean([100.0, float("nan")]))  # one seed: no spread
+    assert math.isnan(half_range_pct_of_mean([-1.0, 1.0]))  # mean 0
+    # two measures, not two spellings of one: 1, 2, 6 -> 5 / 2 and 2.5 / 3
+    assert range_pct_of_median([1.0, 2.0, 6.0]) == 250.0
+    assert half_range_pct_of_mean([1.0, 2.0, 6.0]) == 2.5 / 3 * 100
