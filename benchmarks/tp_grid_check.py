@@ -43,8 +43,8 @@ def _job(rank: int, size: int, port: int, repeats: int, path: str) -> None:
     from real import tp
     from real.profile import GridProfiler
     from real.tp_profile import collective_rows, message_tokens, time_collectives, time_projections
-    from validate.tp import TPValidateConfig, engine_for
     from validate.tp_runs import TP1Side, chunk_passes
+    from validate.tp_setup import TPValidateConfig, engine_for
 
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size)

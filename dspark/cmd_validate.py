@@ -126,7 +126,8 @@ def _run_tp(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from control.configio import from_mapping
-    from validate.tp import TPValidateConfig, run_tp
+    from validate.tp import run_tp
+    from validate.tp_setup import TPValidateConfig
 
     data = {k.removeprefix("tp."): v for k, v in parse_sets(args.set).items()}
     if args.fast:
@@ -180,13 +181,12 @@ def _exit(fails: list[str]) -> int:
 
 def _reanalyze(args: argparse.Namespace) -> int:
     import json
-    import sys
-    import time
     from pathlib import Path
 
     from control.errors import DSparkError
-    from validate.batched import analyze_batched
+    from validate.batched_analysis import analyze_batched
     from validate.config import load_validate
+    from validate.harness import log_fn
 
     out = Path(args.out)
     if not (out / "batched" / "measure.json").is_file():
@@ -197,13 +197,7 @@ def _reanalyze(args: argparse.Namespace) -> int:
     ov = parse_sets(args.set)
     _tolerance_overrides(args, ov)
     cfg = load_validate(args.config or out / "config.toml", ov)
-    t0 = time.perf_counter()
-
-    def log(msg: str) -> None:
-        if not args.quiet:
-            print(f"[validate {time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
-
-    s = analyze_batched(cfg, out, log)
+    s = analyze_batched(cfg, out, log_fn(args.quiet))
     p = out / "summary.json"
     summary = json.loads(p.read_text()) if p.is_file() else {"kind": "validate"}
     summary["batched"] = s
@@ -224,7 +218,7 @@ def _print_batched(s: dict, out: str) -> None:
 
     import pandas as pd
 
-    from validate.batched import format_table
+    from validate.tables import format_table
 
     print(
         "\n# batched: continuous batching under Poisson arrivals (real.serve), "
@@ -291,7 +285,7 @@ def _print_batch1(summary: dict, out: str) -> None:
 
     import pandas as pd
 
-    from validate.run import format_table
+    from validate.tables import format_table
 
     print("# predicted: acceptance from the drafter's confidences on the held-out prompts")
     print(format_table(pd.read_csv(Path(out) / "errors.csv")))

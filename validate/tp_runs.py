@@ -11,7 +11,8 @@ minute; calibrating first and measuring later showed it as model error):
 2. all ranks: a chunk of the collectives profile, the same draft phases on every rank at once
    (the replicated drafter side by side) and one measured repeat at TP = N.
 
-Rank 0 writes what the parent (``validate.tp``) predicts from and compares against.
+Rank 0 writes what the parent (``validate.tp``) predicts from and compares against; the config,
+the engine and the prompts are :mod:`validate.tp_setup`'s.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class TP1Side:
         from real.profile import GridProfiler
         from real.tp_profile import drafter_draft_lengths, message_tokens
         from real.tracing import record_positions_full
-        from validate.tp import engine_for, prompts_for
+        from validate.tp_setup import engine_for, prompts_for
 
         self.cfg = cfg
         self.engine = e = engine_for(cfg)
@@ -167,7 +168,7 @@ def rank_job(rank: int, size: int, port: int, data: dict, path: str) -> None:
         time_collectives,
         time_drafter,
     )
-    from validate.tp import TPValidateConfig, engine_for, prompts_for
+    from validate.tp_setup import TPValidateConfig, engine_for, prompts_for
 
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size)

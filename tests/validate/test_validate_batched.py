@@ -14,10 +14,11 @@ from control.errors import ConfigError
 from control.types import PositionRecord, records_from_rows
 from dspark.cli import main
 from real.tracing import replay_accepted
-from validate.batched import ERROR_COLUMNS, poisson_stream
+from validate.batched import poisson_stream
 from validate.batched_latency import overhead_by_batch, overhead_residuals, sim_table
 from validate.config import load_validate
 from validate.metrics import SERVING_METRICS, SERVING_TARGETS, resolved_pairs, serving
+from validate.tables import BATCHED_ERROR_COLUMNS
 
 LOADS = ("light", "near-saturation", "overloaded")
 
@@ -35,7 +36,7 @@ def test_error_table_columns_and_finite(run):
     rc, out, stdout = run
     assert rc == 0
     err = pd.read_csv(out / "errors_batched.csv")
-    assert list(err.columns) == list(ERROR_COLUMNS)
+    assert list(err.columns) == list(BATCHED_ERROR_COLUMNS)
     assert set(err.metric) == set(SERVING_METRICS)
     assert set(err.controller) == {"fixed", "hf-heuristic", "dspark"}
     assert set(err.load) == set(LOADS)
