@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = (ROOT / "configs" / "tiny.toml").read_text()
 CONTROLLERS = (
     "fixed, hf-heuristic, confidence-stop, ema-hysteresis, analytic, dspark, "
-    "clairvoyant, rate-oracle"
+    "clairvoyant, rate-oracle, vllm-dsd, vllm-adaptive-k, vllm-adaptive-verification, "
+    "sglang-adaptive"
 )
 TRACE_HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 
