@@ -9,7 +9,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "report",
         help="build a Markdown + HTML report from saved run folders",
-        description="Read run folders (simulate, tune, real, validate; each holds summary.json) "
+        description="Read run folders (simulate, capacity, tune, real, validate; each holds "
+        "summary.json) "
         "or parents of run folders, and write report.md, a self-contained index.html, "
         "tables/*.csv and figures/*.png. Prints 'report: <index.html>' last.",
     )
