@@ -111,11 +111,14 @@ class Request:
     seed: int | None = None
 
 
-def draft_steps(ks, drafted) -> int:
+def draft_steps(ks, drafted, block: int = 0) -> int:
     """Drafter forward steps a round ran: a row asked for ``k > 0`` tokens that drafted ``n``
     ran ``n`` steps when it drafted them all and ``n + 1`` when a τ stop ended it (the step
     that produced the stopping confidence still ran); the batch runs as many as its longest
-    row. The simulator counts them the same way (``sim.drafting.confidence_stop``)."""
+    row. The simulator counts them the same way (``sim.drafting.confidence_stop``). A block
+    drafter (``block`` = its B) runs one forward when any row drafts."""
+    if block:
+        return int(any(ks))
     return max((n + (n < k) for k, n in zip(ks, drafted) if k), default=0)
 
 
@@ -312,10 +315,15 @@ class Engine:
         sync(self.device)
 
     def _hand_hidden(self, segs: Segments) -> None:
-        """Give a feature drafter the target's hidden states of the pass just run."""
+        """Give a feature drafter the target's hidden states of the pass just run: the last
+        layer's, or the outputs of the (1-based) ``hidden_layers`` it names, concatenated."""
         d = self._drafter
         if d is not None and getattr(d, "wants_hidden", False):
-            d.observe_hidden(segs, self.state["hidden"])
+            layers = getattr(d, "hidden_layers", None)
+            h = self.state["hidden"]
+            if layers is not None:
+                h = torch.cat([self.state["hidden_layers"][i - 1] for i in layers], dim=-1)
+            d.observe_hidden(segs, h)
 
     def abort(self) -> None:
         """Drop every running sequence (frees their slots)."""
@@ -380,7 +388,7 @@ class Engine:
                 end_s=stats_end,
                 batch_size=B,
                 drafting=sum(1 for k in ks if k),
-                draft_steps=draft_steps(ks, drafted),
+                draft_steps=draft_steps(ks, drafted, getattr(drafter, "block_size", 0)),
                 verify_tokens=verify_tokens,
                 context_tokens=ctx_sum,
                 draft_s=draft_s,

@@ -292,15 +292,17 @@ class Transformer(nn.Module):
         """Logits ``[N, V]`` of the packed new tokens ``ids`` (shape ``[N]``) of ``segs``
         (None with ``logits=False``: a prefill only fills the cache; an index tensor: those
         tokens' only, :func:`head_rows`). The last layer's output of these tokens (before the
-        final norm, ``[N, D]``) is left in ``state["hidden"]`` for a feature drafter (a
-        reference, no copy)."""
+        final norm, ``[N, D]``) is left in ``state["hidden"]`` for a feature drafter, every
+        layer's in ``state["hidden_layers"]`` (references, no copies)."""
         segs.check(state)
         x = self.embed_tokens(ids)
         cos = state["cos"][segs.pos_idx][:, None, None, :]
         sin = state["sin"][segs.pos_idx][:, None, None, :]
+        outs = []  # every layer's output, for a drafter that reads several (real.block_drafter)
         for layer, cache in zip(self.layers, state["kv"]):
             x = layer.forward_packed(x, cos, sin, cache, segs, state["causal"])
-        state["hidden"] = x
+            outs.append(x)
+        state["hidden"], state["hidden_layers"] = x, outs
         return None if logits is False else self.logits(head_rows(x, logits))
 
     def step(self, ids: torch.Tensor, pos: int, state: dict, slot: int = 0) -> torch.Tensor:
@@ -448,6 +450,10 @@ def build_model(kind: str, cfg) -> nn.Module:
         from real.feature_drafter import FeatureConvDrafter
 
         return FeatureConvDrafter(cfg)
+    if kind == "block":
+        from real.block_drafter import BlockDrafterModel
+
+        return BlockDrafterModel(cfg)
     raise ValueError(f"unknown model kind {kind!r}")
 
 

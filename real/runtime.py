@@ -15,7 +15,12 @@ from real.store import load_bundle
 from real.tokenizer import EOT, sentence_end_ids
 from real.tp import shard_engine
 
-DRAFTER_MODELS = {"conv": "drafter_conv", "tf": "drafter_tf", "feat": "drafter_feat"}
+DRAFTER_MODELS = {
+    "conv": "drafter_conv",
+    "tf": "drafter_tf",
+    "feat": "drafter_feat",
+    "block": "drafter_block",
+}
 
 
 def build_engine(
@@ -73,6 +78,11 @@ def build_drafter(cfg: EngineConfig, bundle, drafter: str) -> Drafter:
     if kind not in DRAFTER_MODELS or DRAFTER_MODELS[kind] not in bundle.models:
         raise DSparkError(f"drafter {drafter!r} needs the {kind!r} drafter checkpoint")
     m = bundle.models[DRAFTER_MODELS[kind]].to(device=cfg.device, dtype=DTYPES[cfg.drafter_dtype])
+    if m.kind == "block":  # one forward a block, conditioned on several target layers
+        from real.block_drafter import BlockDrafter, check_bundle
+
+        check_bundle(bundle)
+        return BlockDrafter(m, cfg.max_len + cfg.k_max + 1, DTYPES[cfg.drafter_dtype], cfg.device)
     cls = ModelDrafter
     if m.kind == "featconv":  # conditioned on the target's hidden states
         from real.feature_drafter import FeatureDrafter as cls

@@ -28,6 +28,7 @@ SHIP_DTYPES = {
     "drafter_conv": "float16",
     "drafter_tf": "float16",
     "drafter_feat": "float16",
+    "drafter_block": "float16",
 }
 CONFIG_CLASSES = {"transformer": TransformerConfig, "conv": ConvConfig}
 
@@ -37,6 +38,10 @@ def _config_class(kind: str):
         from real.feature_drafter import FeatureConvConfig
 
         return FeatureConvConfig
+    if kind == "block":
+        from real.block_drafter import BlockConfig
+
+        return BlockConfig
     return CONFIG_CLASSES[kind]
 
 
@@ -55,14 +60,28 @@ def _model_entry(path: Path, name: str, kind: str, cfg, model, res: dict) -> dic
     }
 
 
-def add_model(out: Path, name: str, kind: str, cfg, model, res: dict, command: str) -> dict:
+def add_model(
+    out: Path,
+    name: str,
+    kind: str,
+    cfg,
+    model,
+    res: dict,
+    command: str,
+    metadata: dict[str, str] | None = None,
+) -> dict:
     """Save one more model into ``out`` (shipped dtype) and add its entry to the manifest there,
-    with the command that made it (the other entries stay as they are)."""
+    with the command that made it (the other entries stay as they are); ``metadata`` goes into
+    the file's header and the entry."""
     m = read_manifest(out)
     path = out / f"{name}.safetensors"
     dtype = ck.DTYPES[SHIP_DTYPES[name]]
-    ck.save_tensors({k: v.to(dtype) for k, v in model.state_dict().items()}, path)
-    m["models"][name] = {**_model_entry(path, name, kind, cfg, model, res), "command": command}
+    ck.save_tensors({k: v.to(dtype) for k, v in model.state_dict().items()}, path, metadata)
+    m["models"][name] = {
+        **_model_entry(path, name, kind, cfg, model, res),
+        **(metadata or {}),
+        "command": command,
+    }
     ck.write_json(m, out / MANIFEST)
     return m
 

@@ -1,0 +1,324 @@
+"""The block (semi-autoregressive) drafter: ONE forward proposes up to B tokens, with a
+confidence head (docs/design.md, "Block (semi-autoregressive) drafting").
+
+When a round starts with L committed tokens, the target has computed its hidden states for
+positions ``0 .. L-2`` (its passes feed every committed token but the last). The drafter reads
+the last ``context`` committed positions p = L-C .. L-1: entry p is ``embed(x_p)`` plus a
+projection of the target's hidden states at p - 1 from several of its layers
+(``feature_layers``; a learned *missing* vector at p = 0). B mask slots follow, one per block
+position j = 1..B, each a learned vector. A small encoder runs over the C + B entries with
+bidirectional attention (every slot sees the context and every other slot), and the tied head
+turns slot j into the distribution q_j of token x_{L+j-1}. The entry for p = L-1 carries the
+last verified token, the one the target has not yet seen.
+
+The confidence head predicts, per slot j, the probability that draft token j is accepted given
+the ones before it were: a small MLP over the slot's final state and q_j's top probability,
+then a per-position affine calibration (``calib``, fitted on held-out text after training).
+Those predictions are the round's confidences (``Observation.confidences``), the acceptance
+estimate the controllers plan with.
+
+Exactness. The slots' distributions depend only on the committed context, never on tokens
+drawn in the round, so under sampling token j is drawn from q_j and verification divides by that
+same q_j: lossless. The τ stop reads the head's predictions, computed before any token is drawn:
+drafting stops before the first slot whose confidence is below τ (the rule of ``real.drafters``),
+and only the tokens kept are drawn. Under greedy decoding the target's argmax decides as for
+every drafter. The drafter keeps no cache (only the target's hidden states by slot and position),
+so a rejected draft needs no rollback and a row never falls behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from control.configio import param
+from control.errors import DSparkError
+from real.drafter_protocol import Proposal
+from real.drafters import _NONE, _gens, _OneRow
+from real.models import RMSNorm, Segments
+from real.sampling import SamplingParams, probs
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    # the shared byte-level BPE vocabulary (real.tokenizer).
+    vocab_size: int = param(4096, lo=16, hi=65536, doc="vocabulary size")
+    # 192 x 2 layers, SwiGLU 512, tied head: ~1.9 M parameters, < 4 MB shipped in fp16.
+    d_model: int = param(192, lo=8, hi=4096, doc="residual width")
+    n_layers: int = param(2, lo=1, hi=16, doc="encoder layers over context + mask slots")
+    n_heads: int = param(4, lo=1, hi=64, doc="attention heads")
+    d_ff: int = param(512, lo=8, hi=16384, doc="SwiGLU hidden width")
+    # DSpark's block; the engine's k cuts it per sequence.
+    block_size: int = param(7, lo=1, hi=64, doc="draft block B: tokens one forward proposes")
+    # 8 committed positions: the recent tokens and the target's states there.
+    context: int = param(8, lo=1, hi=256, doc="committed positions the block attends to")
+    # the shipped target's residual width.
+    d_feature: int = param(384, lo=8, hi=16384, doc="width of the target's hidden states")
+    # target layers 2, 4 and 6 (1-based outputs; 6 = the last of the shipped 6-layer target).
+    feature_layers: tuple[int, ...] = param(
+        (2, 4, 6), lo=1, hi=256, doc="target layers whose outputs condition the block"
+    )
+    # the confidence head's hidden width.
+    d_conf: int = param(64, lo=4, hi=4096, doc="confidence head hidden width")
+    norm_eps: float = param(1e-5, lo=1e-8, hi=1e-2, doc="RMSNorm epsilon")
+
+
+class EncoderLayer(nn.Module):
+    """Pre-norm attention (no mask: bidirectional, padded entries masked out) + SwiGLU."""
+
+    def __init__(self, cfg: BlockConfig) -> None:
+        super().__init__()
+        d, self.h = cfg.d_model, cfg.n_heads
+        self.attn_norm = RMSNorm(d, cfg.norm_eps)
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.o = nn.Linear(d, d, bias=False)
+        self.mlp_norm = RMSNorm(d, cfg.norm_eps)
+        self.gate_up = nn.Linear(d, 2 * cfg.d_ff, bias=False)
+        self.down = nn.Linear(cfg.d_ff, d, bias=False)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        N, T, d = x.shape
+        q, k, v = self.qkv(self.attn_norm(x)).view(N, T, 3, self.h, d // self.h).unbind(2)
+        a = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask
+        )
+        x = x + self.o(a.transpose(1, 2).reshape(N, T, d))
+        g, u = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(g) * u)
+
+
+class BlockDrafterModel(nn.Module):
+    """The block drafter's network: context entries + B mask slots -> B distributions and B
+    confidence logits."""
+
+    kind = "block"
+
+    def __init__(self, cfg: BlockConfig) -> None:
+        super().__init__()
+        if cfg.d_model % cfg.n_heads:
+            raise DSparkError(
+                f"block drafter: d_model {cfg.d_model} is not divisible by n_heads {cfg.n_heads}"
+            )
+        self.cfg = cfg
+        d, nf = cfg.d_model, len(cfg.feature_layers)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, d)
+        self.feat_norm = nn.Parameter(torch.ones(nf, cfg.d_feature))
+        self.feat_proj = nn.Linear(nf * cfg.d_feature, d, bias=False)
+        self.missing = nn.Parameter(torch.zeros(d))
+        self.ctx_pos = nn.Parameter(torch.zeros(cfg.context, d))
+        self.slots = nn.Parameter(torch.zeros(cfg.block_size, d))
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(d, cfg.norm_eps)
+        self.conf_in = nn.Linear(d + 2, cfg.d_conf)
+        self.conf_out = nn.Linear(cfg.d_conf, 1)
+        # per block position: confidence = sigmoid(scale_j · logit + shift_j) (identity until
+        # fitted on held-out text, real.block_train.calibrate)
+        self.calib = nn.Parameter(
+            torch.stack([torch.ones(cfg.block_size), torch.zeros(cfg.block_size)])
+        )
+        for p in (self.embed_tokens.weight, self.ctx_pos, self.slots):
+            nn.init.normal_(p, 0.0, 0.02)
+        for layer in self.layers:
+            for lin in (layer.qkv, layer.o, layer.gate_up, layer.down):
+                nn.init.normal_(lin.weight, 0.0, 0.02)
+
+    def features(self, feats: torch.Tensor) -> torch.Tensor:
+        """``[..., nf · d_feature]`` target states -> ``[..., d]``: each layer's state
+        RMS-normalised with its own gain, then one projection."""
+        nf, df = self.feat_norm.shape
+        f = feats.to(self.feat_norm.dtype).unflatten(-1, (nf, df))
+        f = f * torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + self.cfg.norm_eps) * self.feat_norm
+        return self.feat_proj(f.flatten(-2))
+
+    def forward(
+        self, tokens: torch.Tensor, feats: torch.Tensor, present: torch.Tensor, valid: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits ``[N, B, V]`` and confidence logits ``[N, B]`` (calibrated) of N blocks.
+
+        ``tokens`` ``[N, C]``: context tokens x_p; ``feats`` ``[N, C, nf · d_feature]``: the
+        target's states at p - 1, used where ``present``; ``valid`` ``[N, C]``: entries that
+        exist (p >= 0; a prompt shorter than C leaves the first ones out)."""
+        N, C = tokens.shape
+        x = self.embed_tokens(tokens) + self.ctx_pos[-C:]
+        x = x + torch.where(present[..., None], self.features(feats), self.missing)
+        x = torch.cat([x, self.slots.expand(N, -1, -1)], dim=1)
+        mask = None
+        if not bool(valid.all()):
+            keep = torch.cat([valid, valid.new_ones(N, self.cfg.block_size)], dim=1)
+            mask = keep[:, None, None, :]
+        for layer in self.layers:
+            x = layer(x, mask)
+        h = self.norm(x[:, C:])
+        logits = F.linear(h, self.embed_tokens.weight)
+        return logits, self.confidence_logits(h, logits)
+
+    def confidence_logits(self, h: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """The head's calibrated logit of P(slot j accepted | slots < j accepted), ``[N, B]``:
+        from the slot's state and the top probability of its distribution (no gradient into
+        the drafter through the head)."""
+        top = torch.log_softmax(logits.detach().float(), -1).max(-1).values
+        z = torch.cat(
+            [h.detach(), top[..., None].to(h.dtype), top.exp()[..., None].to(h.dtype)], -1
+        )
+        raw = self.conf_out(F.silu(self.conf_in(z)))[..., 0]
+        return raw * self.calib[0] + self.calib[1]
+
+
+class BlockDrafter(_OneRow):
+    """The engine's block drafter (``Drafter`` protocol): the target's hidden states of
+    ``feature_layers`` by slot and position (handed over after every target pass), one
+    forward per round for every drafting row."""
+
+    wants_hidden = True
+
+    def __init__(
+        self, model: BlockDrafterModel, length: int, dtype: torch.dtype, device, slots: int = 1
+    ) -> None:
+        self.model, self.dtype, self.device, self.length = model, dtype, device, length
+        self.name = "drafter-block"
+        cfg = model.cfg
+        self.block_size, self.hidden_layers = cfg.block_size, cfg.feature_layers
+        self.allocate(slots)
+
+    def allocate(self, slots: int) -> None:
+        cfg = self.model.cfg
+        width = len(cfg.feature_layers) * cfg.d_feature
+        self.state = {
+            "feat": torch.zeros(slots, self.length, width, dtype=self.dtype, device=self.device),
+            "length": self.length,
+            "slots": slots,
+        }
+
+    def reset_slot(self, slot: int) -> None:
+        """Nothing to forget: positions are overwritten by the new sequence's passes."""
+
+    def reset(self) -> None:
+        self.reset_slot(0)
+
+    def valid_of(self, slot: int) -> int:
+        """No cache of its own: a row is never behind (the engine counts no catch-up)."""
+        return self.length
+
+    def observe_hidden(self, segs: Segments, hidden: torch.Tensor) -> None:
+        """The target's states ``[N, nf · d_feature]`` of the packed tokens of ``segs``."""
+        if hidden.shape[-1] != self.state["feat"].shape[-1]:
+            raise DSparkError(
+                f"block drafter: the target hands {hidden.shape[-1]} features a token, the "
+                f"drafter reads {self.state['feat'].shape[-1]} (layers {self.hidden_layers} "
+                f"of width {self.model.cfg.d_feature})"
+            )
+        self.state["feat"][segs.slot_idx, segs.pos_idx] = hidden.to(self.dtype)
+
+    def block(self, seq: torch.Tensor, slots: list[int], Ls: list[int]):
+        """Logits ``[R, B, V]`` and confidences ``[R, B]`` of rows ``slots`` at lengths ``Ls``."""
+        C, dev = self.model.cfg.context, seq.device
+        s = torch.tensor(slots, dtype=torch.long, device=dev)[:, None]
+        pos = (
+            torch.tensor(Ls, dtype=torch.long, device=dev)[:, None]
+            - C
+            + torch.arange(C, device=dev)
+        )
+        tokens = seq[s, pos.clamp_min(0)]
+        feats = self.state["feat"][s, (pos - 1).clamp_min(0)]
+        logits, conf = self.model(tokens, feats, pos >= 1, pos >= 0)
+        return logits, torch.sigmoid(conf.float())
+
+    def propose_batch(
+        self, seq: torch.Tensor, slots, Ls, ks, taus, sp: SamplingParams, gens
+    ) -> list[Proposal]:
+        """One forward for every row with k > 0; row b keeps the first ``min(k_b, B)`` slots,
+        cut before the first whose confidence is below ``tau_b``."""
+        B = len(slots)
+        gens = _gens(gens, B)
+        out: list[Proposal] = [_NONE] * B
+        rows = [b for b in range(B) if ks[b] > 0]
+        if not rows:
+            return out
+        logits, conf = self.block(seq, [slots[b] for b in rows], [Ls[b] for b in rows])
+        cf = conf.tolist()
+        q = None if sp.greedy else probs(logits, sp)
+        am = logits.argmax(-1) if sp.greedy else None
+        for i, b in enumerate(rows):
+            n = 0
+            limit = min(ks[b], self.block_size)
+            while n < limit and cf[i][n] >= taus[b]:
+                n += 1
+            if not n:
+                continue
+            if q is None:
+                assert am is not None
+                toks = am[i, :n]
+            else:  # drawn from exactly the rows verification divides by
+                toks = torch.multinomial(q[i, :n], 1, generator=gens[b])[:, 0]
+            seq[slots[b], Ls[b] : Ls[b] + n] = toks
+            out[b] = (n, cf[i][:n], None if q is None else q[i, :n])
+        return out
+
+    def accept(self, L: int, drafted: int, n: int) -> None:
+        pass
+
+    def accept_batch(self, slots, Ls, drafted, ns) -> None:
+        pass
+
+
+def target_layer_states(target, ids: torch.Tensor, layers: tuple[int, ...]) -> torch.Tensor:
+    """Teacher-forced outputs of the target's ``layers`` (1-based), concatenated:
+    ``[B, T, len(layers) · d]`` (what the engine hands a block drafter, whole sequences)."""
+    T = ids.shape[1]
+    x = target.embed_tokens(ids)
+    cos, sin = target.tables(torch.float32, x.device)
+    cos, sin = cos[:T].to(x.dtype), sin[:T].to(x.dtype)
+    outs = []
+    for i, layer in enumerate(target.layers, start=1):
+        x = layer(x, cos, sin)
+        if i in layers:
+            outs.append(x)
+    return torch.cat(outs, dim=-1)
+
+
+def file_metadata(path) -> dict:
+    """The safetensors header metadata of ``path`` (empty when it has none)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except Exception as e:  # safetensors raises SafetensorError / OSError on bad bytes
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DSparkError(f"checkpoint {path} is unreadable: {msg}") from None
+
+
+def check_bundle(bundle, name: str = "drafter_block") -> None:
+    """One line naming the file and the mismatch when the block checkpoint ``name`` of a
+    loaded bundle does not belong to the bundle's target (the target sha256 its manifest entry
+    and its file record; the target's layers and width) or its file records another block size
+    than its config."""
+    entry = bundle.manifest["models"][name]
+    path = bundle.directory / entry["file"]
+    cfg = bundle.models[name].cfg
+    target = bundle.models["target"]
+    want = bundle.manifest["models"]["target"].get("sha256", "")
+    meta = file_metadata(path)
+    for where, got in (
+        ("manifest entry", entry.get("target_sha256")),
+        ("file", meta.get("target_sha256")),
+    ):
+        if got is not None and got != want:
+            raise DSparkError(
+                f"block drafter checkpoint {path} was distilled from another target ({where} "
+                f"names target sha256 {str(got)[:12]}..., this target is {want[:12]}...)"
+            )
+    if "block_size" in meta and int(meta["block_size"]) != cfg.block_size:
+        raise DSparkError(
+            f"block drafter checkpoint {path} holds block size {meta['block_size']}, "
+            f"its manifest config says {cfg.block_size}"
+        )
+    n_layers, d = len(target.layers), target.cfg.d_model
+    if max(cfg.feature_layers) > n_layers or cfg.d_feature != d:
+        raise DSparkError(
+            f"block drafter checkpoint {path} reads target layers {cfg.feature_layers} of width "
+            f"{cfg.d_feature}; the target has {n_layers} layers of width {d}"
+        )

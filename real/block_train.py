@@ -1,0 +1,307 @@
+"""``dspark real train --block-drafter``: distil the block drafter (``real.block_drafter``)
+from the shipped target, resumable.
+
+Data: the target's own greedy continuations. Prompts are windows of the corpus's training split
+(validation: its val split); the target decodes ``gen_tokens`` tokens greedily from each, in
+float32 batches, and the outputs of the drafter's ``feature_layers`` are kept at every position
+the drafter can read (the last ``context`` prompt positions and the continuation). A training
+example is a cut L inside the continuation: the context entries L-C .. L-1 and, as labels, the
+next B tokens of the continuation: exactly the target's greedy choices given that the block's
+earlier tokens were accepted, so "slot j agrees with its label" is the event the confidence head
+predicts (acceptance of token j given tokens < j were accepted, under greedy verification).
+
+Loss: cross-entropy of each block position against its label, weighted ``depth_decay ** (j-1)``
+(position j is verified only when the ones before it were accepted), normalised; plus the
+confidence head's binary cross-entropy (the head reads detached states, so it never pulls the
+drafter). After training, the head's per-position affine calibration is fitted on one half of
+the validation cuts; the other half gives the agreement by depth and the expected calibration
+error (ECE, 10 equal-width bins) per position.
+
+Generated data, model and optimizer state are saved in the work folder; a killed run resumes
+at its last save, drawing exactly the batches an uninterrupted run would
+(``numpy.random.default_rng([seed, step])``).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from control.configio import param
+from real import checkpoint as ck
+from real.block_drafter import BlockConfig, BlockDrafterModel
+from real.models import Segments
+from real.train import _load_opt, _make_opt, _opt_tensors, lr_at, token_arrays
+
+
+@dataclass(frozen=True)
+class BlockTrainConfig:
+    seed: int = param(0, lo=0, hi=2**31 - 1, doc="seed of every draw (prompts, init, batches)")
+    # the machine's 2 cores (shared).
+    threads: int = param(2, lo=1, hi=256, doc="torch CPU threads")
+    # DSpark's block; the engine's k cuts it per sequence.
+    block_size: int = param(7, lo=1, hi=64, doc="draft block B")
+    # 512 continuations of 128 tokens: ~62 k cuts, ~0.15 GB of fp16 features.
+    sequences: int = param(512, lo=1, hi=1 << 20, doc="training prompts continued by the target")
+    val_sequences: int = param(96, lo=2, hi=1 << 16, doc="validation prompts (val split)")
+    # the benchmarks' prompts are 128 tokens; shorter ones vary the target's context.
+    prompt_tokens: tuple[int, ...] = param(
+        (48, 80, 112, 128), lo=2, hi=4096, doc="prompt lengths, one per generation batch"
+    )
+    # the benchmarks generate 128 tokens a prompt.
+    gen_tokens: int = param(128, lo=2, hi=4096, doc="greedy tokens the target adds to a prompt")
+    gen_batch: int = param(64, lo=1, hi=1024, doc="prompts decoded together")
+    # 1500 steps of 128 cuts: ~3 passes over the cuts, within 30 min on one shared core.
+    steps: int = param(1500, lo=1, hi=1_000_000, doc="optimizer steps")
+    batch: int = param(128, lo=1, hi=65536, doc="cuts per step")
+    lr: float = param(3e-3, lo=1e-6, hi=1.0, doc="peak learning rate")
+    warmup_steps: int = param(50, lo=0, hi=100_000, doc="linear warm-up steps")
+    weight_decay: float = param(0.1, lo=0.0, hi=1.0, doc="AdamW weight decay (matrices only)")
+    # ~ the acceptance of a draft token: position j weighs about as often as it is verified.
+    depth_decay: float = param(0.7, lo=0.0, hi=1.0, doc="loss weight ratio of position j+1 to j")
+    save_every: int = param(100, lo=1, hi=1_000_000, doc="steps between resumable saves")
+
+
+def _log(msg: str) -> None:
+    print(f"[dspark real train --block-drafter] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- data
+@torch.inference_mode()
+def generate(target, prompts: torch.Tensor, gen: int, layers, context: int):
+    """Greedy continuations of ``prompts`` ``[b, P]`` by the target (float32, batched, the
+    engine's incremental path). Returns tokens ``[b, C + gen]`` (positions P-C .. P+gen-1) and
+    the outputs of ``layers`` concatenated ``[b, C + gen, nf · d]`` at positions
+    P-C-1 .. P+gen-2, so entry i of both belongs to token position P-C+i."""
+    b, P = prompts.shape
+    st = target.new_state(P + gen, torch.float32, "cpu", b)
+    slots = list(range(b))
+    cat = lambda: torch.cat([st["hidden_layers"][i - 1] for i in layers], -1)  # noqa: E731
+    segs = Segments(slots, [0] * b, [P] * b)
+    logits = target.step_packed(prompts.reshape(-1), segs, st, logits=segs.last)
+    feats = [cat().view(b, P, -1)[:, P - context - 1 :]]
+    toks = [prompts[:, P - context :], logits.argmax(-1)[:, None]]
+    for i in range(gen - 1):
+        logits = target.step_packed(toks[-1][:, 0], Segments(slots, [P + i] * b, [1] * b), st)
+        feats.append(cat()[:, None])
+        toks.append(logits.argmax(-1)[:, None])
+    return torch.cat(toks, 1), torch.cat(feats, 1).half()
+
+
+def build_data(target, tokens: np.ndarray, n: int, c: BlockTrainConfig, bc: BlockConfig, seed):
+    """``n`` continuations of prompts drawn from ``tokens``: (tokens ``[n, C + gen]`` int64,
+    features ``[n, C + gen, F]`` fp16)."""
+    rng = np.random.default_rng(seed)
+    toks, feats = [], []
+    for i in range(0, n, c.gen_batch):
+        b = min(c.gen_batch, n - i)
+        P = int(c.prompt_tokens[(i // c.gen_batch) % len(c.prompt_tokens)])
+        starts = rng.integers(0, len(tokens) - P - 1, size=b)
+        prompts = torch.from_numpy(np.stack([tokens[s : s + P] for s in starts]).astype(np.int64))
+        t, f = generate(target, prompts, c.gen_tokens, bc.feature_layers, bc.context)
+        toks.append(t)
+        feats.append(f)
+        _log(f"generated {i + b}/{n} continuations")
+    return torch.cat(toks), torch.cat(feats)
+
+
+def cached_data(work: Path, name: str, make) -> tuple[torch.Tensor, torch.Tensor]:
+    """The data set ``name`` from the work folder, made (and saved) when missing."""
+    path = work / f"block_{name}.safetensors"
+    if path.is_file():
+        t = ck.load_tensors(path)
+        return t["tokens"], t["feats"]
+    toks, feats = make()
+    ck.save_tensors({"tokens": toks, "feats": feats}, path)
+    return toks, feats
+
+
+def cut_batch(toks, feats, rows: torch.Tensor, cuts: torch.Tensor, C: int, B: int):
+    """Inputs and labels of cuts ``cuts`` of continuations ``rows``: entries c .. c+C-1, labels
+    c+C .. c+C+B-1 (aligned indices; see :func:`generate`)."""
+    ent = cuts[:, None] + torch.arange(C)
+    lab = cuts[:, None] + C + torch.arange(B)
+    r = rows[:, None]
+    return toks[r, ent], feats[r, ent].float(), toks[r, lab]
+
+
+def losses(model, tokens, feats, labels, decay: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weighted cross-entropy over block positions, confidence-head BCE)."""
+    ones = torch.ones_like(tokens, dtype=torch.bool)
+    logits, conf = model(tokens, feats, ones, ones)
+    B = labels.shape[1]
+    ce = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="none")
+    w = decay ** torch.arange(B, dtype=torch.float32)
+    ce = (ce.view(-1, B).mean(0) * w).sum() / w.sum()
+    hit = (logits.argmax(-1) == labels).float()
+    return ce, F.binary_cross_entropy_with_logits(conf.float(), hit)
+
+
+# ---------------------------------------------------------------- evaluation
+@torch.no_grad()
+def predictions(model, toks, feats, C: int, B: int, stride: int = 4):
+    """Raw confidence logits (before calibration), hits and drafter top probabilities at
+    every ``stride``-th cut of every continuation: ``[M, B]`` each."""
+    model.eval()
+    G = toks.shape[1] - C
+    cuts = torch.arange(0, G - B + 1, stride)
+    zs, hits = [], []
+    for r in range(toks.shape[0]):
+        rows = torch.full((len(cuts),), r)
+        t, f, y = cut_batch(toks, feats, rows, cuts, C, B)
+        ones = torch.ones_like(t, dtype=torch.bool)
+        logits, conf = model(t, f, ones, ones)
+        zs.append((conf - model.calib[1]) / model.calib[0])
+        hits.append((logits.argmax(-1) == y).float())
+    model.train()
+    return torch.cat(zs), torch.cat(hits)
+
+
+def fit_calibration(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per position j, (scale, shift) minimising the BCE of sigmoid(scale · z + shift) against
+    ``y`` (Platt scaling): ``[2, B]``."""
+    p = torch.stack([torch.ones(z.shape[1]), torch.zeros(z.shape[1])]).requires_grad_(True)
+    opt = torch.optim.LBFGS([p], max_iter=200, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(z * p[0] + p[1], y)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return p.detach()
+
+
+def ece(conf: np.ndarray, hit: np.ndarray, bins: int = 10) -> float:
+    """Expected calibration error: Σ_bins share · |mean confidence − mean outcome|."""
+    if not len(conf):
+        return float("nan")
+    idx = np.minimum((np.asarray(conf) * bins).astype(int), bins - 1)
+    out = 0.0
+    for b in range(bins):
+        m = idx == b
+        if m.any():
+            out += float(m.mean()) * abs(float(np.mean(conf[m])) - float(np.mean(hit[m])))
+    return out
+
+
+def evaluate(model, toks, feats, C: int, B: int) -> dict:
+    """Fit the calibration on the first half of the validation continuations, score the
+    second: agreement by depth (the greedy acceptance of slot j given slots < j accepted),
+    expected accepted tokens of a full block, ECE per position and pooled over the positions
+    a block reaches (weighted by how often each is verified)."""
+    half = toks.shape[0] // 2
+    z1, y1 = predictions(model, toks[:half], feats[:half], C, B)
+    with torch.no_grad():
+        model.calib.copy_(fit_calibration(z1, y1))
+    z2, y2 = predictions(model, toks[half:], feats[half:], C, B)
+    conf = torch.sigmoid(z2 * model.calib[0] + model.calib[1]).detach().numpy()
+    hit = y2.numpy()
+    reached = np.concatenate([np.ones((len(hit), 1)), np.cumprod(hit, 1)[:, :-1]], 1) > 0
+    return {
+        "val_agreement_by_depth": [round(float(a), 4) for a in hit.mean(0)],
+        "val_accepted_per_block": round(float(np.cumprod(hit, 1).sum(1).mean()), 4),
+        "val_conf_ece_by_depth": [round(ece(conf[:, j], hit[:, j]), 4) for j in range(B)],
+        "val_conf_ece_reached": round(ece(conf[reached], hit[reached]), 4),
+        "val_cuts": len(hit),
+    }
+
+
+# ---------------------------------------------------------------- training
+def train_loop(model, data, work: Path, c: BlockTrainConfig) -> dict:
+    """The resumable optimisation (state in ``work``); returns the stage's state dict."""
+    toks, feats = data
+    C, B = model.cfg.context, model.cfg.block_size
+    G = toks.shape[1] - C
+    ckpt, state_path = work / "drafter_block.ckpt.safetensors", work / "drafter_block.state.json"
+    opt = _make_opt(model, c.weight_decay, c.lr)
+    state: dict = {"step": 0, "losses": [], "seconds": 0.0}
+    if state_path.is_file() and ckpt.is_file():
+        state = ck.read_json(state_path)
+        tensors = ck.load_tensors(ckpt)
+        ck.load_into(model, tensors, str(ckpt), prefix="model.")
+        _load_opt(opt, tensors)
+        _log(f"resuming at step {state['step']}")
+    model.train()
+    t0 = time.perf_counter()
+    step = state["step"]
+    while step < c.steps:
+        rng = np.random.default_rng([c.seed, step])
+        rows = torch.from_numpy(rng.integers(0, toks.shape[0], c.batch))
+        cuts = torch.from_numpy(rng.integers(0, G - B + 1, c.batch))
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, c.lr, c.warmup_steps, c.steps)
+        ce, bce = losses(model, *cut_batch(toks, feats, rows, cuts, C, B), c.depth_decay)
+        opt.zero_grad(set_to_none=True)
+        (ce + bce).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        state["losses"].append(round(float(ce.item()), 5))
+        if step % c.save_every == 0 or step == c.steps:
+            state["step"] = step
+            state["seconds"] += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            ck.save_tensors(
+                {**{f"model.{k}": v for k, v in model.state_dict().items()}, **_opt_tensors(opt)},
+                ckpt,
+            )
+            ck.write_json(state, state_path)
+            _log(f"step {step}/{c.steps}: ce {ce.item():.3f} conf bce {bce.item():.3f}")
+    return state
+
+
+@torch.no_grad()
+def warm_embedding(model, target) -> None:
+    """Start the drafter's tied embedding from the target's, projected on its ``d_model``
+    leading principal directions (the head then starts near the target's own, rank-cut)."""
+    E = target.embed_tokens.weight.float()
+    d = model.cfg.d_model
+    if d > E.shape[1]:
+        return
+    _, _, V = torch.linalg.svd(E - E.mean(0), full_matrices=False)
+    model.embed_tokens.weight.copy_(E @ V[:d].T)
+
+
+def train_block_drafter(work: Path, ckpt_dir: Path, c: BlockTrainConfig, command: str) -> dict:
+    """Distil the block drafter from the target in ``ckpt_dir`` and add it to that folder's
+    manifest as ``drafter_block`` (with the target's sha256 and the block size)."""
+    from real.store import add_model, load_bundle
+
+    torch.set_num_threads(c.threads)
+    work.mkdir(parents=True, exist_ok=True)
+    bundle = load_bundle(ckpt_dir, names=("target",))
+    target = bundle.models["target"].float().eval()
+    bc = BlockConfig(
+        vocab_size=target.cfg.vocab_size,
+        block_size=c.block_size,
+        d_feature=target.cfg.d_model,
+        feature_layers=tuple(sorted({max(1, target.cfg.n_layers // 3 * i) for i in (1, 2, 3)})),
+    )
+    arrays = token_arrays(work, bundle.tokenizer)
+    train_tokens = np.concatenate([arrays["code_train"], arrays["prose_train"]])
+    val_tokens = np.concatenate([arrays["code_val"], arrays["prose_val"]])
+    data = cached_data(
+        work, "train", lambda: build_data(target, train_tokens, c.sequences, c, bc, [c.seed, 1])
+    )
+    val = cached_data(
+        work, "val", lambda: build_data(target, val_tokens, c.val_sequences, c, bc, [c.seed, 2])
+    )
+    torch.manual_seed(c.seed)
+    model = BlockDrafterModel(bc)
+    warm_embedding(model, target)
+    res = train_loop(model, data, work, c)
+    res["eval"] = evaluate(model, *val, bc.context, bc.block_size)
+    _log(f"validation {res['eval']}")
+    meta = {
+        "target_sha256": bundle.manifest["models"]["target"]["sha256"],
+        "block_size": str(bc.block_size),
+    }
+    return add_model(ckpt_dir, "drafter_block", "block", bc, model, res, command, meta)

@@ -1,0 +1,188 @@
+"""The block drafter (real.block_drafter): one forward a round, lossless verification, the
+confidence head's predictions as the round's confidences, the target's layers handed over."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from control import make_controller
+from control.types import Decision
+from real.block_drafter import BlockConfig, BlockDrafter, BlockDrafterModel, target_layer_states
+from real.engine import Engine, Request, draft_steps
+from real.quality import FixedDecision
+from real.sampling import SamplingParams
+from tests.real.conftest import CFG, V, prompt, tiny_target
+
+LENGTH = CFG.max_len + CFG.k_max + 1
+
+
+def tiny_block(block: int = 5, layers=(1, 2), seed: int = 4) -> BlockDrafterModel:
+    torch.manual_seed(seed)
+    cfg = BlockConfig(
+        vocab_size=V,
+        d_model=16,
+        n_layers=1,
+        n_heads=2,
+        d_ff=32,
+        block_size=block,
+        context=4,
+        d_feature=32,
+        feature_layers=layers,
+        d_conf=8,
+    )
+    return BlockDrafterModel(cfg).double().eval()
+
+
+class OracleBlock(BlockDrafter):
+    """A block drafter whose first ``right`` slots put their mass on the target's greedy
+    continuation and the others on a wrong token; confidences 0.9, 0.8, ...: exact acceptance."""
+
+    def __init__(self, target, right: int, slots: int = 1, block: int = 5) -> None:
+        super().__init__(tiny_block(block), LENGTH, torch.float64, "cpu", slots)
+        self.target, self.right = target, right
+        self.conf = torch.tensor([0.9 - 0.1 * j for j in range(block)], dtype=torch.float64)
+
+    def block(self, seq, slots, Ls):
+        B = self.block_size
+        logits = torch.full((len(slots), B, V), -10.0, dtype=torch.float64)
+        for r, (s, L) in enumerate(zip(slots, Ls)):
+            ids = seq[s, :L].tolist()
+            for j in range(B):
+                nxt = int(self.target(torch.tensor([ids]))[0, -1].argmax())
+                logits[r, j, nxt if j < self.right else (nxt + 1) % V] = 10.0
+                ids.append(nxt)
+        return logits, self.conf.expand(len(slots), -1)
+
+
+@pytest.mark.parametrize("right,k,expect", [(2, 4, 2), (5, 3, 3), (0, 4, 0), (5, 9, 5)])
+def test_exact_acceptance_and_greedy_equality(right, k, expect):
+    """Every round accepts exactly min(right, k, B) tokens; output equals target-only greedy;
+    the round's confidences are the head's (the first ``drafted``); one drafter forward."""
+    target = tiny_target()
+    eng = Engine(target, OracleBlock(target, right), CFG)
+    p = prompt(1)
+    ref = eng.greedy_reference(p, 40)
+    eng.round_log = []
+    g = eng.generate(p, 40, make_controller("fixed", {"k": k}))
+    assert g.tokens == ref
+    assert sum(r.k == k for r in g.records) >= 4
+    for r in g.records:  # the engine cuts k to the tokens left - 1, the drafter to B = 5
+        kk = min(r.k, len(p) + 40 - r.context_tokens - 1, 5)
+        assert r.drafted == kk and r.accepted == min(expect, kk)
+        assert r.confidences == pytest.approx([0.9 - 0.1 * j for j in range(r.drafted)])
+    assert {s.draft_steps for s in eng.round_log if s.drafting} == {1}
+
+
+def test_greedy_equality_batch_4():
+    """Batch 4 (continuous batching, 6 requests) equals target-only greedy per request, with
+    a drafter that is right for 3 slots."""
+    target = tiny_target()
+    cfg = dataclasses.replace(CFG, slots=4)
+    eng = Engine(target, OracleBlock(target, 3, slots=4), cfg)
+    reqs = [Request(i, prompt(10 + i), 30, make_controller("fixed", {"k": 4})) for i in range(6)]
+    out = eng.run_batch(reqs)
+    for s, r in zip(out, reqs):
+        assert s.tokens == eng.greedy_reference(r.prompt, 30)
+        end = len(r.prompt) + 30
+        assert all(x.accepted == min(3, end - x.context_tokens - 1) for x in s.records)
+
+
+def test_untrained_drafter_greedy_equality_and_features():
+    """A real (random) block drafter: output equals target-only at batch 1 and 4; at batch 1
+    the target states it holds are the teacher-forced outputs of its layers (1, 2) at every
+    committed position but the last."""
+    target = tiny_target()
+    for slots in (4, 1):
+        cfg = dataclasses.replace(CFG, slots=slots)
+        d = BlockDrafter(tiny_block(), LENGTH, torch.float64, "cpu", slots)
+        eng = Engine(target, d, cfg)
+        reqs = [
+            Request(i, prompt(20 + i), 25, make_controller("fixed", {"k": 5}))
+            for i in range(slots + 1)
+        ]
+        for s in eng.run_batch(reqs):
+            assert s.tokens == eng.greedy_reference(s.req.prompt, 25)
+    g = eng.generate(prompt(30), 25, make_controller("fixed", {"k": 5}))
+    ids = torch.tensor([prompt(30) + g.tokens])
+    n = ids.shape[1] - 1
+    want = target_layer_states(target, ids, (1, 2))[0, :n]
+    assert torch.allclose(d.state["feat"][0, :n], want, atol=1e-9)
+
+
+def test_tau_stop_before_low_confidence_and_draft_steps():
+    """τ cuts the block before the first slot whose confidence is below it (0.9, 0.8, 0.7, ..:
+    τ = 0.75 keeps 2); a block drafter's round counts one forward."""
+    target = tiny_target()
+    eng = Engine(target, OracleBlock(target, 5), CFG)
+    g = eng.generate(prompt(2), 20, FixedDecision(Decision(k=5, tau=0.75)))
+    assert all(r.drafted == min(2, 12 + 20 - r.context_tokens - 1) for r in g.records)
+    assert draft_steps([5, 0, 3], [2, 0, 0], block=7) == 1
+    assert draft_steps([0, 0], [0, 0], block=7) == 0
+
+
+def test_sampling_q_rows_are_the_drawn_distributions():
+    """Under sampling each proposal's q rows are the processed distributions of the block's
+    slots (what verification divides by), and the drawn tokens follow them."""
+    torch.manual_seed(0)
+    target = tiny_target()
+    d = BlockDrafter(tiny_block(), LENGTH, torch.float64, "cpu")
+    eng = Engine(target, d, dataclasses.replace(CFG, temperature=1.3))
+    p = prompt(3)
+    eng.seq[0, : len(p)] = torch.tensor(p)
+    eng.prefill_rows([0], [0], [len(p) - 1])
+    sp = SamplingParams(temperature=1.3)
+    logits, _ = d.block(eng.seq, [0], [len(p)])
+    from real.sampling import probs
+
+    counts = torch.zeros(V, dtype=torch.float64)
+    n = 3000
+    gen = torch.Generator().manual_seed(5)
+    for _ in range(n):
+        k, _, q = d.propose_batch(eng.seq, [0], [len(p)], [3], [0.0], sp, [gen])[0]
+        assert k == 3 and torch.equal(q, probs(logits, sp)[0, :3])
+        counts[int(eng.seq[0, len(p) + 1])] += 1
+    q1 = probs(logits, sp)[0, 1]
+    assert (counts / n - q1).abs().max() < 4 * (q1 * (1 - q1) / n).sqrt().max() + 1e-3
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.5])
+def test_sampling_stays_exact(tau):
+    """Speculative sampling with the block drafter (B = 4, k = 4) emits tokens distributed as
+    the target's: 1200 tokens at temperature 1.5, each token's randomised PIT under the
+    target's exact conditional distribution is uniform (χ² over 5 bins below the p = 0.001
+    critical value, as tests/real/test_tau_exact.py). Rounds that accept 2 or more tokens
+    occur, so later block positions are verified; with τ = 0.5 the head's predictions cut the
+    blocks (at positions 2 and 3 here)."""
+    from tests.real import test_tau_exact as te
+
+    tgt, _ = te._pair("tf")
+    torch.manual_seed(7)
+    cfg = BlockConfig(
+        vocab_size=te.V,
+        d_model=16,
+        n_layers=1,
+        n_heads=2,
+        d_ff=32,
+        block_size=4,
+        context=4,
+        d_feature=16,
+        feature_layers=(1,),
+        d_conf=8,
+    )
+    model = BlockDrafterModel(cfg)
+    with torch.no_grad():  # a sharper, varied drafter and head than the default init
+        model.embed_tokens.weight.normal_(0.0, 1.0)
+        model.conf_out.weight.normal_(0.0, 1.0)
+        model.calib[1].copy_(torch.tensor([4.0, 1.0, 0.0, -1.0]))  # confident early, less later
+    d = BlockDrafter(model.double().eval(), te.LENGTH, torch.float64, "cpu")
+    eng = Engine(tgt, d, te.CFG)
+    chi2, tv, recs = te._run(eng, None, lambda: FixedDecision(Decision(k=4, tau=tau)))
+    assert chi2 < te.CHI2_CRIT, f"tau {tau}: chi2 {chi2:.1f}, TV {tv:.3f}"
+    assert sum(r.accepted >= 2 for r in recs) >= (20 if not tau else 5)
+    assert all(c >= tau for r in recs for c in r.confidences)
+    if tau:  # the head's predictions cut the blocks, at more than one position
+        share = [sum(r.drafted == j for r in recs) / len(recs) for j in range(5)]
+        assert share[4] < 0.05 and sum(s > 0.05 for s in share) >= 2, share
