@@ -186,3 +186,41 @@ def test_sampling_stays_exact(tau):
     if tau:  # the head's predictions cut the blocks, at more than one position
         share = [sum(r.drafted == j for r in recs) / len(recs) for j in range(5)]
         assert share[4] < 0.05 and sum(s > 0.05 for s in share) >= 2, share
+
+
+def test_mismatched_block_checkpoint_is_one_line(tmp_path):
+    """A block checkpoint from another target, with another block size than its config, that
+    reads layers the target lacks, whose tensors are for another B, or whose bytes are corrupt:
+    one line naming the file and the mismatch."""
+    from control.errors import DSparkError
+    from real import checkpoint as ck
+    from real.block_drafter import check_bundle
+    from real.store import Bundle
+
+    target, model = tiny_target(), tiny_block()
+    path = tmp_path / "drafter_block.safetensors"
+    sha = "a" * 64
+
+    def bundle(meta: dict, entry: dict, m=model) -> Bundle:
+        ck.save_tensors(m.state_dict(), path, meta)
+        manifest = {
+            "models": {"target": {"sha256": sha}, "drafter_block": {"file": path.name, **entry}}
+        }
+        return Bundle(None, {"target": target, "drafter_block": m}, manifest, tmp_path)
+
+    def fails(b: Bundle, what: str) -> None:
+        with pytest.raises(DSparkError) as e:
+            check_bundle(b)
+        assert str(path) in str(e.value) and what in str(e.value) and "\n" not in str(e.value)
+
+    check_bundle(bundle({"target_sha256": sha, "block_size": "5"}, {"target_sha256": sha}))
+    fails(bundle({"target_sha256": "b" * 64}, {}), "distilled from another target (file")
+    fails(bundle({}, {"target_sha256": "c" * 64}), "(manifest entry names target sha256 cccc")
+    fails(bundle({"block_size": "8"}, {}), "holds block size 8, its manifest config says 5")
+    fails(bundle({}, {}, tiny_block(layers=(1, 3))), "the target has 2 layers of width 32")
+    good = bundle({}, {})
+    path.write_bytes(b"\x00garbage")
+    fails(good, "is unreadable")
+    ck.save_tensors(tiny_block(block=8).state_dict(), path)
+    with pytest.raises(DSparkError, match=r"'slots' has shape \(8, 16\), expected \(5, 16\)"):
+        ck.load_into(tiny_block(), ck.load_tensors(path), str(path))
