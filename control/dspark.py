@@ -105,6 +105,18 @@ class DSparkConfig:
         tune=(0.6, 1.2),
         when={"policy": ("goodput",)},
     )
+    # 16 rounds: a sequence's TPOT so far counts as much as ~16 rounds like the planned one, so
+    # one that fell behind (rounds that carried long prompt chunks) is caught up, and one far
+    # ahead lends its slack.
+    slo_horizon_rounds: float = param(
+        16.0,
+        lo=1.0,
+        hi=1e6,
+        doc="goodput/slo-goodput: rounds ahead a plan's round time is assumed to last",
+        tune=(2.0, 256.0),
+        log=True,
+        when={"policy": ("goodput",)},
+    )
     # 8: a waiting prompt about to miss its TTFT SLO is worth up to 8x the observed value of a
     # prompt token, so drafts give its chunk the pass.
     ttft_value_max: float = param(
@@ -673,6 +685,9 @@ class DSparkController(Controller):
         self.recent_n = 0.0  # goodput: the same two counts, forgotten at 1/recent_rounds
         self.recent_rej = 0.0
         self.context_tokens = 0
+        self.first_s = -1.0  # start of the first round observed (≈ the first token's time)
+        self.decode_s = 0.0  # seconds from then to the end of the last round observed
+        self.tokens = 0  # tokens emitted by the rounds observed
         # goodput: own planner when no round planner drives this sequence; reset() keeps it —
         # the costs it learned are the hardware's, not the sequence's (a new controller forgets)
         self._solo = getattr(self, "_solo", None)
@@ -780,6 +795,10 @@ class DSparkController(Controller):
             self.recent_n = self.recent_n * f + n
             self.recent_rej = self.recent_rej * f + (1 if n < drafted else 0)
             self.context_tokens = context_tokens + e
+            if self.first_s < 0.0:
+                self.first_s = now_s - draft_s - verify_s
+            self.decode_s = now_s - self.first_s
+            self.tokens += e
             if drafted:  # per-position evidence, pooled by the planner at its next full plan
                 self.counts[n if n < drafted else self._full + n] += 1
             if self._solo is not None:  # no round planner: the round goes to its own planner

@@ -288,11 +288,17 @@ class DSparkPlanner(RoundPlanner):
             p = plan_round_lengths(
                 a, kcap, self.cost_functions(batch, now_s), k_max, alpha, cap_range=near
             )
-            row = (
-                slo_goodput_row(p, self.slo.tpot_s * c.slo_margin)
-                if self.serves_slo() and math.isfinite(self.slo.tpot_s)
-                else int(np.argmax(p.goodput))
-            )
+            if self.serves_slo() and math.isfinite(self.slo.tpot_s):
+                hist = np.array([(m.decode_s, m.tokens) for m in members], dtype=float)
+                row = slo_goodput_row(
+                    p,
+                    self.slo.tpot_s * c.slo_margin,
+                    hist[:, 0],
+                    hist[:, 1],
+                    c.slo_horizon_rounds,
+                )
+            else:
+                row = int(np.argmax(p.goodput))
             self.last_goodput = float(p.goodput[row])
             k = p.k_by_cap[row]
             cap = int(k.max()) if len(k) else 0

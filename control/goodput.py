@@ -149,16 +149,29 @@ def plan_round_lengths(
     )
 
 
-def slo_goodput_row(plan: RoundPlan, tpot_s: float) -> int:
+def slo_goodput_row(
+    plan: RoundPlan,
+    tpot_s: float,
+    decode_s: np.ndarray | None = None,
+    tokens: np.ndarray | None = None,
+    horizon: float = 1.0,
+) -> int:
     """The row of ``plan`` with the most SLO goodput: its goodput times the share of the
-    expected tokens that come from sequences whose predicted TPOT, round time over expected
-    tokens ``T_r / E_ir``, is within ``tpot_s``. Sequences that miss in every row (nothing the
-    round can do brings them in) count in no row; when every sequence meets in every row
-    (a slack SLO) this is the goodput choice. Ties go to the higher goodput, then the shorter
-    cap."""
+    expected tokens that come from sequences whose predicted TPOT is within ``tpot_s``.
+
+    A sequence's predicted TPOT under row r is its own TPOT so far carried ``horizon`` rounds
+    like this one: ``(D_i + h·T_r) / (n_i + h·E_ir)``, with ``D_i`` seconds since its first
+    token over ``n_i`` tokens since (``decode_s``, ``tokens``; None = a new sequence, whose
+    prediction is ``T_r / E_ir``). Sequences that miss in every row (nothing the round can do
+    brings them in) count in no row; when every sequence meets in every row (a slack SLO) this
+    is the goodput choice. Ties go to the higher goodput, then the shorter cap."""
     assert plan.expected is not None and plan.seconds_by_cap is not None
     e = plan.expected
-    meets = e * tpot_s >= plan.seconds_by_cap[:, None]  # (rows, B)
+    t = plan.seconds_by_cap[:, None]
+    if decode_s is None or tokens is None:
+        meets = e * tpot_s >= t  # (rows, B)
+    else:
+        meets = (tokens[None, :] + horizon * e) * tpot_s >= decode_s[None, :] + horizon * t
     reach = meets.any(axis=0)  # sequences some row brings within the SLO
     if not reach.any() or meets[:, reach].all():
         return int(np.argmax(plan.goodput))

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from control.base import Controller
-from control.batch import BatchContext, RoundStats
+from control.batch import BatchContext, RoundPlanner, RoundStats
 from control.configio import param
 from control.costmodel import RoundCostModel
 from control.dspark import DSparkConfig, DSparkController
@@ -47,7 +47,7 @@ class ClairvoyantConfig:
     )
 
 
-class ClairvoyantPlanner:
+class ClairvoyantPlanner(RoundPlanner):
     """Told the run lengths L of the batch before each round (``set_futures``)."""
 
     needs_future = True
