@@ -24,28 +24,38 @@ Printed per run: the table, then speedups over target-only, and every "vs HF" ra
 drafter on both sides (engine ``tf/*`` vs HF assisted with that drafter; engine ``ngram/*`` vs HF
 prompt lookup) and for the best setting of any kind. The conv drafters (``feat``: conditioned
 on the target's hidden states; ``conv``: token-only) have no HF counterpart (HF assists with
-causal LMs only). Last line::
+causal LMs only). Last two lines::
 
     real_unseen_speedup_vs_ar=... real_unseen_speedup_vs_hf=... real_unseen_conv_vs_ar=...
     real_sampled_speedup_vs_ar=...
+    real_block_draft_cost_vs_ar_k4=... real_block_speedup_vs_ar=...
+    real_block_vs_best_ar_drafter=... block_conf_ece=...
 
 (unseen set; greedy unless named sampled; ``conv`` = the best method of the seed-style conv
 drafter, feature-conditioned, model only; ``vs_hf`` = best engine method of any kind over the
-best HF setting of any kind). Machine load matters on a shared box: it is printed beside the
+best HF setting of any kind). The block drafter's line (``nan`` where ``block`` is not among
+``--drafters``): one block propose call at k = 4 over the token-only conv drafter's (4
+one-token steps), medians of alternate calls at a 128-token context; the block drafter's best
+method over target-only, and over the best autoregressive model drafter (conv, feat, tf) of
+the same run; the confidence head's expected calibration error (10 bins) over the block
+positions the unseen greedy run verified (position j of a round: accepted or not, given the
+ones before it were). Machine load matters on a shared box: it is printed beside the
 results; compare ratios measured side by side in one run.
 
-Before the last line (unless ``--c-prompt-tokens 0``): c per model drafter, the verify pass of
-k + 1 tokens over one target step for each k of ``--k-values``, and the ceiling that puts on
-fixed k (every draft accepted, drafting free). ``--sets ""`` measures only these (~1 min).
+Before the last two lines (unless ``--c-prompt-tokens 0``): c per model drafter, the verify
+pass of k + 1 tokens over one target step for each k of ``--k-values``, and the ceiling that
+puts on fixed k (every draft accepted, drafting free); then the block drafter's draft cost.
+``--sets ""`` measures only these (~1 min).
 
     .venv/bin/python benchmarks/real_speed.py [--repeats 3] [--prompts 8] [--new-tokens 128]
-        [--drafters "feat conv tf ngram ngram+feat ngram+tf"] [--k-values "2 4 6"]
+        [--drafters "feat conv tf block ngram ngram+feat ngram+tf"] [--k-values "2 4 6"]
         [--controllers "dspark hf-heuristic"] [--sets "unseen heldout"] [--no-sampled]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -184,7 +194,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--drafters", default="feat conv tf ngram ngram+feat ngram+tf")
+    p.add_argument("--drafters", default="feat conv tf block ngram ngram+feat ngram+tf")
     p.add_argument("--k-values", default="2 4 6 8")
     p.add_argument("--controllers", default="dspark hf-heuristic confidence-stop")
     p.add_argument("--temperature", type=float, default=0.8, help="the sampled runs' temperature")
@@ -290,6 +300,78 @@ def step_costs(
     return out, verify
 
 
+def block_draft_cost(args, prompt: list[int], k: int = 4, reps: int = 60) -> float:
+    """The block drafter's propose call at ``k`` over the token-only conv drafter's (k
+    one-token steps, its cache valid up to the round's last committed token, as in a round),
+    both greedy on one row after the target prefilled ``prompt``, alternately: median over
+    median."""
+    import statistics
+
+    import torch
+
+    from real.bench import BenchConfig, bench_engine
+    from real.runtime import load_engine_config
+
+    cfg = load_engine_config(None, {"target_dtype": args.target_dtype}, stop_at_eot=False)
+    cfg = dataclasses.replace(cfg, drafter="block")
+    engine, drafters = bench_engine(cfg, BenchConfig(drafters="block conv"), args.checkpoints)
+    assert drafters is not None
+    block, conv = drafters["block"], drafters["conv"]
+    L, sp = len(prompt), engine.cfg.sampling
+    with torch.inference_mode():
+        engine.seq[0, :L] = torch.tensor(prompt)
+        engine.prefill_rows([0], [0], [L - 1])  # hands the target's states to the block drafter
+        conv.propose_batch(engine.seq, [0], [L], [k], [0.0], sp, [None])  # its cache: prompt
+        tb, tc = [], []
+        for _ in range(reps):
+            conv.set_valid(0, L - 1)
+            t0 = time.perf_counter()
+            conv.propose_batch(engine.seq, [0], [L], [k], [0.0], sp, [None])
+            t1 = time.perf_counter()
+            block.propose_batch(engine.seq, [0], [L], [k], [0.0], sp, [None])
+            tb.append(time.perf_counter() - t1)
+            tc.append(t1 - t0)
+    return statistics.median(tb) / statistics.median(tc)
+
+
+def block_conf_ece(rounds_csv: Path) -> float | None:
+    """ECE of the block drafter's confidences in a run's ``rounds.csv`` (methods ``block/*``):
+    per round, position j < drafted counts when j <= accepted (verified), hit when j <
+    accepted."""
+    import pandas as pd
+
+    from real.block_train import ece
+
+    if not rounds_csv.is_file():
+        return None
+    df = pd.read_csv(rounds_csv)
+    df = df[df["controller"].astype(str).str.startswith("block/")]
+    conf, hit = [], []
+    for c, d, n in zip(df["confidences"], df["drafted"], df["accepted"]):
+        cs = [float(x) for x in str(c).split()] if isinstance(c, str) else []
+        for j, cj in enumerate(cs[: int(d)]):
+            if j > n:
+                break
+            conf.append(cj)
+            hit.append(float(j < n))
+    return ece(np.array(conf), np.array(hit)) if conf else None
+
+
+def block_line(g: dict, cost: float | None, conf_ece: float | None) -> str:
+    """The block drafter's last line from the unseen greedy run's ratios ``g``."""
+    block = g.get("block_vs_ar")
+    ar = [g[f] for f in ("conv_vs_ar", "feat_vs_ar", "tf_vs_ar") if g.get(f) is not None]
+    vs_best = block / max(ar) if block is not None and ar else None
+
+    def f(v):
+        return "nan" if v is None else f"{v:.3f}"
+
+    return (
+        f"real_block_draft_cost_vs_ar_k4={f(cost)} real_block_speedup_vs_ar={f(block)} "
+        f"real_block_vs_best_ar_drafter={f(vs_best)} block_conf_ece={f(conf_ece)}"
+    )
+
+
 def ceiling_line(verify: dict[int, float]) -> str:
     """What fixed k could reach at most on these costs: every draft accepted (k + 1 tokens a
     round) and drafting free, over target-only's one token per single-token step."""
@@ -329,6 +411,10 @@ def main(argv: list[str] | None = None) -> int:
                 + ", ".join(f"k = {k} {v:.2f}" for k, v in verify.items())
             )
             print(ceiling_line(verify))
+        cost = None
+        if "block" in args.drafters.split():
+            cost = block_draft_cost(args, held_prompt(tok, 128))
+            print(f"block drafter propose call at k = 4 / conv drafter's ({_load()}): {cost:.3f}")
     except DSparkError as e:
         print(f"real_speed: error: {e}", file=sys.stderr)
         return 2
@@ -344,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
         f"real_unseen_conv_vs_ar={f(g.get('feat_vs_ar'))} "
         f"real_sampled_speedup_vs_ar={f(s.get('best_vs_ar'))}"
     )
+    use_block = "block" in args.drafters.split()
+    conf_ece = block_conf_ece(Path(args.out) / "unseen-t0" / "rounds.csv") if use_block else None
+    print(block_line(g, cost, conf_ece))
     return 0
 
 
