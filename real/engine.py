@@ -27,88 +27,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import torch
 
 from control.batch import BatchContext, RoundStats, plan_round
-from control.configio import param
 from control.errors import DSparkError
 from control.types import Observation, RoundRecord
-from real import DRAFTERS
-from real.checkpoint import AUTO_DTYPE, DTYPES, resolve_dtype
 from real.drafter_protocol import CachedDrafter, Drafter
+from real.engine_types import EngineConfig, Generation, Request, Sequence, sync
 from real.models import Segments
-from real.sampling import SamplingParams, verify_greedy, verify_sampling, verify_threshold
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    # 16: above the controllers' k range [3, 15] (docs/design.md), so no decision is cut.
-    k_max: int = param(16, lo=0, hi=64, doc="largest draft length a round may use")
-    # 1024 tokens of context: prompts + outputs of the benchmarks fit with room to spare.
-    max_len: int = param(1024, lo=8, hi=2048, doc="longest sequence (prompt + output)")
-    # greedy by default: lossless and token-identical to target-only decoding.
-    temperature: float = param(0.0, lo=0.0, hi=10.0, doc="sampling temperature (0 = greedy)")
-    top_k: int = param(0, lo=0, hi=65536, doc="top-k filter (0 = off)")
-    top_p: float = param(1.0, lo=0.0, hi=1.0, doc="top-p (nucleus) filter (1 = off)")
-    seed: int = param(0, lo=0, hi=2**31 - 1, doc="seed of the sampling generator")
-    device: str = param("cpu", choices=("cpu", "cuda"), doc="device of both models")
-    # auto: bf16 on CUDA and on CPUs that multiply bf16 natively (half the memory traffic); on
-    # other CPUs, where bf16 is emulated and compute-bound, bf16 at slots = 1 (faster at batch
-    # 1) and float32 when batched (one forward serves many rows; token-identical)
-    # (real.checkpoint.resolve_dtype). The field keeps the request; ``precision`` resolves it
-    # (so a replace() of device or slots re-resolves), and ``record()`` is what a run writes.
-    target_dtype: str = param(
-        AUTO_DTYPE, choices=(AUTO_DTYPE, *DTYPES), doc="target precision (auto: by device)"
-    )
-    # drafters stay fp32 (issue 4): their confidences feed the controllers.
-    drafter_dtype: str = param("float32", choices=tuple(DTYPES), doc="drafter precision")
-    # the seed's drafter.
-    drafter: str = param(
-        "conv", choices=DRAFTERS, doc="which drafter (ngram+X: prompt lookup, else model X)"
-    )
-    # shorter matches are often coincidences that a model drafter continues better.
-    lookup_min_match: int = param(4, lo=1, hi=32, doc="ngram+X: match length that triggers lookup")
-    # stop at the end-of-text token, as a user would; benchmarks turn it off.
-    stop_at_eot: bool = param(True, doc="stop after emitting the end-of-text token")
-    # 1: the batch-1 engine; serving and batched benchmarks raise it (cache memory grows with it).
-    slots: int = param(1, lo=1, hi=256, doc="sequences in flight at once (KV cache slots)")
-
-    @property
-    def precision(self) -> str:
-        """The target precision this config runs (a DTYPES name; ``auto`` resolved)."""
-        return resolve_dtype(self.target_dtype, self.device, self.slots)
-
-    def record(self) -> dict:
-        """The config as a run folder records it: its fields, the target precision resolved."""
-        return {**asdict(self), "target_dtype": self.precision}
-
-    @property
-    def sampling(self) -> SamplingParams:
-        return SamplingParams(self.temperature, self.top_k, self.top_p)
-
-
-@dataclass
-class Generation:
-    tokens: list[int]
-    records: list[RoundRecord] = field(default_factory=list)
-    seconds: float = 0.0
-    text: str = ""
-
-
-@dataclass
-class Request:
-    """A request for the batched core. ``seed`` seeds the sequence's own sampling generator
-    (None: ``EngineConfig.seed + request_id``); ``arrival_s`` is on the caller's clock."""
-
-    request_id: int
-    prompt: list[int]
-    max_new_tokens: int
-    controller: Any
-    arrival_s: float = 0.0
-    seed: int | None = None
+from real.reference import TargetReference
+from real.sampling import verify_greedy, verify_sampling, verify_threshold
 
 
 def draft_steps(ks, drafted, block: int = 0) -> int:
@@ -122,54 +51,13 @@ def draft_steps(ks, drafted, block: int = 0) -> int:
     return max((n + (n < k) for k, n in zip(ks, drafted) if k), default=0)
 
 
-class Sequence:
-    """A request in flight: its slot, committed length ``L`` (prompt + emitted), the length at
-    which it ends, emitted tokens, round records and timestamps (on the engine's clock)."""
-
-    __slots__ = (
-        "req",
-        "slot",
-        "L",
-        "end",
-        "rnd",
-        "tokens",
-        "records",
-        "gen",
-        "name",
-        "admit_s",
-        "first_token_s",
-        "finish_s",
-        "done",
-        "prompt_tokens",
-    )
-
-    def __init__(self, req: Request, slot: int, end: int, gen) -> None:
-        self.req, self.slot, self.end, self.gen = req, slot, end, gen
-        self.prompt_tokens = self.L = len(req.prompt)
-        self.rnd = 0
-        self.tokens: list[int] = []
-        self.records: list[RoundRecord] | None = []
-        self.name = getattr(req.controller, "name", "")
-        self.admit_s = self.first_token_s = self.finish_s = float("nan")
-        self.done = False
-
-    @property
-    def ctrl(self):
-        return self.req.controller
-
-
-def sync(device: str) -> None:
-    """Wait for the device (CUDA) to finish its queued work; a no-op on the CPU."""
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 _NO_PROPOSAL = (0, [], None)
 
 
-class Engine:
+class Engine(TargetReference):
     """Speculative decoding with ``target`` (a ``real.models`` model) and a drafter object,
-    ``cfg.slots`` sequences at a time."""
+    ``cfg.slots`` sequences at a time; target-only decoding, the baseline, is
+    :class:`~real.reference.TargetReference`'s."""
 
     def __init__(
         self,
@@ -240,8 +128,6 @@ class Engine:
                 f"exceeds max_len {self.cfg.max_len}"
             )
         return ids
-
-    _check_prompt = check_request
 
     @property
     def free_slots(self) -> int:
@@ -660,59 +546,3 @@ class Engine:
         text = self.tokenizer.decode(toks)
         if len(text) > len(shown):
             yield text[len(shown) :]
-
-    # ------------------------------------------------------------------ references
-    def _prefill(self, ids: list[int]) -> int:
-        """Slot 0 holds ``ids`` with all but the last token in the target's cache (references
-        and traces; the engine must be idle)."""
-        if self.running:
-            raise DSparkError("the engine is busy (sequences are running)")
-        L = len(ids)
-        self.seq[0, :L] = torch.tensor(ids, dtype=torch.long, device=self.device)
-        if L > 1:
-            self.target.step(self.seq[:1, : L - 1], 0, self.state)
-            self._hand_hidden(Segments.one(0, 0, L - 1, self.device))
-        if self._drafter is not None:
-            self._drafter.reset()
-        return L
-
-    @torch.inference_mode()
-    def greedy_reference(self, prompt_ids, max_new_tokens: int) -> list[int]:
-        """Target-only greedy decoding (the baseline): one token per forward, no drafter."""
-        ids = self.check_request(prompt_ids, max_new_tokens)
-        L = self._prefill(ids)
-        seq, step, st = self.seq, self.target.step, self.state
-        out = []
-        for _ in range(max_new_tokens):
-            nxt = step(seq[:1, L - 1 : L], L - 1, st)[-1].argmax()
-            seq[0, L] = nxt
-            L += 1
-            if self.cfg.stop_at_eot and self.eot_id is not None:
-                t = int(nxt)
-                out.append(t)
-                if t == self.eot_id:
-                    break
-        if not (self.cfg.stop_at_eot and self.eot_id is not None):
-            out = seq[0, len(ids) : L].tolist()
-        return out
-
-    @torch.inference_mode()
-    def sample_reference(self, prompt_ids, max_new_tokens: int) -> list[int]:
-        """Target-only sampling with the engine's sampling parameters and generator."""
-        from real.sampling import probs
-
-        ids = self.check_request(prompt_ids, max_new_tokens)
-        self.gen.manual_seed(self.cfg.seed)
-        L = self._prefill(ids)
-        out = []
-        for _ in range(max_new_tokens):
-            p = probs(
-                self.target.step(self.seq[:1, L - 1 : L], L - 1, self.state), self.cfg.sampling
-            )
-            t = int(torch.multinomial(p[-1], 1, generator=self.gen))
-            self.seq[0, L] = t
-            L += 1
-            out.append(t)
-            if self.cfg.stop_at_eot and t == self.eot_id:
-                break
-        return out

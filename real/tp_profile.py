@@ -104,7 +104,7 @@ def time_collectives(
     starts them together)."""
     import torch.distributed as dist
 
-    from real.engine import sync
+    from real.engine_types import sync
     from real.tp import current
 
     ctx = current()
@@ -197,7 +197,7 @@ def time_projections(
     of them (passes can run in chunks between other work). ``chain``: each sample is that many
     layers back to back (each layer's own weights, in a forward's order: :func:`_chain`), per
     layer, as :func:`time_collectives` times the sharded ones."""
-    from real.engine import sync
+    from real.engine_types import sync
 
     d, dt, dev = engine.target.cfg.d_model, engine.dtype, engine.device
     names = ("qkv", "o", "gate_up", "down")

@@ -147,7 +147,7 @@ class Batch1:
 
     def cycle_generation(self) -> None:
         """One k-cycling generation of the next calibration prompt (its rounds are kept)."""
-        from real.profile import CycleK, calibration_ks
+        from real.trace_correction import CycleK, calibration_ks
 
         A = self.cfg.calibration.workload
         i = len(self.cycle_recs)
@@ -292,12 +292,8 @@ class Batch1:
 
     def latency_table(self) -> None:
         """5a. the latency table (+ round overhead measured now) the simulator reads."""
-        from real.profile import (
-            correct_from_trace,
-            finish_table,
-            round_overhead_s,
-            with_statistic,
-        )
+        from real.profile import finish_table, round_overhead_s, with_statistic
+        from real.trace_correction import correct_from_trace
 
         cfg, gp = self.cfg, self.gp
         rows, fit = gp.rows()
@@ -478,7 +474,7 @@ class Batch1:
         input: the table was corrected on the calibration prompts' k-cycling rounds only."""
         import pandas as pd
 
-        from real.profile import trace_ratios
+        from real.trace_correction import trace_ratios
 
         recs = [r for runs in self.real_recs.values() for recs, _ in runs for r in recs]
         out: dict = {"min_rounds": min_rounds}

@@ -133,7 +133,7 @@ def correct_from_calibration(
     per_size: bool = True,
 ):
     """The table of ``latency_csv`` corrected by the calibration load's own rounds, as
-    ``real.profile.correct_from_trace`` corrects the batch-1 table: per profiled batch size g,
+    ``real.trace_correction.correct_from_trace`` corrects the batch-1 table: per profiled batch size g,
     every target verify row is scaled by Σ verify_s / Σ the table's verify time of the
     calibration rounds whose batch size is nearest g, and every drafter and ``draft-phase`` row
     of batch g by Σ draft_s / Σ the table's draft phase of the drafting rounds nearest g that

@@ -205,7 +205,7 @@ class ValidateConfig:
     # background load reaches the calibration and the measurement alike.
     interleave_profile: bool = param(True, doc="profile cells interleaved with the real runs")
     # the profile's cells corrected by the engine's own rounds: a k-cycling generation of one
-    # calibration prompt after every profile slice (real.profile.correct_from_trace).
+    # calibration prompt after every profile slice (real.trace_correction.correct_from_trace).
     correct_profile: bool = param(True, doc="correct the profile by engine rounds (cycling k)")
     # acceptance predicted from the drafter's confidences on each held-out workload
     # (real.predicted), calibrated on the calibration workload only: the headline.

@@ -2,7 +2,7 @@
 
 Calibration is TP = 1 plus what the TP = N ranks measure of their own: the TP = 1 engine's
 latency table (``real.profile``, read by ``sim.latency.Table``), first corrected by the engine's
-own k-cycling rounds on calibration prompts (``real.profile.correct_from_trace``, as the batch-1
+own k-cycling rounds on calibration prompts (``real.trace_correction.correct_from_trace``, as the batch-1
 part); the full-width time of one layer's four projections (``real.tp_profile.
 time_projections``); and, timed on the TP = N ranks, the same projections through the sharded
 modules with their all-reduces, the full-width ones on every rank at once, the broadcasts of
@@ -166,8 +166,9 @@ def run_tp(cfg: TPValidateConfig, out: Path, log=print) -> dict:
 
     from control.registry import make_planner
     from control.types import PositionRecord, records_from_rows, records_to_columns
-    from real.profile import round_overhead_s, trace_ratios
+    from real.profile import round_overhead_s
     from real.tp_profile import side_by_side_factor
+    from real.trace_correction import trace_ratios
 
     (out / "tp").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

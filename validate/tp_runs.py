@@ -111,8 +111,8 @@ class TP1Side:
     def step(self, r: int) -> None:
         """Repeat ``r``: a profile slice, the k-cycling calibration generations, a chunk of
         projection timings and of draft phases, then one measured repeat of every controller."""
-        from real.profile import CycleK, calibration_ks
         from real.tp_profile import time_drafter, time_projections
+        from real.trace_correction import CycleK, calibration_ks
 
         cfg, e = self.cfg, self.engine
         self.gp.run_cells(self.slices[r])
@@ -131,7 +131,8 @@ class TP1Side:
         """The simulator's TP = 1 table (``cfg.latency_statistic``, corrected by the cycling
         rounds when ``cfg.correct_profile``), its correction, the projections' means, the
         greedy positions and the TP = 1 runs; JSON-ready."""
-        from real.profile import correct_from_trace, finish_table, with_statistic
+        from real.profile import finish_table, with_statistic
+        from real.trace_correction import correct_from_trace
 
         cfg, e = self.cfg, self.engine
         rows, fit = self.gp.rows()

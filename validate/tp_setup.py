@@ -32,7 +32,7 @@ class TPValidateConfig:
         30, lo=3, hi=10000, doc="timed passes of the projections and collectives"
     )
     # the TP = 1 table corrected by the engine's own rounds (k cycling over 0..k_max on held-apart
-    # calibration prompts, real.profile.correct_from_trace), as the batch-1 part does.
+    # calibration prompts, real.trace_correction.correct_from_trace), as the batch-1 part does.
     correct_profile: bool = param(True, doc="correct the TP = 1 profile by engine rounds")
     # the expected run time is a sum of mean forward times (as ValidateConfig.latency_statistic).
     latency_statistic: str = param(

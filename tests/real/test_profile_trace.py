@@ -11,13 +11,9 @@ import pandas as pd
 import pytest
 
 from control.types import RoundRecord
-from real.profile import (
-    DRAFT_PHASE,
-    DRAFTER,
-    TARGET,
+from real.profile import DRAFT_PHASE, DRAFTER, TARGET, GridProfiler, ProfileConfig
+from real.trace_correction import (
     CycleK,
-    GridProfiler,
-    ProfileConfig,
     after_a_draft,
     calibration_ks,
     correct_from_trace,

@@ -9,7 +9,7 @@ import pytest
 from control.errors import ConfigError
 from control.types import PositionRecord, records_from_rows
 from dspark.cli import main
-from real.profile import draft_phases
+from real.trace_correction import draft_phases
 from real.tracing import replay_accepted
 from validate.config import load_validate
 from validate.metrics import METRICS
