@@ -46,15 +46,20 @@ from real.sampling import SamplingParams, probs
 class BlockConfig:
     # the shared byte-level BPE vocabulary (real.tokenizer).
     vocab_size: int = param(4096, lo=16, hi=65536, doc="vocabulary size")
-    # 192 x 2 layers, SwiGLU 512, tied head: ~1.9 M parameters, < 4 MB shipped in fp16.
-    d_model: int = param(192, lo=8, hi=4096, doc="residual width")
+    # 128 x 2 layers, SwiGLU 384, tied head: ~1.1 M parameters, the conv drafter's width. Two
+    # layers so the slots exchange what the first one found (one layer would show each slot
+    # only the others' constant inputs). At batch 1 on the 2-core CPU a propose call at k = 4
+    # cost ~0.33x the conv drafter's four steps where 192 x 2 layers over 8 context
+    # positions cost ~1.2x (benchmarks/real_speed.py measures it).
+    d_model: int = param(128, lo=8, hi=4096, doc="residual width")
     n_layers: int = param(2, lo=1, hi=16, doc="encoder layers over context + mask slots")
     n_heads: int = param(4, lo=1, hi=64, doc="attention heads")
-    d_ff: int = param(512, lo=8, hi=16384, doc="SwiGLU hidden width")
+    d_ff: int = param(384, lo=8, hi=16384, doc="SwiGLU hidden width")
     # DSpark's block; the engine's k cuts it per sequence.
     block_size: int = param(7, lo=1, hi=64, doc="draft block B: tokens one forward proposes")
-    # 8 committed positions: the recent tokens and the target's states there.
-    context: int = param(8, lo=1, hi=256, doc="committed positions the block attends to")
+    # 4 committed positions: the recent tokens and the target's states there (the states
+    # carry the longer past).
+    context: int = param(4, lo=1, hi=256, doc="committed positions the block attends to")
     # the shipped target's residual width.
     d_feature: int = param(384, lo=8, hi=16384, doc="width of the target's hidden states")
     # target layers 2, 4 and 6 (1-based outputs; 6 = the last of the shipped 6-layer target).
@@ -62,7 +67,7 @@ class BlockConfig:
         (2, 4, 6), lo=1, hi=256, doc="target layers whose outputs condition the block"
     )
     # the confidence head's hidden width.
-    d_conf: int = param(64, lo=4, hi=4096, doc="confidence head hidden width")
+    d_conf: int = param(32, lo=4, hi=4096, doc="confidence head hidden width")
     norm_eps: float = param(1e-5, lo=1e-8, hi=1e-2, doc="RMSNorm epsilon")
 
 
@@ -134,9 +139,15 @@ class BlockDrafterModel(nn.Module):
         return self.feat_proj(f.flatten(-2))
 
     def forward(
-        self, tokens: torch.Tensor, feats: torch.Tensor, present: torch.Tensor, valid: torch.Tensor
+        self,
+        tokens: torch.Tensor,
+        feats: torch.Tensor,
+        present: torch.Tensor,
+        valid: torch.Tensor,
+        heads: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits ``[N, B, V]`` and confidence logits ``[N, B]`` (calibrated) of N blocks.
+        """Logits ``[N, H, V]`` and confidence logits ``[N, H]`` (calibrated) of N blocks' first
+        H = ``heads`` slots (None: all B; every slot takes part in the attention either way).
 
         ``tokens`` ``[N, C]``: context tokens x_p; ``feats`` ``[N, C, nf · d_feature]``: the
         target's states at p - 1, used where ``present``; ``valid`` ``[N, C]``: entries that
@@ -151,7 +162,7 @@ class BlockDrafterModel(nn.Module):
             mask = keep[:, None, None, :]
         for layer in self.layers:
             x = layer(x, mask)
-        h = self.norm(x[:, C:])
+        h = self.norm(x[:, C : C + (self.cfg.block_size if heads is None else heads)])
         logits = F.linear(h, self.embed_tokens.weight)
         return logits, self.confidence_logits(h, logits)
 
@@ -163,8 +174,9 @@ class BlockDrafterModel(nn.Module):
         z = torch.cat(
             [h.detach(), top[..., None].to(h.dtype), top.exp()[..., None].to(h.dtype)], -1
         )
+        H = h.shape[-2]
         raw = self.conf_out(F.silu(self.conf_in(z)))[..., 0]
-        return raw * self.calib[0] + self.calib[1]
+        return raw * self.calib[0, :H] + self.calib[1, :H]
 
 
 class BlockDrafter(_OneRow):
@@ -212,8 +224,9 @@ class BlockDrafter(_OneRow):
             )
         self.state["feat"][segs.slot_idx, segs.pos_idx] = hidden.to(self.dtype)
 
-    def block(self, seq: torch.Tensor, slots: list[int], Ls: list[int]):
-        """Logits ``[R, B, V]`` and confidences ``[R, B]`` of rows ``slots`` at lengths ``Ls``."""
+    def block(self, seq: torch.Tensor, slots: list[int], Ls: list[int], heads: int | None = None):
+        """Logits ``[R, H, V]`` and confidences ``[R, H]`` of the first H = ``heads`` slots
+        (None: B) of rows ``slots`` at lengths ``Ls``."""
         C, dev = self.model.cfg.context, seq.device
         s = torch.tensor(slots, dtype=torch.long, device=dev)[:, None]
         pos = (
@@ -223,7 +236,7 @@ class BlockDrafter(_OneRow):
         )
         tokens = seq[s, pos.clamp_min(0)]
         feats = self.state["feat"][s, (pos - 1).clamp_min(0)]
-        logits, conf = self.model(tokens, feats, pos >= 1, pos >= 0)
+        logits, conf = self.model(tokens, feats, pos >= 1, pos >= 0, heads)
         return logits, torch.sigmoid(conf.float())
 
     def propose_batch(
@@ -237,7 +250,8 @@ class BlockDrafter(_OneRow):
         rows = [b for b in range(B) if ks[b] > 0]
         if not rows:
             return out
-        logits, conf = self.block(seq, [slots[b] for b in rows], [Ls[b] for b in rows])
+        heads = min(max(ks[b] for b in rows), self.block_size)  # no head for a slot nobody keeps
+        logits, conf = self.block(seq, [slots[b] for b in rows], [Ls[b] for b in rows], heads)
         cf = conf.tolist()
         q = None if sp.greedy else probs(logits, sp)
         am = logits.argmax(-1) if sp.greedy else None

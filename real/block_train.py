@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from control.configio import param
+from control.errors import DSparkError
 from real import checkpoint as ck
 from real.block_drafter import BlockConfig, BlockDrafterModel
 from real.models import Segments
@@ -57,8 +58,8 @@ class BlockTrainConfig:
     # the benchmarks generate 128 tokens a prompt.
     gen_tokens: int = param(128, lo=2, hi=4096, doc="greedy tokens the target adds to a prompt")
     gen_batch: int = param(64, lo=1, hi=1024, doc="prompts decoded together")
-    # 1500 steps of 128 cuts: ~3 passes over the cuts, within 30 min on one shared core.
-    steps: int = param(1500, lo=1, hi=1_000_000, doc="optimizer steps")
+    # 3000 steps of 128 cuts: ~6 passes over the cuts, ~25 min on one shared core.
+    steps: int = param(3000, lo=1, hi=1_000_000, doc="optimizer steps")
     batch: int = param(128, lo=1, hi=65536, doc="cuts per step")
     lr: float = param(3e-3, lo=1e-6, hi=1.0, doc="peak learning rate")
     warmup_steps: int = param(50, lo=0, hi=100_000, doc="linear warm-up steps")
@@ -120,6 +121,19 @@ def cached_data(work: Path, name: str, make) -> tuple[torch.Tensor, torch.Tensor
     toks, feats = make()
     ck.save_tensors({"tokens": toks, "feats": feats}, path)
     return toks, feats
+
+
+def trimmed(data, context: int, gen: int, work: Path):
+    """Cached data made for a longer context, cut to ``context`` positions before the
+    continuation (a shorter one is a one-line error)."""
+    toks, feats = data
+    extra = toks.shape[1] - context - gen
+    if extra < 0 or feats.shape[1] != toks.shape[1]:
+        raise DSparkError(
+            f"{work}: cached block data holds {toks.shape[1] - gen} context positions before "
+            f"{gen} generated tokens; the drafter reads {context} (delete block_*.safetensors)"
+        )
+    return toks[:, extra:], feats[:, extra:]
 
 
 def cut_batch(toks, feats, rows: torch.Tensor, cuts: torch.Tensor, C: int, B: int):
@@ -294,6 +308,7 @@ def train_block_drafter(work: Path, ckpt_dir: Path, c: BlockTrainConfig, command
     val = cached_data(
         work, "val", lambda: build_data(target, val_tokens, c.val_sequences, c, bc, [c.seed, 2])
     )
+    data, val = (trimmed(d, bc.context, c.gen_tokens, work) for d in (data, val))
     torch.manual_seed(c.seed)
     model = BlockDrafterModel(bc)
     warm_embedding(model, target)

@@ -45,7 +45,7 @@ class OracleBlock(BlockDrafter):
         self.target, self.right = target, right
         self.conf = torch.tensor([0.9 - 0.1 * j for j in range(block)], dtype=torch.float64)
 
-    def block(self, seq, slots, Ls):
+    def block(self, seq, slots, Ls, heads=None):
         B = self.block_size
         logits = torch.full((len(slots), B, V), -10.0, dtype=torch.float64)
         for r, (s, L) in enumerate(zip(slots, Ls)):
@@ -54,7 +54,8 @@ class OracleBlock(BlockDrafter):
                 nxt = int(self.target(torch.tensor([ids]))[0, -1].argmax())
                 logits[r, j, nxt if j < self.right else (nxt + 1) % V] = 10.0
                 ids.append(nxt)
-        return logits, self.conf.expand(len(slots), -1)
+        H = B if heads is None else heads
+        return logits[:, :H], self.conf[:H].expand(len(slots), -1)
 
 
 @pytest.mark.parametrize("right,k,expect", [(2, 4, 2), (5, 3, 3), (0, 4, 0), (5, 9, 5)])
@@ -134,7 +135,7 @@ def test_sampling_q_rows_are_the_drawn_distributions():
     eng.seq[0, : len(p)] = torch.tensor(p)
     eng.prefill_rows([0], [0], [len(p) - 1])
     sp = SamplingParams(temperature=1.3)
-    logits, _ = d.block(eng.seq, [0], [len(p)])
+    logits, _ = d.block(eng.seq, [0], [len(p)], heads=3)
     from real.sampling import probs
 
     counts = torch.zeros(V, dtype=torch.float64)

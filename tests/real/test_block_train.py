@@ -1,0 +1,56 @@
+"""The block drafter's distillation data and calibration (real.block_train)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from control.errors import DSparkError
+from real.block_drafter import target_layer_states
+from real.block_train import cut_batch, ece, fit_calibration, generate, trimmed
+from tests.real.conftest import V, tiny_target
+
+
+def test_generated_data_is_the_greedy_path_with_aligned_states():
+    """Tokens are the prompt's last C tokens then the target's greedy continuation; entry i of
+    the states is the teacher-forced output of layers (1, 2) at the position before token i;
+    a cut's labels are the B tokens after its C entries."""
+    target = tiny_target().float()
+    g = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, V, (3, 10), generator=g)
+    C, gen = 4, 12
+    toks, feats = generate(target, prompts, gen, (1, 2), C)
+    assert toks.shape == (3, C + gen) and feats.shape == (3, C + gen, 64)
+    full = prompts.clone()
+    for _ in range(gen):  # greedy, teacher-forced, one token at a time
+        full = torch.cat([full, target(full)[:, -1].argmax(-1, keepdim=True)], 1)
+    assert torch.equal(toks, full[:, 10 - C :])
+    want = target_layer_states(target, full, (1, 2))[:, 10 - C - 1 : 10 + gen - 1]
+    assert torch.allclose(feats.float(), want, rtol=2e-3, atol=1e-2)  # fp16 storage
+    t, f, y = cut_batch(toks, feats, torch.tensor([1, 2]), torch.tensor([0, 5]), C, 3)
+    assert torch.equal(t[1], toks[2, 5:9]) and torch.equal(y[1], toks[2, 9:12])
+    assert torch.equal(y[0], full[1, 10:13])  # the cut at the prompt's end: the first 3 outputs
+    assert torch.equal(f[1], feats[2, 5:9].float())
+
+
+def test_trimmed_cuts_a_longer_context_and_refuses_a_shorter(tmp_path):
+    toks, feats = torch.arange(20).view(2, 10), torch.zeros(2, 10, 3)
+    t, f = trimmed((toks, feats), 2, 6, tmp_path)
+    assert torch.equal(t, toks[:, 2:]) and f.shape == (2, 8, 3)
+    with pytest.raises(DSparkError, match="holds 4 context positions before 6 generated"):
+        trimmed((toks, feats), 5, 6, tmp_path)
+
+
+def test_ece_and_platt_fit():
+    conf = np.array([0.05, 0.15, 0.95, 0.95])
+    hit = np.array([0.0, 1.0, 1.0, 0.0])
+    # bins 0, 1, 9: |0.05 - 0| / 4 + |0.15 - 1| / 4 + 2 |0.95 - 0.5| / 4
+    assert ece(conf, hit) == pytest.approx((0.05 + 0.85 + 0.9) / 4)
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(20000, 2, generator=g)
+    p = torch.sigmoid(torch.stack([2.0 * z[:, 0] - 1.0, 0.5 * z[:, 1] + 0.3], 1))
+    y = torch.bernoulli(p, generator=g)
+    ab = fit_calibration(z, y)
+    assert ab[:, 0].tolist() == pytest.approx([2.0, -1.0], abs=0.1)
+    assert ab[:, 1].tolist() == pytest.approx([0.5, 0.3], abs=0.1)
