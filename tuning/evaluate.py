@@ -178,7 +178,11 @@ def evaluate(
         bar = tqdm(total=len(tasks), desc="held-out", unit="run", dynamic_ncols=True)
     rows = []
     if workers > 1 and len(tasks) > 1:
-        with mp.get_context("fork").Pool(workers) as pool:
+        from tuning.study import dying_with_this_process
+
+        with dying_with_this_process():  # the pool's workers die with this process
+            pool = mp.get_context("fork").Pool(workers)
+        with pool:
             for r in pool.imap(_one, tasks):
                 rows.append(r)
                 if bar is not None:

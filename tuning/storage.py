@@ -20,8 +20,15 @@ worker loses only the trial it was running.
 A journal file cut short mid-line (a crash during a write) is repaired before it is read or
 appended to: the partial last line is dropped (one-line :class:`StorageWarning`); a complete line
 that is not a record is salvaged (a record that was appended to a partial line) or refused in
-one line. A worker killed while it holds the journal's lock (milliseconds per write) stalls the
-other workers until the lock is broken after ``LOCK_GRACE_S`` (10 s).
+one line. The journal's lock (:class:`tuning.locks.JournalLock`) names its holder: a worker
+killed while it holds it (milliseconds per write) has its lock broken by the next process that
+needs it, at once; a lock whose holder cannot be checked (another host, or Optuna's own tools) is
+broken after ``LOCK_GRACE_S`` unchanged.
+
+Every slot of a study is queued under the study's lock (:func:`tuning.locks.study_lock`): the
+study's creation and its first slots (:func:`tuning.study.prepare_study`), and the retry of a
+failed trial (:func:`requeue`), which is skipped when its slot already holds a live trial. So no
+slot is ever queued twice, and no duplicate claim has to be failed.
 """
 
 from __future__ import annotations
@@ -37,12 +44,15 @@ import optuna
 from optuna.trial import TrialState
 
 from control.errors import ConfigError
+from tuning.locks import JournalLock, pid_alive, study_lock
 
 JOURNAL_NAME = "study.journal"
 RDB_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql")
 HEARTBEAT_INTERVAL_S = 5  # seconds between heartbeats of a running RDB trial
 HEARTBEAT_GRACE_S = 20  # a trial silent this long is stale: failed and retried
-LOCK_GRACE_S = 10  # a journal lock held this long by a dead process is broken
+# a journal lock whose holder cannot be checked (another host) is broken after this long
+# unchanged; one held by a dead process of this host is broken at once.
+LOCK_GRACE_S = 10
 MAX_RETRY = 3  # retries of one trial before it is left failed
 # A RUNNING trial never tagged with its worker is dead after this: a worker tags its claim in
 # the next storage call (ms; seconds on a loaded machine), so only a worker killed between the
@@ -97,11 +107,11 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
     if url == "memory":
         return optuna.storages.InMemoryStorage()
     if is_journal(url):
-        from optuna.storages.journal import JournalFileOpenLock, JournalStorage
+        from optuna.storages.journal import JournalStorage
 
         path = url[len("journal:") :]
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        lock = JournalFileOpenLock(path, grace_period=LOCK_GRACE_S)
+        lock = JournalLock(path, grace_s=LOCK_GRACE_S)
         repair_journal(path, lock)
         return JournalStorage(_journal_backend()(path, lock_obj=lock))
     url = _with_driver(url)
@@ -223,9 +233,7 @@ def repair_journal(path: str, lock: object = None) -> list[str]:
     if not os.path.exists(path) or os.path.getsize(path) == 0:
         return []
     if lock is None:
-        from optuna.storages.journal import JournalFileOpenLock
-
-        lock = JournalFileOpenLock(path, grace_period=LOCK_GRACE_S)
+        lock = JournalLock(path, grace_s=LOCK_GRACE_S)
     notices = []
     lock.acquire()
     try:
@@ -306,36 +314,38 @@ def worker_tag() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (killed, not yet reaped) is dead for our purpose
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+_pid_alive = pid_alive
+
+LIVE = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def slot_is_live(study: optuna.Study, slot: object) -> bool:
+    """Whether a WAITING, RUNNING or finished trial holds ``slot``."""
+    return any(
+        t.user_attrs.get("slot") == slot for t in study.get_trials(deepcopy=False, states=LIVE)
+    )
 
 
 def requeue(study: optuna.Study, t: optuna.trial.FrozenTrial) -> bool:
     """Queue a WAITING copy of failed trial ``t`` (its parameters, slot and user attributes but
-    not its worker) unless it was retried ``MAX_RETRY`` times already. The caller must be the
-    one whose FAIL of ``t`` was accepted, so a trial is re-queued once."""
+    not its worker) unless it was retried ``MAX_RETRY`` times already, or its slot already holds
+    a live trial (a command that resumed the study queued it meanwhile). Under the study's lock,
+    so the check and the queueing are one step."""
     retry_of = list(t.system_attrs.get("retry_history", [])) + [t.number]
     if len(retry_of) > MAX_RETRY:
         return False
-    study.add_trial(
-        optuna.trial.create_trial(
-            state=TrialState.WAITING,
-            params=t.params,
-            distributions=t.distributions,
-            user_attrs={k: v for k, v in t.user_attrs.items() if k != "worker"},
-            system_attrs={"failed_trial": retry_of[0], "retry_history": retry_of},
+    with study_lock(study._storage, study.study_name):
+        if "slot" in t.user_attrs and slot_is_live(study, t.user_attrs["slot"]):
+            return False
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.WAITING,
+                params=t.params,
+                distributions=t.distributions,
+                user_attrs={k: v for k, v in t.user_attrs.items() if k != "worker"},
+                system_attrs={"failed_trial": retry_of[0], "retry_history": retry_of},
+            )
         )
-    )
     return True
 
 

@@ -15,14 +15,23 @@ every finished trial is kept, and a run ends with exactly N finished trials or s
 (non-zero exit) how far it got.
 
 Slot claims are exact however many commands and workers join: popping a WAITING trial is atomic
-(a database transaction on RDB, the journal's lock on files), and a claimed trial whose slot an
-earlier trial already holds (queued twice: two commands preparing the same study, or a prepare
-racing a retry) is failed unrun as a duplicate (:func:`tuning.objective.slot_holder`). Workers
-die with the process that started them (``PR_SET_PDEATHSIG`` on Linux, else a watchdog thread).
+(a database transaction on RDB, the journal's lock on files); a worker takes only queued slots
+(:func:`queue_only`: with none left it stops, it never creates a trial outside the queue); and
+every slot is queued under the study's lock (:func:`tuning.locks.study_lock`: creating the study
+and queueing its slots in :func:`prepare_study`, re-queueing a retry in
+:func:`tuning.storage.requeue`), never twice. So two commands started together on one study
+leave no failed record behind: without ``--resume`` one of them runs it and the other is refused
+in one line; with it, the second finds every slot queued and joins as more workers. A trial
+whose slot an earlier one holds (a study queued by an older version) is still failed unrun,
+tagged ``stray`` and ``duplicate_of`` (:func:`tuning.objective.slot_holder`); a failed trial
+never counts, and ``best_config`` never reads one. Workers die with the process that started
+them: ``PR_SET_PDEATHSIG`` armed in the child right after the fork (:func:`dying_with_this_process`),
+else a thread that watches the parent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
 import os
@@ -30,7 +39,7 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import optuna
@@ -38,6 +47,7 @@ from optuna.trial import TrialState
 
 from control.errors import ConfigError, DSparkError
 from tuning.config import TuningConfig
+from tuning.locks import study_lock
 from tuning.objective import (
     NATIVE_CONSTRAINTS,
     DuplicateSlot,
@@ -176,27 +186,41 @@ def prepare_study(
     resume: bool = False,
     storage: Any = None,
 ) -> optuna.Study:
-    """Create the study (or load it when ``resume``) and queue the missing slots."""
+    """Create the study (or load it when ``resume``) and queue the missing slots, all under the
+    study's lock (:func:`tuning.locks.study_lock`): of two commands creating the same study at
+    once, one creates it and the other is refused (or, with ``resume``, finds every slot
+    queued), on every storage."""
     quiet()
     storage = storage or make_storage(url)
     name = cfg.study_name()
-    n = n_trials or cfg.tune.n_trials
+    with study_lock(storage, name):
+        return _prepare_locked(cfg, url, n_trials or cfg.tune.n_trials, resume, storage)
+
+
+def _prepare_locked(
+    cfg: TuningConfig, url: str, n: int, resume: bool, storage: Any
+) -> optuna.Study:
+    name = cfg.study_name()
     exists = name in {s.study_name for s in optuna.get_all_study_summaries(storage)}
+    refusal = (
+        f"study '{name}' already exists in {redact(url)}; pass --resume to "
+        "continue it, or use another --out/--storage"
+    )
     if exists and not resume:
-        raise ConfigError(
-            f"study '{name}' already exists in {redact(url)}; pass --resume to "
-            "continue it, or use another --out/--storage"
-        )
+        raise ConfigError(refusal)
     if not exists and resume and url == "memory":
         raise ConfigError("--resume needs a persistent storage (journal or database)")
-    study = optuna.create_study(
-        study_name=name,
-        storage=storage,
-        load_if_exists=True,
-        directions=directions(cfg.tune.objective),
-        sampler=make_sampler(cfg),
-        pruner=make_pruner(cfg),
-    )
+    try:
+        study = optuna.create_study(
+            study_name=name,
+            storage=storage,
+            load_if_exists=resume,
+            directions=directions(cfg.tune.objective),
+            sampler=make_sampler(cfg),
+            pruner=make_pruner(cfg),
+        )
+    except optuna.exceptions.DuplicatedStudyError:  # created elsewhere without this lock
+        raise ConfigError(refusal) from None
     if not study.metric_names:  # optuna-dashboard shows these instead of "Objective 0"
         study.set_metric_names(metric_names(cfg.tune.objective))
     if exists:
@@ -208,10 +232,10 @@ def prepare_study(
                 f"'{cfg.tune.objective}' needs {want}"
             )
     recover(study)  # trials of dead workers: failed and re-queued before slots are counted
-    have = _slots(study)
+    held = _slots(study)
     starts = start_points(cfg.tune.controller, cfg.pinned()) if not exists else []
     for slot in range(n):
-        if slot in have:
+        if slot in held:
             continue
         params = starts[slot] if slot < len(starts) else {}
         study.enqueue_trial(params, user_attrs={"slot": slot}, skip_if_exists=False)
@@ -257,6 +281,25 @@ def _heartbeat(study: optuna.Study) -> bool:
     return is_heartbeat_enabled(study._storage)
 
 
+def queue_only(study: optuna.Study) -> optuna.Study:
+    """Make ``study.ask`` (and so ``study.optimize``) take only queued slots: with none
+    WAITING it raises :class:`NoSlot` instead of creating a trial outside the queue, which a
+    worker would have to fail (a race for the last slot). Returns ``study``."""
+    pop = study._pop_waiting_trial_id
+    if getattr(pop, "queue_only", False):
+        return study
+
+    def pop_or_stop() -> int:
+        trial_id = pop()
+        if trial_id is None:
+            raise NoSlot("no queued slot left")
+        return trial_id
+
+    pop_or_stop.queue_only = True  # type: ignore[attr-defined]
+    study._pop_waiting_trial_id = pop_or_stop  # type: ignore[method-assign]
+    return study
+
+
 def _stop_when_dry(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
     if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         study.stop()
@@ -299,6 +342,7 @@ def work_queue(
     ``done_count``: how many are finished (default: COMPLETE and PRUNED trials)."""
     done = 0
     done_count = done_count or count_done
+    queue_only(study)
     # a worker that died while others run: its trial is re-queued after the next trial ends
     cbs = [
         lambda st, tr: recover(st),
@@ -335,15 +379,27 @@ def work_queue(
     return done
 
 
+def _prctl() -> Any:
+    """libc's ``prctl`` (None where there is none), looked up before any fork: a child must not
+    load libraries between fork and its first instruction of its own."""
+    if "prctl" not in _LIBC:
+        try:
+            import ctypes
+
+            _LIBC["prctl"] = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            _LIBC["prctl"] = None
+    return _LIBC["prctl"]
+
+
+_LIBC: dict[str, Any] = {}
+_ARMED: dict[str, int] = {}  # {"parent": pid} while this process forks workers that die with it
+
+
 def _die_with_parent(parent: int) -> None:
     """End this worker when the process that started it dies, even by SIGKILL."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
-            raise OSError(ctypes.get_errno(), "prctl")
-    except (OSError, AttributeError):
+    prctl = _prctl()
+    if prctl is None or prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
 
         def watch() -> None:
             while os.getppid() == parent:
@@ -353,6 +409,30 @@ def _die_with_parent(parent: int) -> None:
         threading.Thread(target=watch, daemon=True, name="parent-watch").start()
     if os.getppid() != parent:  # the parent died before the signal was armed
         os._exit(1)
+
+
+def _armed_child() -> None:
+    """Right after a fork, before anything else runs in the child: a child forked while
+    :func:`dying_with_this_process` is on dies with its parent."""
+    parent = _ARMED.pop("parent", None)
+    if parent is not None:
+        _die_with_parent(parent)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_armed_child)
+
+
+@contextlib.contextmanager
+def dying_with_this_process() -> Iterator[None]:
+    """Processes forked inside this block die with this one (``PR_SET_PDEATHSIG``, armed in
+    the child right after the fork; elsewhere a thread that watches the parent)."""
+    _prctl()
+    _ARMED["parent"] = os.getpid()
+    try:
+        yield
+    finally:
+        _ARMED.pop("parent", None)
 
 
 def _worker_main(
@@ -409,8 +489,9 @@ def run_study(
                 )
                 for i in range(workers)
             ]
-            for p in procs:
-                p.start()
+            with dying_with_this_process():
+                for p in procs:
+                    p.start()
             last = count_done(study)
             while any(p.is_alive() for p in procs):
                 time.sleep(0.5)
