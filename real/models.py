@@ -441,21 +441,5 @@ class ConvDrafter(nn.Module):
         return self.step_packed(ids[0], Segments.one(slot, pos, ids.shape[1], ids.device), state)
 
 
-def build_model(kind: str, cfg) -> nn.Module:
-    if kind == "transformer":
-        return Transformer(cfg)
-    if kind == "conv":
-        return ConvDrafter(cfg)
-    if kind == "featconv":  # real.feature_drafter builds on this module: imported on demand
-        from real.feature_drafter import FeatureConvDrafter
-
-        return FeatureConvDrafter(cfg)
-    if kind == "block":
-        from real.block_drafter import BlockDrafterModel
-
-        return BlockDrafterModel(cfg)
-    raise ValueError(f"unknown model kind {kind!r}")
-
-
 def count_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())

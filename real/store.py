@@ -18,7 +18,7 @@ import torch
 from control.configio import from_mapping
 from control.errors import DSparkError
 from real import checkpoint as ck
-from real.models import ConvConfig, TransformerConfig, build_model, count_params
+from real.models import ConvConfig, ConvDrafter, Transformer, TransformerConfig, count_params
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
 MANIFEST = "manifest.json"
@@ -43,6 +43,25 @@ def _config_class(kind: str):
 
         return BlockConfig
     return CONFIG_CLASSES[kind]
+
+
+def build_model(kind: str, cfg) -> torch.nn.Module:
+    """A fresh model of a checkpoint ``kind`` (``transformer``, ``conv``, ``featconv``,
+    ``block``) with config ``cfg``; the drafters that build on ``real.models`` are imported on
+    demand."""
+    if kind == "transformer":
+        return Transformer(cfg)
+    if kind == "conv":
+        return ConvDrafter(cfg)
+    if kind == "featconv":
+        from real.feature_drafter import FeatureConvDrafter
+
+        return FeatureConvDrafter(cfg)
+    if kind == "block":
+        from real.block_drafter import BlockDrafterModel
+
+        return BlockDrafterModel(cfg)
+    raise ValueError(f"unknown model kind {kind!r}")
 
 
 def _model_entry(path: Path, name: str, kind: str, cfg, model, res: dict) -> dict:

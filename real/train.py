@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from control.configio import param
 from real import checkpoint as ck
 from real import corpus, tokenizer
-from real.models import ConvConfig, TransformerConfig, build_model
+from real.models import ConvConfig, TransformerConfig
+from real.store import build_model
 
 STAGES = ("target", "drafter_conv", "drafter_tf", "drafter_feat")
 

@@ -7,8 +7,8 @@ import torch
 
 from control.errors import DSparkError
 from real import checkpoint as ck
-from real.models import ConvConfig, TransformerConfig, build_model
-from real.store import load_bundle, load_model
+from real.models import ConvConfig, TransformerConfig
+from real.store import build_model, load_bundle, load_model
 from real.train import TrainConfig
 
 

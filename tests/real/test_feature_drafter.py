@@ -164,7 +164,8 @@ def test_training_windows_match_the_decode_pattern(teacher_bf16):
 
 def test_manifest_round_trip(tmp_path, monkeypatch):
     from real import corpus, store
-    from real.models import TransformerConfig, build_model
+    from real.models import TransformerConfig
+    from real.store import build_model
     from real.train import TrainConfig
     from tests.real.test_checkpoints import _Tok
 
