@@ -43,8 +43,8 @@ class BenchConfig:
     # JSONL record, or a folder windowed): `prompts` of them, each cut to its last
     # `prompt_tokens` tokens (a folder: windows of 8 to prompt_tokens tokens).
     prompt_file: str = param("", doc="prompt file or folder (empty = the workload)")
-    # 1 thread: on a quiet 2-core machine 2 threads were ~1.4x faster, but with other
-    # processes on the cores 2 threads stalled on each other (up to 10x slower); 1 is robust.
+    # 1 thread: more threads are faster only on otherwise idle cores; with other processes on
+    # the cores threads stall on each other (many times slower), so 1 is the robust default.
     threads: int = param(1, lo=1, hi=256, doc="torch CPU threads")
     k_values: str = param("1 2 3 4 5 6 7 8", doc="fixed-k values, space separated")
     controllers: str = param(

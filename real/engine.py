@@ -472,9 +472,9 @@ class Engine(TargetReference):
 
     def seed_planner(self, planner) -> None:
         """Hand a planner that takes one (``seed_costs``) this engine's start-up cost profile
-        (``real.profile.startup_cost_rows``, measured once per engine: on a 2-core AVX2 CPU
-        1.1 s with 1 slot, 13 s with 8, 23 s with 16 — the grid grows with the slots) as
-        the prior of its cost fits; once per planner. The engine must be idle."""
+        (``real.profile.startup_cost_rows``, measured once per engine; its grid, and so its
+        time, grows with the slots) as the prior of its cost fits; once per planner. The engine
+        must be idle."""
         if (
             planner is None
             or not getattr(planner, "wants_costs_seed", False)

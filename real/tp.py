@@ -98,9 +98,8 @@ def backend_for(device: str) -> str:
 def pin_cores(local_rank: int, local_size: int) -> set[int] | None:
     """Bind this process to its own share of the cores it may run on: local rank r of n gets the
     r-th of n equal, disjoint blocks (none when there are fewer cores than local ranks, or the
-    platform cannot pin), as launchers of CPU ranks usually do. On this project's 2-core VM it
-    made no measurable difference (``benchmarks/real_tp.py``'s unpinned arm: pinned / unpinned
-    0.967, within the noise). Returns the cores."""
+    platform cannot pin), as launchers of CPU ranks usually do (``benchmarks/real_tp.py``'s
+    unpinned arm measures what it changes). Returns the cores."""
     if not hasattr(os, "sched_setaffinity"):
         return None
     cores = sorted(os.sched_getaffinity(0))
