@@ -321,7 +321,7 @@ def claim_t4(runs: list[Run]) -> Claim:
     why = (
         "Acceptance is a prefix: drafted T4 was conditioned on T3; once T3 is rejected the "
         "target's token replaces it and T4 was drafted from a context that no longer exists, "
-        "so it is discarded (DESIGN.md, 'Acceptance is a prefix')."
+        "so it is discarded (docs/design.md, 'Where the seed is wrong')."
     )
     return Claim("accept T4 after rejecting T3", seed, finds, IMPOSSIBLE, why)
 

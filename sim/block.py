@@ -1,8 +1,8 @@
 """Block (semi-autoregressive) drafting in the simulator: the ``[draft]`` section of a scenario.
 
 A block drafter proposes up to ``B`` tokens (the draft block) in ONE forward, conditioned on the
-target's hidden states and the last verified token (DESIGN.md, "Block (semi-autoregressive)
-drafting"). So a round that drafts pays one drafter forward for the drafting rows at ``B`` new
+target's hidden states and the last verified token (docs/design.md, "Block drafting
+(semi-autoregressive generation)"). So a round that drafts pays one drafter forward for the drafting rows at ``B`` new
 tokens per row, whatever ``k <= B`` each row keeps (:class:`BlockForward`), and no row drafts
 more than ``B`` (the engine cap). Acceptance per block position comes from the confidence head's
 calibration curve: ``acceptance.model = "curve"`` with ``acceptance.position_rates``, the

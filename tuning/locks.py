@@ -14,7 +14,7 @@ appends of the storage itself.
 
 - journal: the journal's :class:`JournalLock`;
 - PostgreSQL: a transaction-level advisory lock (``pg_advisory_xact_lock``) on a connection of
-  its own; MySQL: ``GET_LOCK``; both end with their session, so a killed holder frees them;
+  its own; MySQL: ``GET_LOCK``; both end with their connection, so a killed holder frees them;
 - SQLite: ``flock`` on ``<database>.dspark-lock`` (freed by the kernel when its holder dies);
 - in-memory: a lock of this process.
 

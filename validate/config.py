@@ -135,11 +135,10 @@ class BatchedConfig:
     # rounds (measured / tabled), as the batch-1 part's correct_profile: 'pooled', one ratio per
     # phase over all the load's rounds (it holds few rounds at the largest batches); 'per-batch',
     # a ratio per profiled batch size; 'off' (default), the profile as measured. A correction
-    # pays where the serving engine differs from the profile for good; on the shared 2-core
-    # machine the speed drifts 10-20% over minutes and the one calibration run carries its
-    # moment's speed into every prediction: over two runs (2026-12-01) 'pooled' brought the
-    # held-out rounds' median real/table from 1.09 / 1.05 to 1.03 / 0.99 but the headline from
-    # 79 / 224% to 109 / 444% (near-saturation TTFT, real spreads 45-245%).
+    # pays where the serving engine differs from the profile for good; on a machine whose speed
+    # drifts over minutes the one calibration run carries its moment's speed into every
+    # prediction, so a correction can fit the held-out rounds better and the headline worse
+    # (`dspark validate --part batched` reports both; off by default for that reason).
     profile_correction: str = param(
         "off",
         choices=("pooled", "per-batch", "off"),
@@ -149,10 +148,9 @@ class BatchedConfig:
     interleave_profile: bool = param(True, doc="profile cells interleaved with the real runs")
     # a diagnostic, not a prediction: each real run predicted again at the speed the machine
     # had during it (the table scaled by the run's measured draft + verify over the table's).
-    # (Tried and dropped, 2026-12-02: a speed probe, a fixed ~0.3 s reference round timed right
-    # before and after each real run, to predict each run at its moment's speed. Over 27 runs
-    # the probes' factor (0.75-1.17) correlated 0.09 with the run's own measured speed: the
-    # drift is faster than a run, and no evidence taken beside a run predicts it.)
+    # (A speed probe, a fixed reference round timed right before and after each real run, does
+    # not predict a run's speed: the drift is faster than a run, and no evidence taken beside a
+    # run predicts it.)
     speed_corrected: bool = param(True, doc="also report errors at each run's measured speed")
     # 0: never fail. Else `dspark validate` exits 1 when validate_batched_max_abs_error_pct is
     # above it.

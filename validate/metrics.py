@@ -5,7 +5,7 @@ Requests are served one at a time (batch 1). Per request: ``tokens`` generated, 
 (prefill + every round + engine overhead), ``decode_s`` (from the end of prefill to the last
 token). throughput = Σ tokens / Σ request_s; TPOT of a request = decode_s / tokens (p50, p99
 over requests); mean accepted length = 1 + Σn / rounds; â = Σn / (Σn + rounds that ended in a
-rejection) (DESIGN.md; both from :mod:`control.metrics`).
+rejection) (docs/design.md; both from :mod:`control.metrics`).
 """
 
 from __future__ import annotations
@@ -99,9 +99,9 @@ def resolved_pairs(sim: dict[str, float], runs: dict[str, list[float]]) -> dict:
     ties). The test ranks the repeats, so one outlier repeat of a shared machine moves it
     little, and it gains power as repeats are added. At 3 repeats each its smallest p is 0.1:
     a pair is then told apart only when every repeat of one lies beyond every repeat of the
-    other. (The criterion before session 14 — the gap between the medians above both
-    controllers' range / median — grew stricter with every repeat: on a 20-repeat run it told
-    apart no pair at all, 24% gaps included.) The order compared is the medians' against the
+    other. (A gap between the medians above both controllers' range / median is no criterion:
+    it grows stricter with every repeat, and on many repeats tells apart no pair at all.) The
+    order compared is the medians' against the
     simulated values'. Returns the number of such pairs, how many of them the simulator orders
     the same way, and the ones it swaps. A full ranking also orders pairs the test does not
     tell apart (run to run, such a pair swaps in reality as well)."""
@@ -203,8 +203,8 @@ def log_sd(values) -> float:
 def perfect_errors(sigmas, repeats: int, rng: np.random.Generator, draws: int) -> np.ndarray:
     """|error| in % (``draws × rows``) of a simulator that predicts every row's true value
     exactly, against the median of ``repeats`` runs each off by ``exp(N(0, σ_row²))``,
-    independently (runs of one repeat share little drift: in three batch-1 runs of 2026-12-02
-    the common per-repeat factor was 0–3% against 5–11% per run)."""
+    independently (runs of one repeat share little drift: the common per-repeat factor is small
+    against each run's own; ``benchmarks/noise_floor.py`` measures both on a saved run)."""
     s = np.nan_to_num(np.asarray(sigmas, dtype=float))
     z = rng.standard_normal((draws, len(s), repeats)) * s[None, :, None]
     return np.abs(np.expm1(-np.median(z, axis=2))) * 100.0

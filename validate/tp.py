@@ -247,8 +247,8 @@ def _rows(cfg, one, tpn, pred1: dict, predn: dict) -> list[dict]:
     """One row per (controller, metric): TP = N predicted against measured (the headline), with
     the same simulator's TP = 1 prediction against the TP = 1 run beside it (the control).
     Measured = the median of the repeats and their spread (max − min) / median, as every other
-    part's error table (``metrics.error_rows``): one disturbed repeat of a shared 2-core machine
-    (a repeat at ~0.6× the others' speed, seen in 2 of 9 runs on 2026-12-02) does not set the figure."""
+    part's error table (``metrics.error_rows``): one disturbed repeat of a shared machine (one
+    repeat much slower than the others) does not set the figure."""
     from control.metrics import range_pct_of_median
     from validate.metrics import error_pct
 
