@@ -23,7 +23,7 @@ import torch
 
 from control.configio import param
 from control.errors import DSparkError
-from control.metrics import json_safe, round_totals, speculation_metrics
+from control.metrics import json_safe, range_pct_of_median, round_totals, speculation_metrics
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ def _rows(names: list[str], results: dict, outputs: dict, records_all: list) -> 
             "tokens_per_s_p90": s["p90"],
             "tokens_per_s_min": s["min"],
             "tokens_per_s_max": s["max"],
-            "spread_pct": 100 * (s["max"] - s["min"]) / s["median"],
+            "spread_pct": range_pct_of_median(results[m]),
             "speedup_vs_ar": s["median"] / ar_med,
             "greedy_match_rate": match,
         }

@@ -21,15 +21,6 @@ REAL = {
 def test_error_table_columns_and_values():
     err = error_table(PREDS, REAL, ("m",), "load", {"rate_rps": {"light": 2.5}})
     assert tuple(err.columns) == BATCHED_ERROR_COLUMNS
-    assert ERROR_COLUMNS == (
-        "controller",
-        "workload",
-        "metric",
-        "sim",
-        "real",
-        "real_spread",
-        "error_pct",
-    )
     a, b = err.to_dict("records")
     assert a == {
         "controller": "a",
