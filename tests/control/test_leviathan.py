@@ -40,9 +40,7 @@ def test_expected_speedup_values(a, k, c, expected):
     assert expected_speedup(a, k, c) == pytest.approx(expected, rel=1e-12)
 
 
-def test_every_package_uses_the_one_definition():
+def test_the_analytic_controller_uses_the_one_definition():
     from control import analytic
-    from reports import claims
 
     assert analytic.expected_speedup is expected_speedup
-    assert claims.leviathan_speedup is expected_speedup

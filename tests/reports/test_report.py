@@ -131,6 +131,9 @@ def test_audit_without_results_says_what_run_would_check():
 
 
 def test_leviathan_bound_used_by_the_audit():
+    from control.leviathan import expected_speedup
+
+    assert leviathan_speedup is expected_speedup  # one definition of the formula
     assert leviathan_speedup(0.8, 4, 0.0) == pytest.approx((1 - 0.8**5) / 0.2)
     a = min_acceptance_for(4.2, 0.05)
     best = max(leviathan_speedup(a, k, 0.05) for k in range(1, 16))
