@@ -289,13 +289,19 @@ class DSparkPlanner(RoundPlanner):
                 a, kcap, self.cost_functions(batch, now_s), k_max, alpha, cap_range=near
             )
             if self.serves_slo() and math.isfinite(self.slo.tpot_s):
-                hist = np.array([(m.decode_s, m.tokens) for m in members], dtype=float)
+                h = c.slo_horizon_rounds
+                hist = (
+                    np.array([(m.decode_s, m.tokens) for m in members], dtype=float).reshape(-1, 2)
+                    if h > 0
+                    else np.zeros((0, 2))
+                )
                 row = slo_goodput_row(
                     p,
                     self.slo.tpot_s * c.slo_margin,
-                    hist[:, 0],
-                    hist[:, 1],
-                    c.slo_horizon_rounds,
+                    hist[:, 0] if h > 0 else None,
+                    hist[:, 1] if h > 0 else None,
+                    h,
+                    c.slo_spread,
                 )
             else:
                 row = int(np.argmax(p.goodput))

@@ -155,28 +155,32 @@ def slo_goodput_row(
     decode_s: np.ndarray | None = None,
     tokens: np.ndarray | None = None,
     horizon: float = 1.0,
+    spread: float = 0.1,
 ) -> int:
-    """The row of ``plan`` with the most SLO goodput: its goodput times the share of the
-    expected tokens that come from sequences whose predicted TPOT is within ``tpot_s``.
+    """The row of ``plan`` with the most expected SLO goodput: its goodput times the share of
+    its expected tokens that come from sequences expected to meet the TPOT SLO ``tpot_s``.
 
     A sequence's predicted TPOT under row r is its own TPOT so far carried ``horizon`` rounds
-    like this one: ``(D_i + h·T_r) / (n_i + h·E_ir)``, with ``D_i`` seconds since its first
-    token over ``n_i`` tokens since (``decode_s``, ``tokens``; None = a new sequence, whose
-    prediction is ``T_r / E_ir``). Sequences that miss in every row (nothing the round can do
-    brings them in) count in no row; when every sequence meets in every row (a slack SLO) this
-    is the goodput choice. Ties go to the higher goodput, then the shorter cap."""
+    like this one: ``p_ir = (D_i + h·T_r) / (n_i + h·E_ir)``, with ``D_i`` seconds since its
+    first token over ``n_i`` tokens since (``decode_s``, ``tokens``; None = new sequences,
+    ``p_ir = T_r / E_ir``). It meets the SLO with probability ``σ((tpot_s − p_ir) /
+    (spread · tpot_s))`` (logistic: the rounds still to come are not this one; ``spread`` = 0
+    is the hard cut ``p_ir ≤ tpot_s``). When the SLO is slack (every sequence meets with
+    probability ~1 in every row) this is the goodput choice; ties go to the higher goodput,
+    then the shorter cap."""
     assert plan.expected is not None and plan.seconds_by_cap is not None
     e = plan.expected
     t = plan.seconds_by_cap[:, None]
     if decode_s is None or tokens is None:
-        meets = e * tpot_s >= t  # (rows, B)
+        pred = t / np.maximum(e, 1e-12)
     else:
-        meets = (tokens[None, :] + horizon * e) * tpot_s >= decode_s[None, :] + horizon * t
-    reach = meets.any(axis=0)  # sequences some row brings within the SLO
-    if not reach.any() or meets[:, reach].all():
-        return int(np.argmax(plan.goodput))
-    er = e[:, reach]
-    share = (er * meets[:, reach]).sum(axis=1) / np.maximum(er.sum(axis=1), 1e-12)
+        pred = (decode_s[None, :] + horizon * t) / (tokens[None, :] + horizon * e)
+    if spread > 0.0:
+        z = np.clip((tpot_s - pred) / (spread * tpot_s), -50.0, 50.0)
+        meet = 1.0 / (1.0 + np.exp(-z))
+    else:
+        meet = (pred <= tpot_s).astype(float)
+    share = (e * meet).sum(axis=1) / np.maximum(e.sum(axis=1), 1e-12)
     score = plan.goodput * share
     top = np.flatnonzero(score >= score.max() * (1.0 - 1e-9))
     return int(top[np.argmax(plan.goodput[top])])

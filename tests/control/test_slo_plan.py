@@ -1,0 +1,119 @@
+"""Planning against the driver's SLOs: the SLO-goodput row, the TTFT urgency, the protocol."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from control.batch import BatchContext, RoundStats, Slo
+from control.dspark import DSparkConfig, DSparkController
+from control.dspark_planner import DSparkPlanner
+from control.goodput import CostFunctions, RoundPlan, plan_round_lengths, slo_goodput_row
+
+
+def _plan(seconds, expected):
+    t = np.asarray(seconds, dtype=float)
+    e = np.asarray(expected, dtype=float)
+    g = e.sum(axis=1) / t
+    k = np.zeros(e.shape, dtype=np.int64)
+    return RoundPlan(k[0], 0, np.arange(len(t)), k, g, float(t[0]), t, e)
+
+
+def test_a_row_that_pushes_a_sequence_past_the_tpot_slo_loses_to_one_that_keeps_it():
+    # row 1 has more goodput (4.1 / 0.06 = 68.3 against 3.3 / 0.05 = 66) but sequence 2's
+    # predicted TPOT there is 0.06 / 1.1 = 54.5 ms > 50 ms: its share 3.0 / 4.1 makes 50.0
+    p = _plan([0.05, 0.06], [[1.8, 1.5], [3.0, 1.1]])
+    assert int(np.argmax(p.goodput)) == 1
+    assert slo_goodput_row(p, 0.05) == 0
+    # a slack SLO: the goodput choice
+    assert slo_goodput_row(p, 1.0) == 1
+    # both rows lose every token: the goodput choice again
+    assert slo_goodput_row(p, 0.001) == 1
+
+
+def test_the_logistic_count_is_the_hard_cut_as_its_spread_shrinks():
+    p = _plan([0.05, 0.06], [[1.8, 1.5], [3.0, 1.1]])
+    assert slo_goodput_row(p, 0.05, spread=1e-4) == slo_goodput_row(p, 0.05, spread=0.0) == 0
+    # a wide spread: sequence 2 at 54.5 ms still counts 0.46 in row 1 (68.3 · 0.86 = 58.7),
+    # row 0 counts σ(0.44) and σ(0.33) (≈ 66 · 0.60 = 39.8): row 1
+    assert slo_goodput_row(p, 0.05, spread=1.0) == 1
+
+
+def test_a_sequences_tpot_so_far_is_carried_over_the_horizon():
+    p = _plan([0.05, 0.06], [[1.8, 1.5], [3.0, 1.1]])
+    # sequence 2 is far ahead of its SLO (10 tokens in 0.1 s): with 4 rounds like row 1 it
+    # predicts (0.1 + 0.24) / (10 + 4.4) = 23.6 ms and row 1 keeps it
+    d, n = np.array([0.0, 0.1]), np.array([0.0, 10.0])
+    assert slo_goodput_row(p, 0.05, d, n, horizon=4.0) == 1
+    # far behind (10 tokens in 1 s): it misses in both rows, and row 1 has more goodput and
+    # the higher share (3.0 / 4.1 against 1.8 / 3.3)
+    assert slo_goodput_row(p, 0.05, np.array([0.0, 1.0]), n, horizon=4.0) == 1
+
+
+def test_with_a_slack_slo_the_planner_rows_are_the_goodput_plan():
+    rng = np.random.default_rng(3)
+    a = rng.uniform(0.3, 0.95, 12)
+    costs = CostFunctions(
+        verify_s=lambda n: 0.02 + 1e-4 * n,
+        verify_slope=lambda n: np.full_like(np.asarray(n, dtype=float), 1e-4),
+        step_s=lambda d: np.full_like(np.asarray(d, dtype=float), 0.003),
+    )
+    p = plan_round_lengths(a, np.full(12, 8), costs, 8)
+    assert slo_goodput_row(p, 1e3) == int(np.argmax(p.goodput))
+    assert p.seconds_by_cap is not None and p.expected is not None
+    assert p.seconds_by_cap[int(np.argmax(p.goodput))] == pytest.approx(p.seconds)
+
+
+def _planner(**kw) -> DSparkPlanner:
+    pl = DSparkPlanner(DSparkConfig(**kw))
+    pl.set_slo(Slo(2.0, 0.05))
+    return pl
+
+
+def test_ttft_urgency_is_twice_the_backlog_time_over_the_slack_capped():
+    pl = _planner(ttft_value_max=8.0)
+    pl.observe_round(RoundStats(0.0, 0.1, 10, 10, 1, 20, 1000, 0.01, 0.09))
+    # 3000 prompt tokens at 2048 − 48 spare a pass: 2 rounds of 0.1 s; the oldest prompt
+    # arrived 1.5 s ago: slack 0.5 s -> 2 · 0.2 / 0.5 = 0.8
+    b = BatchContext(48, 0, None, 3000, 2048, 8.5)
+    assert pl.ttft_urgency(10.0, b) == pytest.approx(0.8)
+    # 1.9 s ago: slack 0.1 s -> 4, and past its SLO: the cap
+    assert pl.ttft_urgency(10.4, b) == pytest.approx(4.0)
+    assert pl.ttft_urgency(11.0, b) == 8.0
+    # nothing waiting, no SLO told, or no arrival given: no urgency
+    assert pl.ttft_urgency(10.0, BatchContext(48, 0, None, 0, 2048, 8.5)) == 1.0
+    assert pl.ttft_urgency(10.0, BatchContext(48, 0, None, 3000, 2048, None)) == 1.0
+    untold = DSparkPlanner(DSparkConfig())
+    assert untold.ttft_urgency(10.0, b) == 1.0
+    assert not untold.serves_slo()
+
+
+def test_the_objective_throughput_ignores_the_slo():
+    assert _planner().serves_slo()
+    assert not _planner(objective="throughput").serves_slo()
+
+
+def test_the_simulator_tells_planners_and_controllers_the_scenario_slos():
+    from sim import load_scenario
+    from sim.cluster import Cluster
+    from sim.engine import _planner as sim_planner
+    from sim.engine import _told_slo
+    from sim.params import EngineParams
+
+    scn = load_scenario("configs/tiny.toml", {"slo.ttft_s": 1.5, "slo.tpot_s": 0.03})
+    params = EngineParams.of(scn, Cluster(scn))
+    p = sim_planner(lambda: DSparkPlanner(DSparkConfig()), params, Cluster(scn))
+    assert p.slo == Slo(1.5, 0.03)
+    c = _told_slo(lambda: DSparkController(), Slo(1.5, 0.03))()
+    assert c.slo == Slo(1.5, 0.03)
+
+
+def test_a_solo_sequence_plans_with_the_slo_its_driver_gave():
+    c = DSparkController()
+    c.set_slo(Slo(math.inf, 0.04))
+    c.decide(0.0)
+    assert c._solo is not None and c._solo.slo == Slo(math.inf, 0.04)
+    # and its TPOT trim holds that SLO, not the config's 50 ms
+    assert c.config.slo_tpot_s == 0.05
