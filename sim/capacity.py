@@ -16,7 +16,6 @@ target met at ``hi``, or missed at ``lo``) is reported as not crossed; the comma
 from __future__ import annotations
 
 import math
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,10 +128,6 @@ def search(
     )
 
 
-def _search_job(args: tuple) -> CapacityResult:
-    return search(*args)
-
-
 def capacity(
     scn: SimConfig,
     controllers: list[tuple[str, Any, str]],
@@ -142,16 +137,13 @@ def capacity(
 ) -> list[CapacityResult]:
     """Capacity of every ``(name, config, label)`` on every seed, in controller-major order;
     ``workers`` > 1 runs the searches on a process pool (same results as serial)."""
-    jobs = []
+    jobs: list[tuple] = []
     for name, cfg, label in controllers:
         cfg_obj = resolve_controller_config(scn, name, cfg)
         jobs.extend((scn, name, cfg_obj, label, check_seed(s), cc) for s in seeds)
-    if workers <= 1 or len(jobs) <= 1:
-        return [_search_job(j) for j in jobs]
-    import multiprocessing as mp
+    from sim.sweep import pool_map
 
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-        return list(pool.map(_search_job, jobs))
+    return pool_map(search, jobs, workers)
 
 
 def summarize_capacity(results: list[CapacityResult]) -> list[dict]:

@@ -1,0 +1,161 @@
+"""What does the scheduler buy at the user's SLOs? Capacity at SLO and SLO goodput, side by side.
+
+Scenario: ``configs/standard.toml`` (8 × TP8 Llama-3.1-70B on H100 with a Llama-3.1-8B drafter,
+``[slo]`` TTFT 2 s, TPOT 50 ms), on two Azure traces:
+
+- ``conv``: the conversation trace at the scenario's time scale (0.08);
+- ``code``: the code trace (long prompts) at ``--code-time-scale`` (default 0.8), chosen so that
+  fixed k = 0 attains ≥ 90% at load 1 (the benchmark prints k = 0's attainment at load 1 for
+  both workloads, so the claim is checked each run).
+
+For every controller (default: fixed k = 0..4, untuned ``dspark``, ``dspark`` with the
+throughput objective, the peers with their documented defaults, and ``dspark`` tuned from
+``--tuned`` when given) and every seed (default 1, 2, 3: seeds no study tuned on):
+
+- capacity at SLO: the highest load scale with attainment ≥ 0.9 (sim/capacity.py, bisection to
+  ``--rel-tol`` on identical arrivals), the median over seeds and its range;
+- SLO goodput (tokens/s of requests meeting both SLOs) at loads 0.5, 1, 1.5, 2, mean over seeds.
+
+    .venv/bin/python benchmarks/slo_value.py [--seeds 1,2,3] [--requests 4000] [--workers 2]
+        [--tuned best_config.toml] [--controllers SPEC,SPEC,...]
+
+Last line: ``slo_capacity_dspark_vs_best_fixed_min=… slo_capacity_dspark_vs_best_fixed_geo=…
+slo_goodput_dspark_vs_best_fixed_min=… slo_default_vs_tuned=…`` (capacity ratios per workload
+of the medians; goodput the minimum over workloads × loads of dspark / the best fixed k at that
+load; default vs tuned the geometric mean of capacity ratios, ``nan`` without ``--tuned``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sim.api import simulate  # noqa: E402
+from sim.capacity import CapacityConfig, capacity, summarize_capacity  # noqa: E402
+from sim.config import load_scenario  # noqa: E402
+from sim.sweep import pool_map  # noqa: E402
+
+TRACES = ROOT.parent / "shared" / "data" / "azure-llm-2023"
+FIXED = tuple(f"fixed:k={k}" for k in range(5))
+PEERS = ("vllm-dsd", "vllm-adaptive-k", "vllm-adaptive-verification", "sglang-adaptive")
+DEFAULT = (*FIXED, "dspark", "dspark:objective=throughput", *PEERS)
+LOADS = (0.5, 1.0, 1.5, 2.0)
+
+
+def workloads(requests: int, code_time_scale: float) -> dict:
+    scn = ROOT / "configs" / "standard.toml"
+    base = {"workload.num_requests": requests}
+    return {
+        "conv": load_scenario(scn, base),
+        "code": load_scenario(
+            scn,
+            {
+                **base,
+                "workload.trace_path": str(TRACES / "AzureLLMInferenceTrace_code.csv"),
+                "workload.time_scale": code_time_scale,
+            },
+        ),
+    }
+
+
+def parse_spec(spec: str, tuned: str | None) -> tuple[str, object, str]:
+    from dspark.cmd_simulate import parse_controller_spec
+
+    if spec == "dspark-tuned":
+        from tuning.export import load_best_config
+
+        return ("dspark", load_best_config(tuned, "dspark"), "dspark-tuned")
+    p = parse_controller_spec(spec)
+    return (p, None, p) if isinstance(p, str) else p
+
+
+def goodput_point(scn, name, cfg, label, seed, load) -> tuple:
+    s = simulate(scn, name, cfg, seed=seed, baseline=False, load_scale=load, label=label).summary
+    return (label, seed, load, s["goodput_tokens_per_s"], s["slo_attainment"])
+
+
+def run_workload(wl, scn, items, seeds, cc, workers) -> tuple[list[dict], dict]:
+    caps = summarize_capacity(capacity(scn, items, seeds, cc, workers))
+    tasks = [(scn, n, c, lab, s, ld) for n, c, lab in items for s in seeds for ld in LOADS]
+    good: dict = {}
+    for lab, _seed, ld, g, _a in pool_map(goodput_point, tasks, workers):
+        good.setdefault((lab, ld), []).append(g)
+    return caps, {k: float(np.mean(v)) for k, v in good.items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--requests", type=int, default=4000)
+    ap.add_argument("--code-time-scale", type=float, default=0.8)
+    ap.add_argument("--rel-tol", type=float, default=0.02)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--tuned", default=None, help="best_config.toml with a [controller.dspark]")
+    ap.add_argument("--controllers", default=",".join(DEFAULT))
+    args = ap.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    specs = [s for s in args.controllers.split(",") if s]
+    if args.tuned:
+        specs.append("dspark-tuned")
+    items = [parse_spec(s, args.tuned) for s in specs]
+    cc = CapacityConfig(rel_tol=args.rel_tol)
+    t0 = time.time()
+    cap_ratio, good_ratio, tuned_ratio = [], [], []
+    for wl, scn in workloads(args.requests, args.code_time_scale).items():
+        k0 = [
+            simulate(scn, "fixed", {"k": 0}, seed=s, baseline=False).summary["slo_attainment"]
+            for s in seeds
+        ]
+        print(
+            f"\n== {wl}: time scale {scn.workload.time_scale:g}, {args.requests} requests, "
+            f"seeds {args.seeds}; fixed k = 0 attains {min(k0):.3f}-{max(k0):.3f} at load 1"
+        )
+        caps, good = run_workload(wl, scn, items, seeds, cc, args.workers)
+        by = {r["controller"]: r for r in caps}
+        best_fixed = max((by[f] for f in FIXED if f in by), key=lambda r: r["capacity_load_scale"])
+        print(
+            f"{'controller':<30}{'capacity':>10}{'range':>18}  "
+            + "".join(f"{'goodput@' + format(ld, 'g'):>13}" for ld in LOADS)
+        )
+        for r in sorted(caps, key=lambda r: -r["capacity_load_scale"]):
+            lab = r["controller"]
+            print(
+                f"{lab:<30}{r['capacity_load_scale']:>10.3f}"
+                f"{'[' + format(r['capacity_min'], '.3f') + ', ' + format(r['capacity_max'], '.3f') + ']':>18}  "
+                + "".join(f"{good[(lab, ld)]:>13,.0f}" for ld in LOADS)
+            )
+        if "dspark" in by:
+            ratio = by["dspark"]["capacity_load_scale"] / best_fixed["capacity_load_scale"]
+            cap_ratio.append(ratio)
+            print(f"dspark / best fixed ({best_fixed['controller']}): capacity {ratio:.3f}")
+            for ld in LOADS:
+                best = max(good[(f, ld)] for f in FIXED if (f, ld) in good)
+                good_ratio.append(good[("dspark", ld)] / best if best > 0 else math.nan)
+            if "dspark-tuned" in by:
+                tuned_ratio.append(
+                    by["dspark"]["capacity_load_scale"] / by["dspark-tuned"]["capacity_load_scale"]
+                )
+    print(f"\n{time.time() - t0:.0f} s")
+
+    def geo(x):
+        return float(np.exp(np.mean(np.log(x)))) if x else math.nan
+
+    print(
+        f"slo_capacity_dspark_vs_best_fixed_min={min(cap_ratio, default=math.nan):.3f} "
+        f"slo_capacity_dspark_vs_best_fixed_geo={geo(cap_ratio):.3f} "
+        f"slo_goodput_dspark_vs_best_fixed_min={min(good_ratio, default=math.nan):.3f} "
+        f"slo_default_vs_tuned={geo(tuned_ratio):.3f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
