@@ -40,7 +40,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="LO,HI",
         help="load scales searched (default 0.05,20)",
     )
-    p.add_argument("--start", type=float, default=1.0, help="first load scale probed")
+    p.add_argument(
+        "--start",
+        type=float,
+        default=None,
+        help="first load scale probed (default 1, or the nearest end of --range)",
+    )
     p.add_argument("--rel-tol", type=float, default=0.02, help="bisection precision (default 0.02)")
     p.add_argument("--workers", type=int, default=1, help="processes (default 1)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -86,9 +91,10 @@ def config_of(args: argparse.Namespace):
         raise DSparkError(f"--rel-tol {args.rel_tol!r}: allowed (0, 1)")
     if args.workers < 1:
         raise DSparkError(f"--workers {args.workers}: allowed an integer >= 1")
+    start = min(max(1.0, lo), hi) if args.start is None else args.start
     try:
         return CapacityConfig(
-            attainment=args.attainment, start=args.start, lo=lo, hi=hi, rel_tol=args.rel_tol
+            attainment=args.attainment, start=start, lo=lo, hi=hi, rel_tol=args.rel_tol
         )
     except ConfigError as e:
         raise DSparkError(str(e).replace("start =", "--start")) from None

@@ -165,7 +165,7 @@ def _planner(make_planner: Callable[[], Any] | None, params: EngineParams, clust
     """A replica's round planner (or None), seeded with the modelled start-up profile when
     ``seed_planner_costs`` asks (as the real engine seeds its own)."""
     p = make_planner() if make_planner is not None else None
-    if p is not None:
+    if p is not None and hasattr(p, "set_slo"):
         p.set_slo(Slo(params.slo_ttft_s, params.slo_tpot_s))
     if p is not None and params.seed_planner_costs and getattr(p, "wants_costs_seed", False):
         p.seed_costs(cluster.cost_seed_rows(params.max_batch, params.max_draft))
@@ -177,7 +177,9 @@ def _told_slo(make_ctrl: Callable[[], Any], slo: Slo) -> Callable[[], Any]:
 
     def make() -> Any:
         c = make_ctrl()
-        c.set_slo(slo)
+        told = getattr(c, "set_slo", None)  # the protocol's; a duck-typed controller may lack it
+        if told is not None:
+            told(slo)
         return c
 
     return make
