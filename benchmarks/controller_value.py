@@ -47,6 +47,8 @@ from sim.sweep import pool_map, summary_of  # noqa: E402
 from tuning.export import load_best_config  # noqa: E402
 
 FIXED_K = tuple(range(9))
+#: the policies users deploy, at their documented defaults (control/peer_*.py)
+PEERS = ("vllm-dsd", "vllm-adaptive-k", "vllm-adaptive-verification", "sglang-adaptive")
 BATCHES = (1, 16, 64, 128, 256)
 OPEN_LOADS = {"light": ("poisson", 0.25), "heavy": ("poisson", 1.0), "swing": ("sinusoid", 0.6)}
 OPEN_BATCH = 64
@@ -193,6 +195,7 @@ def main(argv=None) -> int:
             "dspark-default": ("dspark", make_config("dspark")),
             "clairvoyant": ("clairvoyant", make_config("clairvoyant")),
             "rate-oracle": ("rate-oracle", make_config("rate-oracle")),
+            **{p: (p, make_config(p)) for p in PEERS},
         }
     )
     t0 = time.perf_counter()
@@ -292,6 +295,22 @@ def paired_se(per_seed: dict, a: str, b: str, metric: str) -> float:
     return float(np.std(r, ddof=1) / np.sqrt(len(r))) if len(r) > 1 else float("nan")
 
 
+def peers_line(cells: list[dict]) -> None:
+    """Untuned ``dspark`` against each peer at its documented defaults, over the cells that ran
+    it: the minimum and geometric mean of the ratios, and the cells where the peer is ahead by
+    more than 1%."""
+    for p in PEERS:
+        got = [c for c in cells if p in c["v"]]
+        if not got:
+            continue
+        r = [ratio(c["v"]["dspark-default"], c["v"][p], c["metric"]) for c in got]
+        behind = [f"{c['regime']} {c['load']}" for c, x in zip(got, r) if x < 0.99]
+        print(
+            f"dspark (untuned) / {p}: min {min(r):.3f}, geo {geo(r):.3f}; below 0.99 in "
+            f"{len(behind)} of {len(got)} cells" + (f" ({', '.join(behind)})" if behind else "")
+        )
+
+
 def summarize(df: pd.DataFrame) -> None:
     cells = cells_of(df)
     # the best single global fixed k: best geometric mean of its ratios to each cell's best
@@ -342,6 +361,7 @@ def summarize(df: pd.DataFrame) -> None:
         f"standard errors: {len(sig)} ({', '.join(c['regime'] + ' ' + c['load'] for c in sig)})"
     )
     headroom(cells, glob)
+    peers_line(cells)
     print(
         f"ctrl_vs_best_fixed_min={min(out['best']):.4f} "
         f"ctrl_vs_global_fixed_geo={geo(out['glob']):.4f} "
