@@ -31,8 +31,9 @@ from control.errors import ConfigError
 from sim.capacity import CapacityConfig, CapacityResult, search
 from tuning.config import SloSection, TuningConfig, WorkloadSpec
 
-#: (workload key, seed, controller, [slo] section) -> the default config's capacity (load scale)
-KNEES: dict[tuple, float] = {}
+#: (workload key, seed, controller, [slo] section) -> the default config's search
+#: (``capacity``, ``missed``, ``capacity_rps``, ``probes``)
+KNEES: dict[tuple, dict] = {}
 #: the measure of each SLO objective's held-out comparison
 CAPACITY_METRIC = "capacity_load_scale"
 
@@ -63,7 +64,7 @@ def _key(cfg: TuningConfig, spec: WorkloadSpec, seed: int, controller: str) -> t
     return (spec.key(), seed, controller, dataclasses.astuple(cfg.slo))
 
 
-def _knee_job(args: tuple) -> float:
+def _knee_job(args: tuple) -> dict:
     cfg, spec, seed, controller, search_fn = args
     from tuning.objective import load_workload
 
@@ -80,7 +81,12 @@ def _knee_job(args: tuple) -> float:
             f"searched [{cc.lo:g}, {cc.hi:g}] never crosses it; set slo.knee_lo / slo.knee_hi "
             "or the workload's load"
         )
-    return r.capacity
+    return {
+        "capacity": r.capacity,
+        "missed": r.missed,
+        "capacity_rps": r.offered_rps,
+        "probes": len(r.probes),
+    }
 
 
 def prepare_knees(
@@ -104,7 +110,7 @@ def prepare_knees(
         found = [_knee_job(j) for j in jobs]
     for (w, s), k in zip(todo, found):
         KNEES[_key(cfg, w, s, c)] = k
-    return [KNEES[_key(cfg, w, s, c)] for w, s in pairs]
+    return [KNEES[_key(cfg, w, s, c)]["capacity"] for w, s in pairs]
 
 
 def capacity_row(r: CapacityResult, cc: CapacityConfig) -> dict:
@@ -158,18 +164,19 @@ def heldout_capacity(
     wls, seeds = cfg.evaluate.workloads, cfg.evaluate.sim_seeds
     pairs = [(w, s) for w in wls for s in seeds]
     knees = prepare_knees(cfg, pairs, workers=workers, search_fn=search_fn)
+    found = [KNEES[_key(cfg, w, s, cfg.tune.controller)] for w, s in pairs]
     rows = [
         {
             "controller": default_label,
             "workload": w.name,
             "seed": s,
-            CAPACITY_METRIC: k,
-            "missed_load_scale": math.nan,
+            CAPACITY_METRIC: k["capacity"],
+            "missed_load_scale": k["missed"],
             "crossed": True,
-            "capacity_rps": math.nan,
-            "probes": 0,
+            "capacity_rps": k["capacity_rps"],
+            "probes": k["probes"],
         }
-        for (w, s), k in zip(pairs, knees)
+        for (w, s), k in zip(pairs, found)
     ]
     jobs = [
         (e.label, e.controller, e.config, w, s, knee_config(cfg.slo, k), search_fn)

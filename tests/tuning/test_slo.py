@@ -247,9 +247,11 @@ def test_tune_reports_tuned_against_default_on_capacity(tmp_path):
     cap = pd.read_csv(tmp_path / "run" / "heldout_capacity.csv")
     assert set(cap["controller"]) == {"dspark-tuned", "dspark-default", "fixed-best"}
     (w,) = cfg.evaluate.workloads
-    d = cap[cap["controller"] == "dspark-default"]["capacity_load_scale"].item()
+    row = cap[cap["controller"] == "dspark-default"]
+    d = row["capacity_load_scale"].item()
     full = search(_scenario(w), "dspark", make_config("dspark"), "d", 5, knee_config(cfg.slo))
-    assert d == full.capacity
+    assert d == full.capacity and row["probes"].item() == len(full.probes)
+    assert row["capacity_rps"].item() == full.offered_rps
     v = s["tuned_vs_default"]
     t = cap[cap["controller"] == "dspark-tuned"]["capacity_load_scale"].item()
     assert v["gain"] == pytest.approx(t / d - 1.0, rel=1e-12)
