@@ -111,7 +111,9 @@ def read_scrape(text: str, where: str, model: str | None = None) -> dict[str, di
                             f"label: {dict(s.labels)}"
                         )
                     key = (key, int(s.labels["position"]))
-                out[s.name][key] = out[s.name].get(key, 0.0) + v
+                if key in out[s.name]:  # Prometheus exposes a series once: not a sum
+                    raise DSparkError(f"{where}: {s.name}{_series(key)} appears twice")
+                out[s.name][key] = v
     except ValueError as e:
         raise DSparkError(f"{where}: {_malformed(text, e)}") from None
     if model is None and len(names) > 1:
@@ -191,6 +193,11 @@ def calibrate_counts(c: SpecCounts, where: str) -> Calibration:
     if c.drafts <= 0:
         raise DSparkError(
             f"{where}: {DRAFTS} did not move between the scrapes: no drafts to learn from"
+        )
+    if c.accepted > c.draft_tokens * (1 + 1e-9):
+        raise DSparkError(
+            f"{where}: {ACCEPTED} moved by {c.accepted:g}, more than {DRAFT_TOKENS} "
+            f"({c.draft_tokens:g}): more tokens accepted than drafted"
         )
     total = sum(c.per_pos)
     if abs(total - c.accepted) > 1e-6 * max(c.accepted, 1.0):
@@ -335,6 +342,8 @@ def calibrate_sglang(path: str, num_steps: int | None = None) -> tuple[float, fl
     length = src.get("avg_spec_accept_length", info.get("avg_spec_accept_length"))
     if not isinstance(length, (int, float)) or isinstance(length, bool):
         raise DSparkError(f"{path}: no avg_spec_accept_length (in internal_states[0] or on top)")
+    if num_steps is not None and num_steps < 1:
+        raise DSparkError(f"--num-steps {num_steps}: allowed an integer >= 1")
     k = num_steps or src.get("speculative_num_steps", info.get("speculative_num_steps"))
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise DSparkError(f"{path}: no speculative_num_steps; pass --num-steps K")
