@@ -1,0 +1,172 @@
+"""The ``dspark`` round planner replays its recorded decisions exactly.
+
+Seeded synthetic batches (members joining and leaving, easy/hard acceptance stretches, a
+chunked-prefill backlog, SLOs set and unset, both objectives, the batch-1 solo path) drive a
+:class:`~control.dspark_planner.DSparkPlanner` and its
+:class:`~control.dspark.DSparkController` members for a few hundred rounds. Every round's draft
+lengths (k per member) and the planner's predicted goodput (as the float's hex, so bit for bit)
+must equal those in ``planner_replay.json``, recorded from the planner before its state moved
+into arrays. Regenerate only for an intended change of decisions:
+``DSPARK_REGEN_REPLAY=1 .venv/bin/pytest tests/control/test_planner_replay.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from control.batch import BatchContext, RoundStats, Slo
+from control.dspark import DSparkConfig, DSparkController
+from control.registry import make_planner
+
+FIXTURE = Path(__file__).with_name("planner_replay.json")
+ROUNDS = 300
+BUDGET = 512  # tokens per forward pass (chunked prefill)
+
+#: name -> (config overrides, SLO or None, starting batch, arrival waves {round: joiners})
+CASES = {
+    "slo_goodput_slo": ({}, Slo(2.0, 0.05), 12, {80: 10, 190: 24}),
+    "slo_goodput_noslo": ({}, None, 12, {80: 10, 190: 24}),
+    "throughput_slo": ({"objective": "throughput"}, Slo(2.0, 0.05), 16, {60: 30, 200: 3}),
+    "throughput_noslo": ({"objective": "throughput"}, None, 40, {150: 40}),
+    "horizon_spread_cooldown": (
+        {"slo_horizon_rounds": 8.0, "slo_spread": 0.1, "goodput_cooldown": True, "k_max": 8},
+        Slo(1.0, 0.03),
+        20,
+        {100: 12},
+    ),
+    "fixed_prompt_value_replan1": (
+        {"prompt_value_source": "fixed", "replan_rounds": 1, "explore_every": 7},
+        Slo(2.0, 0.05),
+        8,
+        {50: 8, 120: 30},
+    ),
+}
+
+
+class Member:
+    """A synthetic sequence: its controller, acceptance rates of its easy and hard stretches,
+    which stretch it is in, its context and the output tokens it has left."""
+
+    def __init__(self, rng: np.random.Generator, cfg: DSparkConfig, slo: Slo | None) -> None:
+        self.ctrl = DSparkController(cfg)
+        if slo is not None:
+            self.ctrl.set_slo(slo)
+        self.rates = (float(rng.beta(8, 2)), float(rng.beta(2, 5)))
+        self.hard = bool(rng.random() < 0.3)
+        self.context = int(rng.integers(50, 2000))
+        self.left = int(rng.integers(5, 120))
+
+
+def run_batch(name: str) -> dict:
+    """One recorded batch: per round the members' k and the planner's goodput (hex)."""
+    over, slo, b0, waves = CASES[name]
+    cfg = DSparkConfig(**over)
+    rng = np.random.default_rng(sum(map(ord, name)))
+    planner = make_planner("dspark", cfg)
+    if slo is not None:
+        planner.set_slo(slo)
+    members = [Member(rng, cfg, slo) for _ in range(b0)]
+    backlog, waiting_since, now = 0, None, 0.0
+    ks_out, goodput = [], []
+    for r in range(ROUNDS):
+        for _ in range(waves.get(r, 0) + int(rng.random() < 0.15)):
+            members.append(Member(rng, cfg, slo))
+            backlog += int(rng.integers(100, 900))
+            waiting_since = now if waiting_since is None else waiting_since
+        B = len(members)
+        ctx_sum = sum(m.context for m in members)
+        batch = BatchContext(
+            B, ctx_sum, 16 if len(name) % 2 else None, backlog, BUDGET if backlog else None,
+            waiting_since,
+        )  # fmt: skip
+        ks = [
+            min(d.k, m.left - 1)
+            for d, m in zip(planner.plan(now, [m.ctrl for m in members], batch), members)
+        ]
+        ks_out.append(ks)
+        goodput.append(float(planner.last_goodput).hex())
+        n_tok, steps, drafting = sum(ks) + B, max(ks), sum(1 for k in ks if k)
+        prefill = min(backlog, max(BUDGET - n_tok, 0)) if backlog else 0
+        backlog -= prefill
+        waiting_since = None if backlog == 0 else waiting_since
+        verify_s = 0.02 + 1.2e-4 * (n_tok + prefill) + 2e-8 * ctx_sum
+        draft_s = (0.002 + steps * (8e-4 + 1e-5 * drafting)) if steps else 0.0
+        end = now + draft_s + verify_s
+        acc_sum = emit_sum = 0
+        for m, k in zip(members, ks):
+            if rng.random() < 0.05:
+                m.hard = not m.hard
+            a = m.rates[m.hard]
+            n = 0
+            while n < k and rng.random() < a:
+                n += 1
+            e = min(n + 1, m.left)
+            m.ctrl.observe_values(end, k, n, (), draft_s, verify_s, m.context, 0, e, (), B)
+            m.context += e
+            m.left -= e
+            acc_sum += n
+            emit_sum += e
+        planner.observe_round(
+            RoundStats(now, end, B, drafting, steps, n_tok, ctx_sum, draft_s, verify_s,
+                       acc_sum, emit_sum, prefill)
+        )  # fmt: skip
+        now = end
+        members = [m for m in members if m.left > 0] or [Member(rng, cfg, slo)]
+    return {"k": ks_out, "goodput": goodput}
+
+
+def run_solo() -> dict:
+    """The batch-1 path: a controller with no round planner plans a batch of itself."""
+    rng = np.random.default_rng(7)
+    ctrl = DSparkController(DSparkConfig(k_max=10))
+    ks, goodput, now = [], [], 0.0
+    for r in range(ROUNDS):
+        k = ctrl.decide(now).k
+        ks.append(k)
+        goodput.append(float(ctrl._solo.last_goodput).hex())
+        a = 0.85 if (r // 40) % 2 == 0 else 0.35
+        n = 0
+        while n < k and rng.random() < a:
+            n += 1
+        draft_s, verify_s = (0.001 + 6e-4 * k) if k else 0.0, 0.015 + 3e-4 * (k + 1)
+        now += draft_s + verify_s
+        ctrl.observe_values(now, k, n, (), draft_s, verify_s, 500 + r, 0, n + 1, ())
+    return {"k": ks, "goodput": goodput}
+
+
+def record() -> dict:
+    out = {name: run_batch(name) for name in CASES}
+    out["solo"] = run_solo()
+    return out
+
+
+@pytest.fixture(scope="module")
+def recorded() -> dict:
+    if os.environ.get("DSPARK_REGEN_REPLAY") == "1":
+        FIXTURE.write_text(json.dumps(record(), separators=(",", ":")) + "\n")
+    return json.loads(FIXTURE.read_text())
+
+
+@pytest.mark.parametrize("name", [*CASES, "solo"])
+def test_replay_bit_identical(recorded, name):
+    got = run_solo() if name == "solo" else run_batch(name)
+    want = recorded[name]
+    for r, (a, b) in enumerate(zip(got["k"], want["k"])):
+        assert a == b, f"{name}: round {r} draft lengths differ"
+    assert len(got["k"]) == len(want["k"]) == ROUNDS
+    assert got["goodput"] == want["goodput"]
+
+
+def test_recorded_batches_exercise_the_planner(recorded):
+    """The recording covers what it claims: batches that grow and shrink, drafts of several
+    lengths, rounds that draft nothing."""
+    for name in CASES:
+        sizes = {len(ks) for ks in recorded[name]["k"]}
+        assert max(sizes) - min(sizes) >= 10, name
+        flat = {k for ks in recorded[name]["k"] for k in ks}
+        assert len(flat) >= 3, name
