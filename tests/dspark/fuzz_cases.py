@@ -233,10 +233,15 @@ def horizon_case(rng: random.Random, d: Path) -> Case:
 
 def capacity_case(rng: random.Random, d: Path) -> Case:
     data = tiny()
-    bad = False
-    if rng.random() < 0.3:
+    data["slo"] = {"ttft_s": 0.03, "tpot_s": 0.01}  # crossed near load 5.7 (seed 0)
+    bad, needle = False, ""
+    r = rng.random()
+    if r < 0.3:
         data["slo"][rng.choice(["ttft_s", "tpot_s"])] = rng.choice([0, -1.0, 1e-9])
         bad = True
+    elif r < 0.5:  # an SLO nothing meets at any load: the search never crosses the target
+        data["slo"]["ttft_s"] = 1e-5
+        bad, needle = True, "never crosses"
     name = _write(d, data)
     argv = ["capacity", name, "--no-out", "--controller", "fixed", "--rel-tol", "0.3"]
     if rng.random() < 0.4:
@@ -255,7 +260,9 @@ def capacity_case(rng: random.Random, d: Path) -> Case:
         w = rng.choice(["0", "-2", "1"])
         argv += ["--workers", w]
         bad |= w != "1"
-    return argv, ("bad" if bad else "any"), ""
+    if needle and len(argv) > 7:  # another flag may be refused first
+        needle = ""
+    return argv, ("bad" if bad else "any"), needle
 
 
 # ---- peer controllers: their tables in a scenario, and export ---------------------------------
