@@ -30,6 +30,7 @@ CONFIGS = REPO / "configs"
 #: references: no speculation, fixed k, every baseline and the seed's dspark defaults.
 SIM_CONTROLLERS = (
     "fixed:k=0",
+    "fixed:k=1",
     "fixed:k=2",
     "fixed:k=4",
     "hf-heuristic",
@@ -37,7 +38,13 @@ SIM_CONTROLLERS = (
     "ema-hysteresis",
     "analytic",
     "dspark",
+    "vllm-dsd",
+    "vllm-adaptive-k",
+    "vllm-adaptive-verification",
+    "sglang-adaptive",
 )
+#: The contenders whose capacity at SLO the demo searches (besides the tuned config).
+CAPACITY_CONTROLLERS = ("fixed:k=1", "fixed:k=2", "dspark", "vllm-dsd", "sglang-adaptive")
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,11 @@ class DemoConfig:
     # requests per replica in the scaling sweep: ~5 s of arrivals; the 1024-GPU point ~ 25 s CPU.
     scaling_requests_per_replica: int = param(
         20, lo=1, hi=100_000, doc="requests per replica, scaling sweep"
+    )
+    # 2000 of the trace's requests and a 5% bisection: the capacity step's ~30 searches of
+    # ~6 probes take a few minutes on 2 cores (benchmarks/slo_value.py runs the full 4000).
+    capacity_requests: int = param(
+        2000, lo=10, hi=1_000_000, doc="requests of the capacity-at-SLO step"
     )
     # prompts and tokens of the real-engine step: about a minute on 2 cores.
     real_prompts: int = param(4, lo=1, hi=1000, doc="prompts of the real-engine benchmark")
@@ -156,6 +168,24 @@ def _simulate(cfg: DemoConfig, out: Path, tuned: str, n: int) -> None:
             "--out",
             str(out / "simulate-standard"),
             "--quiet",
+        ]
+    )
+    _step(2, n, "capacity at SLO: the standard scenario's [slo], the main contenders")
+    _cli(
+        [
+            "capacity",
+            str(CONFIGS / "standard.toml"),
+            *[a for c in (*CAPACITY_CONTROLLERS, tuned) for a in ("--controller", c)],
+            "--set",
+            f"workload.num_requests={cfg.capacity_requests}",
+            "--seeds",
+            "1",
+            "--rel-tol",
+            "0.05",
+            "--workers",
+            str(cfg.workers),
+            "--out",
+            str(out / "capacity-standard"),
         ]
     )
     _step(3, n, "simulate: the seed's A100 scenario, and scaling from 1 to 1024 GPUs")
