@@ -44,6 +44,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="repeatable: NAME, NAME:key=value,... or NAME@FILE.toml (default: dspark)",
     )
     p.add_argument("--slots", type=int, default=None, help="sequences in flight (default 8)")
+    p.add_argument("--slo-ttft", type=float, default=None, help="TTFT SLO told the controllers, s")
+    p.add_argument("--slo-tpot", type=float, default=None, help="TPOT SLO told the controllers, s")
     p.add_argument("--workload", choices=("code", "prose", "random"), default=None)
     p.add_argument("--prompt-tokens-min", type=int, default=None)
     p.add_argument("--prompt-tokens-max", type=int, default=None)
@@ -72,6 +74,8 @@ def _serve_config(args: argparse.Namespace) -> Any:
         ("prompt_tokens_min", args.prompt_tokens_min),
         ("prompt_tokens_max", args.prompt_tokens_max),
         ("max_new_tokens", args.max_new_tokens),
+        ("slo_ttft_s", args.slo_ttft),
+        ("slo_tpot_s", args.slo_tpot),
     ):
         if v is not None:
             data[key] = v
@@ -106,6 +110,7 @@ def _serve_all(engine, stream, specs, scfg, log) -> tuple:
             log,
             scfg.progress_s,
             clock=clock(),  # under --tp, rank 0's clock on every rank (arrivals, admission)
+            slo=scfg.slo(),
         )
         for m in res.rejected:
             print(m, file=sys.stderr)

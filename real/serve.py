@@ -105,6 +105,20 @@ class ServeConfig:
     max_new_tokens: int = param(128, lo=1, hi=1 << 16, doc="longest output (trace: clipped)")
     seed: int = param(0, lo=0, hi=2**31 - 1, doc="seed of arrivals, lengths and prompts")
     progress_s: float = param(2.0, lo=0.0, hi=3600.0, doc="progress line every (0 = never)")
+    # None: no SLO (the controllers plan as if none); set, the controllers and the round
+    # planner are told it (control.batch.Slo), as the simulator tells them its scenario's [slo].
+    slo_ttft_s: float | None = param(None, lo=1e-6, hi=1e6, doc="TTFT SLO handed to controllers, s")
+    slo_tpot_s: float | None = param(None, lo=1e-6, hi=1e6, doc="TPOT SLO handed to controllers, s")
+
+    def slo(self) -> Any:
+        """The SLOs as the controller protocol takes them (``inf`` where unset)."""
+        from control.batch import Slo
+
+        inf = math.inf
+        return Slo(
+            inf if self.slo_ttft_s is None else self.slo_ttft_s,
+            inf if self.slo_tpot_s is None else self.slo_tpot_s,
+        )
 
 
 @dataclass
@@ -364,8 +378,10 @@ def serve(
     progress_s: float = 2.0,
     clock: Callable[[], float] = time.perf_counter,
     sleep: Callable[[float], None] = time.sleep,
+    slo: Any = None,
 ) -> ServeResult:
-    """Replay ``stream`` through ``engine`` in wall-clock time (see the module docstring)."""
+    """Replay ``stream`` through ``engine`` in wall-clock time (see the module docstring).
+    ``slo`` (a :class:`control.batch.Slo`): told to the planner and to every controller."""
     import pandas as pd
 
     from real.engine import Request
@@ -384,6 +400,10 @@ def serve(
     if planner is not None:
         planner.reset()
         engine.seed_planner(planner)
+    if slo is not None:
+        if planner is not None:
+            planner.set_slo(slo)
+        make_ctrl = _told(make_ctrl, slo)
     origin = clock()
     last_print = 0.0
     try:
@@ -449,3 +469,14 @@ def summarize(req, batches, end_s: float, rejected: int, label: str) -> dict:
         for q in (50, 90, 99):
             out[f"{m}_p{q}_s"] = _pct(x, q)
     return out
+
+
+def _told(make_ctrl: Callable[[], Any], slo: Any) -> Callable[[], Any]:
+    """``make_ctrl`` whose controllers are told ``slo`` when built."""
+
+    def make() -> Any:
+        c = make_ctrl()
+        c.set_slo(slo)
+        return c
+
+    return make

@@ -152,3 +152,27 @@ def test_cli_serve_writes_the_run_folder(tmp_path, capsys):
     rounds = pd.read_csv(tmp_path / "rounds.csv")
     assert rounds.emitted.sum() == req.emitted_tokens.sum()
     assert (tmp_path / "batches.csv").is_file() and (tmp_path / "config.toml").is_file()
+
+
+def test_the_serving_loop_tells_the_planner_and_every_controller_its_slos():
+    from control.batch import Slo
+    from control.registry import make_planner
+
+    eng = make_engine("tf", cfg=dataclasses.replace(CFG, slots=3))
+    stream = arrivals(SCFG, vocab_size=V)
+    built = []
+
+    def make():
+        c = make_controller("dspark")
+        built.append(c)
+        return c
+
+    planner = make_planner("dspark")
+    slo = dataclasses.replace(SCFG, slo_ttft_s=1.5, slo_tpot_s=0.04).slo()
+    assert slo == Slo(1.5, 0.04)
+    res = serve(eng, stream, make, planner, label="dspark", slo=slo)
+    _check_conservation(res, stream)
+    assert planner.slo == slo and planner.serves_slo()
+    assert built and all(c.slo == slo for c in built)
+    # unset SLOs are infinite: nothing is planned against them
+    assert not SCFG.slo().active
