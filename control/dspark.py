@@ -62,6 +62,17 @@ from control.blocks import BlockPlanner
 from control.configio import param
 from control.errors import ConfigError
 from control.pid import PID
+from control.seqstate import (
+    ALPHA,
+    DECODE_S,
+    PLANNED,
+    RECENT_N,
+    RECENT_REJ,
+    SUM_N,
+    SUM_REJ,
+    TOKENS,
+    SeqArrays,
+)
 from control.types import Decision, Mode, Observation
 from control.window import RoundWindow
 
@@ -679,6 +690,44 @@ class DSparkController(Controller):
 
         return DSparkPlanner(config)
 
+    # --- the rows a round planner reads (control.seqstate) --
+    def _bind(self, store: SeqArrays, slot: int) -> None:
+        self._store, self._slot = store, slot
+        self._row, self._cnt = store.values[slot], store.counts[slot]
+
+    sum_n = property(lambda self: float(self._row[SUM_N]))
+    sum_rej = property(lambda self: float(self._row[SUM_REJ]))
+    recent_n = property(lambda self: float(self._row[RECENT_N]))
+    recent_rej = property(lambda self: float(self._row[RECENT_REJ]))
+    decode_s = property(lambda self: float(self._row[DECODE_S]))
+    tokens = property(lambda self: int(self._row[TOKENS]))
+
+    @property
+    def alpha(self) -> float:
+        return float(self._row[ALPHA])
+
+    @alpha.setter
+    def alpha(self, value: float) -> None:
+        self._row[ALPHA] = value
+
+    @property
+    def planned_k(self) -> int:
+        """goodput: this sequence's length in the planner's last full plan (-1: none)."""
+        return int(self._row[PLANNED])
+
+    @property
+    def counts(self) -> list[int]:
+        """goodput: this sequence's rounds since the planner last read them: index n = rounds
+        that accepted n and then refused one, k_max + 1 + n = rounds that accepted all n."""
+        return [int(x) for x in self._cnt.tolist()]
+
+    @property
+    def plan_rates(self) -> Any:
+        """goodput: the per-position rates the planner's last full plan predicted for this
+        sequence (before its position factors; None before any), what ``counts`` is held to."""
+        st, i = self._store, self._slot
+        return st.rates[i].copy() if st.has_rates[i] else None
+
     # --- protocol --
     def reset(self) -> None:
         c = self.config
@@ -687,27 +736,25 @@ class DSparkController(Controller):
         self._pid_a.reset()
         self._pid_b.reset()
         self._guard.reset()
+        # the state a round planner reads lives in its rows of a SeqArrays (control.seqstate):
+        # sum_n / sum_rej (goodput: accepted tokens and rounds that ended in a rejection,
+        # forgotten at 1/memory_rounds per round), recent_n / recent_rej (the same, forgotten at
+        # 1/recent_rounds), decode_s (seconds from the first round's start to the end of the
+        # last round observed), tokens (emitted by the rounds observed), α, planned_k, counts,
+        # plan_rates; a sequence no planner drives has a store of its own
+        store = getattr(self, "_store", None)
+        if store is None:
+            SeqArrays(c.k_max).new_slot(self)
+        else:
+            store.new_slot(self, self._slot)
         self.alpha = self._pid_a.output
         self.beta = c.beta0
         self.k = c.k_max if self.goodput else k_of_alpha(c.alpha0, c.k_ref, c.k_min, c.k_max)
-        self.sum_n = 0.0  # goodput: accepted tokens, forgotten at 1/memory_rounds per round
-        self.sum_rej = 0.0  # goodput: rounds that ended in a rejection, same forgetting
-        self.recent_n = 0.0  # goodput: the same two counts, forgotten at 1/recent_rounds
-        self.recent_rej = 0.0
         self.context_tokens = 0
         self.first_s = -1.0  # start of the first round observed (≈ the first token's time)
-        self.decode_s = 0.0  # seconds from then to the end of the last round observed
-        self.tokens = 0  # tokens emitted by the rounds observed
         # goodput: own planner when no round planner drives this sequence; reset() keeps it —
         # the costs it learned are the hardware's, not the sequence's (a new controller forgets)
         self._solo = getattr(self, "_solo", None)
-        #: goodput: this sequence's rounds since the planner last read them: index n = rounds
-        #: that accepted n and then refused one, k_max + 1 + n = rounds that accepted all n
-        self.counts = [0] * (2 * (c.k_max + 1))
-        #: goodput: the per-position rates the planner's last full plan predicted for this
-        #: sequence (before its position factors; None before any), what ``counts`` is held to
-        self.plan_rates: Any = None
-        self.planned_k = -1  # goodput: this sequence's length in the planner's last full plan
         self._full = c.k_max + 1
         self.a_hat: float | None = None
         self.latency_ratio: float | None = None
@@ -797,20 +844,22 @@ class DSparkController(Controller):
             )
         )  # window.row_of
         self.rounds += 1
-        if self.goodput:
+        if self.goodput:  # in place, in this sequence's rows (control.seqstate)
+            r = self._row
+            rej = 1 if n < drafted else 0
             f = self._decay
-            self.sum_n = self.sum_n * f + n
-            self.sum_rej = self.sum_rej * f + (1 if n < drafted else 0)
+            r[0] = r[0] * f + n  # SUM_N
+            r[1] = r[1] * f + rej  # SUM_REJ
             f = self._fast
-            self.recent_n = self.recent_n * f + n
-            self.recent_rej = self.recent_rej * f + (1 if n < drafted else 0)
+            r[2] = r[2] * f + n  # RECENT_N
+            r[3] = r[3] * f + rej  # RECENT_REJ
             self.context_tokens = context_tokens + e
             if self.first_s < 0.0:
                 self.first_s = now_s - draft_s - verify_s
-            self.decode_s = now_s - self.first_s
-            self.tokens += e
+            r[4] = now_s - self.first_s  # DECODE_S
+            r[5] += e  # TOKENS
             if drafted:  # per-position evidence, pooled by the planner at its next full plan
-                self.counts[n if n < drafted else self._full + n] += 1
+                self._cnt[n if n < drafted else self._full + n] += 1.0
             if self._solo is not None:  # no round planner: the round goes to its own planner
                 self._solo.observe_round(
                     RoundStats(

@@ -49,6 +49,7 @@ import numpy as np
 from control.batch import BatchContext, RoundPlanner, RoundStats
 from control.costmodel import RoundCostModel
 from control.goodput import CostFunctions, plan_round_lengths, slo_goodput_row
+from control.seqstate import ALPHA, DECODE_S, PLANNED, TOKENS, SeqArrays
 from control.types import Decision
 
 #: Per-round memory of the emitted / prefilled token sums behind the observed prompt value
@@ -65,6 +66,9 @@ class DSparkPlanner(RoundPlanner):
         self.config = config
         self.costs = RoundCostModel(forget=config.cost_forget)
         self._decisions: dict[tuple, Decision] = {}
+        #: the batch's per-sequence state, a slot per member (control.seqstate)
+        self.seqs = SeqArrays(config.k_max, 16)
+        self._idx = np.zeros(0, dtype=np.intp)  # the slots of this round's members
         self.reset()
 
     def reset(self) -> None:
@@ -99,7 +103,7 @@ class DSparkPlanner(RoundPlanner):
         self._rates = list(rates)
 
     # --- planning --
-    def acceptance(self, members: Sequence[Any]) -> np.ndarray:
+    def acceptance(self, members: Sequence[Any], idx: np.ndarray | None = None) -> np.ndarray:
         """Per-position acceptance rates ``(k_max, B)``, position j given positions < j were
         accepted in the same round.
 
@@ -121,8 +125,10 @@ class DSparkPlanner(RoundPlanner):
         beliefs run high, rises when they run low."""
         c = self.config
         K = c.k_max
-        belief = self._beliefs(members)
-        self._hold_to_plans(members, belief)
+        if idx is None:
+            idx = self.seqs.slots_of(members)
+        belief = self._beliefs(idx)
+        self._hold_to_plans(idx, belief)
         rej, full = self._pooled()
         succ = np.cumsum((rej + full)[::-1])[::-1][1:]  # S_j: rounds with n ≥ j, j = 1..K
         factor = np.empty(K)
@@ -136,17 +142,17 @@ class DSparkPlanner(RoundPlanner):
         K = self.config.k_max
         return self.profile[: K + 1], self.profile[K + 1 :]
 
-    def _beliefs(self, members: Sequence[Any]) -> np.ndarray:
-        """The per-position predictive rates ``(K, B)`` of each sequence's Beta belief."""
+    def _beliefs(self, idx: Any) -> np.ndarray:
+        """The per-position predictive rates ``(K, B)`` of each sequence's Beta belief
+        (``idx``: the sequences' slots, or the sequences)."""
+        if not isinstance(idx, np.ndarray):
+            idx = self.seqs.slots_of(idx)
         c = self.config
         K = c.k_max
         rej, full = self._pooled()
         succ = float((rej + full)[1:] @ np.arange(1, K + 1))  # accepted tokens, pooled
         pool = (succ + 2.0 * c.a_prior) / (succ + rej.sum() + 2.0)
-        ev = np.array(
-            [(m.sum_n, m.sum_rej, m.recent_n, m.recent_rej) for m in members], dtype=float
-        ).reshape(-1, 4)
-        sn, sr, rn, rr = ev.T
+        sn, sr, rn, rr = self.seqs.values[idx, :4].T  # SUM_N, SUM_REJ, RECENT_N, RECENT_REJ
         w = c.prior_trials
         own = (sn + w * pool) / np.maximum(sn + sr + w, 1e-12)
         # the recent rounds, shrunk toward that long-run rate (a stretch moves it, noise little)
@@ -155,28 +161,23 @@ class DSparkPlanner(RoundPlanner):
         t = np.arange(K, dtype=float)[:, None]
         return (own[None, :] * mass[None, :] + t) / (mass[None, :] + t)
 
-    def _hold_to_plans(self, members: Sequence[Any], belief: np.ndarray) -> None:
+    def _hold_to_plans(self, idx: np.ndarray, belief: np.ndarray) -> None:
         """Pool each sequence's rounds since the last plan (its ``counts``) into ``profile``,
         with what that plan predicted for the positions they tried into ``expected``; then
-        give each sequence this plan's ``belief``."""
+        give each sequence this plan's ``belief`` (``idx``: the sequences' slots)."""
         K = self.config.k_max
-        counts = np.array([m.counts for m in members], dtype=float)  # (B, 2(K + 1))
+        st = self.seqs
+        counts = st.counts[idx]  # (B, 2(K + 1))
         if counts.any():
             self.profile += counts.sum(axis=0)
             # rounds by positions tried, t = 1..K: refused after n = t − 1, or all n = t accepted
             tried = counts[:, :K] + counts[:, K + 2 :]
             at = np.cumsum(tried[:, ::-1], axis=1)[:, ::-1]  # (B, K): trials at position j
-            prev = np.array(
-                [
-                    b if (b := m.plan_rates) is not None else belief[:, i]
-                    for i, m in enumerate(members)
-                ]
-            )
+            prev = np.where(st.has_rates[idx][:, None], st.rates[idx], belief.T)
             self.expected += (at * prev).sum(axis=0)
-        zero = [0] * (2 * (K + 1))
-        for m, rates in zip(members, belief.T):
-            m.plan_rates = rates
-            m.counts = zero.copy()
+        st.rates[idx] = belief.T
+        st.has_rates[idx] = True
+        st.counts[idx] = 0.0
 
     def prompt_value(self) -> float:
         """Output tokens a displaced prompt token is worth (module docstring, item 5)."""
@@ -227,6 +228,7 @@ class DSparkPlanner(RoundPlanner):
 
     def plan(self, now_s: float, members: Sequence[Any], batch: BatchContext) -> list[Decision]:
         c = self.config
+        self._idx = idx = self.seqs.slots_of(members)
         base = [m.take_decision() for m in members]
         k_max = c.k_max if batch.max_draft is None else min(c.k_max, batch.max_draft)
         B = len(members)
@@ -237,13 +239,11 @@ class DSparkPlanner(RoundPlanner):
             # cap); its own decision still bounds it (cool-down, block end, mode)
             self._since += 1
             cap = min(self.last_cap, k_max)
-            out = []
-            for m, d in zip(members, base):
-                kp = m.planned_k
-                k = cap if kp < 0 or kp > cap else kp
-                kk = d.k if d.k < k else k
-                out.append(d if d.k == kk else self._with_k(d, kk))
-            return out
+            kp = self.seqs.values[idx, PLANNED].astype(np.int64)
+            k = np.where((kp < 0) | (kp > cap), cap, kp)
+            dk = np.fromiter([d.k for d in base], np.int64, B)
+            kk = np.minimum(dk, k).tolist()
+            return [d if d.k == x else self._with_k(d, x) for d, x in zip(base, kk)]
         self._since = 0
         self._planned_b = B
         k = self._full_plan(members, base, k_max, batch, probe, now_s)
@@ -251,8 +251,7 @@ class DSparkPlanner(RoundPlanner):
             idle = self.last_cap == 0 and batch.prefill_backlog <= 0
             # (bounded: the interval and the probe cadence saturate long before 32)
             self._idle = min(self._idle + 1, 32) if idle else 0
-        for m, kk in zip(members, k.tolist()):
-            m.planned_k = kk
+        self.seqs.values[idx, PLANNED] = k
         return [self._with_k(d, kk) for d, kk in zip(base, k.tolist())]
 
     def _keeps_plan(self, B: int, batch: BatchContext) -> bool:
@@ -276,13 +275,13 @@ class DSparkPlanner(RoundPlanner):
         if self._rates is not None and len(self._rates) == len(members):
             a = np.asarray(self._rates, dtype=float)
         else:
-            a = self.acceptance(members)
+            a = self.acceptance(members, self._idx)
         self._rates = None
         if not self.costs.ready:
             cap = c.k_start if self.rounds % 2 == 0 else 1
             k = np.minimum(kcap, min(cap, k_max))
         else:
-            alpha = np.array([m.alpha for m in members], dtype=float)
+            alpha = self.seqs.values[self._idx, ALPHA]
             # search near the last cap (±3): a cap moves by at most that between full plans
             near = None if self.last_cap < 0 else (self.last_cap - 3, self.last_cap + 3)
             p = plan_round_lengths(
@@ -290,16 +289,12 @@ class DSparkPlanner(RoundPlanner):
             )
             if self.serves_slo() and math.isfinite(self.slo.tpot_s):
                 h = c.slo_horizon_rounds
-                hist = (
-                    np.array([(m.decode_s, m.tokens) for m in members], dtype=float).reshape(-1, 2)
-                    if h > 0
-                    else np.zeros((0, 2))
-                )
+                v = self.seqs.values
                 row = slo_goodput_row(
                     p,
                     self.slo.tpot_s * c.slo_margin,
-                    hist[:, 0] if h > 0 else None,
-                    hist[:, 1] if h > 0 else None,
+                    v[self._idx, DECODE_S] if h > 0 else None,
+                    v[self._idx, TOKENS] if h > 0 else None,
                     h,
                     c.slo_spread,
                 )

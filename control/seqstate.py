@@ -1,0 +1,105 @@
+"""Per-sequence state of a ``dspark`` batch as arrays (struct of arrays, a slot per member).
+
+A :class:`SeqArrays` holds, for each slot, the numbers the round planner reads
+(:mod:`control.dspark_planner`): the forgotten acceptance counts, the TPOT history, α and the
+planned length (one float row, columns ``SUM_N`` … ``PLANNED``), the per-position counts since
+the last full plan, and the rates that plan predicted. A sequence
+(:class:`~control.dspark.DSparkController`) holds views of its own rows and updates them in
+place when it observes a round, so a plan reads the batch with one gather, never by visiting
+each sequence's attributes. A sequence no planner drives lives in a store of its own (one
+slot); a planner moves it into its store when it first plans it and back out when it leaves
+the batch (:meth:`SeqArrays.adopt`, :meth:`SeqArrays.release`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+#: columns of the float row
+SUM_N, SUM_REJ, RECENT_N, RECENT_REJ, DECODE_S, TOKENS, ALPHA, PLANNED = range(8)
+COLUMNS = 8
+
+
+class SeqArrays:
+    """Slots of per-sequence planner state for draft lengths up to ``k_max``."""
+
+    def __init__(self, k_max: int, capacity: int = 1) -> None:
+        self.k_max = k_max
+        self.capacity = 0
+        self.values = np.zeros((0, COLUMNS))
+        self.counts = np.zeros((0, 2 * (k_max + 1)))  # see DSparkController.counts
+        self.rates = np.zeros((0, k_max))  # the last full plan's per-position rates
+        self.has_rates = np.zeros(0, dtype=bool)
+        self.owners: list[Any] = []  # the member in each slot (None: free)
+        self.seen = np.zeros(0, dtype=np.int64)  # the last plan that listed each slot
+        self.free: list[int] = []
+        self.tick = 0
+        self._grow(capacity)
+
+    def _grow(self, capacity: int) -> None:
+        old = self.capacity
+        self.values = _resized(self.values, capacity)
+        self.counts = _resized(self.counts, capacity)
+        self.rates = _resized(self.rates, capacity)
+        self.has_rates = _resized(self.has_rates, capacity)
+        self.seen = _resized(self.seen, capacity)
+        self.owners += [None] * (capacity - old)
+        self.free += range(capacity - 1, old - 1, -1)  # lowest slot first
+        self.capacity = capacity
+        for slot, m in enumerate(self.owners):  # the members' row views follow the new arrays
+            if m is not None:
+                m._bind(self, slot)
+
+    def new_slot(self, member: Any, slot: int | None = None) -> int:
+        """A zeroed slot for ``member`` (α 1, no planned length, no predicted rates): a free
+        one, or ``slot`` (the member's own, cleared)."""
+        if slot is None:
+            if not self.free:
+                self._grow(max(2 * self.capacity, 4))
+            slot = self.free.pop()
+        self.values[slot] = 0.0
+        self.values[slot, ALPHA] = 1.0
+        self.values[slot, PLANNED] = -1.0
+        self.counts[slot] = 0.0
+        self.has_rates[slot] = False
+        self.owners[slot] = member
+        member._bind(self, slot)
+        return slot
+
+    def adopt(self, member: Any) -> int:
+        """Move ``member``'s rows from the store it is in into a slot of this one."""
+        src, old = member._store, member._slot
+        slot = self.new_slot(member)
+        self.values[slot] = src.values[old]
+        self.counts[slot] = src.counts[old]
+        self.has_rates[slot] = src.has_rates[old]
+        self.rates[slot] = src.rates[old]
+        src.owners[old] = None
+        src.free.append(old)
+        return slot
+
+    def slots_of(self, members) -> np.ndarray:
+        """The members' slots (adopting any in another store); slots whose member is not
+        listed have left the batch and move to a store of their own."""
+        self.tick += 1
+        slots = [m._slot if m._store is self else self.adopt(m) for m in members]
+        idx = np.array(slots, dtype=np.intp)
+        self.seen[idx] = self.tick
+        if len(self.free) + len(idx) < self.capacity:
+            used = np.array([m is not None for m in self.owners])
+            for slot in np.flatnonzero(used & (self.seen != self.tick)).tolist():
+                self.release(slot)
+        return idx
+
+    def release(self, slot: int) -> None:
+        """The member in ``slot`` leaves: its rows go to a store of its own."""
+        member = self.owners[slot]
+        SeqArrays(self.k_max).adopt(member)
+
+
+def _resized(a: np.ndarray, capacity: int) -> np.ndarray:
+    out = np.zeros((capacity, *a.shape[1:]), dtype=a.dtype)
+    out[: len(a)] = a[:capacity]
+    return out
