@@ -14,8 +14,9 @@ Loss: cross-entropy of each block position against its label, weighted ``depth_d
 (position j is verified only when the ones before it were accepted), normalised; plus the
 confidence head's binary cross-entropy (the head reads detached states, so it never pulls the
 drafter). After training, the head's per-position affine calibration is fitted on one half of
-the validation cuts; the other half gives the agreement by depth and the expected calibration
-error (ECE, 10 equal-width bins) per position.
+the validation cuts, over the positions a block reaches (the ones before all accepted); the
+other half gives the agreement by depth and the expected calibration error (ECE, 10
+equal-width bins) per position and pooled over the reached positions.
 
 Generated data, model and optimizer state are saved in the work folder; a killed run resumes
 at its last save, drawing exactly the batches an uninterrupted run would
@@ -27,6 +28,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +52,9 @@ class BlockTrainConfig:
     block_size: int = param(7, lo=1, hi=64, doc="draft block B")
     # 512 continuations of 128 tokens: ~62 k cuts, ~0.15 GB of fp16 features.
     sequences: int = param(512, lo=1, hi=1 << 20, doc="training prompts continued by the target")
-    val_sequences: int = param(96, lo=2, hi=1 << 16, doc="validation prompts (val split)")
+    val_sequences: int = param(
+        96, lo=4, hi=1 << 16, doc="validation prompts (val split), half code, half prose"
+    )
     # the benchmarks' prompts are 128 tokens; shorter ones vary the target's context.
     prompt_tokens: tuple[int, ...] = param(
         (48, 80, 112, 128), lo=2, hi=4096, doc="prompt lengths, one per generation batch"
@@ -160,12 +164,13 @@ def losses(model, tokens, feats, labels, decay: float) -> tuple[torch.Tensor, to
 # ---------------------------------------------------------------- evaluation
 @torch.no_grad()
 def predictions(model, toks, feats, C: int, B: int, stride: int = 4):
-    """Raw confidence logits (before calibration), hits and drafter top probabilities at
-    every ``stride``-th cut of every continuation: ``[M, B]`` each."""
+    """Raw confidence logits (before calibration), hits (slot j's argmax equals label j) and
+    cross-entropies against the labels at every ``stride``-th cut of every continuation:
+    ``[M, B]`` each."""
     model.eval()
     G = toks.shape[1] - C
     cuts = torch.arange(0, G - B + 1, stride)
-    zs, hits = [], []
+    zs, hits, ces = [], [], []
     for r in range(toks.shape[0]):
         rows = torch.full((len(cuts),), r)
         t, f, y = cut_batch(toks, feats, rows, cuts, C, B)
@@ -173,19 +178,29 @@ def predictions(model, toks, feats, C: int, B: int, stride: int = 4):
         logits, conf = model(t, f, ones, ones)
         zs.append((conf - model.calib[1]) / model.calib[0])
         hits.append((logits.argmax(-1) == y).float())
+        ces.append(F.cross_entropy(logits.transpose(1, 2).float(), y, reduction="none"))
     model.train()
-    return torch.cat(zs), torch.cat(hits)
+    return torch.cat(zs), torch.cat(hits), torch.cat(ces)
 
 
-def fit_calibration(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def reached(hit: torch.Tensor) -> torch.Tensor:
+    """``[M, B]``: position j is verified when every position before it was accepted."""
+    ones = torch.ones_like(hit[:, :1])
+    return torch.cat([ones, hit.cumprod(1)[:, :-1]], 1) > 0
+
+
+def fit_calibration(z: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None):
     """Per position j, (scale, shift) minimising the BCE of sigmoid(scale · z + shift) against
-    ``y`` (Platt scaling): ``[2, B]``."""
+    ``y`` over the cuts where ``mask`` holds (Platt scaling; None: all): ``[2, B]``."""
+    w = torch.ones_like(y) if mask is None else mask.to(y.dtype)
+    n = w.sum(0).clamp_min(1.0)
     p = torch.stack([torch.ones(z.shape[1]), torch.zeros(z.shape[1])]).requires_grad_(True)
     opt = torch.optim.LBFGS([p], max_iter=200, line_search_fn="strong_wolfe")
 
     def closure():
         opt.zero_grad()
-        loss = F.binary_cross_entropy_with_logits(z * p[0] + p[1], y)
+        bce = F.binary_cross_entropy_with_logits(z * p[0] + p[1], y, reduction="none")
+        loss = ((bce * w).sum(0) / n).sum()
         loss.backward()
         return loss
 
@@ -206,26 +221,42 @@ def ece(conf: np.ndarray, hit: np.ndarray, bins: int = 10) -> float:
     return out
 
 
-def evaluate(model, toks, feats, C: int, B: int) -> dict:
-    """Fit the calibration on the first half of the validation continuations, score the
-    second: agreement by depth (the greedy acceptance of slot j given slots < j accepted),
-    expected accepted tokens of a full block, ECE per position and pooled over the positions
-    a block reaches (weighted by how often each is verified)."""
-    half = toks.shape[0] // 2
-    z1, y1 = predictions(model, toks[:half], feats[:half], C, B)
+def evaluate(model, vals: dict, C: int, B: int) -> dict:
+    """Fit the calibration on the first half of every workload's validation continuations
+    (``vals``: name -> (tokens, states)), score each workload's second half. The head predicts
+    acceptance of slot j given slots < j were accepted, so both use the positions a block
+    reaches (every slot before them hit). Per workload: cross-entropy, agreement by depth
+    (all cuts, and where reached: the conditional acceptance), expected accepted tokens of a
+    full block, ECE per position and pooled over the reached positions (each weighted by how
+    often it is verified); ``conf_ece_reached``: that ECE over every workload's."""
+    halves = {n: t.shape[0] // 2 for n, (t, _) in vals.items()}
+    first = [predictions(model, t[: halves[n]], f[: halves[n]], C, B) for n, (t, f) in vals.items()]
+    z1, y1 = torch.cat([p[0] for p in first]), torch.cat([p[1] for p in first])
     with torch.no_grad():
-        model.calib.copy_(fit_calibration(z1, y1))
-    z2, y2 = predictions(model, toks[half:], feats[half:], C, B)
-    conf = torch.sigmoid(z2 * model.calib[0] + model.calib[1]).detach().numpy()
-    hit = y2.numpy()
-    reached = np.concatenate([np.ones((len(hit), 1)), np.cumprod(hit, 1)[:, :-1]], 1) > 0
-    return {
-        "val_agreement_by_depth": [round(float(a), 4) for a in hit.mean(0)],
-        "val_accepted_per_block": round(float(np.cumprod(hit, 1).sum(1).mean()), 4),
-        "val_conf_ece_by_depth": [round(ece(conf[:, j], hit[:, j]), 4) for j in range(B)],
-        "val_conf_ece_reached": round(ece(conf[reached], hit[reached]), 4),
-        "val_cuts": len(hit),
-    }
+        model.calib.copy_(fit_calibration(z1, y1, reached(y1)))
+    out: dict = {}
+    pooled: tuple[list, list] = ([], [])
+    for n, (t, f) in vals.items():
+        z2, y2, ce = predictions(model, t[halves[n] :], f[halves[n] :], C, B)
+        conf = torch.sigmoid(z2 * model.calib[0] + model.calib[1]).detach().numpy()
+        hit, seen = y2.numpy(), reached(y2).numpy()
+        pooled[0].append(conf[seen])
+        pooled[1].append(hit[seen])
+        out[n] = {
+            "val_ce": round(float(ce.mean()), 4),
+            "val_agreement_by_depth": [round(float(a), 4) for a in hit.mean(0)],
+            "val_conditional_acceptance_by_depth": [
+                round(float(hit[seen[:, j], j].mean()), 4) for j in range(B)
+            ],
+            "val_accepted_per_block": round(float(np.cumprod(hit, 1).sum(1).mean()), 4),
+            "val_conf_ece_by_depth": [
+                round(ece(conf[seen[:, j], j], hit[seen[:, j], j]), 4) for j in range(B)
+            ],
+            "val_conf_ece_reached": round(ece(conf[seen], hit[seen]), 4),
+            "val_cuts": len(hit),
+        }
+    out["conf_ece_reached"] = round(ece(np.concatenate(pooled[0]), np.concatenate(pooled[1])), 4)
+    return out
 
 
 # ---------------------------------------------------------------- training
@@ -301,19 +332,20 @@ def train_block_drafter(work: Path, ckpt_dir: Path, c: BlockTrainConfig, command
     )
     arrays = token_arrays(work, bundle.tokenizer)
     train_tokens = np.concatenate([arrays["code_train"], arrays["prose_train"]])
-    val_tokens = np.concatenate([arrays["code_val"], arrays["prose_val"]])
     data = cached_data(
         work, "train", lambda: build_data(target, train_tokens, c.sequences, c, bc, [c.seed, 1])
     )
-    val = cached_data(
-        work, "val", lambda: build_data(target, val_tokens, c.val_sequences, c, bc, [c.seed, 2])
-    )
-    data, val = (trimmed(d, bc.context, c.gen_tokens, work) for d in (data, val))
+    data = trimmed(data, bc.context, c.gen_tokens, work)
+    vals = {}
+    for i, wl in enumerate(("code", "prose")):  # each workload's val split, half the prompts
+        make = partial(build_data, target, arrays[f"{wl}_val"], c.val_sequences // 2, c, bc)
+        v = cached_data(work, f"val_{wl}", partial(make, [c.seed, 2, i]))
+        vals[wl] = trimmed(v, bc.context, c.gen_tokens, work)
     torch.manual_seed(c.seed)
     model = BlockDrafterModel(bc)
     warm_embedding(model, target)
     res = train_loop(model, data, work, c)
-    res["eval"] = evaluate(model, *val, bc.context, bc.block_size)
+    res["eval"] = evaluate(model, vals, bc.context, bc.block_size)
     _log(f"validation {res['eval']}")
     meta = {
         "target_sha256": bundle.manifest["models"]["target"]["sha256"],
