@@ -34,6 +34,7 @@ class SeqArrays:
         self.has_rates = np.zeros(0, dtype=bool)
         self.owners: list[Any] = []  # the member in each slot (None: free)
         self.seen = np.zeros(0, dtype=np.int64)  # the last plan that listed each slot
+        self.used = np.zeros(0, dtype=bool)  # whether a member holds each slot
         self.free: list[int] = []
         self.tick = 0
         self._grow(capacity)
@@ -45,6 +46,7 @@ class SeqArrays:
         self.rates = _resized(self.rates, capacity)
         self.has_rates = _resized(self.has_rates, capacity)
         self.seen = _resized(self.seen, capacity)
+        self.used = _resized(self.used, capacity)
         self.owners += [None] * (capacity - old)
         self.free += range(capacity - 1, old - 1, -1)  # lowest slot first
         self.capacity = capacity
@@ -65,6 +67,7 @@ class SeqArrays:
         self.counts[slot] = 0.0
         self.has_rates[slot] = False
         self.owners[slot] = member
+        self.used[slot] = True
         member._bind(self, slot)
         return slot
 
@@ -77,6 +80,7 @@ class SeqArrays:
         self.has_rates[slot] = src.has_rates[old]
         self.rates[slot] = src.rates[old]
         src.owners[old] = None
+        src.used[old] = False
         src.free.append(old)
         return slot
 
@@ -88,8 +92,7 @@ class SeqArrays:
         idx = np.array(slots, dtype=np.intp)
         self.seen[idx] = self.tick
         if len(self.free) + len(idx) < self.capacity:
-            used = np.array([m is not None for m in self.owners])
-            for slot in np.flatnonzero(used & (self.seen != self.tick)).tolist():
+            for slot in np.flatnonzero(self.used & (self.seen != self.tick)).tolist():
                 self.release(slot)
         return idx
 

@@ -1,0 +1,93 @@
+"""The batch's per-sequence state as arrays (``control.seqstate``): a member's rows follow it
+into a planner's store, through the store's growth, out when it leaves and back in, exactly;
+the planner's gathers read what the members observed."""
+
+import numpy as np
+
+from control.batch import BatchContext
+from control.dspark import DSparkConfig, DSparkController
+from control.registry import make_planner
+from control.seqstate import ALPHA, PLANNED, SUM_N, SeqArrays
+
+CFG = DSparkConfig(k_max=6)
+
+
+def observe(m, k, n, t):
+    m.observe_values(t, k, n, (), 0.001, 0.01, 100, 0, n + 1, ())
+
+
+def expected_counts(history, decay):
+    """sum_n, sum_rej by the controller's formula (forget, then add), in Python floats."""
+    sn = sr = 0.0
+    for k, n in history:
+        sn = sn * decay + n
+        sr = sr * decay + (1 if n < k else 0)
+    return sn, sr
+
+
+def test_rows_follow_a_member_through_adoption_growth_release_and_return():
+    planner = make_planner("dspark", CFG)
+    decay = 1.0 - 1.0 / CFG.memory_rounds
+    rng = np.random.default_rng(3)
+    members = [DSparkController(CFG) for _ in range(40)]  # past the store's 16 slots
+    hist: dict[int, list] = {id(m): [] for m in members}
+    t = 0.0
+    for r in range(30):
+        batch = members[:20] if r < 10 else members[10:40] if r < 20 else members
+        ks = [d.k for d in planner.plan(t, batch, BatchContext(len(batch), 100 * len(batch)))]
+        t += 0.02
+        for m, k in zip(batch, ks):
+            n = int(rng.integers(0, k + 1))
+            observe(m, k, n, t)
+            hist[id(m)].append((k, n))
+        st = planner.seqs
+        slots = [m._slot for m in batch]
+        assert all(m._store is st for m in batch)
+        assert len(set(slots)) == len(batch)
+        assert st.used.sum() == len(batch)  # the members that left have moved out
+    for m in members:
+        assert (m.sum_n, m.sum_rej) == expected_counts(hist[id(m)], decay)
+        assert m.tokens == sum(n + 1 for _, n in hist[id(m)])
+        assert isinstance(m.sum_n, float) and isinstance(m.tokens, int)
+    left = members[0]  # listed in rounds 0-9 and 20-29 only
+    assert left.rounds == 20 and left._store is planner.seqs
+
+
+def test_a_member_that_leaves_keeps_its_rows_in_a_store_of_its_own():
+    planner = make_planner("dspark", CFG)
+    a, b = DSparkController(CFG), DSparkController(CFG)
+    planner.plan(0.0, [a, b], BatchContext(2, 200))
+    observe(a, 3, 2, 0.02)
+    observe(b, 3, 3, 0.02)
+    before = (a.sum_n, a.recent_rej, a.counts, a.planned_k)
+    planner.plan(0.03, [b], BatchContext(1, 100))
+    assert a._store is not planner.seqs and a._store.capacity == 1
+    assert (a.sum_n, a.recent_rej, a.counts, a.planned_k) == before
+    assert a.counts[2] == 1  # refused after 2: kept until a plan pools it
+    # b's round (all 3 accepted) was pooled by the full plan (costs not ready yet)
+    assert not any(b.counts) and planner.profile[CFG.k_max + 1 + 3] == 1.0
+    assert b.plan_rates is not None and a.plan_rates is not None
+    assert a._slot == 0 and 0 in planner.seqs.free and b._slot == 1
+
+
+def test_reset_clears_the_member_rows_in_place():
+    planner = make_planner("dspark", CFG)
+    m = DSparkController(CFG)
+    planner.plan(0.0, [m], BatchContext(1, 100))
+    observe(m, 4, 1, 0.02)
+    store, slot = m._store, m._slot
+    m.reset()
+    assert (m._store, m._slot) == (store, slot)
+    assert (m.sum_n, m.sum_rej, m.tokens, m.planned_k, m.plan_rates) == (0.0, 0.0, 0, -1, None)
+    assert m.counts == [0] * (2 * (CFG.k_max + 1)) and m.alpha == 1.0
+
+
+def test_the_planner_reads_the_rows_the_members_write():
+    st = SeqArrays(4, 2)
+    m = DSparkController(DSparkConfig(k_max=4))
+    slot = st.adopt(m)
+    m.alpha = 0.625
+    observe(m, 2, 2, 0.5)
+    assert st.values[slot, ALPHA] == 0.625 and st.values[slot, SUM_N] == 2.0
+    assert st.values[slot, PLANNED] == -1.0
+    assert st.counts[slot].tolist() == [0.0] * 7 + [1.0, 0.0, 0.0]
