@@ -694,7 +694,8 @@ class DSparkController(Controller):
     def _bind(self, store: SeqArrays, slot: int) -> None:
         self._store, self._slot = store, slot
         # memoryviews: element access in Python floats, ~2x numpy's scalar indexing
-        self._row, self._cnt = memoryview(store.values[slot]), memoryview(store.counts[slot])
+        self._row: Any = memoryview(store.values[slot])  # format "d": floats in and out
+        self._cnt: Any = memoryview(store.counts[slot])
 
     sum_n = property(lambda self: float(self._row[SUM_N]))
     sum_rej = property(lambda self: float(self._row[SUM_REJ]))
