@@ -746,7 +746,7 @@ class DSparkController(Controller):
         # plan_rates; a sequence no planner drives has a store of its own
         store = getattr(self, "_store", None)
         if store is None:
-            SeqArrays(c.k_max).new_slot(self)
+            SeqArrays.single(c.k_max).new_slot(self)
         else:
             store.new_slot(self, self._slot)
         self.alpha = self._pid_a.output

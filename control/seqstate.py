@@ -32,12 +32,27 @@ class SeqArrays:
         self.counts = np.zeros((0, 2 * (k_max + 1)))  # see DSparkController.counts
         self.rates = np.zeros((0, k_max))  # the last full plan's per-position rates
         self.has_rates = np.zeros(0, dtype=bool)
-        self.owners: list[Any] = []  # the member in each slot (None: free)
+        self.owners = np.empty(0, dtype=object)  # the member in each slot (None: free)
         self.seen = np.zeros(0, dtype=np.int64)  # the last plan that listed each slot
         self.used = np.zeros(0, dtype=bool)  # whether a member holds each slot
         self.free: list[int] = []
         self.tick = 0
         self._grow(capacity)
+
+    @classmethod
+    def single(cls, k_max: int) -> SeqArrays:
+        """A store of one free slot, built directly (a sequence's own: every new controller
+        and every member that leaves a batch gets one)."""
+        st = cls.__new__(cls)
+        st.k_max, st.capacity, st.tick = k_max, 1, 0
+        st.values = np.zeros((1, COLUMNS))
+        st.counts = np.zeros((1, 2 * (k_max + 1)))
+        st.rates = np.zeros((1, k_max))
+        st.has_rates = np.zeros(1, dtype=bool)
+        st.owners, st.free = np.empty(1, dtype=object), [0]
+        st.seen = np.zeros(1, dtype=np.int64)
+        st.used = np.zeros(1, dtype=bool)
+        return st
 
     def _grow(self, capacity: int) -> None:
         old = self.capacity
@@ -47,12 +62,11 @@ class SeqArrays:
         self.has_rates = _resized(self.has_rates, capacity)
         self.seen = _resized(self.seen, capacity)
         self.used = _resized(self.used, capacity)
-        self.owners += [None] * (capacity - old)
+        self.owners = _resized(self.owners, capacity)
         self.free += range(capacity - 1, old - 1, -1)  # lowest slot first
         self.capacity = capacity
-        for slot, m in enumerate(self.owners):  # the members' row views follow the new arrays
-            if m is not None:
-                m._bind(self, slot)
+        for slot in np.flatnonzero(self.used).tolist():  # row views follow the new arrays
+            self.owners[slot]._bind(self, slot)
 
     def new_slot(self, member: Any, slot: int | None = None) -> int:
         """A zeroed slot for ``member`` (α 1, no planned length, no predicted rates): a free
@@ -88,8 +102,7 @@ class SeqArrays:
         """The members' slots (adopting any in another store); slots whose member is not
         listed have left the batch and move to a store of their own."""
         self.tick += 1
-        slots = [m._slot if m._store is self else self.adopt(m) for m in members]
-        idx = np.array(slots, dtype=np.intp)
+        idx = np.array([m._slot if m._store is self else self.adopt(m) for m in members], np.intp)
         self.seen[idx] = self.tick
         if len(self.free) + len(idx) < self.capacity:
             for slot in np.flatnonzero(self.used & (self.seen != self.tick)).tolist():
@@ -98,11 +111,10 @@ class SeqArrays:
 
     def release(self, slot: int) -> None:
         """The member in ``slot`` leaves: its rows go to a store of its own."""
-        member = self.owners[slot]
-        SeqArrays(self.k_max).adopt(member)
+        SeqArrays.single(self.k_max).adopt(self.owners[slot])
 
 
 def _resized(a: np.ndarray, capacity: int) -> np.ndarray:
-    out = np.zeros((capacity, *a.shape[1:]), dtype=a.dtype)
+    out = (np.empty if a.dtype == object else np.zeros)((capacity, *a.shape[1:]), dtype=a.dtype)
     out[: len(a)] = a[:capacity]
     return out
