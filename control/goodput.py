@@ -99,8 +99,8 @@ def plan_round_lengths(
         first = a[:K]
         powers = np.empty((len(first) + 1, B))
         powers[0] = 1.0
-        np.cumprod(first, axis=0, out=powers[1:])
-    cum = np.cumsum(powers, axis=0)  # E(a_i, k) at row k
+        _accumulate(np.multiply, first, powers[1:])
+    cum = _accumulate(np.add, powers, np.empty_like(powers))  # E(a_i, k) at row k
     lo, hi = (0, K) if cap_range is None else (max(0, cap_range[0]), min(K, cap_range[1]))
     caps = np.arange(lo, hi + 1)
     bound = np.minimum(caps[:, None], kcap[None, :])  # (caps, B)
@@ -123,7 +123,8 @@ def plan_round_lengths(
         if pen_slope is not None:
             thr = thr + pen_slope(n)[:, None]
         keep = powers[1:, None, :] >= thr[None, :, :]  # (K, caps, B): token j pays
-        kstar = np.minimum(bound, keep.sum(axis=0))
+        # (a count of at most k_max ≤ 64 positions: exact in uint8, summed ~3x faster)
+        kstar = np.minimum(bound, np.add.reduce(keep, axis=0, dtype=np.uint8))
         # drafting at all also adds this sequence to every draft step of the round
         d = (k > 0).sum(axis=1)
         join = caps * (costs.step_s(d + 1) - costs.step_s(np.maximum(d, 1)))
@@ -147,6 +148,18 @@ def plan_round_lengths(
         seconds_by_cap=t,
         expected=cum[k, cols],
     )
+
+
+def _accumulate(op: np.ufunc, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``op.accumulate(x, axis=0)`` into ``out``: the same operations in the same order
+    (row j = row j−1 op x[j]); wide rows go one numpy call a row, which beats numpy's strided
+    accumulation down the columns from ~64 columns on."""
+    if x.ndim != 2 or x.shape[1] < 64:
+        return op.accumulate(x, axis=0, out=out)
+    out[0] = x[0]
+    for j in range(1, len(x)):
+        op(out[j - 1], x[j], out=out[j])
+    return out
 
 
 def slo_goodput_row(

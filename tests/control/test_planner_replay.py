@@ -170,3 +170,13 @@ def test_recorded_batches_exercise_the_planner(recorded):
         assert max(sizes) - min(sizes) >= 10, name
         flat = {k for ks in recorded[name]["k"] for k in ks}
         assert len(flat) >= 3, name
+
+
+@pytest.mark.parametrize("cols", [1, 16, 63, 64, 256])
+def test_accumulate_is_numpy_bit_for_bit(cols):
+    from control.goodput import _accumulate
+
+    x = np.random.default_rng(cols).uniform(0.0, 1.0, (16, cols))
+    for op, ref in ((np.add, np.cumsum), (np.multiply, np.cumprod)):
+        got = _accumulate(op, x, np.empty_like(x))
+        assert got.tobytes() == ref(x, axis=0).tobytes()
