@@ -697,6 +697,13 @@ class DSparkController(Controller):
         self._row: Any = memoryview(store.values[slot])  # format "d": floats in and out
         self._cnt: Any = memoryview(store.counts[slot])
 
+    def __getstate__(self) -> dict[str, Any]:  # memoryviews do not pickle: rebound on load
+        return {k: v for k, v in self.__dict__.items() if k not in ("_row", "_cnt")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._bind(self._store, self._slot)
+
     sum_n = property(lambda self: float(self._row[SUM_N]))
     sum_rej = property(lambda self: float(self._row[SUM_REJ]))
     recent_n = property(lambda self: float(self._row[RECENT_N]))

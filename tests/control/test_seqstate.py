@@ -91,3 +91,15 @@ def test_the_planner_reads_the_rows_the_members_write():
     assert st.values[slot, ALPHA] == 0.625 and st.values[slot, SUM_N] == 2.0
     assert st.values[slot, PLANNED] == -1.0
     assert st.counts[slot].tolist() == [0.0] * 7 + [1.0, 0.0, 0.0]
+
+
+def test_a_controller_copies_and_pickles_with_its_rows():
+    import copy
+    import pickle
+
+    m = DSparkController(CFG)
+    observe(m, 3, 1, 0.02)
+    for twin in (copy.deepcopy(m), pickle.loads(pickle.dumps(m))):
+        assert (twin.sum_n, twin.counts, twin.tokens) == (m.sum_n, m.counts, m.tokens)
+        observe(twin, 3, 3, 0.04)
+        assert twin.sum_n > m.sum_n and m.counts[1] == 1 and twin.counts[CFG.k_max + 4] == 1
