@@ -290,8 +290,8 @@ def _times(
     if numeric and unit == "auto":
         warnings.warn(
             f"{where.path}: column '{name}' holds numbers, read as {_UNIT_NAMES[read_as]}: the "
-            f"trace spans {_human(span)} over {len(t)} request{'s' if len(t) != 1 else ''}; set {where.unit_key} = 's', "
-            "'ms', 'us' or 'ns' to state the unit",
+            f"trace spans {_human(span)} over {len(t)} request{'s' if len(t) != 1 else ''}; "
+            f"set {where.unit_key} = 's', 'ms', 'us' or 'ns' to state the unit",
             TraceWarning,
             stacklevel=4,
         )
