@@ -1,22 +1,27 @@
 """``dspark real train --block-drafter``: distil the block drafter (``real.block_drafter``)
 from the shipped target, resumable.
 
-Data: the target's own greedy continuations. Prompts are windows of the corpus's training split
-(validation: its val split); the target decodes ``gen_tokens`` tokens greedily from each, in
-float32 batches, and the outputs of the drafter's ``feature_layers`` are kept at every position
-the drafter can read (the last ``context`` prompt positions and the continuation). A training
-example is a cut L inside the continuation: the context entries L-C .. L-1 and, as labels, the
-next B tokens of the continuation: exactly the target's greedy choices given that the block's
-earlier tokens were accepted, so "slot j agrees with its label" is the event the confidence head
-predicts (acceptance of token j given tokens < j were accepted, under greedy verification).
+Data, two kinds. (1) The target's own greedy continuations: prompts are windows of the
+corpus's training split (validation: its val split, per workload); the target decodes
+``gen_tokens`` tokens greedily from each, in float32 batches, and the outputs of the drafter's
+``feature_layers`` are kept at every position the drafter can read (the last ``context`` prompt
+positions and the continuation). An example is a cut L inside the continuation: the context
+entries L-C .. L-1 and, as labels, the next B tokens of the continuation: exactly the target's
+greedy choices given that the block's earlier tokens were accepted, so "slot j agrees with its
+label" is the event the confidence head predicts (acceptance of token j given tokens < j were
+accepted, under greedy verification). (2) Teacher-forced windows of the training split
+(``corpus_windows``): real text around every cut, labels the target's argmax at each position
+given the text (exact for the block's first token; later ones follow the text, not the
+target's own choices). A batch takes ``corpus_share`` of its cuts from (2).
 
 Loss: cross-entropy of each block position against its label, weighted ``depth_decay ** (j-1)``
 (position j is verified only when the ones before it were accepted), normalised; plus the
-confidence head's binary cross-entropy (the head reads detached states, so it never pulls the
-drafter). After training, the head's per-position affine calibration is fitted on one half of
-the validation cuts, over the positions a block reaches (the ones before all accepted); the
-other half gives the agreement by depth and the expected calibration error (ECE, 10
-equal-width bins) per position and pooled over the reached positions.
+confidence head's binary cross-entropy on the greedy cuts (the head reads detached states, so
+it never pulls the drafter). After training, the head's per-position affine calibration
+(Platt) is fitted on engine rounds (float32, greedy, k = B) over half of ``calib_prompts``
+val-split prompts, on the positions verification reached (the ones before all accepted); the
+other half scores it (ECE, 10 equal-width bins). The validation continuations give the
+agreement by depth, the conditional acceptance and the ECE per position.
 
 Generated data, model and optimizer state are saved in the work folder; a killed run resumes
 at its last save, drawing exactly the batches an uninterrupted run would
@@ -38,7 +43,7 @@ import torch.nn.functional as F
 from control.configio import param
 from control.errors import DSparkError
 from real import checkpoint as ck
-from real.block_drafter import BlockConfig, BlockDrafterModel
+from real.block_drafter import BlockConfig, BlockDrafterModel, target_layer_states
 from real.models import Segments
 from real.train import _load_opt, _make_opt, _opt_tensors, lr_at, token_arrays
 
@@ -62,12 +67,22 @@ class BlockTrainConfig:
     # the benchmarks generate 128 tokens a prompt.
     gen_tokens: int = param(128, lo=2, hi=4096, doc="greedy tokens the target adds to a prompt")
     gen_batch: int = param(64, lo=1, hi=1024, doc="prompts decoded together")
-    # 3000 steps of 128 cuts: ~6 passes over the cuts, ~25 min on one shared core.
-    steps: int = param(3000, lo=1, hi=1_000_000, doc="optimizer steps")
-    batch: int = param(128, lo=1, hi=65536, doc="cuts per step")
+    # 2500 steps of 192 cuts (half greedy, half teacher-forced): ~25 min on one shared core.
+    steps: int = param(2500, lo=1, hi=1_000_000, doc="optimizer steps")
+    batch: int = param(192, lo=1, hi=65536, doc="cuts per step")
     lr: float = param(3e-3, lo=1e-6, hi=1.0, doc="peak learning rate")
     warmup_steps: int = param(50, lo=0, hi=100_000, doc="linear warm-up steps")
     weight_decay: float = param(0.1, lo=0.0, hi=1.0, doc="AdamW weight decay (matrices only)")
+    # teacher-forced windows of the training split: real text around every cut (the greedy
+    # continuations alone are few and repetitive: the first run overfit them, train CE 0.54
+    # against 3.6-5.2 on validation); their labels are the target's argmax at each position
+    # given the text, exact for the block's first token, the text's own prefix for later ones.
+    corpus_windows: int = param(512, lo=0, hi=1 << 20, doc="teacher-forced training windows")
+    corpus_tokens: int = param(256, lo=16, hi=4096, doc="tokens of a teacher-forced window")
+    corpus_share: float = param(0.5, lo=0.0, hi=1.0, doc="share of a batch from those windows")
+    # engine rounds on val-split prompts fit the head's calibration (half of them score it).
+    calib_prompts: int = param(24, lo=0, hi=4096, doc="val prompts the engine calibrates on")
+    calib_new_tokens: int = param(64, lo=1, hi=1024, doc="tokens each calibration prompt adds")
     # ~ the acceptance of a draft token: position j weighs about as often as it is verified.
     depth_decay: float = param(0.7, lo=0.0, hi=1.0, doc="loss weight ratio of position j+1 to j")
     save_every: int = param(100, lo=1, hi=1_000_000, doc="steps between resumable saves")
@@ -127,6 +142,17 @@ def cached_data(work: Path, name: str, make) -> tuple[torch.Tensor, torch.Tensor
     return toks, feats
 
 
+def cached_corpus(work: Path, make):
+    """The teacher-forced windows from the work folder, made (and saved) when missing."""
+    path = work / "block_corpus.safetensors"
+    if path.is_file():
+        t = ck.load_tensors(path)
+        return t["tokens"], t["feats"], t["labels"]
+    toks, feats, labels = make()
+    ck.save_tensors({"tokens": toks, "feats": feats, "labels": labels}, path)
+    return toks, feats, labels
+
+
 def trimmed(data, context: int, gen: int, work: Path):
     """Cached data made for a longer context, cut to ``context`` positions before the
     continuation (a shorter one is a one-line error)."""
@@ -140,17 +166,46 @@ def trimmed(data, context: int, gen: int, work: Path):
     return toks[:, extra:], feats[:, extra:]
 
 
-def cut_batch(toks, feats, rows: torch.Tensor, cuts: torch.Tensor, C: int, B: int):
-    """Inputs and labels of cuts ``cuts`` of continuations ``rows``: entries c .. c+C-1, labels
-    c+C .. c+C+B-1 (aligned indices; see :func:`generate`)."""
+@torch.inference_mode()
+def corpus_data(target, tokens: np.ndarray, n: int, T: int, layers, seed, chunk: int = 8):
+    """``n`` teacher-forced windows of ``T`` tokens: (tokens ``[n, T-1]`` = positions 1..T-1,
+    states ``[n, T-1, F]`` fp16 at positions 0..T-2, labels ``[n, T-1]``: the target's argmax
+    for each of positions 1..T-1 given the text before it), aligned as :func:`generate`'s."""
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, len(tokens) - T, size=n)
+    toks, feats, labels = [], [], []
+    for i in range(0, n, chunk):
+        w = torch.from_numpy(np.stack([tokens[s : s + T] for s in starts[i : i + chunk]]))
+        w, last, d = w.long(), len(target.layers), target.cfg.d_model
+        h = target_layer_states(target, w, tuple(sorted({*layers, last})))
+        am = target.logits(h[..., -d:]).argmax(-1)
+        if last not in layers:
+            h = h[..., :-d]
+        toks.append(w[:, 1:])
+        feats.append(h[:, :-1].half())
+        labels.append(am[:, :-1])
+        if (i // chunk) % 16 == 15:
+            _log(f"teacher-forced {i + chunk}/{n} windows")
+    return torch.cat(toks), torch.cat(feats), torch.cat(labels)
+
+
+def cut_batch(data, rows: torch.Tensor, cuts: torch.Tensor, C: int, B: int):
+    """Inputs and labels of cuts ``cuts`` of rows ``rows`` of ``data`` = (tokens, states) or
+    (tokens, states, labels): entries c .. c+C-1, labels c+C .. c+C+B-1 (aligned indices; see
+    :func:`generate`; the labels are the tokens themselves without a labels array)."""
+    toks, feats = data[0], data[1]
+    labels = data[2] if len(data) > 2 else toks
     ent = cuts[:, None] + torch.arange(C)
     lab = cuts[:, None] + C + torch.arange(B)
     r = rows[:, None]
-    return toks[r, ent], feats[r, ent].float(), toks[r, lab]
+    return toks[r, ent], feats[r, ent].float(), labels[r, lab]
 
 
-def losses(model, tokens, feats, labels, decay: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weighted cross-entropy over block positions, confidence-head BCE)."""
+def losses(
+    model, tokens, feats, labels, decay: float, conf_rows: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weighted cross-entropy over block positions, confidence-head BCE over the first
+    ``conf_rows`` rows: the greedy continuations, whose labels are the acceptance events)."""
     ones = torch.ones_like(tokens, dtype=torch.bool)
     logits, conf = model(tokens, feats, ones, ones)
     B = labels.shape[1]
@@ -158,7 +213,8 @@ def losses(model, tokens, feats, labels, decay: float) -> tuple[torch.Tensor, to
     w = decay ** torch.arange(B, dtype=torch.float32)
     ce = (ce.view(-1, B).mean(0) * w).sum() / w.sum()
     hit = (logits.argmax(-1) == labels).float()
-    return ce, F.binary_cross_entropy_with_logits(conf.float(), hit)
+    m = slice(None, conf_rows)
+    return ce, F.binary_cross_entropy_with_logits(conf[m].float(), hit[m])
 
 
 # ---------------------------------------------------------------- evaluation
@@ -173,7 +229,7 @@ def predictions(model, toks, feats, C: int, B: int, stride: int = 4):
     zs, hits, ces = [], [], []
     for r in range(toks.shape[0]):
         rows = torch.full((len(cuts),), r)
-        t, f, y = cut_batch(toks, feats, rows, cuts, C, B)
+        t, f, y = cut_batch((toks, feats), rows, cuts, C, B)
         ones = torch.ones_like(t, dtype=torch.bool)
         logits, conf = model(t, f, ones, ones)
         zs.append((conf - model.calib[1]) / model.calib[0])
@@ -191,7 +247,8 @@ def reached(hit: torch.Tensor) -> torch.Tensor:
 
 def fit_calibration(z: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None):
     """Per position j, (scale, shift) minimising the BCE of sigmoid(scale · z + shift) against
-    ``y`` over the cuts where ``mask`` holds (Platt scaling; None: all): ``[2, B]``."""
+    ``y`` over the cuts where ``mask`` holds (Platt scaling; None: all), with a weak prior at
+    the identity: ``[2, B]``."""
     w = torch.ones_like(y) if mask is None else mask.to(y.dtype)
     n = w.sum(0).clamp_min(1.0)
     p = torch.stack([torch.ones(z.shape[1]), torch.zeros(z.shape[1])]).requires_grad_(True)
@@ -200,12 +257,19 @@ def fit_calibration(z: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None 
     def closure():
         opt.zero_grad()
         bce = F.binary_cross_entropy_with_logits(z * p[0] + p[1], y, reduction="none")
-        loss = ((bce * w).sum(0) / n).sum()
+        # a weak pull towards the identity keeps a position whose outcomes never vary finite
+        prior = 1e-3 * ((p[0] - 1.0) ** 2 + p[1] ** 2)
+        loss = ((bce * w).sum(0) / n + prior).sum()
         loss.backward()
         return loss
 
     opt.step(closure)
     return p.detach()
+
+
+def _r4(v: float) -> float | None:
+    """``v`` rounded to 4 places; None where there was nothing to score (NaN)."""
+    return round(float(v), 4) if np.isfinite(v) else None
 
 
 def ece(conf: np.ndarray, hit: np.ndarray, bins: int = 10) -> float:
@@ -222,35 +286,29 @@ def ece(conf: np.ndarray, hit: np.ndarray, bins: int = 10) -> float:
 
 
 def evaluate(model, vals: dict, C: int, B: int) -> dict:
-    """Fit the calibration on the first half of every workload's validation continuations
-    (``vals``: name -> (tokens, states)), score each workload's second half. The head predicts
-    acceptance of slot j given slots < j were accepted, so both use the positions a block
-    reaches (every slot before them hit). Per workload: cross-entropy, agreement by depth
-    (all cuts, and where reached: the conditional acceptance), expected accepted tokens of a
-    full block, ECE per position and pooled over the reached positions (each weighted by how
-    often it is verified); ``conf_ece_reached``: that ECE over every workload's."""
-    halves = {n: t.shape[0] // 2 for n, (t, _) in vals.items()}
-    first = [predictions(model, t[: halves[n]], f[: halves[n]], C, B) for n, (t, f) in vals.items()]
-    z1, y1 = torch.cat([p[0] for p in first]), torch.cat([p[1] for p in first])
-    with torch.no_grad():
-        model.calib.copy_(fit_calibration(z1, y1, reached(y1)))
+    """Score the head's current calibration on every workload's validation continuations
+    (``vals``: name -> (tokens, states)). The head predicts acceptance of slot j given slots
+    < j were accepted, so ECE counts the positions a block reaches (every slot before them
+    hit). Per workload: cross-entropy, agreement by depth (all cuts, and where reached: the
+    conditional acceptance), expected accepted tokens of a full block, ECE per position and
+    pooled over the reached positions; ``conf_ece_reached``: that ECE over every workload's."""
     out: dict = {}
     pooled: tuple[list, list] = ([], [])
     for n, (t, f) in vals.items():
-        z2, y2, ce = predictions(model, t[halves[n] :], f[halves[n] :], C, B)
-        conf = torch.sigmoid(z2 * model.calib[0] + model.calib[1]).detach().numpy()
-        hit, seen = y2.numpy(), reached(y2).numpy()
+        z, y, ce = predictions(model, t, f, C, B)
+        conf = torch.sigmoid(z * model.calib[0] + model.calib[1]).detach().numpy()
+        hit, seen = y.numpy(), reached(y).numpy()
         pooled[0].append(conf[seen])
         pooled[1].append(hit[seen])
         out[n] = {
             "val_ce": round(float(ce.mean()), 4),
             "val_agreement_by_depth": [round(float(a), 4) for a in hit.mean(0)],
             "val_conditional_acceptance_by_depth": [
-                round(float(hit[seen[:, j], j].mean()), 4) for j in range(B)
+                _r4(hit[seen[:, j], j].mean()) if seen[:, j].any() else None for j in range(B)
             ],
             "val_accepted_per_block": round(float(np.cumprod(hit, 1).sum(1).mean()), 4),
             "val_conf_ece_by_depth": [
-                round(ece(conf[seen[:, j], j], hit[seen[:, j], j]), 4) for j in range(B)
+                _r4(ece(conf[seen[:, j], j], hit[seen[:, j], j])) for j in range(B)
             ],
             "val_conf_ece_reached": round(ece(conf[seen], hit[seen]), 4),
             "val_cuts": len(hit),
@@ -259,12 +317,83 @@ def evaluate(model, vals: dict, C: int, B: int) -> dict:
     return out
 
 
+@torch.no_grad()
+def engine_rounds(model, target, prompts: list[list[int]], new_tokens: int):
+    """The engine (float32, greedy, fixed k = B) drafting with ``model`` on ``prompts``: per
+    round, the head's raw logits ``[R, B]``, hits and the verified positions (j <= accepted,
+    j < drafted)."""
+    from control import make_controller
+    from real.block_drafter import BlockDrafter
+    from real.engine import Engine, EngineConfig
+
+    B = model.cfg.block_size
+    cfg = EngineConfig(
+        max_len=max(map(len, prompts)) + new_tokens + 8,
+        target_dtype="float32",
+        stop_at_eot=False,
+    )
+    model.eval()
+    eng = Engine(
+        target, BlockDrafter(model, cfg.max_len + cfg.k_max + 1, torch.float32, "cpu"), cfg
+    )
+    z, y, m = [], [], []
+    for p in prompts:
+        for r in eng.generate(p, new_tokens, make_controller("fixed", {"k": B})).records:
+            if not r.drafted:
+                continue
+            c = torch.full((B,), 0.5, dtype=torch.float64)  # undrafted: masked out
+            c[: r.drafted] = torch.tensor(r.confidences, dtype=torch.float64).clamp(1e-6, 1 - 1e-6)
+            z.append((torch.logit(c).float() - model.calib[1]) / model.calib[0])
+            j = torch.arange(B)
+            y.append((j < r.accepted).float())
+            m.append((j <= r.accepted) & (j < r.drafted))
+    model.train()
+    return torch.stack(z), torch.stack(y), torch.stack(m)
+
+
+def engine_calibration(model, target, arrays: dict, c: BlockTrainConfig) -> dict:
+    """Fit the head's calibration on engine rounds over the first half of ``calib_prompts``
+    val-split prompts per workload (128-token windows at evenly spaced offsets), score it on
+    the second half: ECE over the verified positions per workload and pooled, and the rounds'
+    accepted tokens."""
+    per = max(c.calib_prompts // 2, 2)
+    prompts: dict[str, list[list[int]]] = {}
+    for wl in ("code", "prose"):
+        t = arrays[f"{wl}_val"]
+        offs = np.linspace(0, len(t) - 129, per).astype(int)
+        prompts[wl] = [t[o : o + 128].astype(np.int64).tolist() for o in offs]
+    fit = [
+        engine_rounds(model, target, ps[: per // 2], c.calib_new_tokens) for ps in prompts.values()
+    ]
+    z, y, m = (torch.cat(x) for x in zip(*fit))
+    with torch.no_grad():
+        model.calib.copy_(fit_calibration(z, y, m))
+    out: dict = {}
+    pooled: tuple[list, list] = ([], [])
+    for wl, ps in prompts.items():
+        z, y, m = engine_rounds(model, target, ps[per // 2 :], c.calib_new_tokens)
+        conf = torch.sigmoid(z * model.calib[0] + model.calib[1]).detach().numpy()
+        sel = m.numpy()
+        pooled[0].append(conf[sel])
+        pooled[1].append(y.numpy()[sel])
+        out[wl] = {
+            "engine_conf_ece": round(ece(conf[sel], y.numpy()[sel]), 4),
+            "engine_accepted_per_round": round(float(y.sum(1).mean()), 4),
+            "engine_rounds": len(y),
+        }
+    out["engine_conf_ece"] = round(ece(np.concatenate(pooled[0]), np.concatenate(pooled[1])), 4)
+    _log(f"calibrated on engine rounds: {out}")
+    return out
+
+
 # ---------------------------------------------------------------- training
-def train_loop(model, data, work: Path, c: BlockTrainConfig) -> dict:
-    """The resumable optimisation (state in ``work``); returns the stage's state dict."""
-    toks, feats = data
+def train_loop(model, data, corpus, work: Path, c: BlockTrainConfig) -> dict:
+    """The resumable optimisation (state in ``work``) on the greedy continuations ``data`` and
+    the teacher-forced windows ``corpus`` (None: none); returns the stage's state dict."""
+    toks = data[0]
     C, B = model.cfg.context, model.cfg.block_size
     G = toks.shape[1] - C
+    n_corpus = round(c.batch * c.corpus_share) if corpus is not None else 0
     ckpt, state_path = work / "drafter_block.ckpt.safetensors", work / "drafter_block.state.json"
     opt = _make_opt(model, c.weight_decay, c.lr)
     state: dict = {"step": 0, "losses": [], "seconds": 0.0}
@@ -279,11 +408,20 @@ def train_loop(model, data, work: Path, c: BlockTrainConfig) -> dict:
     step = state["step"]
     while step < c.steps:
         rng = np.random.default_rng([c.seed, step])
-        rows = torch.from_numpy(rng.integers(0, toks.shape[0], c.batch))
-        cuts = torch.from_numpy(rng.integers(0, G - B + 1, c.batch))
+        n = c.batch - n_corpus
+        rows = torch.from_numpy(rng.integers(0, toks.shape[0], n))
+        cuts = torch.from_numpy(rng.integers(0, G - B + 1, n))
+        parts = [cut_batch(data, rows, cuts, C, B)]
+        if n_corpus:
+            assert corpus is not None
+            span = corpus[0].shape[1] - C - B + 1
+            rows = torch.from_numpy(rng.integers(0, corpus[0].shape[0], n_corpus))
+            cuts = torch.from_numpy(rng.integers(0, span, n_corpus))
+            parts.append(cut_batch(corpus, rows, cuts, C, B))
+        batch = [torch.cat(x) for x in zip(*parts)]
         for g in opt.param_groups:
             g["lr"] = lr_at(step, c.lr, c.warmup_steps, c.steps)
-        ce, bce = losses(model, *cut_batch(toks, feats, rows, cuts, C, B), c.depth_decay)
+        ce, bce = losses(model, *batch, c.depth_decay, conf_rows=n)
         opt.zero_grad(set_to_none=True)
         (ce + bce).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -344,8 +482,27 @@ def train_block_drafter(work: Path, ckpt_dir: Path, c: BlockTrainConfig, command
     torch.manual_seed(c.seed)
     model = BlockDrafterModel(bc)
     warm_embedding(model, target)
-    res = train_loop(model, data, work, c)
+    corpus = None
+    if c.corpus_windows:
+        make = partial(
+            corpus_data, target, train_tokens, c.corpus_windows, c.corpus_tokens, bc.feature_layers
+        )
+        corpus = cached_corpus(work, partial(make, [c.seed, 3]))
+    res = train_loop(model, data, corpus, work, c)
+    if c.calib_prompts:  # the calibration from engine rounds; else from the greedy val cuts
+        engine = engine_calibration(model, target, arrays, c)
+    else:
+        halves = [(t[: len(t) // 2], f[: len(f) // 2]) for t, f in vals.values()]
+        z, y, _ = (
+            torch.cat(x)
+            for x in zip(*(predictions(model, *h, bc.context, bc.block_size) for h in halves))
+        )
+        with torch.no_grad():
+            model.calib.copy_(fit_calibration(z, y, reached(y)))
+        engine = {}
     res["eval"] = evaluate(model, vals, bc.context, bc.block_size)
+    for k, v in engine.items():  # per workload beside the offline scores, and pooled
+        res["eval"][k] = {**res["eval"][k], **v} if isinstance(v, dict) else v
     _log(f"validation {res['eval']}")
     meta = {
         "target_sha256": bundle.manifest["models"]["target"]["sha256"],

@@ -8,7 +8,7 @@ import torch
 
 from control.errors import DSparkError
 from real.block_drafter import target_layer_states
-from real.block_train import cut_batch, ece, fit_calibration, generate, trimmed
+from real.block_train import corpus_data, cut_batch, ece, fit_calibration, generate, trimmed
 from tests.real.conftest import V, tiny_target
 
 
@@ -28,7 +28,7 @@ def test_generated_data_is_the_greedy_path_with_aligned_states():
     assert torch.equal(toks, full[:, 10 - C :])
     want = target_layer_states(target, full, (1, 2))[:, 10 - C - 1 : 10 + gen - 1]
     assert torch.allclose(feats.float(), want, rtol=2e-3, atol=1e-2)  # fp16 storage
-    t, f, y = cut_batch(toks, feats, torch.tensor([1, 2]), torch.tensor([0, 5]), C, 3)
+    t, f, y = cut_batch((toks, feats), torch.tensor([1, 2]), torch.tensor([0, 5]), C, 3)
     assert torch.equal(t[1], toks[2, 5:9]) and torch.equal(y[1], toks[2, 9:12])
     assert torch.equal(y[0], full[1, 10:13])  # the cut at the prompt's end: the first 3 outputs
     assert torch.equal(f[1], feats[2, 5:9].float())
@@ -54,3 +54,21 @@ def test_ece_and_platt_fit():
     ab = fit_calibration(z, y)
     assert ab[:, 0].tolist() == pytest.approx([2.0, -1.0], abs=0.1)
     assert ab[:, 1].tolist() == pytest.approx([0.5, 0.3], abs=0.1)
+
+
+def test_teacher_forced_windows_are_aligned():
+    """Token i is position 1 + i of the window, state i the layers' output at position i, label
+    i the target's argmax for position 1 + i given the window before it; a cut's labels are
+    those, its entries the text."""
+    target = tiny_target().float()
+    tokens = np.random.default_rng(0).integers(0, V, 500)
+    toks, feats, labels = corpus_data(target, tokens, 3, 20, (1,), [1], chunk=2)
+    assert toks.shape == labels.shape == (3, 19) and feats.shape == (3, 19, 32)
+    start = np.random.default_rng([1]).integers(0, 480, size=3)[1]
+    w = torch.from_numpy(tokens[start : start + 20]).long()[None]
+    assert torch.equal(toks[1], w[0, 1:])
+    assert torch.equal(labels[1], target(w)[0, :-1].argmax(-1))
+    h = target_layer_states(target, w, (1,))[0, :-1]
+    assert torch.allclose(feats[1].float(), h, rtol=2e-3, atol=1e-2)
+    t, _, y = cut_batch((toks, feats, labels), torch.tensor([1]), torch.tensor([3]), 4, 2)
+    assert torch.equal(t[0], w[0, 4:8]) and torch.equal(y[0], labels[1, 7:9])
