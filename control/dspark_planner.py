@@ -36,6 +36,10 @@ Once per round, for the batch's sequences (each a :class:`~control.dspark.DSpark
    newly waiting, end it; a batch that moves re-plans as before.
 
 The per-sequence decision keeps its mode, β, τ and block-end flag; only k is planned.
+
+The sequences' evidence lives in the planner's arrays (:class:`~control.seqstate.SeqArrays`, a
+slot per member, written in place by each member's ``observe``): a plan gathers the batch by
+slot, with no Python loop over its sequences' attributes.
 """
 
 from __future__ import annotations
