@@ -286,8 +286,10 @@ class DSparkPlanner(RoundPlanner):
             k = np.minimum(kcap, min(cap, k_max))
         else:
             alpha = self.seqs.values[self._idx, ALPHA]
-            # search near the last cap (±3): a cap moves by at most that between full plans
-            near = None if self.last_cap < 0 else (self.last_cap - 3, self.last_cap + 3)
+            # search near the last cap (±3): a cap moves by at most that between full plans;
+            # every cap when none yet, or when the engine's limit fell below that window
+            lo = self.last_cap - 3
+            near = None if self.last_cap < 0 or lo > k_max else (lo, self.last_cap + 3)
             p = plan_round_lengths(
                 a, kcap, self.cost_functions(batch, now_s), k_max, alpha, cap_range=near
             )

@@ -180,3 +180,30 @@ def test_accumulate_is_numpy_bit_for_bit(cols):
     for op, ref in ((np.add, np.cumsum), (np.multiply, np.cumprod)):
         got = _accumulate(op, x, np.empty_like(x))
         assert got.tobytes() == ref(x, axis=0).tobytes()
+
+
+def test_a_limit_below_the_last_caps_window_searches_every_cap():
+    """The engine's max_draft falling more than 3 below the last cap (a smaller static cache)
+    plans within the new limit instead of searching an empty window of caps."""
+    cfg = DSparkConfig()
+    planner = make_planner("dspark", cfg)
+    members = [DSparkController(cfg) for _ in range(4)]
+    t = 0.0
+    for r in range(60):
+        limit = 16 if r < 50 else 2
+        ks = [d.k for d in planner.plan(t, members, BatchContext(4, 1000, limit))]
+        if r == 49:
+            assert planner.last_cap > 5  # every draft accepted: the plan drafts long
+        if r >= 50:
+            assert max(ks) <= 2
+        n_tok, steps = sum(ks) + 4, max(ks)
+        verify_s, draft_s = 0.02 + 1e-4 * n_tok, 0.001 * steps
+        end = t + verify_s + draft_s
+        for m, k in zip(members, ks):
+            m.observe_values(end, k, k, (), draft_s, verify_s, 250, 0, k + 1, ())
+        drafting = sum(1 for k in ks if k)
+        planner.observe_round(
+            RoundStats(t, end, 4, drafting, steps, n_tok, 1000, draft_s, verify_s, sum(ks), n_tok)
+        )
+        t = end
+    assert planner.last_cap == 2
