@@ -145,16 +145,19 @@ class BlockDrafterModel(nn.Module):
         present: torch.Tensor,
         valid: torch.Tensor,
         heads: int | None = None,
+        projected: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits ``[N, H, V]`` and confidence logits ``[N, H]`` (calibrated) of N blocks' first
         H = ``heads`` slots (None: all B; every slot takes part in the attention either way).
 
         ``tokens`` ``[N, C]``: context tokens x_p; ``feats`` ``[N, C, nf · d_feature]``: the
-        target's states at p - 1, used where ``present``; ``valid`` ``[N, C]``: entries that
-        exist (p >= 0; a prompt shorter than C leaves the first ones out)."""
+        target's states at p - 1 (``projected``: already through :meth:`features`, ``[N, C,
+        d]``), used where ``present``; ``valid`` ``[N, C]``: entries that exist (p >= 0; a
+        prompt shorter than C leaves the first ones out)."""
         N, C = tokens.shape
         x = self.embed_tokens(tokens) + self.ctx_pos[-C:]
-        x = x + torch.where(present[..., None], self.features(feats), self.missing)
+        f = feats if projected else self.features(feats)
+        x = x + torch.where(present[..., None], f, self.missing)
         x = torch.cat([x, self.slots.expand(N, -1, -1)], dim=1)
         mask = None
         if not bool(valid.all()):
@@ -196,10 +199,12 @@ class BlockDrafter(_OneRow):
         self.allocate(slots)
 
     def allocate(self, slots: int) -> None:
-        cfg = self.model.cfg
-        width = len(cfg.feature_layers) * cfg.d_feature
+        """Per slot and position the target's states, already projected (:meth:`features`:
+        each position's projection is the same whichever round reads it, so it is computed
+        once, when the target hands the states over)."""
+        d = self.model.cfg.d_model
         self.state = {
-            "feat": torch.zeros(slots, self.length, width, dtype=self.dtype, device=self.device),
+            "feat": torch.zeros(slots, self.length, d, dtype=self.dtype, device=self.device),
             "length": self.length,
             "slots": slots,
         }
@@ -216,13 +221,16 @@ class BlockDrafter(_OneRow):
 
     def observe_hidden(self, segs: Segments, hidden: torch.Tensor) -> None:
         """The target's states ``[N, nf · d_feature]`` of the packed tokens of ``segs``."""
-        if hidden.shape[-1] != self.state["feat"].shape[-1]:
+        cfg = self.model.cfg
+        want = len(cfg.feature_layers) * cfg.d_feature
+        if hidden.shape[-1] != want:
             raise DSparkError(
                 f"block drafter: the target hands {hidden.shape[-1]} features a token, the "
-                f"drafter reads {self.state['feat'].shape[-1]} (layers {self.hidden_layers} "
-                f"of width {self.model.cfg.d_feature})"
+                f"drafter reads {want} (layers {self.hidden_layers} of width {cfg.d_feature})"
             )
-        self.state["feat"][segs.slot_idx, segs.pos_idx] = hidden.to(self.dtype)
+        with torch.no_grad():
+            f = self.model.features(hidden.to(self.dtype))
+            self.state["feat"][segs.slot_idx, segs.pos_idx] = f
 
     def block(self, seq: torch.Tensor, slots: list[int], Ls: list[int], heads: int | None = None):
         """Logits ``[R, H, V]`` and confidences ``[R, H]`` of the first H = ``heads`` slots
@@ -236,7 +244,7 @@ class BlockDrafter(_OneRow):
         )
         tokens = seq[s, pos.clamp_min(0)]
         feats = self.state["feat"][s, (pos - 1).clamp_min(0)]
-        logits, conf = self.model(tokens, feats, pos >= 1, pos >= 0, heads)
+        logits, conf = self.model(tokens, feats, pos >= 1, pos >= 0, heads, projected=True)
         return logits, torch.sigmoid(conf.float())
 
     def propose_batch(

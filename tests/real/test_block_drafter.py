@@ -93,8 +93,8 @@ def test_greedy_equality_batch_4():
 
 def test_untrained_drafter_greedy_equality_and_features():
     """A real (random) block drafter: output equals target-only at batch 1 and 4; at batch 1
-    the target states it holds are the teacher-forced outputs of its layers (1, 2) at every
-    committed position but the last."""
+    the target states it holds are the projection of the teacher-forced outputs of its layers
+    (1, 2) at every committed position but the last."""
     target = tiny_target()
     for slots in (4, 1):
         cfg = dataclasses.replace(CFG, slots=slots)
@@ -109,7 +109,7 @@ def test_untrained_drafter_greedy_equality_and_features():
     g = eng.generate(prompt(30), 25, make_controller("fixed", {"k": 5}))
     ids = torch.tensor([prompt(30) + g.tokens])
     n = ids.shape[1] - 1
-    want = target_layer_states(target, ids, (1, 2))[0, :n]
+    want = d.model.features(target_layer_states(target, ids, (1, 2))[0, :n])
     assert torch.allclose(d.state["feat"][0, :n], want, atol=1e-9)
 
 
