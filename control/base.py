@@ -85,6 +85,11 @@ class Controller:
         """Told by a driver that serves SLOs (a :class:`control.batch.Slo`) before the first
         round; controllers that do not plan against SLOs ignore it."""
 
+    def first_token(self, ttft_s: float) -> None:
+        """Told by a driver that knows it when the request's first token is out: its time to
+        first token (seconds from arrival). Controllers that do not plan against SLOs ignore
+        it."""
+
     def set_future(self, run_length: int) -> None:
         """Told by a driver that knows it: how many of the next drafted tokens would be accepted.
 

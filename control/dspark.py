@@ -136,6 +136,7 @@ class DSparkConfig:
         doc="goodput/slo-goodput: relative spread of a predicted TPOT (0 = hard cut)",
         tune=(0.01, 1.0),
         log=True,
+        switch=True,
         when={"policy": ("goodput",)},
     )
     # 8: a waiting prompt about to miss its TTFT SLO is worth up to 8x the observed value of a
@@ -675,6 +676,11 @@ class DSparkController(Controller):
         )
         self.reset()
 
+    def first_token(self, ttft_s: float) -> None:
+        """The request's time to first token (told by the driver): a request past its TTFT
+        SLO no longer counts in the planner's SLO share (its tokens still count as output)."""
+        self.ttft_s = ttft_s
+
     def set_slo(self, slo: Any) -> None:
         """The driver's SLOs: the TPOT trim holds the driver's TPOT SLO (``slo_tpot_s`` when it
         gives none), and a planner of this sequence's own plans against them."""
@@ -761,6 +767,7 @@ class DSparkController(Controller):
         self.k = c.k_max if self.goodput else k_of_alpha(c.alpha0, c.k_ref, c.k_min, c.k_max)
         self.context_tokens = 0
         self.first_s = -1.0  # start of the first round observed (≈ the first token's time)
+        self.ttft_s = math.nan  # the request's time to first token, when the driver tells it
         # goodput: own planner when no round planner drives this sequence; reset() keeps it —
         # the costs it learned are the hardware's, not the sequence's (a new controller forgets)
         self._solo = getattr(self, "_solo", None)

@@ -303,6 +303,7 @@ class DSparkPlanner(RoundPlanner):
                     v[self._idx, TOKENS] if h > 0 else None,
                     h,
                     c.slo_spread,
+                    np.array([m.ttft_s for m in members]) > self.slo.ttft_s,
                 )
             else:
                 row = int(np.argmax(p.goodput))

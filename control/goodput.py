@@ -169,6 +169,7 @@ def slo_goodput_row(
     tokens: np.ndarray | None = None,
     horizon: float = 1.0,
     spread: float = 0.1,
+    lost: np.ndarray | None = None,
 ) -> int:
     """The row of ``plan`` with the most expected SLO goodput: its goodput times the share of
     its expected tokens that come from sequences expected to meet the TPOT SLO ``tpot_s``.
@@ -180,7 +181,9 @@ def slo_goodput_row(
     (spread · tpot_s))`` (logistic: the rounds still to come are not this one; ``spread`` = 0
     is the hard cut ``p_ir ≤ tpot_s``). When the SLO is slack (every sequence meets with
     probability ~1 in every row) this is the goodput choice; ties go to the higher goodput,
-    then the shorter cap."""
+    then the shorter cap. ``lost`` (bool per sequence): requests already past their TTFT SLO;
+    they count in no share (their tokens still count in the goodput factor), and when every
+    sequence is lost this is the goodput choice."""
     assert plan.expected is not None and plan.seconds_by_cap is not None
     e = plan.expected
     t = plan.seconds_by_cap[:, None]
@@ -193,6 +196,11 @@ def slo_goodput_row(
         meet = 1.0 / (1.0 + np.exp(-z))
     else:
         meet = (pred <= tpot_s).astype(float)
+    if lost is not None and lost.any():
+        if lost.all():
+            return int(np.argmax(plan.goodput))
+        keep = ~lost
+        e, meet = e[:, keep], meet[:, keep]
     share = (e * meet).sum(axis=1) / np.maximum(e.sum(axis=1), 1e-12)
     score = plan.goodput * share
     top = np.flatnonzero(score >= score.max() * (1.0 - 1e-9))

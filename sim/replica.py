@@ -534,7 +534,10 @@ class Replica:
                 self.finish(i, t)
             else:
                 if i not in self.controllers:
-                    self.controllers[i] = self.make_ctrl()
+                    c = self.controllers[i] = self.make_ctrl()
+                    told = getattr(c, "first_token", None)
+                    if told is not None:
+                        told(t - float(self.ledger.reqs.arrival_s[i]))
                 self.running.append(i)
                 self.rows_short = self.paged
         ledger.report_progress()

@@ -117,3 +117,37 @@ def test_a_solo_sequence_plans_with_the_slo_its_driver_gave():
     assert c._solo is not None and c._solo.slo == Slo(math.inf, 0.04)
     # and its TPOT trim holds that SLO, not the config's 50 ms
     assert c.config.slo_tpot_s == 0.05
+
+
+def test_requests_past_their_ttft_slo_count_in_no_share():
+    p = _plan([0.05, 0.06], [[1.8, 1.5], [3.0, 1.1]])
+    # sequence 2 (the one row 1 pushes past the TPOT SLO) already missed its TTFT SLO:
+    # only sequence 1's share counts, and it meets in both rows: the goodput row
+    assert slo_goodput_row(p, 0.05, lost=np.array([False, True])) == 1
+    assert slo_goodput_row(p, 0.05, lost=np.array([False, False])) == 0
+    assert slo_goodput_row(p, 0.05, lost=np.array([True, True])) == 1
+
+
+def test_the_simulator_tells_each_controller_its_ttft():
+    from sim import load_scenario
+    from sim.api import simulate
+
+    scn = load_scenario("configs/tiny.toml", {"workload.num_requests": 8})
+    seen = []
+
+    class Spy(DSparkController):
+        def first_token(self, ttft_s):
+            seen.append(ttft_s)
+            super().first_token(ttft_s)
+
+    import control.registry as reg
+
+    reg._REGISTRY["spy-dspark"] = ("tests.control.test_slo_plan", "Spy", "DSparkConfig")
+    globals()["Spy"] = Spy
+    try:
+        res = simulate(scn, "spy-dspark", baseline=False)
+    finally:
+        del reg._REGISTRY["spy-dspark"]
+    req = res.requests
+    multi = req[req.output_tokens > 1]
+    assert sorted(seen) == pytest.approx(sorted(multi.ttft_s))
