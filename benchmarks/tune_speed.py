@@ -1,10 +1,10 @@
 """Tuning speed: a 200-trial study of the standard tuning config with 2 workers.
 
 The standard tuning config (configs/tune_standard.toml) tunes the dspark controller for
-throughput on three saturated variants of the tiny scenario (one H100, Llama-3.1-8B with a
-Llama-3.2-1B drafter, 40 requests arriving within 1-2 s; beta, Markov and heterogeneous
-acceptance) with 2 simulator seeds each: 6 simulations per trial, cheap (~0.05-0.1 s each) yet
-capacity-bound, so the throughput objective reflects the schedule, not the arrival rate.
+capacity at SLO on four open-loop variants of the tiny scenario (one H100, Llama-3.1-8B with a
+Llama-3.2-1B drafter, batch 2 to 96), one simulator seed each: the knees (the default config's
+capacity) are searched before the first trial, then a trial bisects each workload's capacity
+within ±20 % of its knee (about five simulations per workload).
 
 Times the study only (journal file in a temporary folder, seeded TPE, median pruner); the
 held-out evaluation is not part of it. Last line: ``tune_seconds_200_trials=<seconds>``.
@@ -49,8 +49,8 @@ def main() -> None:
         f"{n['FAIL']} failed) with {args.workers} workers"
     )
     print(
-        f"best {cfg.tune.objective}: {best:.1f} (trial {best_n}; seed point: "
-        f"{trials[0].value:.1f}, defaults: {trials[1].value:.1f})"
+        f"best {cfg.tune.objective}: {best:.4g} (trial {best_n}; first start point: "
+        f"{trials[0].value:.4g})"
     )
     print(f"tune_seconds_{args.trials}_trials={seconds:.1f}")
 

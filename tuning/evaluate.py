@@ -101,25 +101,35 @@ def tune_baseline(
     return params_to_config(controller, best.params), objective_value(best, metric)
 
 
+def _baseline_job(args: tuple) -> tuple[Any, float]:
+    return tune_baseline(*args)
+
+
 def entries(
     cfg: TuningConfig,
     best_config: Any,
     simulate: Callable | None = None,
     log: Callable[[str], None] = lambda s: None,
+    workers: int = 1,
 ) -> tuple[list[Entry], dict]:
-    """Everything to evaluate, and a record of how the references were chosen."""
+    """Everything to evaluate, and a record of how the references were chosen; the baselines'
+    studies run on ``workers`` processes (one study each)."""
+    from tuning.slo import fork_map
+
     c = cfg.tune.controller
     out = [Entry(f"{c}-tuned", c, best_config, "tuned")]
     info: dict[str, Any] = {}
     if c in SEED_POINT:
         out.append(Entry(f"{c}-seed", c, make_config(c, SEED_POINT[c]), "seed"))
     out.append(Entry(f"{c}-default", c, make_config(c), "default"))
-    for b in cfg.evaluate.controllers:
-        if b == c or b in REFERENCES:
-            continue
-        if cfg.evaluate.baseline_trials > 0:
-            log(f"tuning baseline {b} ({cfg.evaluate.baseline_trials} trials)")
-            bc, bv = tune_baseline(cfg, b, cfg.evaluate.baseline_trials, simulate)
+    bases = [b for b in cfg.evaluate.controllers if b != c and b not in REFERENCES]
+    n = cfg.evaluate.baseline_trials
+    if n > 0 and bases:
+        log(f"tuning baselines {', '.join(bases)} ({n} trials each)")
+        found = fork_map(_baseline_job, [(cfg, b, n, simulate) for b in bases], workers)
+    for i, b in enumerate(bases):
+        if n > 0:
+            bc, bv = found[i]
             info[f"{b}_tuned_value"] = bv
             out.append(Entry(b, b, bc, "tuned"))
         else:

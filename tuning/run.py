@@ -136,7 +136,7 @@ def tune(
     df = None
     if evaluate_heldout:
         t1 = time.perf_counter()
-        ents, info = entries(cfg, config, simulate, log)
+        ents, info = entries(cfg, config, simulate, log, workers)
         extra.update(info)
         df = evaluate(cfg, ents, workers=workers, simulate=simulate, progress=progress)
         extra["heldout_means"] = table(df).reset_index().to_dict("records")

@@ -38,6 +38,19 @@ KNEES: dict[tuple, dict] = {}
 CAPACITY_METRIC = "capacity_load_scale"
 
 
+def fork_map(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int) -> list:
+    """``[fn(j) for j in jobs]`` in order, on a pool of ``workers`` forked processes (they
+    inherit :data:`KNEES` and die with this process) when ``workers`` > 1."""
+    if workers <= 1 or len(jobs) <= 1:
+        return [fn(j) for j in jobs]
+    from tuning.study import dying_with_this_process
+
+    with dying_with_this_process():
+        pool = mp.get_context("fork").Pool(min(workers, len(jobs)))
+    with pool:
+        return pool.map(fn, jobs, chunksize=1)
+
+
 def knee_config(slo: SloSection, start: float = 1.0) -> CapacityConfig:
     """The full search of a knee or a held-out capacity, first probe ``start`` (clipped)."""
     return CapacityConfig(
@@ -102,12 +115,7 @@ def prepare_knees(
     todo = list(
         {_key(cfg, w, s, c): (w, s) for w, s in pairs if _key(cfg, w, s, c) not in KNEES}.values()
     )
-    jobs = [(cfg, w, s, c, search_fn) for w, s in todo]
-    if workers > 1 and len(jobs) > 1:
-        with mp.get_context("fork").Pool(min(workers, len(jobs))) as pool:
-            found = pool.map(_knee_job, jobs)
-    else:
-        found = [_knee_job(j) for j in jobs]
+    found = fork_map(_knee_job, [(cfg, w, s, c, search_fn) for w, s in todo], workers)
     for (w, s), k in zip(todo, found):
         KNEES[_key(cfg, w, s, c)] = k
     return [KNEES[_key(cfg, w, s, c)]["capacity"] for w, s in pairs]
@@ -184,11 +192,7 @@ def heldout_capacity(
         for e in entries
         if e.label != default_label
     ]
-    if workers > 1 and len(jobs) > 1:
-        with mp.get_context("fork").Pool(min(workers, len(jobs))) as pool:
-            rows += pool.map(_capacity_job, jobs)
-    else:
-        rows += [_capacity_job(j) for j in jobs]
+    rows += fork_map(_capacity_job, jobs, workers)
     return pd.DataFrame(rows)
 
 

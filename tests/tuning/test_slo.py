@@ -271,3 +271,21 @@ def test_cli_bad_slo_is_one_line_exit_2(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1
     assert lines[0].startswith("dspark: error: ") and "slo.tpot_s = 0.0 is out of range" in lines[0]
+
+
+def test_standard_config_asks_the_slo_question_on_open_loop_workloads():
+    cfg = load_tuning_config(ROOT / "configs" / "tune_standard.toml")
+    assert cfg.tune.objective == "slo-capacity" and cfg.slo.attainment == 0.9
+    for w in cfg.tune.workloads:
+        assert _scenario(w).workload.arrival == "poisson"  # open loop, not capacity mode
+    slos = {
+        w.name: (_scenario(w).slo.ttft_s, _scenario(w).slo.tpot_s) for w in cfg.evaluate.workloads
+    }
+    assert slos["a100-70b"] == slos["azure-conv"] == (2.0, 0.05)
+
+
+def test_fork_map_keeps_the_order_of_the_serial_map():
+    from tuning.slo import fork_map
+
+    jobs = [-3, 2, -1, 0, 5]
+    assert fork_map(abs, jobs, 2) == fork_map(abs, jobs, 1) == [3, 2, 1, 0, 5]
