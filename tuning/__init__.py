@@ -8,6 +8,9 @@
 - :mod:`tuning.objective` — ``Objective``: one callable scoring a config over workloads × seeds
   (throughput, goodput, p99 TPOT, or throughput vs p99 / vs quality loss), with per-workload
   reports for the median or Wilcoxon pruner and the quality constraint.
+- :mod:`tuning.slo` — the user's question: capacity at SLO per trial (bisection from each
+  workload's knee, the default config's capacity) or SLO goodput at the knee, and the held-out
+  verdict of tuned against default with its spread over seeds.
 - :mod:`tuning.study` — samplers (seeded TPE by default; NSGA-II, CMA-ES, GP, random), the
   slot queue that gives exactly ``n_trials`` across N worker processes, resume.
 - :mod:`tuning.storage` — storage by URL: ``memory``, a journal file (default, in the run
