@@ -300,10 +300,11 @@ def step_costs(
     return out, verify
 
 
-def block_draft_cost(args, prompt: list[int], k: int = 4, reps: int = 60) -> float:
+def block_draft_cost(args, prompt: list[int], k: int = 4, reps: int = 300) -> float:
     """The block drafter's propose call at ``k`` over the token-only conv drafter's (k
     one-token steps, its cache valid up to the round's last committed token, as in a round),
-    both greedy on one row after the target prefilled ``prompt``, alternately: median over
+    both greedy on one row after the target prefilled ``prompt``, alternately after 10 untimed
+    calls of each (the first calls of a fresh drafter run up to 2x slower): median over
     median."""
     import statistics
 
@@ -323,7 +324,9 @@ def block_draft_cost(args, prompt: list[int], k: int = 4, reps: int = 60) -> flo
         engine.prefill_rows([0], [0], [L - 1])  # hands the target's states to the block drafter
         conv.propose_batch(engine.seq, [0], [L], [k], [0.0], sp, [None])  # its cache: prompt
         tb, tc = [], []
-        for _ in range(reps):
+        for i in range(reps + 10):  # the first 10 of each warm up, untimed
+            if i == 10:
+                tb, tc = [], []
             conv.set_valid(0, L - 1)
             t0 = time.perf_counter()
             conv.propose_batch(engine.seq, [0], [L], [k], [0.0], sp, [None])

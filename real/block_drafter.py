@@ -143,7 +143,7 @@ class BlockDrafterModel(nn.Module):
         tokens: torch.Tensor,
         feats: torch.Tensor,
         present: torch.Tensor,
-        valid: torch.Tensor,
+        valid: torch.Tensor | None,
         heads: int | None = None,
         projected: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -153,14 +153,14 @@ class BlockDrafterModel(nn.Module):
         ``tokens`` ``[N, C]``: context tokens x_p; ``feats`` ``[N, C, nf · d_feature]``: the
         target's states at p - 1 (``projected``: already through :meth:`features`, ``[N, C,
         d]``), used where ``present``; ``valid`` ``[N, C]``: entries that exist (p >= 0; a
-        prompt shorter than C leaves the first ones out)."""
+        prompt shorter than C leaves the first ones out; None: all)."""
         N, C = tokens.shape
         x = self.embed_tokens(tokens) + self.ctx_pos[-C:]
         f = feats if projected else self.features(feats)
         x = x + torch.where(present[..., None], f, self.missing)
         x = torch.cat([x, self.slots.expand(N, -1, -1)], dim=1)
         mask = None
-        if not bool(valid.all()):
+        if valid is not None and not bool(valid.all()):
             keep = torch.cat([valid, valid.new_ones(N, self.cfg.block_size)], dim=1)
             mask = keep[:, None, None, :]
         for layer in self.layers:
@@ -244,7 +244,8 @@ class BlockDrafter(_OneRow):
         )
         tokens = seq[s, pos.clamp_min(0)]
         feats = self.state["feat"][s, (pos - 1).clamp_min(0)]
-        logits, conf = self.model(tokens, feats, pos >= 1, pos >= 0, heads, projected=True)
+        valid = None if min(Ls) >= C else pos >= 0  # known on the host: no device sync
+        logits, conf = self.model(tokens, feats, pos >= 1, valid, heads, projected=True)
         return logits, torch.sigmoid(conf.float())
 
     def propose_batch(

@@ -225,3 +225,13 @@ def test_mismatched_block_checkpoint_is_one_line(tmp_path):
     ck.save_tensors(tiny_block(block=8).state_dict(), path)
     with pytest.raises(DSparkError, match=r"'slots' has shape \(8, 16\), expected \(5, 16\)"):
         ck.load_into(tiny_block(), ck.load_tensors(path), str(path))
+
+
+def test_prompt_shorter_than_the_context():
+    """A 1- and a 2-token prompt (context C = 4: entries before position 0 masked out, the
+    first entry without a target state): output equals target-only greedy."""
+    target = tiny_target()
+    eng = Engine(target, BlockDrafter(tiny_block(), LENGTH, torch.float64, "cpu"), CFG)
+    for p in ([5], [7, 3]):
+        g = eng.generate(p, 12, make_controller("fixed", {"k": 4}))
+        assert g.tokens == eng.greedy_reference(p, 12) and g.records[0].drafted == 4
