@@ -100,6 +100,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--tuned", default=None, help="best_config.toml with a [controller.dspark]")
     ap.add_argument("--controllers", default=",".join(DEFAULT))
+    ap.add_argument("--workloads", default="conv,code", help="which of conv, code to run")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     specs = [s for s in args.controllers.split(",") if s]
@@ -109,7 +110,10 @@ def main() -> int:
     cc = CapacityConfig(rel_tol=args.rel_tol)
     t0 = time.time()
     cap_ratio, good_ratio, tuned_ratio = [], [], []
+    wanted = [w for w in args.workloads.split(",") if w]
     for wl, scn in workloads(args.requests, args.code_time_scale).items():
+        if wl not in wanted:
+            continue
         k0 = [
             simulate(scn, "fixed", {"k": 0}, seed=s, baseline=False).summary["slo_attainment"]
             for s in seeds
