@@ -117,8 +117,8 @@ def run(args: argparse.Namespace) -> int:
     from control.metrics import json_safe
     from dspark.cmd_simulate import parse_controller_spec
     from sim import load_scenario
-    from sim.api import _items
     from sim.capacity import capacity, summarize_capacity, write_capacity_folder
+    from sim.compare import _items
 
     cc = config_of(args)
     seeds = _seeds(args.seeds)

@@ -105,7 +105,7 @@ def _scaling(cfg: DemoConfig, tuned: str, out: Path) -> None:
 
     from dspark.cmd_simulate import parse_controller_spec
     from sim import Comparison, compare_runs, load_scenario
-    from sim.api import write_run_folder
+    from sim.compare import write_run_folder
 
     base = load_scenario(CONFIGS / "tiny.toml")
     controllers = [parse_controller_spec("fixed:k=0"), parse_controller_spec(tuned)]

@@ -3,7 +3,6 @@ saved is skipped, and the report says why."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from reports.build_slo import ANSWER_TITLE, CAPACITY_TITLE, SLO_TITLE
 from reports.claims import audit, real_provenance
 from reports.loader import Run, load_runs
 from reports.plots import MIN_POSITION_ROUNDS
-from reports.render import FigureBlock, Report, Section, TableBlock, write_report
+from reports.render import FigureBlock, Report, Section, TableBlock, slug, write_report
 from reports.slo import slo_of
 from reports.style import controller_colors, family
 
@@ -33,7 +32,7 @@ Result = Section | str  # a section, or why it was skipped
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "run"
+    return slug(text)
 
 
 def _fig(name: str, caption: str, fig) -> FigureBlock:

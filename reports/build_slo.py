@@ -1,10 +1,10 @@
 """Report sections of the user's question: the answer first, latency against the SLOs, and
-capacity at SLO. Each takes the report's ``Builder`` (its runs and colours) and returns a
+capacity at SLO. Each takes the report's ``Any`` (its runs and colours) and returns a
 section, or a line saying why it was skipped."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import pandas as pd
 
@@ -13,7 +13,7 @@ from reports.analysis import CONTENDER, heldout_sentence, operating_points, role
 from reports.answer import answer, answer_row, answer_sentence
 from reports.loader import Run
 from reports.plots import figure_png
-from reports.render import FigureBlock, Section, TableBlock
+from reports.render import FigureBlock, Section, TableBlock, slug
 from reports.slo import (
     MIN_ATTAINMENT,
     attainment_target,
@@ -25,9 +25,6 @@ from reports.slo import (
     format_capacity,
     slo_of,
 )
-
-if TYPE_CHECKING:
-    from reports.build import Builder
 
 ANSWER_TITLE = "The answer first"
 SLO_TITLE = "Tail latency against the SLOs"
@@ -66,7 +63,7 @@ ANSWER_INTRO = (
 )
 
 
-def answer_section(b: Builder) -> Section | str:
+def answer_section(b: Any) -> Section | str:
     sims = _with(b.runs, "simulate", "results")
     caps = _with(b.runs, "capacity", "capacity")
     tunes = _with(b.runs, "tune", "evaluation")
@@ -122,7 +119,7 @@ def _label(run: Run) -> str:
     return f"run `{run.name}`" + (f" — {sc}" if sc else "")
 
 
-def slo_section(b: Builder) -> Section | str:
+def slo_section(b: Any) -> Section | str:
     runs = [
         r
         for r in _with(b.runs, "simulate", "results")
@@ -162,7 +159,7 @@ def slo_section(b: Builder) -> Section | str:
     return sec
 
 
-def capacity_section(b: Builder) -> Section | str:
+def capacity_section(b: Any) -> Section | str:
     runs = _with(b.runs, "capacity", "capacity")
     if not runs:
         return "no capacity run given (run `dspark capacity SCENARIO.toml`)."
@@ -198,6 +195,4 @@ def capacity_section(b: Builder) -> Section | str:
 
 
 def _slug(text: str) -> str:
-    from reports.build import _slug as slug
-
     return slug(text)

@@ -240,3 +240,10 @@ def write_report(report: Report, out: Path) -> Path:
     index = out / "index.html"
     index.write_text(to_html(report), encoding="utf-8")
     return index
+
+
+def slug(text: str) -> str:
+    """A file or anchor name from free text: runs of other characters become one dash."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "run"

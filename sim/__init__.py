@@ -3,7 +3,8 @@
 ``from sim import load_scenario, simulate, compare, compare_runs, SimConfig, SimResult``
 """
 
-from sim.api import Comparison, SimResult, compare, compare_runs, simulate
+from sim.api import SimResult, simulate
+from sim.compare import Comparison, compare, compare_runs
 from sim.config import SimConfig, load_scenario
 
 __all__ = [

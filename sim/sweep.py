@@ -1,6 +1,6 @@
 """A ``compare`` sweep as independent points, run on a process pool or by any other runner.
 
-A sweep of :func:`sim.api.compare_runs` (controllers × load scales on one seed) is a list of
+A sweep of :func:`sim.compare.compare_runs` (controllers × load scales on one seed) is a list of
 *points*, each one simulation that depends on nothing but the sweep: per load scale, every
 controller's run (``baseline=False``: its speedups are filled in afterwards) and, with baselines,
 the two fixed k = 0 runs behind ``speedup`` and ``speedup_resident``. Points are pure functions of
@@ -70,7 +70,7 @@ class Point:
 
 @dataclass(frozen=True)
 class Sweep:
-    """What :func:`sim.api.compare_runs` runs: ``items`` = (name, resolved config, label) in
+    """What :func:`sim.compare.compare_runs` runs: ``items`` = (name, resolved config, label) in
     order, on ``seed``, at every load scale."""
 
     scn: SimConfig

@@ -68,7 +68,7 @@ def _digest(path: Path) -> str:
 
 def current(tmp: Path) -> dict:
     """Every scenario's summary rows and table hashes, as the fixture stores them."""
-    from sim.api import compare_runs
+    from sim.compare import compare_runs
 
     out = {}
     for name, scn in _scenarios(tmp).items():

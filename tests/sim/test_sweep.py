@@ -12,7 +12,8 @@ import pytest
 
 from control.errors import ConfigError
 from sim import load_scenario, sweep
-from sim.api import BASELINE, BASELINE_RESIDENT, SimWarning, compare_runs
+from sim.api import BASELINE, BASELINE_RESIDENT, SimWarning
+from sim.compare import compare_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "tiny.toml"

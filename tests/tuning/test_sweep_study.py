@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 import tuning.sweep as tsweep
 from control.errors import DSparkError
 from sim import load_scenario, sweep
-from sim.api import compare_runs
+from sim.compare import compare_runs
 from tuning.storage import make_storage, resolve_url
 
 from .conftest import ROOT, run_cli
