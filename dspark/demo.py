@@ -49,8 +49,9 @@ CAPACITY_CONTROLLERS = ("fixed:k=1", "fixed:k=2", "dspark", "vllm-dsd", "sglang-
 
 @dataclass(frozen=True)
 class DemoConfig:
-    # a short study: enough for TPE to beat the seed point on the tuning workloads.
-    tune_trials: int = param(60, lo=2, hi=100_000, doc="Optuna trials of the demo study")
+    # a short study of configs/tune_standard.toml (slo-capacity: ~40 simulations a trial):
+    # its 10 random start-up trials, then 30 of TPE.
+    tune_trials: int = param(40, lo=2, hi=100_000, doc="Optuna trials of the demo study")
     # two workers use both cores of the reference machine.
     workers: int = param(2, lo=1, hi=64, doc="tuning worker processes")
     # below, at and above the scenario's nominal load.
