@@ -289,3 +289,16 @@ def test_fork_map_keeps_the_order_of_the_serial_map():
 
     jobs = [-3, 2, -1, 0, 5]
     assert fork_map(abs, jobs, 2) == fork_map(abs, jobs, 1) == [3, 2, 1, 0, 5]
+
+
+@pytest.mark.slow
+def test_cli_tune_prints_the_verdict_on_the_studys_measure(tmp_path):
+    tiny = ROOT / "configs" / "tune_tiny.toml"
+    out = tmp_path / "o"
+    r = run_tune(str(tiny), "--trials", "3", "--storage", "memory", "--out", str(out), "--quiet")
+    assert r.returncode == 0, r.stderr[-2000:]
+    v = json.loads((out / "summary.json").read_text())["tuned_vs_default"]
+    assert v["metric"] == "throughput_tokens_per_s" and v["lines"]
+    printed = r.stdout.splitlines()
+    assert all(line in printed for line in v["lines"])
+    assert any(SENTENCE in line for line in printed) == v["within_spread"]
