@@ -152,19 +152,9 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(cycles)
 
 
-#: cycles still to break (issue 40 wants none): each entry goes when its cycle does, and no
-#: other cycle may appear
-CYCLES_TO_BREAK = (
-    ("tuning.objective", "tuning.slo"),
-)
-
-
 def test_no_file_import_cycles():
     cycles = [tuple(c) for c in import_cycles(module_graph(ROOT, PACKAGES))]
-    new = [c for c in cycles if c not in CYCLES_TO_BREAK]
-    gone = [c for c in CYCLES_TO_BREAK if c not in cycles]
-    assert not new, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in new)
-    assert not gone, "broken, so off CYCLES_TO_BREAK:\n" + "\n".join(" <-> ".join(c) for c in gone)
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
 def test_cycle_checker_sees_function_level_and_relative_imports(tmp_path):

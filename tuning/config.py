@@ -283,3 +283,11 @@ def load_tuning_config(path: str | Path, **tune_overrides: Any) -> TuningConfig:
     tune.update({k: v for k, v in tune_overrides.items() if v is not None})
     data["tune"] = tune
     return tuning_config_from_mapping(data, source=str(p), base_dir=p.resolve().parent)
+
+
+def load_workload(spec: WorkloadSpec) -> Any:
+    """The scenario of a tuning workload, with its overrides written in."""
+    from sim import load_scenario
+
+    scn = load_scenario(spec.scenario)
+    return scn.with_overrides(dict(spec.overrides)) if spec.overrides else scn

@@ -33,7 +33,7 @@ from typing import Any
 
 import optuna
 
-from tuning.config import SLO_OBJECTIVES, TuningConfig, WorkloadSpec
+from tuning.config import SLO_OBJECTIVES, TuningConfig, WorkloadSpec, load_workload
 from tuning.space import suggest_config
 from tuning.storage import worker_tag
 
@@ -116,13 +116,6 @@ class Infeasible(optuna.TrialPruned):
 def constraint_of(trial: optuna.trial.FrozenTrial) -> tuple[float, ...]:
     """``constraints_func`` for samplers of Optuna < 5 (module level: workers rebuild it)."""
     return tuple(trial.user_attrs.get("constraint", (0.0,)))
-
-
-def load_workload(spec: WorkloadSpec) -> Any:
-    from sim import load_scenario
-
-    scn = load_scenario(spec.scenario)
-    return scn.with_overrides(dict(spec.overrides)) if spec.overrides else scn
 
 
 def default_simulate(

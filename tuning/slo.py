@@ -43,7 +43,7 @@ def fork_map(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int) -> lis
     inherit :data:`KNEES` and die with this process) when ``workers`` > 1."""
     if workers <= 1 or len(jobs) <= 1:
         return [fn(j) for j in jobs]
-    from tuning.study import dying_with_this_process
+    from tuning.procs import dying_with_this_process
 
     with dying_with_this_process():
         pool = mp.get_context("fork").Pool(min(workers, len(jobs)))
@@ -79,7 +79,7 @@ def _key(cfg: TuningConfig, spec: WorkloadSpec, seed: int, controller: str) -> t
 
 def _knee_job(args: tuple) -> dict:
     cfg, spec, seed, controller, search_fn = args
-    from tuning.objective import load_workload
+    from tuning.config import load_workload
 
     cc = knee_config(cfg.slo)
     r = (search_fn or search)(
@@ -141,7 +141,7 @@ def capacity_row(r: CapacityResult, cc: CapacityConfig) -> dict:
 
 def _capacity_job(args: tuple) -> dict:
     label, controller, config, spec, seed, cc, search_fn = args
-    from tuning.objective import load_workload
+    from tuning.config import load_workload
 
     r = (search_fn or search)(load_workload(spec), controller, config, label, seed, cc)
     return {
