@@ -286,18 +286,8 @@ class DSparkController(Controller):
         # hot path (the simulator calls it per sequence per round): locals, no calls but the
         # window's push and the block planner's feed (both bound once) unless something happens
         # (a fruitless round, a cool-down step, a block boundary).
-        self._push(
-            (
-                n,
-                1 if n < drafted else 0,
-                drafted,
-                e,
-                draft_s,
-                draft_s + verify_s,
-                lossy_accepts,
-                now_s,
-            )
-        )  # window.row_of
+        # window.row_of, one line (this function is the hot path; the formatter would spread it)
+        self._push((n, 1 if n < drafted else 0, drafted, e, draft_s, draft_s + verify_s, lossy_accepts, now_s))  # fmt: skip
         self.rounds += 1
         if self.goodput:  # in place, in this sequence's rows (control.seqstate)
             r = self._row
