@@ -64,9 +64,9 @@ def plot_slo_scatter(results: pd.DataFrame, slo: Slo | None, colors: dict | None
     for name, g in pts.groupby("controller", sort=True):
         g = g.sort_values("load_scale")
         c = color_of(colors, name)
-        ax.plot(g["ttft_p99_s"], g["tpot_p99_s"] * 1e3, color=c, ls=line_style(name), lw=0.9)
+        ax.plot(g["ttft_p99_s"], g["tpot_p99_s"] * 1e3, color=c, ls=line_style(name), lw=1.5)
         for _, r in g.iterrows():
-            ax.plot(r["ttft_p99_s"], r["tpot_p99_s"] * 1e3, marker[r["load_scale"]], color=c, ms=6)
+            ax.plot(r["ttft_p99_s"], r["tpot_p99_s"] * 1e3, marker[r["load_scale"]], color=c, ms=8)
         handles.append(Line2D([], [], color=c, ls=line_style(name), label=str(name)))
     handles += [
         Line2D([], [], color="#555555", marker=marker[x], ls="none", label=f"load scale {x:g}")
@@ -114,10 +114,10 @@ def plot_capacity_probes(
         g = g.sort_values("load_scale")
         c = color_of(colors, name)
         ax.plot(
-            g["load_scale"], g["slo_attainment"], "o", ls=line_style(name), color=c, ms=3, lw=0.9
+            g["load_scale"], g["slo_attainment"], "o", ls=line_style(name), color=c, ms=5, lw=1.5
         )
     handles = [
-        Line2D([], [], color=color_of(colors, n), ls=line_style(n), marker="o", ms=3, label=str(n))
+        Line2D([], [], color=color_of(colors, n), ls=line_style(n), marker="o", ms=5, label=str(n))
         for n in sorted(probes["controller"].unique())
     ]
     ax.axhline(target, color=SLO_COLOR, ls="--", lw=1.2, gid="target")

@@ -79,7 +79,7 @@ def image_boxes(html: Path, tmp: Path, answer: list | None = None) -> list[list[
         encoding="utf-8",
     )
     res = chromium(
-        ["--window-size=1280,6000", "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()],
+        ["--window-size=1280,8000", "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()],
         tmp / "profile-probe",
     )
     m = re.search(r'data-imgs="([^"]*)"', res.stdout)
@@ -106,7 +106,7 @@ def screenshot(html: Path, tmp: Path, name: str) -> tuple[np.ndarray, str]:
 
     shot = tmp / f"{name}.png"
     res = chromium(
-        [f"--screenshot={shot}", "--window-size=1280,6000", html.as_uri()], tmp / f"profile-{name}"
+        [f"--screenshot={shot}", "--window-size=1280,8000", html.as_uri()], tmp / f"profile-{name}"
     )
     assert shot.exists(), res.stderr[-2000:]
     return mpimg.imread(shot)[..., :3], res.stderr
@@ -134,7 +134,7 @@ def test_report_loads_without_errors_and_shows_plots(built_report, tmp_path):
     in_view = [b for b in boxes if b[1] + b[3] <= img.shape[0] and b[2] > 100 and b[3] > 100]
     assert len(in_view) >= 3, (
         boxes
-    )  # several plots within the first 6000 px (the answer and tables come first)
+    )  # several plots within the first 8000 px (the answer, capacity and tables come first)
     for b in in_view:
         nonwhite, coloured = region_stats(img, b)
         assert nonwhite > 0.02 and coloured > 200, (b, nonwhite, coloured)
