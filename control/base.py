@@ -95,3 +95,11 @@ class Controller:
 
         Only the ``oracle`` uses it; other controllers ignore it.
         """
+
+
+class ValuesObserver(Controller):
+    """A controller whose observing lives in ``observe_values`` (the simulator's hot path):
+    ``observe`` hands it an :class:`Observation`'s fields in field order."""
+
+    def observe(self, obs: Observation) -> None:
+        self.observe_values(*obs._values())

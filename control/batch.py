@@ -38,6 +38,21 @@ class Slo:
         return math.isfinite(self.ttft_s) or math.isfinite(self.tpot_s)
 
 
+def told_slo(make_ctrl: Any, slo: Slo) -> Any:
+    """``make_ctrl`` whose controllers are told ``slo`` (``set_slo``) when built: how both
+    engines hand their SLOs to per-request controllers. A duck-typed controller without
+    ``set_slo`` is built as is."""
+
+    def make() -> Any:
+        c = make_ctrl()
+        told = getattr(c, "set_slo", None)
+        if told is not None:
+            told(slo)
+        return c
+
+    return make
+
+
 @dataclass(frozen=True, slots=True)
 class BatchContext:
     """The round's batch as the engine knows it before drafting.

@@ -55,7 +55,7 @@ import math
 from typing import Any
 
 from control.anomaly import AnomalyGuard
-from control.base import Controller
+from control.base import ValuesObserver
 from control.batch import BatchContext, RoundStats
 from control.blocks import BlockPlanner
 from control.dspark_config import DSparkConfig
@@ -71,7 +71,7 @@ from control.seqstate import (
     TOKENS,
     SeqArrays,
 )
-from control.types import Decision, Mode, Observation
+from control.types import Decision, Mode
 from control.window import RoundWindow
 
 
@@ -81,7 +81,7 @@ def k_of_alpha(alpha: float, k_ref: float, k_min: int, k_max: int) -> int:
     return k_min if k < k_min else k_max if k > k_max else k
 
 
-class DSparkController(Controller):
+class DSparkController(ValuesObserver):
     name = "dspark"
     reads_confidences = False
 
@@ -249,23 +249,6 @@ class DSparkController(Controller):
             self._pending = None
             return d
         return self._decision
-
-    def observe(self, obs: Observation) -> None:
-        self.observe_values(
-            obs.now_s,
-            obs.drafted,
-            obs.accepted,
-            obs.confidences,
-            obs.draft_s,
-            obs.verify_s,
-            obs.context_tokens,
-            obs.lossy_accepts,
-            obs.emitted,
-            obs.sentence_ends,
-            obs.batch_size,
-            obs.batch_tokens,
-            obs.batch_context_tokens,
-        )
 
     def observe_values(
         self,

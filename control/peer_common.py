@@ -24,11 +24,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from control.base import Controller
+from control.base import ValuesObserver
 from control.batch import BatchContext, RoundStats
 from control.configio import param
 from control.errors import ConfigError
-from control.types import Decision, Observation
+from control.types import Decision
 
 #: Rows a table may have (the tuner searches a fixed number of them).
 MAX_ROWS = 6
@@ -276,7 +276,7 @@ def uniform(k: int, batch: BatchContext, size: int) -> list[Decision]:
 
 
 # --------------------------------------------------------------------- the sequence's half
-class PeerController(Controller):
+class PeerController(ValuesObserver):
     """A sequence driven by a peer's round planner (``planner_class``); alone, it plans a
     batch of itself with a private one fed by its own rounds.
 
@@ -311,23 +311,6 @@ class PeerController(Controller):
         return self._solo.plan(now_s, (self,), BatchContext(self.batch_size, self.context_tokens))[
             0
         ]
-
-    def observe(self, obs: Observation) -> None:
-        self.observe_values(
-            obs.now_s,
-            obs.drafted,
-            obs.accepted,
-            obs.confidences,
-            obs.draft_s,
-            obs.verify_s,
-            obs.context_tokens,
-            obs.lossy_accepts,
-            obs.emitted,
-            obs.sentence_ends,
-            obs.batch_size,
-            obs.batch_tokens,
-            obs.batch_context_tokens,
-        )
 
     def observe_values(
         self,

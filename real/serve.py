@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from control.batch import told_slo
 from control.configio import param
 from control.errors import DSparkError
 from control.tracefile import UNIT_CHOICES, read_trace_file
@@ -403,7 +404,7 @@ def serve(
     if slo is not None:
         if planner is not None:
             planner.set_slo(slo)
-        make_ctrl = _told(make_ctrl, slo)
+        make_ctrl = told_slo(make_ctrl, slo)
     origin = clock()
     last_print = 0.0
     try:
@@ -469,14 +470,3 @@ def summarize(req, batches, end_s: float, rejected: int, label: str) -> dict:
         for q in (50, 90, 99):
             out[f"{m}_p{q}_s"] = _pct(x, q)
     return out
-
-
-def _told(make_ctrl: Callable[[], Any], slo: Any) -> Callable[[], Any]:
-    """``make_ctrl`` whose controllers are told ``slo`` when built."""
-
-    def make() -> Any:
-        c = make_ctrl()
-        c.set_slo(slo)
-        return c
-
-    return make

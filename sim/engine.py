@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from control.batch import RoundPlanner, Slo
+from control.batch import RoundPlanner, Slo, told_slo
 from control.types import Decision
 from sim.acceptance import AcceptanceModel
 from sim.cluster import Cluster
@@ -84,7 +84,7 @@ def _simulate(
 ) -> RunData:
     env = simpy.Environment()
     slo = Slo(params.slo_ttft_s, params.slo_tpot_s)
-    make_ctrl = _told_slo(make_ctrl, slo)
+    make_ctrl = told_slo(make_ctrl, slo)
     ledger = Ledger(reqs, params.kv_bytes_per_token, progress)
     tracer = RoundTrace(label, len(reqs)) if trace else None
     probe = make_ctrl()
@@ -170,16 +170,3 @@ def _planner(make_planner: Callable[[], Any] | None, params: EngineParams, clust
     if p is not None and params.seed_planner_costs and getattr(p, "wants_costs_seed", False):
         p.seed_costs(cluster.cost_seed_rows(params.max_batch, params.max_draft))
     return p
-
-
-def _told_slo(make_ctrl: Callable[[], Any], slo: Slo) -> Callable[[], Any]:
-    """``make_ctrl`` whose controllers are told the scenario's SLOs when built."""
-
-    def make() -> Any:
-        c = make_ctrl()
-        told = getattr(c, "set_slo", None)  # the protocol's; a duck-typed controller may lack it
-        if told is not None:
-            told(slo)
-        return c
-
-    return make

@@ -7,10 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from control.batch import BatchContext, RoundStats, Slo
+from control.batch import BatchContext, RoundStats, Slo, told_slo
 from control.dspark import DSparkConfig, DSparkController
 from control.dspark_planner import DSparkPlanner
 from control.goodput import CostFunctions, RoundPlan, plan_round_lengths, slo_goodput_row
+from control.types import Observation
 
 
 def _plan(seconds, expected):
@@ -99,14 +100,13 @@ def test_the_simulator_tells_planners_and_controllers_the_scenario_slos():
     from sim import load_scenario
     from sim.cluster import Cluster
     from sim.engine import _planner as sim_planner
-    from sim.engine import _told_slo
     from sim.params import EngineParams
 
     scn = load_scenario("configs/tiny.toml", {"slo.ttft_s": 1.5, "slo.tpot_s": 0.03})
     params = EngineParams.of(scn, Cluster(scn))
     p = sim_planner(lambda: DSparkPlanner(DSparkConfig()), params, Cluster(scn))
     assert p.slo == Slo(1.5, 0.03)
-    c = _told_slo(lambda: DSparkController(), Slo(1.5, 0.03))()
+    c = told_slo(lambda: DSparkController(), Slo(1.5, 0.03))()
     assert c.slo == Slo(1.5, 0.03)
 
 
@@ -115,8 +115,14 @@ def test_a_solo_sequence_plans_with_the_slo_its_driver_gave():
     c.set_slo(Slo(math.inf, 0.04))
     c.decide(0.0)
     assert c._solo is not None and c._solo.slo == Slo(math.inf, 0.04)
-    # and its TPOT trim holds that SLO, not the config's 50 ms
+    # and its TPOT trim measures against that SLO, not the config's 50 ms: rounds of 20 ms
+    # that emit one token each read a latency ratio of 0.02 / 0.04 at the first block end
     assert c.config.slo_tpot_s == 0.05
+    for i in range(400):
+        c.observe(Observation(now_s=0.02 * (i + 1), drafted=0, accepted=0, verify_s=0.02))
+        if c.latency_ratio is not None:
+            break
+    assert c.latency_ratio == pytest.approx(0.5)
 
 
 def test_requests_past_their_ttft_slo_count_in_no_share():
