@@ -203,5 +203,7 @@ def slo_goodput_row(
         e, meet = e[:, keep], meet[:, keep]
     share = (e * meet).sum(axis=1) / np.maximum(e.sum(axis=1), 1e-12)
     score = plan.goodput * share
-    top = np.flatnonzero(score >= score.max() * (1.0 - 1e-9))
+    # the rows within 1e-9 of the best (relative: scores below 0, from a penalty that outweighs
+    # the tokens, keep the best row among them)
+    top = np.flatnonzero(score >= score.max() - 1e-9 * abs(score.max()))
     return int(top[np.argmax(plan.goodput[top])])

@@ -34,6 +34,17 @@ def test_a_row_that_pushes_a_sequence_past_the_tpot_slo_loses_to_one_that_keeps_
     assert slo_goodput_row(p, 0.001) == 1
 
 
+def test_rows_whose_goodput_is_below_zero_still_give_the_best_row():
+    # a displaced-prompt penalty can outweigh every row's tokens (planners that search caps
+    # near the last one have no draft-free row): the least negative score wins, never no row
+    p = _plan([0.05, 0.06], [[1.8, 1.5], [3.0, 1.1]])
+    neg = RoundPlan(
+        p.k, 0, p.caps, p.k_by_cap, np.array([-40.0, -30.0]), 0.05, p.seconds_by_cap, p.expected
+    )
+    assert slo_goodput_row(neg, 1.0) == 1
+    assert slo_goodput_row(neg, 1.0, spread=0.1) == 1
+
+
 def test_the_logistic_count_is_the_hard_cut_as_its_spread_shrinks():
     p = _plan([0.05, 0.06], [[1.8, 1.5], [3.0, 1.1]])
     assert slo_goodput_row(p, 0.05, spread=1e-4) == slo_goodput_row(p, 0.05, spread=0.0) == 0
