@@ -48,9 +48,10 @@ drafted something and accepted nothing, ``cooldown_rounds`` plain autoregressive
 ``decide`` returns a cached :class:`Decision` (rebuilt only when something changed), and
 ``observe`` is O(1): the simulator calls both for every sequence every round.
 
-Classes: :class:`~control.dspark_base.DSparkBaseController` does what both policies do (window,
-blocks, loops, guard, retry cap, decisions); :class:`~control.dspark_goodput.GoodputPolicyController`
-and :class:`~control.dspark_seed.SeedPolicyController` add each policy's own, each with its config
+Classes: :class:`~control.dspark_base.DSparkBaseController` does what both policies do
+(window, blocks, loops, guard, retry cap, decisions);
+:class:`~control.dspark_goodput.GoodputPolicyController` and
+:class:`~control.dspark_seed.SeedPolicyController` add each policy's own, each with its config
 (:mod:`control.dspark_config`). :class:`DSparkController`, the registry's ``dspark``, builds the
 class that its :class:`DSparkConfig`'s ``policy`` names.
 """

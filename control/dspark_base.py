@@ -5,9 +5,6 @@ move, warm-up and a minimum update interval, the anomaly guard (:mod:`control.an
 retry cap's cool-down, and the cached :class:`Decision`. A policy's subclass says what α means
 (:meth:`DSparkBaseController._alpha_error`), how α sets the draft length, and what else a round
 teaches it.
-
-``decide`` returns a cached :class:`Decision` (rebuilt only when something changed), and
-``observe`` is O(1): the simulator calls both for every sequence every round.
 """
 
 from __future__ import annotations
