@@ -2,9 +2,10 @@
 verification mode, β and its loop, the floor and gains of the α loop, the window and blocks, the
 update timing, the anomaly guard and the retry cap. Each policy's own fields live in its subclass
 (:class:`~control.dspark_config.GoodputPolicyConfig`,
-:class:`~control.dspark_seed_config.SeedPolicyConfig`). A field's ``when={"policy": ...}`` names
-the ``policy`` of the user-facing :class:`~control.dspark_config.DSparkConfig` under which the
-tuner searches it."""
+:class:`~control.dspark_seed_config.SeedPolicyConfig`). Tuning metadata may name fields of the
+user-facing :class:`~control.dspark_config.DSparkConfig`, the table the tuner searches: its
+``policy`` (``when``) and the other policy's fields (``alpha_min`` ends at ``alpha0``, ``k_max``
+starts at ``k_min``)."""
 
 from __future__ import annotations
 
