@@ -28,9 +28,9 @@ from control.base import Controller
 from control.batch import BatchContext, RoundPlanner, RoundStats
 from control.configio import param
 from control.costmodel import RoundCostModel
-from control.dspark import DSparkConfig, DSparkController
+from control.dspark_config import DSparkConfig, GoodputPolicyConfig
+from control.dspark_goodput import GoodputPolicyController
 from control.dspark_planner import DSparkPlanner
-from control.errors import ConfigError
 from control.goodput import round_seconds
 from control.types import Decision, Observation
 
@@ -146,16 +146,14 @@ class RateOraclePlanner(DSparkPlanner):
     needs_rates = True
 
 
-class RateOracleController(DSparkController):
+class RateOracleController(GoodputPolicyController):
     """``dspark`` (goodput policy) whose planner is told each request's true rate."""
 
     name = "rate-oracle"
 
     @classmethod
-    def make_planner(cls, config: DSparkConfig) -> RateOraclePlanner:
+    def make_planner(cls, config: GoodputPolicyConfig) -> RateOraclePlanner:
         return RateOraclePlanner(config)
 
     def __init__(self, config: DSparkConfig | None = None) -> None:
-        super().__init__(config or DSparkConfig())
-        if not self.goodput:
-            raise ConfigError("controller.rate-oracle.policy must be 'goodput'")
+        super().__init__(config or DSparkConfig())  # refuses policy "seed"

@@ -1,0 +1,215 @@
+"""The ``goodput`` policy of the ``dspark`` controller (the default; :mod:`control.dspark`
+describes it): a sequence of a batch that a round planner (:mod:`control.dspark_planner`) plans
+each round. Besides what both policies keep, the sequence holds its acceptance evidence in its
+rows of the planner's :class:`~control.seqstate.SeqArrays`, and its α trims the time penalty of
+speculation to hold the TPOT SLO (1 = pure goodput, its ceiling)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from control.batch import BatchContext, RoundStats
+from control.dspark_base import DSparkBaseController
+from control.dspark_config import GoodputPolicyConfig
+from control.dspark_planner import DSparkPlanner
+from control.errors import ConfigError
+from control.seqstate import (
+    ALPHA,
+    DECODE_S,
+    PLANNED,
+    RECENT_N,
+    RECENT_REJ,
+    SUM_N,
+    SUM_REJ,
+    TOKENS,
+    SeqArrays,
+)
+from control.types import Decision
+
+
+class GoodputPolicyController(DSparkBaseController):
+    policy = "goodput"
+    config: GoodputPolicyConfig
+
+    def __init__(self, config: GoodputPolicyConfig | None = None) -> None:
+        c = config or GoodputPolicyConfig()
+        if getattr(c, "policy", self.policy) != self.policy:
+            raise ConfigError(f"controller.{self.name}.policy must be '{self.policy}'")
+        # α is the time-penalty weight of speculation, 1 = pure goodput (its ceiling)
+        super().__init__(c, 1.0, 1.0)
+        self._decay = 1.0 - 1.0 / c.memory_rounds  # forgetting of the â counts
+        self._fast = 1.0 - 1.0 / c.recent_rounds  # forgetting of the recent counts
+        self._retry = c.goodput_cooldown
+
+    def first_token(self, ttft_s: float) -> None:
+        """The request's time to first token (told by the driver): a request past its TTFT
+        SLO no longer counts in the planner's SLO share (its tokens still count as output)."""
+        self.ttft_s = ttft_s
+
+    def set_slo(self, slo: Any) -> None:
+        """The driver's SLOs: the TPOT trim holds the driver's TPOT SLO (``slo_tpot_s`` when it
+        gives none), and a planner of this sequence's own plans against them."""
+        super().set_slo(slo)
+        if self._solo is not None:
+            self._solo.set_slo(slo)
+
+    @classmethod
+    def make_planner(cls, config: GoodputPolicyConfig) -> Any:
+        return DSparkPlanner(config)
+
+    # --- the rows a round planner reads (control.seqstate) --
+    def _bind(self, store: SeqArrays, slot: int) -> None:
+        self._store, self._slot = store, slot
+        # memoryviews: element access in Python floats, ~2x numpy's scalar indexing
+        self._row: Any = memoryview(store.values[slot])  # format "d": floats in and out
+        self._cnt: Any = memoryview(store.counts[slot])
+
+    def __getstate__(self) -> dict[str, Any]:  # memoryviews do not pickle: rebound on load
+        return {k: v for k, v in self.__dict__.items() if k not in ("_row", "_cnt")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._bind(self._store, self._slot)
+
+    sum_n = property(lambda self: float(self._row[SUM_N]))
+    sum_rej = property(lambda self: float(self._row[SUM_REJ]))
+    recent_n = property(lambda self: float(self._row[RECENT_N]))
+    recent_rej = property(lambda self: float(self._row[RECENT_REJ]))
+    decode_s = property(lambda self: float(self._row[DECODE_S]))
+    tokens = property(lambda self: int(self._row[TOKENS]))
+
+    @property
+    def alpha(self) -> float:
+        return float(self._row[ALPHA])
+
+    @alpha.setter
+    def alpha(self, value: float) -> None:
+        self._row[ALPHA] = value
+
+    @property
+    def planned_k(self) -> int:
+        """This sequence's length in the planner's last full plan (-1: none)."""
+        return int(self._row[PLANNED])
+
+    @property
+    def counts(self) -> list[int]:
+        """This sequence's rounds since the planner last read them: index n = rounds that
+        accepted n and then refused one, k_max + 1 + n = rounds that accepted all n."""
+        return [int(x) for x in self._cnt.tolist()]
+
+    @property
+    def plan_rates(self) -> Any:
+        """The per-position rates the planner's last full plan predicted for this sequence
+        (before its position factors; None before any), what ``counts`` is held to."""
+        st, i = self._store, self._slot
+        return st.rates[i].copy() if st.has_rates[i] else None
+
+    # --- protocol --
+    def reset(self) -> None:
+        c = self.config
+        # the state a round planner reads lives in its rows of a SeqArrays (control.seqstate):
+        # sum_n / sum_rej (accepted tokens and rounds that ended in a rejection, forgotten at
+        # 1/memory_rounds per round), recent_n / recent_rej (the same, forgotten at
+        # 1/recent_rounds), decode_s (seconds from the first round's start to the end of the
+        # last round observed), tokens (emitted by the rounds observed), α, planned_k, counts,
+        # plan_rates; a sequence no planner drives has a store of its own
+        store = getattr(self, "_store", None)
+        if store is None:
+            SeqArrays.single(c.k_max).new_slot(self)
+        else:
+            store.new_slot(self, self._slot)
+        self.context_tokens = 0
+        self.first_s = -1.0  # start of the first round observed (≈ the first token's time)
+        self.ttft_s = math.nan  # the request's time to first token, when the driver tells it
+        # own planner when no round planner drives this sequence; reset() keeps it — the costs
+        # it learned are the hardware's, not the sequence's (a new controller forgets)
+        self._solo = getattr(self, "_solo", None)
+        self._full = c.k_max + 1
+        super().reset()
+
+    def decide(self, now_s: float, batch=None) -> Decision:
+        """With no round planner driving it (a batch-1 engine, a trace replay): a plan for a
+        batch of this one sequence, its costs learned from its own rounds."""
+        if self._solo is None:
+            self._solo = DSparkPlanner(self.config)
+            if self.slo is not None:
+                self._solo.set_slo(self.slo)
+        ctx = BatchContext(1, self.context_tokens) if batch is None else batch
+        return self._solo.plan(now_s, (self,), ctx)[0]
+
+    def observe_values(
+        self,
+        now_s,
+        drafted,
+        n,
+        confidences,
+        draft_s,
+        verify_s,
+        context_tokens,
+        lossy_accepts,
+        e,
+        sentence_ends,
+        batch_size=1,
+        batch_tokens=0,
+        batch_context_tokens=0,
+    ) -> None:
+        # hot path: the evidence goes in place into this sequence's rows (control.seqstate),
+        # then the window, retry cap and blocks both policies keep
+        r = self._row
+        rej = 1 if n < drafted else 0
+        f = self._decay
+        r[0] = r[0] * f + n  # SUM_N
+        r[1] = r[1] * f + rej  # SUM_REJ
+        f = self._fast
+        r[2] = r[2] * f + n  # RECENT_N
+        r[3] = r[3] * f + rej  # RECENT_REJ
+        self.context_tokens = context_tokens + e
+        if self.first_s < 0.0:
+            self.first_s = now_s - draft_s - verify_s
+        r[4] = now_s - self.first_s  # DECODE_S
+        r[5] += e  # TOKENS
+        if drafted:  # per-position evidence, pooled by the planner at its next full plan
+            self._cnt[n if n < drafted else self._full + n] += 1.0
+        if self._solo is not None:  # no round planner: the round goes to its own planner
+            self._solo.observe_round(
+                RoundStats(
+                    now_s - draft_s - verify_s,
+                    now_s,
+                    batch_size,
+                    1 if drafted else 0,
+                    drafted,
+                    batch_tokens or drafted + 1,
+                    batch_context_tokens or context_tokens,
+                    draft_s,
+                    verify_s,
+                    n,
+                    e,
+                )
+            )
+        super().observe_values(
+            now_s,
+            drafted,
+            n,
+            confidences,
+            draft_s,
+            verify_s,
+            context_tokens,
+            lossy_accepts,
+            e,
+            sentence_ends,
+            batch_size,
+            batch_tokens,
+            batch_context_tokens,
+        )
+
+    # --- policy hooks --
+    def _initial_k(self) -> int:
+        return self.config.k_max  # the sequence's cap; the plan chooses each round's length
+
+    def _alpha_error(self, a_hat: float | None) -> float | None:
+        """α trims the time penalty to hold the TPOT SLO: ``1 − latency_ratio``."""
+        return None if self.latency_ratio is None else 1.0 - self.latency_ratio
+
+    def _a_seq(self) -> float | None:
+        return self.sum_n / (self.sum_n + self.sum_rej) if self.sum_n + self.sum_rej > 0 else None
