@@ -107,6 +107,13 @@ def run(args: argparse.Namespace) -> int:
         f"best trial {summary['best_trial']}: {summary['objective']} = {summary['best_value']}"
     )
     print("best params: " + ", ".join(f"{k}={_fmt(v)}" for k, v in summary["best_params"].items()))
+    if summary.get("best_scenario"):
+        from tuning.scenario import scenario_line
+
+        print(
+            f"tuned scenario: {scenario_line(summary['best_scenario'])} "
+            f"({summary['controller']}-tuned runs with it; every other entry, each scenario's own)"
+        )
     if not args.no_eval:
         import pandas as pd
 

@@ -98,6 +98,10 @@ class TuneSection:
     )
     # "" = derived from controller and objective.
     study_name: str = param("", doc="study name in the storage")
+    # none: the study searches controller fields only (tuning/scenario.py).
+    scenario_params: tuple[str, ...] = param(
+        (), doc="dotted scenario fields searched beside the controller, e.g. draft.block_size"
+    )
     # the tuning workloads.
     workloads: tuple[WorkloadSpec, ...] = param((), doc="[[tune.workloads]] tables")
 
@@ -230,6 +234,10 @@ def _check(cfg: TuningConfig, source: str) -> TuningConfig:
                 f"{source}: held-out workload '{w.name}' is the same as tuning "
                 f"workload '{train[w.key()]}'; held-out workloads must differ"
             )
+    if t.scenario_params:
+        from tuning.scenario import check_scenario_params
+
+        check_scenario_params(t.scenario_params, resolved["tune"] + resolved["evaluate"], source)
     return replace(
         cfg,
         tune=replace(t, workloads=resolved["tune"]),

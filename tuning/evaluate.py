@@ -34,6 +34,7 @@ from control import make_config
 from control.registry import REFERENCES
 from tuning.config import TuningConfig, WorkloadSpec
 from tuning.objective import OBJECTIVE_METRICS, Objective, default_simulate, load_workload
+from tuning.scenario import with_scenario
 from tuning.space import SEED_POINT, params_to_config, start_points
 
 
@@ -43,6 +44,8 @@ class Entry:
     controller: str
     config: Any
     source: str  # tuned | seed | default | sweep | reference
+    # the tuned scenario fields (dotted overrides) this entry runs with; the tuned entry only.
+    scenario: dict = dataclasses.field(default_factory=dict)
 
 
 SINGLE_OF = {"throughput-p99": "throughput", "throughput-quality": "throughput"}
@@ -84,6 +87,7 @@ def tune_baseline(
             controller=controller,
             objective=single,
             mode="",
+            scenario_params=(),
             sampler="tpe",
             n_startup_trials=min(cfg.tune.n_startup_trials, max(1, n_trials // 3)),
         ),
@@ -111,13 +115,16 @@ def entries(
     simulate: Callable | None = None,
     log: Callable[[str], None] = lambda s: None,
     workers: int = 1,
+    scenario: dict[str, Any] | None = None,
 ) -> tuple[list[Entry], dict]:
     """Everything to evaluate, and a record of how the references were chosen; the baselines'
-    studies run on ``workers`` processes (one study each)."""
+    studies run on ``workers`` processes (one study each). ``scenario``: the tuned scenario
+    values, which the tuned entry alone runs with (every other entry runs each workload's
+    scenario as written)."""
     from tuning.slo import fork_map
 
     c = cfg.tune.controller
-    out = [Entry(f"{c}-tuned", c, best_config, "tuned")]
+    out = [Entry(f"{c}-tuned", c, best_config, "tuned", dict(scenario or {}))]
     info: dict[str, Any] = {}
     if c in SEED_POINT:
         out.append(Entry(f"{c}-seed", c, make_config(c, SEED_POINT[c]), "seed"))
@@ -151,6 +158,7 @@ _SCN: dict = {}
 
 def _one(task: tuple) -> dict:
     entry, spec, seed, simulate = task
+    spec = with_scenario(spec, entry.scenario)
     key = spec.key()
     if key not in _SCN:
         _SCN[key] = load_workload(spec)

@@ -3,6 +3,10 @@
 ``best_config.toml`` holds one ``[controller.<name>]`` table with every field of the config:
 a scenario can include it as is, ``dspark simulate --controller-config`` reads it, and the
 real engine loads it with :func:`load_best_config` (``control.make_config`` underneath).
+A study that also tuned scenario fields (``[tune] scenario_params``) adds a ``[scenario]``
+table of dotted keys (``"draft.block_size" = 9``): dotted overrides of the scenario the config
+was tuned on, read by :func:`load_best_scenario` (empty for files without the table); the
+``[controller.<name>]`` table and its readers are the same with or without it.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from control.errors import ConfigError
 from control.metrics import json_safe
 from tuning.config import TuningConfig
 from tuning.objective import directions, metric_names
-from tuning.space import params_to_config
+from tuning.space import params_to_config, scenario_values
 
 
 def _feasible(t: optuna.trial.FrozenTrial) -> bool:
@@ -100,16 +104,51 @@ def best_config(study: optuna.Study, cfg: TuningConfig, trial: optuna.trial.Froz
     return params_to_config(cfg.tune.controller, trial.params, cfg.pinned())
 
 
-def best_config_text(controller: str, config: Any, note: str = "") -> str:
+def best_scenario(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    """The tuned scenario values of ``trial`` (dotted keys; empty when none was tuned)."""
+    return scenario_values(trial.params)
+
+
+def best_config_text(
+    controller: str, config: Any, note: str = "", scenario: dict[str, Any] | None = None
+) -> str:
     head = "".join(f"# {line}\n" for line in note.splitlines()) if note else ""
-    return head + to_toml({"controller": {controller: to_dict(config)}})
+    data: dict[str, Any] = {"controller": {controller: to_dict(config)}}
+    if scenario:
+        data["scenario"] = dict(scenario)
+    return head + to_toml(data)
 
 
-def write_best_config(path: str | Path, controller: str, config: Any, note: str = "") -> Path:
+def write_best_config(
+    path: str | Path,
+    controller: str,
+    config: Any,
+    note: str = "",
+    scenario: dict[str, Any] | None = None,
+) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(best_config_text(controller, config, note))
+    p.write_text(best_config_text(controller, config, note, scenario))
     return p
+
+
+def load_best_scenario(path: str | Path) -> dict[str, Any]:
+    """The ``[scenario]`` table of a ``best_config.toml`` as dotted overrides (``{}`` when the
+    file has none); a key that names no scenario field is a one-line :class:`ConfigError`."""
+    from tuning.space import _fields, flatten
+
+    data = read_toml(path)
+    table = data.get("scenario", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: scenario = {table!r}: expected a table [scenario]")
+    values = flatten(table)
+    from sim.config import SimConfig
+
+    known = {n for n, _, _ in _fields(SimConfig)}
+    for key in values:
+        if key not in known:
+            raise ConfigError(f"{path}: [scenario] '{key}' is not a field of the scenario")
+    return values
 
 
 def load_best_config(path: str | Path, controller: str | None = None) -> tuple[str, Any]:
@@ -175,6 +214,7 @@ def write_run(
     config: Any,
     evaluation: Any = None,
     extra: dict | None = None,
+    scenario: dict[str, Any] | None = None,
 ) -> dict:
     """Write trials.csv, best_config.toml, importances.csv, pareto.csv (multi-objective),
     evaluation.csv (when given), config.toml and summary.json; returns the summary."""
@@ -191,7 +231,13 @@ def write_run(
         f"best {c} config of study '{study.study_name}' (trial {best.number}, "
         f"objective {cfg.tune.objective} = {vals})\n"
         "a scenario's [controller.<name>] table: paste it into a scenario for `dspark simulate`; "
-        "the engine loads it with tuning.export.load_best_config / control.make_config",
+        "the engine loads it with tuning.export.load_best_config / control.make_config"
+        + (
+            "\n[scenario]: the tuned scenario fields, dotted overrides (dspark simulate --set)"
+            if scenario
+            else ""
+        ),
+        scenario,
     )
     imp, evaluator = importances(study)
     imp.to_csv(out / "importances.csv", index=False)
@@ -212,6 +258,7 @@ def write_run(
         "n_trials": n_done,
         "best_value": vals,
         "best_params": best.params,
+        "best_scenario": dict(scenario or {}),
         "best_trial": best.number,
         "controller": c,
         "importance_evaluator": evaluator,

@@ -1,6 +1,8 @@
 """The objective: one callable that scores a controller config over workloads × seeds.
 
-``Objective(cfg)(trial)`` suggests a config (:func:`tuning.space.suggest_config`), simulates it
+``Objective(cfg)(trial)`` suggests a config (:func:`tuning.space.suggest_config`) and the
+scenario values of ``[tune] scenario_params`` (:func:`tuning.space.suggest_scenario`, written
+over every instance's scenario for that trial), simulates it
 on every tuning workload and seed (an *instance*), and returns the mean of the objective's
 metric(s) over the instances. After each workload of a single-objective study it reports to
 the pruner (step = workload index): the running mean over the workloads so far (median pruner:
@@ -34,7 +36,7 @@ from typing import Any
 import optuna
 
 from tuning.config import SLO_OBJECTIVES, TuningConfig, WorkloadSpec, load_workload
-from tuning.space import suggest_config
+from tuning.space import scenario_space, suggest_config, suggest_scenario
 from tuning.storage import worker_tag
 
 # objective -> ((summary metric, direction), ...)
@@ -178,6 +180,10 @@ class Objective:
         wls = workloads if workloads is not None else cfg.tune.workloads
         seeds = seeds if seeds is not None else cfg.tune.sim_seeds
         self.instances = [Instance(w.name, s, load_workload(w)) for w in wls for s in seeds]
+        # [tune] scenario_params: drawn by the tuned controller's trials only
+        tuned = self.controller == cfg.tune.controller and bool(cfg.tune.scenario_params)
+        self.scenario_dims = scenario_space(cfg.tune.scenario_params) if tuned else []
+        self._scenarios: dict[tuple, Any] = {}
         self.search = search
         if self.objective in SLO_OBJECTIVES:
             from tuning.slo import prepare_knees
@@ -187,39 +193,51 @@ class Objective:
             for i, k in zip(self.instances, knees):
                 i.knee = k
 
-    def run(self, i: Instance, config: Any) -> dict:
-        """The summary row of ``config`` on instance ``i`` (the objective's own measure)."""
+    def scenario_of(self, i: Instance, scenario: dict[str, Any] | None = None) -> Any:
+        """Instance ``i``'s scenario with the dotted ``scenario`` overrides written in."""
+        if not scenario:
+            return i.scenario
+        key = (id(i), tuple(sorted((k, repr(v)) for k, v in scenario.items())))
+        if key not in self._scenarios:
+            self._scenarios[key] = i.scenario.with_overrides(dict(scenario))
+        return self._scenarios[key]
+
+    def run(self, i: Instance, config: Any, scenario: dict[str, Any] | None = None) -> dict:
+        """The summary row of ``config`` on instance ``i`` (the objective's own measure), its
+        scenario with the dotted ``scenario`` overrides (a trial's tuned scenario values)."""
+        scn = self.scenario_of(i, scenario)
         if self.objective == "slo-knee-goodput":
             x = i.knee * self.cfg.slo.knee_load
-            return self.simulate(i.scenario, self.controller, config, i.seed, False, load_scale=x)
+            return self.simulate(scn, self.controller, config, i.seed, False, load_scale=x)
         if self.objective != "slo-capacity":
-            return self.simulate(i.scenario, self.controller, config, i.seed, False)
+            return self.simulate(scn, self.controller, config, i.seed, False)
         from sim.capacity import search
         from tuning.slo import bracket_config, capacity_row
 
         cc = bracket_config(self.cfg.slo, i.knee)
-        r = (self.search or search)(
-            i.scenario, self.controller, config, self.controller, i.seed, cc
-        )
+        r = (self.search or search)(scn, self.controller, config, self.controller, i.seed, cc)
         row = capacity_row(r, cc)
         # strict verification accepts nothing lossy: the constraint needs no simulation
         row["lossy_accept_fraction"] = 0.0
         if getattr(config, "mode", "strict") != "strict":
             s = self.simulate(
-                i.scenario, self.controller, config, i.seed, False, load_scale=row["load_scale"]
+                scn, self.controller, config, i.seed, False, load_scale=row["load_scale"]
             )
             row["lossy_accept_fraction"] = s["lossy_accept_fraction"]
         return row
 
-    def scores(self, config: Any, trial: Any = None) -> dict[str, float]:
-        """Mean summary metrics of ``config`` over the instances; with ``trial``, one report
-        per workload (step = workload index) for the pruner."""
+    def scores(
+        self, config: Any, trial: Any = None, scenario: dict[str, Any] | None = None
+    ) -> dict[str, float]:
+        """Mean summary metrics of ``config`` over the instances (their scenarios with the dotted
+        ``scenario`` overrides); with ``trial``, one report per workload (step = workload
+        index) for the pruner."""
         primary = self.metrics[0][0]
         single = len(self.metrics) == 1 and trial is not None
         rows: list[dict] = []
         per_workload: list[float] = []
         for step, (name, group) in enumerate(self._by_workload()):
-            mine = [self.run(i, config) for i in group]
+            mine = [self.run(i, config, scenario) for i in group]
             rows += mine
             per_workload.append(sum(float(r[primary]) for r in mine) / len(mine))
             if single:
@@ -265,9 +283,9 @@ class Objective:
         trial.set_user_attr("instances", len(rows))
         return c
 
-    def values(self, config: Any) -> tuple[float, ...]:
+    def values(self, config: Any, scenario: dict[str, Any] | None = None) -> tuple[float, ...]:
         """The objective value(s) of ``config`` without a trial (independent re-check)."""
-        means = self.scores(config)
+        means = self.scores(config, scenario=scenario)
         return tuple(means[m] for m, _ in self.metrics)
 
     def __call__(self, trial: optuna.Trial) -> float | tuple[float, ...]:
@@ -286,7 +304,7 @@ class Objective:
         if not isinstance(trial, optuna.trial.FixedTrial) and "worker" not in trial.user_attrs:
             trial.set_user_attr("worker", worker_tag())  # samplers of tuning.study tag already
         config = suggest_config(trial, self.controller, self.pinned)
-        means = self.scores(config, trial)
+        means = self.scores(config, trial, suggest_scenario(trial, self.scenario_dims))
         vals = tuple(means[m] for m, _ in self.metrics)
         for v in vals:
             if not math.isfinite(v):

@@ -10,7 +10,7 @@ from typing import Any
 from control.errors import ConfigError
 from tuning.config import TuningConfig
 from tuning.evaluate import entries, evaluate, table, tuned_vs_default
-from tuning.export import best_config, choose_best, write_run
+from tuning.export import best_config, best_scenario, choose_best, write_run
 from tuning.objective import load_workload
 from tuning.storage import JOURNAL_NAME, is_journal, resolve_url
 from tuning.study import run_study, sampler_name
@@ -127,6 +127,7 @@ def tune(
         slo = min(load_workload(w).slo.tpot_s for w in cfg.tune.workloads)
     best = choose_best(study, cfg, slo)
     config = best_config(study, cfg, best)
+    scenario = best_scenario(best)
     extra: dict[str, Any] = {
         "tune_seconds": round(tune_s, 3),
         "workers": workers,
@@ -136,7 +137,7 @@ def tune(
     df = None
     if evaluate_heldout:
         t1 = time.perf_counter()
-        ents, info = entries(cfg, config, simulate, log, workers)
+        ents, info = entries(cfg, config, simulate, log, workers, scenario)
         extra.update(info)
         df = evaluate(cfg, ents, workers=workers, simulate=simulate, progress=progress)
         extra["heldout_means"] = table(df).reset_index().to_dict("records")
@@ -145,4 +146,4 @@ def tune(
             cap.to_csv(out / "heldout_capacity.csv", index=False)
         extra["tuned_vs_default"] = versus
         extra["evaluate_seconds"] = round(time.perf_counter() - t1, 3)
-    return write_run(out, cfg, study, url, best, config, df, extra)
+    return write_run(out, cfg, study, url, best, config, df, extra, scenario)

@@ -30,6 +30,7 @@ from control import make_config
 from control.errors import ConfigError
 from sim.capacity import CapacityConfig, CapacityResult, search
 from tuning.config import SloSection, TuningConfig, WorkloadSpec
+from tuning.scenario import with_scenario
 
 #: (workload key, seed, controller, [slo] section) -> the default config's search
 #: (``capacity``, ``missed``, ``capacity_rps``, ``probes``)
@@ -163,8 +164,8 @@ def heldout_capacity(
     workers: int = 1,
     search_fn: Callable[..., CapacityResult] | None = None,
 ) -> Any:
-    """Capacity at SLO of every entry (``label, controller, config``) on every held-out
-    workload and seed, as a DataFrame; the default entry's is its knee there, the others'
+    """Capacity at SLO of every entry (``label, controller, config``, and the tuned scenario
+    values of its ``scenario`` when it has them) on every held-out workload and seed, as a DataFrame; the default entry's is its knee there, the others'
     searches start at it. A search that does not cross the target in
     ``[slo.knee_lo, slo.knee_hi]`` has ``crossed`` false and no capacity."""
     import pandas as pd
@@ -187,7 +188,15 @@ def heldout_capacity(
         for (w, s), k in zip(pairs, found)
     ]
     jobs = [
-        (e.label, e.controller, e.config, w, s, knee_config(cfg.slo, k), search_fn)
+        (
+            e.label,
+            e.controller,
+            e.config,
+            with_scenario(w, getattr(e, "scenario", {})),
+            s,
+            knee_config(cfg.slo, k),
+            search_fn,
+        )
         for (w, s), k in zip(pairs, knees)
         for e in entries
         if e.label != default_label

@@ -10,12 +10,18 @@ value (the study's config may pin it).
 
 Parameter names are the config's field names (dotted for nested dataclasses), so trial params
 map back to a config with :func:`params_to_config`.
+
+Scenario fields join the search the same way (:func:`scenario_space`, ``[tune]
+scenario_params``): a scenario dataclass field whose ``param`` declares ``tune`` (e.g.
+``draft.block_size``, a block drafter's B) is the trial parameter ``scenario.<dotted key>``, and
+its drawn value is a dotted override of every tuning workload's scenario for that trial.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import types
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +31,7 @@ from control.configio import to_dict
 from control.errors import ConfigError
 
 ON = ":on"  # suffix of an on/off switch parameter
+SCENARIO = "scenario."  # prefix of a tuned scenario field's trial parameter
 
 #: The seed document's starting point (α = 0.8, β = 0.85 with threshold verification).
 SEED_POINT: dict[str, dict[str, Any]] = {
@@ -178,6 +185,18 @@ def _active(d: Dim, values: dict[str, Any]) -> bool:
     return all(values.get(k) in allowed for k, allowed in d.when)
 
 
+def _suggest(trial: Any, d: Dim, values: dict[str, Any]) -> Any:
+    """One dimension's value on ``trial`` (``values``: the fields its bounds may refer to)."""
+    if d.kind == "categorical":
+        return trial.suggest_categorical(d.name, list(d.choices))
+    lo, hi = _bounds(d, values)
+    if d.zero_switch and not trial.suggest_categorical(d.name + ON, [False, True]):
+        return 0.0 if d.kind == "float" else 0
+    if d.kind == "int":
+        return trial.suggest_int(d.name, int(lo), int(hi), log=d.log and lo > 0)
+    return trial.suggest_float(d.name, float(lo), float(hi), log=d.log and lo > 0)
+
+
 def suggest_params(trial: Any, controller: str, fixed: dict[str, Any] | None = None) -> dict:
     """Suggest every active dimension on ``trial``; returns the flat config values set
     (tuned and ``fixed`` ones; everything else keeps its default)."""
@@ -187,19 +206,50 @@ def suggest_params(trial: Any, controller: str, fixed: dict[str, Any] | None = N
     for d in space(controller):
         if d.name in fixed or not _active(d, values):
             continue
-        if d.kind == "categorical":
-            v = trial.suggest_categorical(d.name, list(d.choices))
-        else:
-            lo, hi = _bounds(d, values)
-            if d.zero_switch and not trial.suggest_categorical(d.name + ON, [False, True]):
-                v = 0.0 if d.kind == "float" else 0
-            elif d.kind == "int":
-                v = trial.suggest_int(d.name, int(lo), int(hi), log=d.log and lo > 0)
-            else:
-                v = trial.suggest_float(d.name, float(lo), float(hi), log=d.log and lo > 0)
+        v = _suggest(trial, d, values)
         values[d.name] = v
         chosen[d.name] = v
     return chosen
+
+
+def _plain(tp: Any) -> Any:
+    """``int`` for ``int | None`` (an optional field's value type); other types as they are."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0] if len(args) == 1 else tp
+    return tp
+
+
+def scenario_space(keys: tuple[str, ...] | list[str]) -> list[Dim]:
+    """The tuned scenario dimensions ``[tune] scenario_params`` names, read from the scenario
+    config dataclasses' ``param(..., tune=...)`` as :func:`space` reads a controller's; each
+    trial param is ``scenario.<dotted key>``. An unknown key, a field without ``tune`` or one
+    whose range depends on other fields is a :class:`ConfigError` naming the key."""
+    from sim.config import SimConfig
+
+    leaves = {n: (f, tp) for n, f, tp in _fields(SimConfig)}
+    dims = []
+    for key in keys:
+        if key not in leaves:
+            raise ConfigError(f"'{key}' is not a field of the scenario (e.g. 'draft.block_size')")
+        f, tp = leaves[key]
+        d = _dim(SCENARIO + key, f, _plain(tp), key[: len(key) - len(f.name)], {})
+        if d is None:
+            raise ConfigError(f"'{key}' declares no tuning range (its param has no tune=...)")
+        if d.refs():
+            raise ConfigError(f"'{key}' is searched only beside other fields; not tunable alone")
+        dims.append(d)
+    return dims
+
+
+def suggest_scenario(trial: Any, dims: list[Dim]) -> dict[str, Any]:
+    """The scenario overrides a trial draws: ``{dotted key: value}`` for each of ``dims``."""
+    return {d.name[len(SCENARIO) :]: _suggest(trial, d, {}) for d in dims}
+
+
+def scenario_values(params: dict[str, Any]) -> dict[str, Any]:
+    """The scenario overrides among a trial's ``params`` (``scenario.<key>`` -> ``<key>``)."""
+    return {k[len(SCENARIO) :]: v for k, v in params.items() if k.startswith(SCENARIO)}
 
 
 def suggest_config(trial: Any, controller: str, fixed: dict[str, Any] | None = None) -> Any:
@@ -320,8 +370,11 @@ __all__ = [
     "defaults",
     "describe_space",
     "params_to_config",
+    "scenario_space",
+    "scenario_values",
     "space",
     "start_points",
     "suggest_config",
     "suggest_params",
+    "suggest_scenario",
 ]
