@@ -104,6 +104,10 @@ class TuneSection:
     )
     # the tuning workloads.
     workloads: tuple[WorkloadSpec, ...] = param((), doc="[[tune.workloads]] tables")
+    # none: the study starts from the seed's point and the defaults only.
+    start_from: tuple[dict, ...] = param(
+        (), doc="controller configs enqueued as the first trials (tuning/start.py)"
+    )
 
 
 @dataclass(frozen=True)
@@ -200,6 +204,10 @@ def _check(cfg: TuningConfig, source: str) -> TuningConfig:
             f"{source}: tune.sampler = 'cmaes' is single-objective; objective "
             f"'{t.objective}' needs nsga2, tpe, gp or random"
         )
+    if t.start_from:
+        from tuning.start import start_from_params
+
+        start_from_params(t.controller, t.start_from, cfg.pinned(), f"{source}: tune.start_from")
     if cfg.slo.knee_lo >= cfg.slo.knee_hi:
         raise ConfigError(
             f"{source}: slo.knee_lo = {cfg.slo.knee_lo!r} must be below "

@@ -56,6 +56,7 @@ from tuning.objective import (
 )
 from tuning.procs import _die_with_parent, dying_with_this_process
 from tuning.space import start_points
+from tuning.start import start_from_params
 from tuning.storage import (
     alive_elsewhere,
     make_storage,
@@ -232,6 +233,9 @@ def _prepare_locked(
     recover(study)  # trials of dead workers: failed and re-queued before slots are counted
     held = _slots(study)
     starts = start_points(cfg.tune.controller, cfg.pinned()) if not exists else []
+    if not exists:
+        given = start_from_params(cfg.tune.controller, cfg.tune.start_from, cfg.pinned())
+        starts += [p for i, p in enumerate(given) if p not in starts and p not in given[:i]]
     for slot in range(n):
         if slot in held:
             continue
