@@ -25,7 +25,6 @@ from dataclasses import replace
 from typing import Any
 
 from control.errors import ConfigError
-from tuning.config import WorkloadSpec
 from tuning.space import Dim, scenario_space
 
 
@@ -39,7 +38,7 @@ def _probes(d: Dim) -> list[Any]:
 
 
 def check_scenario_params(
-    keys: tuple[str, ...], workloads: tuple[WorkloadSpec, ...], source: str
+    keys: tuple[str, ...], workloads: tuple[Any, ...], source: str
 ) -> list[Dim]:
     """The scenario dimensions of ``keys``; a :class:`ConfigError` naming the key and ``source``
     (and the workload's scenario file) when one cannot be searched on every workload."""
@@ -66,8 +65,9 @@ def check_scenario_params(
     return dims
 
 
-def with_scenario(spec: WorkloadSpec, values: dict[str, Any]) -> WorkloadSpec:
-    """``spec`` with the tuned scenario ``values`` written over its overrides."""
+def with_scenario(spec: Any, values: dict[str, Any]) -> Any:
+    """``spec`` (a :class:`tuning.config.WorkloadSpec`) with the tuned scenario ``values``
+    written over its overrides."""
     return replace(spec, overrides={**spec.overrides, **values}) if values else spec
 
 
