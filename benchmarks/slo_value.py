@@ -83,7 +83,10 @@ def goodput_point(scn, name, cfg, label, seed, load) -> tuple:
 
 
 def run_workload(wl, scn, items, seeds, cc, workers) -> tuple[list[dict], dict]:
-    caps = summarize_capacity(capacity(scn, items, seeds, cc, workers))
+    results = capacity(scn, items, seeds, cc, workers)
+    caps = summarize_capacity(results)
+    for r in caps:  # each seed's capacity, for --by-seed
+        r["by_seed"] = [x.capacity for x in results if x.controller == r["controller"]]
     tasks = [(scn, n, c, lab, s, ld) for n, c, lab in items for s in seeds for ld in LOADS]
     good: dict = {}
     for lab, _seed, ld, g, _a in pool_map(goodput_point, tasks, workers):
@@ -101,6 +104,7 @@ def main() -> int:
     ap.add_argument("--tuned", default=None, help="best_config.toml with a [controller.dspark]")
     ap.add_argument("--controllers", default=",".join(DEFAULT))
     ap.add_argument("--workloads", default="conv,code", help="which of conv, code to run")
+    ap.add_argument("--by-seed", action="store_true", help="also print each seed's capacity")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     specs = [s for s in args.controllers.split(",") if s]
@@ -135,6 +139,11 @@ def main() -> int:
                 f"{lab:<30}{r['capacity_load_scale']:>10.3f}"
                 f"{'[' + format(r['capacity_min'], '.3f') + ', ' + format(r['capacity_max'], '.3f') + ']':>18}  "
                 + "".join(f"{good[(lab, ld)]:>13,.0f}" for ld in LOADS)
+                + (
+                    "  by seed " + " ".join(f"{c:.3f}" for c in r["by_seed"])
+                    if args.by_seed
+                    else ""
+                )
             )
         if "dspark" in by:
             ratio = by["dspark"]["capacity_load_scale"] / best_fixed["capacity_load_scale"]
