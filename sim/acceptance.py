@@ -258,6 +258,17 @@ class AcceptanceModel:
             return self._replay_rates[ids]
         return self.rate[ids]
 
+    def request_rates(self) -> np.ndarray:
+        """Each request's own per-token acceptance rate for the requests table: the drawn rate
+        (beta, mixture; curve: at draft position 1), the configured one (iid; decay at position
+        1), the recorded trace's empirical rate (replay); NaN under markov, whose rate moves
+        within a request."""
+        if self.kind == "markov":
+            return np.full(len(self.rate), np.nan)
+        if self.kind == "replay":
+            return self.true_rates(np.arange(len(self.records)), np.zeros(len(self.records)))
+        return self.rate.astype(float, copy=True)
+
     @property
     def log_rate(self) -> np.ndarray:
         lr = self._log_rate

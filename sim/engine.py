@@ -37,6 +37,9 @@ class RunData:
     ctrl_trace: dict | None
     rejected: np.ndarray
     admitted_s: np.ndarray  # when each request's prefill first started (NaN: never)
+    acceptance_rate: (
+        np.ndarray
+    )  # each request's own acceptance rate (AcceptanceModel.request_rates)
 
 
 def run(
@@ -129,6 +132,7 @@ def _simulate(
         tracer.controllers if tracer else None,
         ledger.rejected,
         ledger.admitted_s,
+        acc.request_rates(),
     )
 
 

@@ -190,5 +190,6 @@ def requests_table(run: RunData, controller: str):
             "replica": run.replica,
             "emitted_tokens": run.emitted,
             "admitted_s": run.admitted_s,
+            "acceptance_rate": run.acceptance_rate,
         }
     )

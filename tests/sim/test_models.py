@@ -77,6 +77,25 @@ def test_confidence_predicts_acceptance_and_sentence_rate():
     assert all(all(0 <= o < 10 for o in e) for e in ends)
 
 
+def test_the_requests_table_holds_each_requests_own_acceptance_rate(tiny):
+    from sim import simulate
+
+    scn = tiny.with_overrides(
+        {"acceptance.model": "beta", "acceptance.beta_mean": 0.6, "workload.num_requests": 40}
+    )
+    rr = simulate(scn, "fixed", baseline=False).requests
+    # the requests' Beta draws: distinct, in (0, 1), and what a fresh model draws from the seed
+    rates = rr["acceptance_rate"].to_numpy()
+    assert len(set(rates.tolist())) == 40 and ((rates > 0) & (rates < 1)).all()
+    again = simulate(scn, "fixed", baseline=False).requests["acceptance_rate"].to_numpy()
+    assert np.array_equal(rates, again)
+    iid = simulate(tiny.with_overrides({"acceptance.model": "iid"}), "fixed", baseline=False)
+    assert (iid.requests["acceptance_rate"] == scn.acceptance.rate).all()
+    cfg = AcceptanceConfig(model="markov")
+    m = AcceptanceModel(cfg, 5, np.random.default_rng(1), np.random.default_rng(2))
+    assert np.isnan(m.request_rates()).all()  # its rate moves within a request
+
+
 def test_routing_policies(tiny):
     from sim import simulate
 
