@@ -173,3 +173,42 @@ def test_cycle_checker_sees_function_level_and_relative_imports(tmp_path):
     assert import_cycles(graph) == [["p.a", "p.b"], ["p.sub.c", "p.sub.e"]]
     (pkg / "b.py").write_text("def f():\n    pass\n")
     assert import_cycles(module_graph(tmp_path, ["p"])) == [["p.sub.c", "p.sub.e"]]
+
+
+#: size limits of docs/design.md's house rules, per package file
+MAX_FILE_LINES, MAX_CLASS_METHODS, MAX_FUNCTION_LINES = 600, 25, 80
+
+
+def oversized(path: Path) -> list[str]:
+    """What in ``path`` breaks a size limit: the file's lines, a class's methods (defined in its
+    body), a function's lines (decorators excluded, nested functions counted on their own)."""
+    src = path.read_text()
+    out = []
+    if src.count("\n") > MAX_FILE_LINES:
+        out.append(f"{path}: {src.count(chr(10))} lines")
+    for node in ast.walk(ast.parse(src, filename=str(path))):
+        if isinstance(node, ast.ClassDef):
+            n = sum(isinstance(x, ast.FunctionDef | ast.AsyncFunctionDef) for x in node.body)
+            if n > MAX_CLASS_METHODS:
+                out.append(f"{path}:{node.lineno} class {node.name}: {n} methods")
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            n = (node.end_lineno or node.lineno) - node.lineno + 1
+            if n > MAX_FUNCTION_LINES:
+                out.append(f"{path}:{node.lineno} {node.name}: {n} lines")
+    return out
+
+
+def test_package_files_classes_and_functions_stay_small():
+    found = [x for p in PACKAGES for f in sorted((ROOT / p).rglob("*.py")) for x in oversized(f)]
+    assert not found, "\n".join(found)
+
+
+def test_size_checker_sees_each_limit(tmp_path):
+    body = "\n".join(f"    def m{i}(self):\n        pass" for i in range(MAX_CLASS_METHODS + 1))
+    long_fn = "def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES
+    p = tmp_path / "big.py"
+    p.write_text(f"class C:\n{body}\n\n\n{long_fn}" + "\n" * MAX_FILE_LINES)
+    found = oversized(p)
+    assert len(found) == 3
+    assert any("class C: 26 methods" in x for x in found)
+    assert any("f: 81 lines" in x for x in found)
