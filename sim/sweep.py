@@ -22,6 +22,7 @@ import dataclasses
 import hashlib
 import importlib
 import json
+import os
 import re
 import warnings
 import zlib
@@ -241,7 +242,14 @@ def pool_map(
         return out
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=pool_context()) as ex:
+    from sim.procs import die_with_command
+
+    with ProcessPoolExecutor(
+        min(workers, len(tasks)),
+        mp_context=pool_context(),
+        initializer=die_with_command,  # a killed command leaves no worker running
+        initargs=(os.getpid(),),
+    ) as ex:
         futures = [ex.submit(fn, *t) for t in tasks]
         index = {f: i for i, f in enumerate(futures)}
         try:

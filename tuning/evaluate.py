@@ -196,7 +196,7 @@ def evaluate(
         bar = tqdm(total=len(tasks), desc="held-out", unit="run", dynamic_ncols=True)
     rows = []
     if workers > 1 and len(tasks) > 1:
-        from tuning.procs import dying_with_this_process
+        from sim.procs import dying_with_this_process
 
         with dying_with_this_process():  # the pool's workers die with this process
             pool = mp.get_context("fork").Pool(workers)

@@ -44,7 +44,7 @@ def fork_map(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int) -> lis
     inherit :data:`KNEES` and die with this process) when ``workers`` > 1."""
     if workers <= 1 or len(jobs) <= 1:
         return [fn(j) for j in jobs]
-    from tuning.procs import dying_with_this_process
+    from sim.procs import dying_with_this_process
 
     with dying_with_this_process():
         pool = mp.get_context("fork").Pool(min(workers, len(jobs)))

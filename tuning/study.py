@@ -43,6 +43,7 @@ import optuna
 from optuna.trial import TrialState
 
 from control.errors import ConfigError, DSparkError
+from sim.procs import _die_with_parent, dying_with_this_process
 from tuning.config import TuningConfig
 from tuning.locks import study_lock
 from tuning.objective import (
@@ -54,7 +55,6 @@ from tuning.objective import (
     directions,
     metric_names,
 )
-from tuning.procs import _die_with_parent, dying_with_this_process
 from tuning.space import start_points
 from tuning.start import start_from_params
 from tuning.storage import (

@@ -3,7 +3,9 @@
 A process forked inside :func:`dying_with_this_process` arms ``PR_SET_PDEATHSIG`` right after
 the fork (before anything else runs in the child), so it ends when its parent dies, even by
 SIGKILL; where there is no ``prctl`` a thread watches the parent. Tuning workers, sweep workers
-and the held-out evaluation pool all use it.
+and the held-out evaluation pool all use it; the simulator's process pool
+(:func:`sim.sweep.pool_map`) has each worker watch the command that made the pool
+(:func:`die_with_command`).
 """
 
 from __future__ import annotations
@@ -71,3 +73,23 @@ def dying_with_this_process() -> Iterator[None]:
         yield
     finally:
         _ARMED.pop("parent", None)
+
+
+def die_with_command(command: int, every_s: float = 0.5) -> None:
+    """A pool worker's initializer: end this worker when ``command`` (the pid of the command
+    that made the pool) dies, even by SIGKILL. Its parent may be a forkserver, which outlives
+    the command while any worker it forked lives (each holds the server's keep-alive pipe), so
+    a thread watches the command itself; its exit then ends the server too."""
+    _die_with_parent(os.getppid())
+
+    def watch() -> None:
+        while True:
+            try:
+                os.kill(command, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:  # a recycled pid, another user's: the command is gone
+                os._exit(1)
+            time.sleep(every_s)
+
+    threading.Thread(target=watch, daemon=True, name="command-watch").start()
