@@ -23,11 +23,11 @@ demo: $(STAMP)
 
 # every test, on 2 workers (pytest-xdist), the 15 slowest named, with the coverage gate on control/
 test: $(STAMP)
-	$(VENV)/bin/pytest -n 2 --dist loadfile -rs --durations=15 --cov=control --cov-branch --cov-report=term --cov-fail-under=95
+	$(VENV)/bin/pytest -n 2 -rs --durations=15 --cov=control --cov-branch --cov-report=term --cov-fail-under=95
 
 # the edit loop: the tests not marked slow (tests/conftest.py says which are), no coverage
 test-fast: $(STAMP)
-	$(VENV)/bin/pytest -n 2 --dist loadfile -m "not slow" -p no:cacheprovider
+	$(VENV)/bin/pytest -n 2 -m "not slow" -p no:cacheprovider
 
 # ruff and mypy are pinned in pyproject's dev extra; their settings live there too.
 lint: $(STAMP)

@@ -4,9 +4,7 @@ Slow, by folder: ``tests/real`` (the PyTorch engine and the project's models) an
 ``tests/validate`` (the simulator against the engine). Slow, by marker: ``postgres`` and
 ``browser`` (they start a database server or a headless browser). Elsewhere a test that starts
 subprocesses or runs a whole command end to end carries ``@pytest.mark.slow`` itself. CI
-(``make test``) runs every test, on two pytest-xdist workers with ``--dist loadfile``: one worker
-runs all of a module's tests, so a module-scoped fixture that runs a whole command (seconds to
-tens of seconds) runs once, not once per worker.
+(``make test``) runs every test.
 """
 
 from __future__ import annotations
