@@ -7,7 +7,7 @@ per-token acceptance rate (the requests table's ``acceptance_rate``), the share 
 meet both SLOs, and why the others miss (TTFT, TPOT).
 
     .venv/bin/python benchmarks/slo_by_acceptance.py [--workload conv] [--load 1.24] [--seed 1]
-        [--controllers "fixed:k=1,fixed:k=2,dspark,dspark:k_max=1,k_min=1"] [--workers 2]
+        [--controllers "fixed:k=1;fixed:k=2;dspark;dspark:k_max=1,k_min=1"] [--workers 2]
 
 Controller specs are ``dspark simulate --controllers`` specs separated by ``;`` or ``,`` between
 controllers (a spec's own ``key=value`` pairs follow its ``:``; use ``;`` when they hold commas).

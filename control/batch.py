@@ -111,6 +111,37 @@ class RoundStats:
         return cls.of_rows([obs])
 
     @classmethod
+    def of_sequence(
+        cls,
+        now_s: float,
+        drafted: int,
+        accepted: int,
+        emitted: int,
+        draft_s: float,
+        verify_s: float,
+        context_tokens: int,
+        batch_size: int = 1,
+        batch_tokens: int = 0,
+        batch_context_tokens: int = 0,
+    ) -> RoundStats:
+        """The round one sequence observed (its ``observe_values`` fields), for a planner of
+        its own: the batch's size, verified tokens and context as the driver gave them, else
+        this sequence's alone."""
+        return cls(
+            now_s - draft_s - verify_s,
+            now_s,
+            batch_size,
+            1 if drafted else 0,
+            drafted,
+            batch_tokens or drafted + 1,
+            batch_context_tokens or context_tokens,
+            draft_s,
+            verify_s,
+            accepted,
+            emitted,
+        )
+
+    @classmethod
     def of_rows(cls, rows: Sequence[Any]) -> RoundStats:
         """The round the rows' ``RoundRecord``s (or ``Observation``s) of one batched round
         describe: they share its end ``now_s`` and its draft and verify phases."""

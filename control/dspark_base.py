@@ -16,6 +16,7 @@ from control.anomaly import AnomalyGuard
 from control.base import ValuesObserver
 from control.blocks import BlockPlanner
 from control.dspark_base_config import DSparkBaseConfig
+from control.errors import ConfigError
 from control.pid import PID
 from control.types import Decision, Mode
 from control.window import RoundWindow
@@ -26,12 +27,15 @@ class DSparkBaseController(ValuesObserver):
 
     name = "dspark"
     policy = ""  # the value of DSparkConfig.policy this class runs
+    records_evidence = False  # whether observe_values hands the round to _record first
     reads_confidences = False
     config: DSparkBaseConfig
     alpha: float
 
     def __init__(self, config: DSparkBaseConfig, alpha_max: float, alpha0: float) -> None:
         """``alpha_max`` / ``alpha0``: the ceiling and start of the α loop (the policy's)."""
+        if getattr(config, "policy", self.policy) != self.policy:
+            raise ConfigError(f"controller.{self.name}.policy must be '{self.policy}'")
         c = self.config = config
         self._win = RoundWindow(c.window_rounds)
         self._blocks = BlockPlanner(c.block_tokens, c.snap_tokens, c.span_tokens)
@@ -78,6 +82,22 @@ class DSparkBaseController(ValuesObserver):
     def _a_seq(self) -> float | None:
         """The sequence's long-run acceptance rate, for ``state()`` (None: not kept)."""
         return None
+
+    def _record(
+        self,
+        now_s,
+        drafted,
+        n,
+        draft_s,
+        verify_s,
+        context_tokens,
+        e,
+        batch_size,
+        batch_tokens,
+        batch_context_tokens,
+    ) -> None:  # pragma: no cover - called only where records_evidence is set
+        """What the policy itself keeps of a round, before the shared window, retry cap and
+        blocks (``records_evidence`` classes)."""
 
     # --- protocol --
     def reset(self) -> None:
@@ -134,8 +154,10 @@ class DSparkBaseController(ValuesObserver):
         batch_context_tokens=0,
     ) -> None:
         # hot path (the simulator calls it per sequence per round): locals, no calls but the
-        # window's push and the block planner's feed (both bound once) unless something happens
-        # (a fruitless round, a cool-down step, a block boundary).
+        # policy's own record, the window's push and the block planner's feed (both bound once)
+        # unless something happens (a fruitless round, a cool-down step, a block boundary).
+        if self.records_evidence:
+            self._record(now_s, drafted, n, draft_s, verify_s, context_tokens, e, batch_size, batch_tokens, batch_context_tokens)  # fmt: skip
         # window.row_of, one line (this function is the hot path; the formatter would spread it)
         self._push((n, 1 if n < drafted else 0, drafted, e, draft_s, draft_s + verify_s, lossy_accepts, now_s))  # fmt: skip
         self.rounds += 1

@@ -13,7 +13,6 @@ from control.batch import BatchContext, RoundStats
 from control.dspark_base import DSparkBaseController
 from control.dspark_config import GoodputPolicyConfig
 from control.dspark_planner import DSparkPlanner
-from control.errors import ConfigError
 from control.seqstate import (
     ALPHA,
     DECODE_S,
@@ -30,12 +29,11 @@ from control.types import Decision
 
 class GoodputPolicyController(DSparkBaseController):
     policy = "goodput"
+    records_evidence = True
     config: GoodputPolicyConfig
 
     def __init__(self, config: GoodputPolicyConfig | None = None) -> None:
         c = config or GoodputPolicyConfig()
-        if getattr(c, "policy", self.policy) != self.policy:
-            raise ConfigError(f"controller.{self.name}.policy must be '{self.policy}'")
         # α is the time-penalty weight of speculation, 1 = pure goodput (its ceiling)
         super().__init__(c, 1.0, 1.0)
         self._decay = 1.0 - 1.0 / c.memory_rounds  # forgetting of the â counts
@@ -138,24 +136,21 @@ class GoodputPolicyController(DSparkBaseController):
         ctx = BatchContext(1, self.context_tokens) if batch is None else batch
         return self._solo.plan(now_s, (self,), ctx)[0]
 
-    def observe_values(
+    def _record(
         self,
         now_s,
         drafted,
         n,
-        confidences,
         draft_s,
         verify_s,
         context_tokens,
-        lossy_accepts,
         e,
-        sentence_ends,
-        batch_size=1,
-        batch_tokens=0,
-        batch_context_tokens=0,
+        batch_size,
+        batch_tokens,
+        batch_context_tokens,
     ) -> None:
-        # hot path: the evidence goes in place into this sequence's rows (control.seqstate),
-        # then the window, retry cap and blocks both policies keep
+        # hot path: the round's evidence goes in place into this sequence's rows
+        # (control.seqstate); the base's observe_values then does what both policies do
         r = self._row
         rej = 1 if n < drafted else 0
         f = self._decay
@@ -173,35 +168,19 @@ class GoodputPolicyController(DSparkBaseController):
             self._cnt[n if n < drafted else self._full + n] += 1.0
         if self._solo is not None:  # no round planner: the round goes to its own planner
             self._solo.observe_round(
-                RoundStats(
-                    now_s - draft_s - verify_s,
+                RoundStats.of_sequence(
                     now_s,
-                    batch_size,
-                    1 if drafted else 0,
                     drafted,
-                    batch_tokens or drafted + 1,
-                    batch_context_tokens or context_tokens,
-                    draft_s,
-                    verify_s,
                     n,
                     e,
+                    draft_s,
+                    verify_s,
+                    context_tokens,
+                    batch_size,
+                    batch_tokens,
+                    batch_context_tokens,
                 )
             )
-        super().observe_values(
-            now_s,
-            drafted,
-            n,
-            confidences,
-            draft_s,
-            verify_s,
-            context_tokens,
-            lossy_accepts,
-            e,
-            sentence_ends,
-            batch_size,
-            batch_tokens,
-            batch_context_tokens,
-        )
 
     # --- policy hooks --
     def _initial_k(self) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from control.dspark_base import DSparkBaseController
 from control.dspark_seed_config import SeedPolicyConfig
-from control.errors import ConfigError
 
 
 def k_of_alpha(alpha: float, k_ref: float, k_min: int, k_max: int) -> int:
@@ -22,8 +21,6 @@ class SeedPolicyController(DSparkBaseController):
 
     def __init__(self, config: SeedPolicyConfig | None = None) -> None:
         c = config or SeedPolicyConfig()
-        if getattr(c, "policy", self.policy) != self.policy:
-            raise ConfigError(f"controller.{self.name}.policy must be '{self.policy}'")
         super().__init__(c, c.alpha_max, c.alpha0)
 
     def _initial_k(self) -> int:

@@ -338,18 +338,17 @@ class PeerController(ValuesObserver):
         if solo is not None:  # no round planner: the round goes to the private one
             solo.members = (self,)
             solo.observe_round(
-                RoundStats(
-                    now_s - draft_s - verify_s,
+                RoundStats.of_sequence(
                     now_s,
-                    batch_size,
-                    1 if drafted else 0,
                     drafted,
-                    batch_tokens or drafted + 1,
-                    batch_context_tokens or context_tokens,
-                    draft_s,
-                    verify_s,
                     accepted,
                     emitted,
+                    draft_s,
+                    verify_s,
+                    context_tokens,
+                    batch_size,
+                    batch_tokens,
+                    batch_context_tokens,
                 )
             )
 
