@@ -28,6 +28,10 @@ class DSparkBaseController(ValuesObserver):
     name = "dspark"
     policy = ""  # the value of DSparkConfig.policy this class runs
     records_evidence = False  # whether observe_values hands the round to _record first
+    # a records_evidence policy's own keeping of a round, before the shared window, retry cap
+    # and blocks: _record(now_s, drafted, n, draft_s, verify_s, context_tokens, e, batch_size,
+    # batch_tokens, batch_context_tokens)
+    _record: Any
     reads_confidences = False
     config: DSparkBaseConfig
     alpha: float
@@ -82,22 +86,6 @@ class DSparkBaseController(ValuesObserver):
     def _a_seq(self) -> float | None:
         """The sequence's long-run acceptance rate, for ``state()`` (None: not kept)."""
         return None
-
-    def _record(
-        self,
-        now_s,
-        drafted,
-        n,
-        draft_s,
-        verify_s,
-        context_tokens,
-        e,
-        batch_size,
-        batch_tokens,
-        batch_context_tokens,
-    ) -> None:  # pragma: no cover - called only where records_evidence is set
-        """What the policy itself keeps of a round, before the shared window, retry cap and
-        blocks (``records_evidence`` classes)."""
 
     # --- protocol --
     def reset(self) -> None:

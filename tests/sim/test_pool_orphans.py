@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.proctable import descendants
+from tuning.locks import pid_alive
+
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
@@ -25,38 +28,6 @@ from sim.sweep import pool_map
 print(os.getpid(), flush=True)
 pool_map(time.sleep, [(60,), (60,)], 2)
 """
-
-
-def children() -> dict[int, int]:
-    """pid -> parent pid of every process in /proc."""
-    out = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            out[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    return out
-
-
-def descendants(root: int) -> set[int]:
-    table, found, todo = children(), set(), [root]
-    while todo:
-        p = todo.pop()
-        for c, parent in table.items():
-            if parent == p and c not in found:
-                found.add(c)
-                todo.append(c)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_sigkilled_command_leaves_no_pool_worker():
@@ -76,9 +47,11 @@ def test_sigkilled_command_leaves_no_pool_worker():
         os.kill(pid, signal.SIGKILL)
         proc.wait(10)
         deadline = time.monotonic() + 20
-        while any(alive(p) for p in spawned) and time.monotonic() < deadline:
+        while any(pid_alive(p) for p in spawned) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not [p for p in spawned if alive(p)], "pool processes outlived the killed command"
+        assert not [p for p in spawned if pid_alive(p)], (
+            "pool processes outlived the killed command"
+        )
     finally:
         if proc.poll() is None:
             proc.kill()

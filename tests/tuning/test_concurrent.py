@@ -24,6 +24,7 @@ import pytest
 from optuna.trial import TrialState
 
 from control.errors import ConfigError
+from tests.proctable import children
 from tuning.config import load_tuning_config
 from tuning.locks import JournalLock, pid_alive
 from tuning.storage import make_storage, resolve_url
@@ -277,19 +278,6 @@ def _processes_with(token: str) -> set[int]:
     return found
 
 
-def _children(pid: int) -> set[int]:
-    out = set()
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.add(int(d.name))
-    return out
-
-
 # (children seen, then seconds) before the kill: during the forks, right after, mid-trial
 KILLS = [(1, 0.0), (1, 0.002), (1, 0.01), (2, 0.0), (2, 0.002), (2, 0.02), (3, 0.0), (3, 0.05),
          (3, 0.5), (3, 2.0)]  # fmt: skip
@@ -309,7 +297,7 @@ def test_workers_die_with_their_killed_parent_ten_times_in_ten(tmp_path):
         )
         try:
             deadline = time.time() + 60
-            while time.time() < deadline and len(_children(proc.pid)) < seen:
+            while time.time() < deadline and len(children(proc.pid)) < seen:
                 time.sleep(0.001)
             time.sleep(wait_s)
             os.kill(proc.pid, signal.SIGKILL)
@@ -357,7 +345,7 @@ def test_held_out_evaluation_workers_die_with_their_killed_parent(tmp_path):
             trials = _load(resolve_url(None, out)).get_trials() if study.exists() else []
             if len([t for t in trials if t.state in DONE]) == 2:
                 tuners = {int(t.user_attrs["worker"].rpartition(":")[2]) for t in trials}
-                pool = _children(proc.pid) - tuners  # not the study's workers: the pool's
+                pool = children(proc.pid) - tuners  # not the study's workers: the pool's
                 if len(pool) >= 2:
                     break
             time.sleep(0.1)
@@ -372,6 +360,6 @@ def test_held_out_evaluation_workers_die_with_their_killed_parent(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-        for p in _children(proc.pid) | pool:
+        for p in children(proc.pid) | pool:
             if pid_alive(p):
                 os.kill(p, signal.SIGKILL)
