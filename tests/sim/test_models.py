@@ -90,7 +90,7 @@ def test_the_requests_table_holds_each_requests_own_acceptance_rate(tiny):
     again = simulate(scn, "fixed", baseline=False).requests["acceptance_rate"].to_numpy()
     assert np.array_equal(rates, again)
     iid = simulate(tiny.with_overrides({"acceptance.model": "iid"}), "fixed", baseline=False)
-    assert (iid.requests["acceptance_rate"] == scn.acceptance.rate).all()
+    assert (iid.requests["acceptance_rate"] == tiny.acceptance.rate).all()
     cfg = AcceptanceConfig(model="markov")
     m = AcceptanceModel(cfg, 5, np.random.default_rng(1), np.random.default_rng(2))
     assert np.isnan(m.request_rates()).all()  # its rate moves within a request
