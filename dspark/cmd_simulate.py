@@ -46,7 +46,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="SPEC",
         help="controller to run, repeatable: NAME, NAME:key=value,... (e.g. fixed:k=0) "
         "or NAME@FILE.toml (its [controller.NAME] table, e.g. a tuned "
-        "best_config.toml); default: the scenario's [sim] controllers",
+        "best_config.toml, whose [scenario] table, if any, applies to the whole run); "
+        "default: the scenario's [sim] controllers",
     )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument(
@@ -149,6 +150,34 @@ def parse_controller_spec(spec: str) -> str | tuple[str, Any, str]:
     return spec
 
 
+def tuned_scenario(specs: list[str], sets: dict[str, Any]) -> dict[str, Any]:
+    """The ``[scenario]`` tables of the ``NAME@FILE.toml`` specs (a study with
+    ``scenario_params`` tunes scenario keys, e.g. the drafter's block size, beside the
+    controller) as one dict of dotted overrides for the whole run: every controller is
+    compared on the same scenario. Two files that set one key differently, or a file that
+    contradicts a ``--set``, are a one-line error naming both."""
+    from tuning.export import load_best_scenario
+
+    out: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for spec in specs:
+        if "@" not in spec:
+            continue
+        path = spec.split("@", 1)[1]
+        for key, value in load_best_scenario(path).items():
+            if key in sets and sets[key] != value:
+                raise DSparkError(
+                    f"{path}: [scenario] {key} = {value!r} contradicts --set {key}={sets[key]!r}"
+                )
+            if key in out and out[key] != value:
+                raise DSparkError(
+                    f"{path}: [scenario] {key} = {value!r} contradicts {origin[key]}'s "
+                    f"{out[key]!r}: the controllers of one run share one scenario"
+                )
+            out[key], origin[key] = value, path
+    return out
+
+
 def format_table(df) -> str:
     """The summary rows with units in the headers and human numbers (14,620, not 1.462e+04)."""
     import pandas as pd
@@ -199,7 +228,14 @@ def run(args: argparse.Namespace) -> int:
         raise DSparkError(f"--workers {args.workers}: allowed an integer >= 1")
     out = None if args.no_out else run_folder(args.out, args.overwrite, "simulate")
     url = _study_url(args.storage, out, args.workers)
-    scn = load_scenario(args.config, parse_sets(args.set) or None)
+    sets = parse_sets(args.set)
+    tuned = tuned_scenario(args.controller or [], sets)
+    if tuned and not args.json and not args.quiet:
+        print(
+            "scenario overrides from the tuned configs: "
+            + ", ".join(f"{k}={v!r}" for k, v in tuned.items())
+        )
+    scn = load_scenario(args.config, {**tuned, **sets} or None)
     names = (
         [parse_controller_spec(c) for c in args.controller]
         if args.controller
