@@ -157,8 +157,7 @@ class RegionTimer:
         S, n = engine.seq.shape
         engine.seq[:, :n] = torch.randint(0, vocab, (S, n), generator=g).to(engine.seq.device)
         self.filler = engine.seq.clone()
-        d = engine.drafter
-        self.md = d if hasattr(d, "set_valid") else getattr(d, "model", None)
+        self.md = profiled_drafter(engine.drafter)
 
     def verify(self, B: int, T: int, ctx: int) -> float:
         e = self.e
@@ -185,8 +184,9 @@ class RegionTimer:
         seq = e.seq
         L = ctx + catch_up
         slots = list(range(B))
-        for s in slots:
-            d.set_valid(s, ctx)
+        if hasattr(d, "set_valid"):  # a block drafter keeps no cache: nothing to rewind
+            for s in slots:
+                d.set_valid(s, ctx)
         t0 = time.perf_counter()
         props = d.propose_batch(seq, slots, [L] * B, [k] * B, [0.0] * B, _GREEDY, [None] * B)
         sync(e.device)
@@ -194,6 +194,16 @@ class RegionTimer:
         d.accept_batch(slots, [L] * B, [p[0] for p in props], [0] * B)
         seq[:B, L : L + k + 1] = self.filler[:B, L : L + k + 1]
         return t1 - t0
+
+
+def profiled_drafter(d):
+    """The model drafter whose draft phase the profile times: the engine's drafter, or the
+    model half of a hybrid; a model drafter rewinds its cache with ``set_valid``, a block
+    drafter (``wants_hidden``, one forward a round) keeps none. None for an n-gram drafter."""
+    for md in (d, getattr(d, "model", None)):
+        if hasattr(md, "set_valid") or getattr(md, "wants_hidden", False):
+            return md
+    return None
 
 
 def _check(engine, cfg: ProfileConfig) -> tuple[list[int], list[int]]:
@@ -207,10 +217,10 @@ def _check(engine, cfg: ProfileConfig) -> tuple[list[int], list[int]]:
             f"{max([kmax + 2] + pre)} new) but the engine holds {engine.length}; "
             f"raise engine.max_len or lower profile.contexts/prefill_tokens"
         )
-    d = engine.drafter
-    md = d if hasattr(d, "set_valid") else getattr(d, "model", None)
-    if not hasattr(md, "set_valid"):
-        raise DSparkError("dspark real profile needs a model drafter (conv or tf), not n-gram")
+    if profiled_drafter(engine.drafter) is None:
+        raise DSparkError(
+            "dspark real profile needs a model drafter (conv, tf, feat or block), not n-gram"
+        )
     if max(cfg.batches) > engine.slots:
         raise DSparkError(
             f"profile batches up to {max(cfg.batches)} need as many engine slots; "

@@ -4,6 +4,7 @@ simulator's table backend reads, timed on the batched engine's own verify / draf
 import dataclasses
 
 import pytest
+import torch
 
 from real.profile import ProfileConfig, profile, round_overhead_s
 from sim.latency import Table
@@ -80,3 +81,24 @@ def test_startup_rows_count_the_tokens_each_timed_pass_verified(monkeypatch):
     }
     assert all(n == s for _, _, n, _, s in verify_rows)  # the pass verified what the row says
     assert max(b for _, b, _, _, _ in verify_rows) == 4
+
+
+def test_a_block_drafter_is_profiled_like_a_model_drafter():
+    """A block drafter keeps no cache of its own (nothing to rewind): the profile times its
+    one forward a round on the same grid, and an n-gram drafter is still refused by name."""
+    from control.errors import DSparkError
+    from real.block_drafter import BlockDrafter
+    from real.engine import Engine
+    from real.profile import profiled_drafter
+    from tests.real.conftest import tiny_target
+    from tests.real.test_block_drafter import LENGTH, tiny_block
+
+    cfg = dataclasses.replace(CFG, slots=4)
+    d = BlockDrafter(tiny_block(), LENGTH, torch.float64, "cpu", 4)
+    assert profiled_drafter(d) is d and not hasattr(d, "set_valid")
+    df, _ = profile(Engine(tiny_target(), d, cfg), PCFG)
+    phase = df[df.model == "draft-phase"]
+    assert sorted(set(phase.new_tokens)) == [1, 3] and sorted(set(phase.batch)) == [1, 2, 4]
+    assert (df.seconds >= 0).all() and len(df[df.model == "target"]) == 3 * 3 * 4
+    with pytest.raises(DSparkError, match="conv, tf, feat or block"):
+        profile(make_engine("ngram", cfg=cfg), PCFG)
