@@ -414,8 +414,8 @@ class RoundCostModel:
         tv, ts = self.verify.theta, self.step.theta
         v0 = float(tv[0] + tv[2] * context_tokens / 1000.0)
         v1, hinge = float(tv[1]), tv[3:]
-        s0 = float(ts[1] + ts[3] * context_tokens / 1000.0)
-        s1 = float(ts[2])
+        step = self._step_fn(float(ts[1] + ts[3] * context_tokens / 1000.0), float(ts[2]))
+        fixed = max(float(ts[0]), 0.0)
 
         def raw(n):
             return np.maximum(
@@ -425,7 +425,6 @@ class RoundCostModel:
         def raw_slope(n):
             return np.maximum(v1 + (n[..., None] > _KNOT_ARRAY) @ hinge, 0.0)
 
-        base = float(raw(np.zeros(1))[0])
         penalty = penalty_slope = None
         if budget and backlog > 0:
             chunk, slope = _budget_chunk(raw_slope, backlog, float(budget))
@@ -438,22 +437,20 @@ class RoundCostModel:
                 pre = float(prefill_tokens)
             else:  # an engine with a budget reports its backlog: none waiting, no chunk
                 pre = 0.0 if budget else self.prefill_tokens
+            if pre == 0.0 and bool(np.isfinite(tv).all()):
+                # no chunk: raw(n + 0) − (raw(0) − raw(0)) is raw(n), float for float
+                return CostFunctions(
+                    _as_float(raw), _as_float(raw_slope), step, self.overhead_s, None, None, fixed
+                )
             chunk, slope = _shared_chunk(raw_slope, pre)
+        base = float(raw(np.zeros(1))[0])
 
         def verify_s(n):
             n = np.asarray(n, dtype=float)
             p = chunk(n)
             return raw(n + p) - (raw(p) - base)
 
-        return CostFunctions(
-            verify_s,
-            slope,
-            self._step_fn(s0, s1),
-            self.overhead_s,
-            penalty,
-            penalty_slope,
-            max(float(ts[0]), 0.0),
-        )
+        return CostFunctions(verify_s, slope, step, self.overhead_s, penalty, penalty_slope, fixed)
 
     @staticmethod
     def _step_fn(s0: float, s1: float):
@@ -461,3 +458,12 @@ class RoundCostModel:
             return np.maximum(s0 + s1 * np.asarray(d, dtype=float), 0.0)
 
         return step_s
+
+
+def _as_float(f):
+    """``f`` of its argument as a float array."""
+
+    def g(n):
+        return f(np.asarray(n, dtype=float))
+
+    return g
