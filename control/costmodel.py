@@ -118,7 +118,9 @@ class LinearCost:
         f = self.forget
         w = f ** np.arange(n - 1, -1, -1, dtype=float)  # the newest row weighs 1
         if self.huber > 0.0:
-            w = w * self._robust_weights(X, y)
+            robust = self._robust_weights(X, y)
+            if robust is not None:  # None: every row weighs 1 (x · 1.0 is x)
+                w = w * robust
         fn = f**n
         Xw = X * w[:, None]
         self._A *= fn
@@ -128,17 +130,20 @@ class LinearCost:
         self.count = self.count * fn + float(w.sum())
         self._dirty = True
 
-    def _robust_weights(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Huber weights of the rows against the current fit; moves ``scale`` (1/20 a row)."""
+    def _robust_weights(self, X: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+        """Huber weights of the rows against the current fit (None: all 1); moves ``scale``
+        (1/20 a row)."""
         r = np.abs(y - X @ self.theta) if self.count > 0.0 else np.zeros(len(y))
         s = self.scale
-        w = np.ones(len(y))
+        w = None
         if s > 0.0:
             # never finer than 0.5% of the rows' own size: exact data must not make every
             # later change an outlier
             c = self.huber * max(s, 0.005 * _mean(np.abs(y)))
             big = r > c
-            w[big] = c / r[big]
+            if big.any():
+                w = np.ones(len(y))
+                w[big] = c / r[big]
         keep = 0.95 ** len(y)
         self.scale = keep * s + (1.0 - keep) * _median(r) if s > 0.0 else _mean(r)
         return w
@@ -324,7 +329,8 @@ class RoundCostModel:
         self.verify.update_many(verify_features(a[:, 0], a[:, 1]), a[:, 2])
         d = a[(a[:, 3] > 0) | (a[:, 6] > 0)]
         # the draft fit forgets per observed draft phase (one update per round that had one)
-        self.step.update_many(draft_features(d[:, 3], d[:, 4], d[:, 1], d[:, 6]), d[:, 5])
+        if len(d):
+            self.step.update_many(draft_features(d[:, 3], d[:, 4], d[:, 1], d[:, 6]), d[:, 5])
 
     def seed(
         self, rows: Iterable[tuple[str, int, int, float, float]], weight: float = 32.0
