@@ -137,7 +137,7 @@ class Observation:
         self.batch_context_tokens = batch_context_tokens
 
     def _values(self) -> tuple:
-        return _observation_values(self)
+        return observation_values(self)
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
@@ -163,7 +163,7 @@ class Observation:
 #: Field names of :class:`Observation`, in constructor order.
 OBSERVATION_FIELDS: tuple[str, ...] = Observation.__slots__
 #: an Observation's fields as a tuple, in field order (one C call: observe() is a hot path)
-_observation_values = operator.attrgetter(*OBSERVATION_FIELDS)
+observation_values = operator.attrgetter(*OBSERVATION_FIELDS)
 
 
 @dataclass(frozen=True)
