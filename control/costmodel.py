@@ -222,7 +222,7 @@ def draft_features(
     over the drafting rows) and ``prefill/1000`` (prompt chunks the drafter also prefills in
     the round's first step); ``steps = 1, phase = 0``, no prefill: one step's own features."""
     d = np.atleast_1d(np.asarray(drafting, dtype=float))
-    k = np.broadcast_to(np.asarray(steps, dtype=float), d.shape)
+    k = np.asarray(steps, dtype=float)  # a scalar or one per row: broadcast where used
     out = np.empty((len(d), 5))
     out[:, 0] = k > 0 if phase is None else phase
     out[:, 1] = k

@@ -96,7 +96,7 @@ def plan_round_lengths(
     ``weight``: α per sequence (None = all 1). ``cap_range``: only caps ``lo..hi`` are tried
     (a planner searching near its last cap); None = all of ``0..k_max`` (exact).
     """
-    a = np.clip(np.asarray(a, dtype=float), 0.0, 1.0)
+    a = np.minimum(np.maximum(np.asarray(a, dtype=float), 0.0), 1.0)  # np.clip, fewer calls
     B = a.shape[-1]
     K = int(k_max)
     kcap = np.minimum(np.asarray(kcap, dtype=np.int64), K)
@@ -142,7 +142,7 @@ def plan_round_lengths(
         join = (g * (caps * (step_s(d + 1) - step_d)))[:, None]
         pays = cum[kstar, cols] - 1.0 >= thr * kstar + (join if ones else join / w_col)
         k_new = np.where(pays, kstar, 0)
-        if np.array_equal(k_new, k):
+        if (k_new == k).all():  # np.array_equal: the shapes are the same
             break
         k = k_new
         n, steps, d = _row_counts(k)
