@@ -96,20 +96,11 @@ def plan_round_lengths(
     ``weight``: α per sequence (None = all 1). ``cap_range``: only caps ``lo..hi`` are tried
     (a planner searching near its last cap); None = all of ``0..k_max`` (exact).
     """
-    a = np.minimum(np.maximum(np.asarray(a, dtype=float), 0.0), 1.0)  # np.clip, fewer calls
-    B = a.shape[-1]
     K = int(k_max)
+    powers, cum = _powers(a, K)
+    B = powers.shape[1]
     kcap = np.minimum(np.asarray(kcap, dtype=np.int64), K)
     w = np.ones(B) if weight is None else np.asarray(weight, dtype=float)
-    powers: np.ndarray  # (K+1, B): P(token j accepted)
-    if a.ndim == 1:
-        powers = a[None, :] ** np.arange(K + 1)[:, None]
-    else:
-        first = a[:K]
-        powers = np.empty((len(first) + 1, B))
-        powers[0] = 1.0
-        _accumulate(np.multiply, first, powers[1:])
-    cum = _accumulate(np.add, powers, np.empty_like(powers))  # E(a_i, k) at row k
     lo, hi = (0, K) if cap_range is None else (max(0, cap_range[0]), min(K, cap_range[1]))
     caps = np.arange(lo, hi + 1)
     bound = np.minimum(caps[:, None], kcap[None, :])  # (caps, B)
@@ -162,6 +153,22 @@ def plan_round_lengths(
         seconds_by_cap=t,
         expected=cum[k, cols],
     )
+
+
+def _powers(a, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(K+1, B)``: P(token j accepted) and its running sum, ``E(a_i, k)`` at row k (``a`` as
+    :func:`plan_round_lengths` takes it)."""
+    a = np.minimum(np.maximum(np.asarray(a, dtype=float), 0.0), 1.0)  # np.clip, fewer calls
+    B = a.shape[-1]
+    powers: np.ndarray
+    if a.ndim == 1:
+        powers = a[None, :] ** np.arange(K + 1)[:, None]
+    else:
+        first = a[:K]
+        powers = np.empty((len(first) + 1, B))
+        powers[0] = 1.0
+        _accumulate(np.multiply, first, powers[1:])
+    return powers, _accumulate(np.add, powers, np.empty_like(powers))
 
 
 def _accumulate(op: np.ufunc, x: np.ndarray, out: np.ndarray) -> np.ndarray:
