@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from control.types import Decision, Observation
+from control.types import Decision, Observation, observation_values
 
 
 class Controller:
@@ -102,4 +102,4 @@ class ValuesObserver(Controller):
     ``observe`` hands it an :class:`Observation`'s fields in field order."""
 
     def observe(self, obs: Observation) -> None:
-        self.observe_values(*obs._values())
+        self.observe_values(*observation_values(obs))

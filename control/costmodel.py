@@ -118,7 +118,9 @@ class LinearCost:
         f = self.forget
         w = f ** np.arange(n - 1, -1, -1, dtype=float)  # the newest row weighs 1
         if self.huber > 0.0:
-            w = w * self._robust_weights(X, y)
+            robust = self._robust_weights(X, y)
+            if robust is not None:  # None: every row weighs 1 (x · 1.0 is x)
+                w = w * robust
         fn = f**n
         Xw = X * w[:, None]
         self._A *= fn
@@ -128,17 +130,20 @@ class LinearCost:
         self.count = self.count * fn + float(w.sum())
         self._dirty = True
 
-    def _robust_weights(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Huber weights of the rows against the current fit; moves ``scale`` (1/20 a row)."""
+    def _robust_weights(self, X: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+        """Huber weights of the rows against the current fit (None: all 1); moves ``scale``
+        (1/20 a row)."""
         r = np.abs(y - X @ self.theta) if self.count > 0.0 else np.zeros(len(y))
         s = self.scale
-        w = np.ones(len(y))
+        w = None
         if s > 0.0:
             # never finer than 0.5% of the rows' own size: exact data must not make every
             # later change an outlier
             c = self.huber * max(s, 0.005 * _mean(np.abs(y)))
             big = r > c
-            w[big] = c / r[big]
+            if big.any():
+                w = np.ones(len(y))
+                w[big] = c / r[big]
         keep = 0.95 ** len(y)
         self.scale = keep * s + (1.0 - keep) * _median(r) if s > 0.0 else _mean(r)
         return w
@@ -217,7 +222,7 @@ def draft_features(
     over the drafting rows) and ``prefill/1000`` (prompt chunks the drafter also prefills in
     the round's first step); ``steps = 1, phase = 0``, no prefill: one step's own features."""
     d = np.atleast_1d(np.asarray(drafting, dtype=float))
-    k = np.broadcast_to(np.asarray(steps, dtype=float), d.shape)
+    k = np.asarray(steps, dtype=float)  # a scalar or one per row: broadcast where used
     out = np.empty((len(d), 5))
     out[:, 0] = k > 0 if phase is None else phase
     out[:, 1] = k
@@ -324,7 +329,8 @@ class RoundCostModel:
         self.verify.update_many(verify_features(a[:, 0], a[:, 1]), a[:, 2])
         d = a[(a[:, 3] > 0) | (a[:, 6] > 0)]
         # the draft fit forgets per observed draft phase (one update per round that had one)
-        self.step.update_many(draft_features(d[:, 3], d[:, 4], d[:, 1], d[:, 6]), d[:, 5])
+        if len(d):
+            self.step.update_many(draft_features(d[:, 3], d[:, 4], d[:, 1], d[:, 6]), d[:, 5])
 
     def seed(
         self, rows: Iterable[tuple[str, int, int, float, float]], weight: float = 32.0
@@ -414,8 +420,8 @@ class RoundCostModel:
         tv, ts = self.verify.theta, self.step.theta
         v0 = float(tv[0] + tv[2] * context_tokens / 1000.0)
         v1, hinge = float(tv[1]), tv[3:]
-        s0 = float(ts[1] + ts[3] * context_tokens / 1000.0)
-        s1 = float(ts[2])
+        step = self._step_fn(float(ts[1] + ts[3] * context_tokens / 1000.0), float(ts[2]))
+        fixed = max(float(ts[0]), 0.0)
 
         def raw(n):
             return np.maximum(
@@ -425,7 +431,6 @@ class RoundCostModel:
         def raw_slope(n):
             return np.maximum(v1 + (n[..., None] > _KNOT_ARRAY) @ hinge, 0.0)
 
-        base = float(raw(np.zeros(1))[0])
         penalty = penalty_slope = None
         if budget and backlog > 0:
             chunk, slope = _budget_chunk(raw_slope, backlog, float(budget))
@@ -438,22 +443,20 @@ class RoundCostModel:
                 pre = float(prefill_tokens)
             else:  # an engine with a budget reports its backlog: none waiting, no chunk
                 pre = 0.0 if budget else self.prefill_tokens
+            if pre == 0.0 and bool(np.isfinite(tv).all()):
+                # no chunk: raw(n + 0) − (raw(0) − raw(0)) is raw(n), float for float
+                return CostFunctions(
+                    _as_float(raw), _as_float(raw_slope), step, self.overhead_s, None, None, fixed
+                )
             chunk, slope = _shared_chunk(raw_slope, pre)
+        base = float(raw(np.zeros(1))[0])
 
         def verify_s(n):
             n = np.asarray(n, dtype=float)
             p = chunk(n)
             return raw(n + p) - (raw(p) - base)
 
-        return CostFunctions(
-            verify_s,
-            slope,
-            self._step_fn(s0, s1),
-            self.overhead_s,
-            penalty,
-            penalty_slope,
-            max(float(ts[0]), 0.0),
-        )
+        return CostFunctions(verify_s, slope, step, self.overhead_s, penalty, penalty_slope, fixed)
 
     @staticmethod
     def _step_fn(s0: float, s1: float):
@@ -461,3 +464,12 @@ class RoundCostModel:
             return np.maximum(s0 + s1 * np.asarray(d, dtype=float), 0.0)
 
         return step_s
+
+
+def _as_float(f):
+    """``f`` of its argument as a float array."""
+
+    def g(n):
+        return f(np.asarray(n, dtype=float))
+
+    return g

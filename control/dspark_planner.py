@@ -73,6 +73,8 @@ class DSparkPlanner(RoundPlanner):
         #: the batch's per-sequence state, a slot per member (control.seqstate)
         self.seqs = SeqArrays(config.k_max, 16)
         self._idx = np.zeros(0, dtype=np.intp)  # the slots of this round's members
+        self._ranks = np.arange(1, config.k_max + 1)  # draft positions 1..K (_beliefs)
+        self._steps = np.arange(config.k_max, dtype=float)[:, None]  # accepted before j, (K, 1)
         self.reset()
 
     def reset(self) -> None:
@@ -127,19 +129,18 @@ class DSparkPlanner(RoundPlanner):
         ``r_j`` free of survivor bias and calibrates the belief itself: ``r_j`` = 1 when the
         beliefs are right, falls with j when acceptance decays with the draft position or the
         beliefs run high, rises when they run low."""
-        c = self.config
-        K = c.k_max
         if idx is None:
             idx = self.seqs.slots_of(members)
         belief = self._beliefs(idx)
         self._hold_to_plans(idx, belief)
         rej, full = self._pooled()
         succ = np.cumsum((rej + full)[::-1])[::-1][1:]  # S_j: rounds with n ≥ j, j = 1..K
-        factor = np.empty(K)
+        factor = []
         prior = 1.0  # each position shrunk toward the one before it (the first toward 1)
-        for j, (sj, ej) in enumerate(zip(succ.tolist(), self.expected.tolist())):
-            prior = factor[j] = (sj + 2.0 * prior) / (ej + 2.0)
-        return np.minimum(factor[:, None] * belief, 0.999)
+        for sj, ej in zip(succ.tolist(), self.expected.tolist()):
+            prior = (sj + 2.0 * prior) / (ej + 2.0)
+            factor.append(prior)
+        return np.minimum(np.array(factor)[:, None] * belief, 0.999)
 
     def _pooled(self) -> tuple[np.ndarray, np.ndarray]:
         """The pooled rounds by accepted n: those refused after n, those that accepted all n."""
@@ -152,9 +153,8 @@ class DSparkPlanner(RoundPlanner):
         if not isinstance(idx, np.ndarray):
             idx = self.seqs.slots_of(idx)
         c = self.config
-        K = c.k_max
         rej, full = self._pooled()
-        succ = float((rej + full)[1:] @ np.arange(1, K + 1))  # accepted tokens, pooled
+        succ = float((rej + full)[1:] @ self._ranks)  # accepted tokens, pooled
         pool = (succ + 2.0 * c.a_prior) / (succ + rej.sum() + 2.0)
         sn, sr, rn, rr = self.seqs.values[idx, :4].T  # SUM_N, SUM_REJ, RECENT_N, RECENT_REJ
         w = c.prior_trials
@@ -162,7 +162,7 @@ class DSparkPlanner(RoundPlanner):
         # the recent rounds, shrunk toward that long-run rate (a stretch moves it, noise little)
         mass = rn + rr + c.recent_prior
         own = (rn + c.recent_prior * own) / np.maximum(mass, 1e-12)
-        t = np.arange(K, dtype=float)[:, None]
+        t = self._steps
         return (own[None, :] * mass[None, :] + t) / (mass[None, :] + t)
 
     def _hold_to_plans(self, idx: np.ndarray, belief: np.ndarray) -> None:
@@ -243,11 +243,12 @@ class DSparkPlanner(RoundPlanner):
             # cap); its own decision still bounds it (cool-down, block end, mode)
             self._since += 1
             cap = min(self.last_cap, k_max)
-            kp = self.seqs.values[idx, PLANNED].astype(np.int64)
-            k = np.where((kp < 0) | (kp > cap), cap, kp)
-            dk = np.fromiter([d.k for d in base], np.int64, B)
-            kk = np.minimum(dk, k).tolist()
-            return [d if d.k == x else self._with_k(d, x) for d, x in zip(base, kk)]
+            with_k = self._with_k
+            out = []
+            for d, p in zip(base, self.seqs.values[idx, PLANNED].tolist()):
+                x = cap if p < 0.0 or p > cap else int(p)  # PLANNED holds integers (-1: none)
+                out.append(d if d.k <= x else with_k(d, x))
+            return out
         self._since = 0
         self._planned_b = B
         k = self._full_plan(members, base, k_max, batch, probe, now_s)
@@ -256,7 +257,8 @@ class DSparkPlanner(RoundPlanner):
             # (bounded: the interval and the probe cadence saturate long before 32)
             self._idle = min(self._idle + 1, 32) if idle else 0
         self.seqs.values[idx, PLANNED] = k
-        return [self._with_k(d, kk) for d, kk in zip(base, k.tolist())]
+        with_k = self._with_k
+        return [d if d.k == x else with_k(d, x) for d, x in zip(base, k.tolist())]
 
     def _keeps_plan(self, B: int, batch: BatchContext) -> bool:
         """Whether this round keeps the last full plan: within its interval (item 7), with

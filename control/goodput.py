@@ -61,10 +61,19 @@ class CostFunctions:
 
 def round_seconds(k: np.ndarray, costs: CostFunctions) -> np.ndarray:
     """Predicted round time for draft-length rows ``k`` (shape ``(rows, B)``)."""
-    tokens = (k + 1).sum(axis=1)
-    steps = k.max(axis=1)
-    drafting = (k > 0).sum(axis=1)
-    step = costs.step_s(np.maximum(drafting, 1))
+    tokens, steps, drafting = _row_counts(k)
+    return _seconds(tokens, steps, costs.step_s(np.maximum(drafting, 1)), costs)
+
+
+def _row_counts(k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of ``k``: verified tokens ``Σ(k_i + 1)``, draft steps ``max k_i`` and drafting
+    sequences ``#{k_i > 0}`` (integers: exact however they are summed)."""
+    B = k.shape[1]
+    return k.sum(axis=1) + B, k.max(axis=1, initial=0), np.count_nonzero(k, axis=1)
+
+
+def _seconds(tokens, steps, step, costs: CostFunctions) -> np.ndarray:
+    """The round times of rows with these counts, ``step`` the step cost at their drafting."""
     draft = np.where(steps > 0, costs.draft_fixed_s + steps * step, 0.0)
     return draft + costs.verify_s(tokens) + costs.overhead_s
 
@@ -87,20 +96,11 @@ def plan_round_lengths(
     ``weight``: α per sequence (None = all 1). ``cap_range``: only caps ``lo..hi`` are tried
     (a planner searching near its last cap); None = all of ``0..k_max`` (exact).
     """
-    a = np.clip(np.asarray(a, dtype=float), 0.0, 1.0)
-    B = a.shape[-1]
     K = int(k_max)
+    powers, cum = _powers(a, K)
+    B = powers.shape[1]
     kcap = np.minimum(np.asarray(kcap, dtype=np.int64), K)
     w = np.ones(B) if weight is None else np.asarray(weight, dtype=float)
-    powers: np.ndarray  # (K+1, B): P(token j accepted)
-    if a.ndim == 1:
-        powers = a[None, :] ** np.arange(K + 1)[:, None]
-    else:
-        first = a[:K]
-        powers = np.empty((len(first) + 1, B))
-        powers[0] = 1.0
-        _accumulate(np.multiply, first, powers[1:])
-    cum = _accumulate(np.add, powers, np.empty_like(powers))  # E(a_i, k) at row k
     lo, hi = (0, K) if cap_range is None else (max(0, cap_range[0]), min(K, cap_range[1]))
     caps = np.arange(lo, hi + 1)
     bound = np.minimum(caps[:, None], kcap[None, :])  # (caps, B)
@@ -108,33 +108,38 @@ def plan_round_lengths(
     t0 = costs.verify_s(np.array([B]))[0] + costs.overhead_s  # plain decode: no draft phase
     cols = np.arange(B)[None, :]
     w_mean = float(np.add.reduce(w) / B) if B else 1.0  # w.mean(): the same sum and division
-    t = round_seconds(k, costs)
-    pen, pen_slope = costs.token_penalty, costs.penalty_slope
+    w_col = w[None, :]
+    pen, pen_slope, step_s = costs.token_penalty, costs.penalty_slope, costs.step_s
+    n, steps, d = _row_counts(k)
+    step_d = step_s(np.maximum(d, 1))  # a step's cost at each row's drafting sequences
+    t = _seconds(n, steps, step_d, costs)
 
-    def value(k: np.ndarray) -> np.ndarray:  # expected tokens less what the pass gives up
+    def value(k: np.ndarray, n: np.ndarray) -> np.ndarray:  # expected tokens less prompt lost
         e = cum[k, cols].sum(axis=1)
-        return e if pen is None else e - pen((k + 1).sum(axis=1))
+        return e if pen is None else e - pen(n)
 
-    g = value(k) / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
+    g = value(k, n) / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
+    ones = not (w != 1.0).any()  # every α 1: x / 1.0 is x, so the divisions are skipped
     for _ in range(iterations):
-        n = (k + 1).sum(axis=1)
         v = costs.verify_slope(n)
-        thr = (g * v)[:, None] / w[None, :]  # (caps, B)
+        gv = (g * v)[:, None]
+        thr = gv if ones else gv / w_col  # (caps, B)
         if pen_slope is not None:
             thr = thr + pen_slope(n)[:, None]
-        keep = powers[1:, None, :] >= thr[None, :, :]  # (K, caps, B): token j pays
+        keep = powers[1:, None, :] >= thr  # (K, caps, B): token j pays
         # (a count of at most k_max ≤ 64 positions: exact in uint8, summed ~3x faster)
         kstar = np.minimum(bound, np.add.reduce(keep, axis=0, dtype=np.uint8))
         # drafting at all also adds this sequence to every draft step of the round
-        d = (k > 0).sum(axis=1)
-        join = caps * (costs.step_s(d + 1) - costs.step_s(np.maximum(d, 1)))
-        pays = cum[kstar, cols] - 1.0 >= thr * kstar + (g * join)[:, None] / w[None, :]
+        join = (g * (caps * (step_s(d + 1) - step_d)))[:, None]
+        pays = cum[kstar, cols] - 1.0 >= thr * kstar + (join if ones else join / w_col)
         k_new = np.where(pays, kstar, 0)
-        if np.array_equal(k_new, k):
+        if (k_new == k).all():  # np.array_equal: the shapes are the same
             break
         k = k_new
-        t = round_seconds(k, costs)
-        g = value(k) / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
+        n, steps, d = _row_counts(k)
+        step_d = step_s(np.maximum(d, 1))
+        t = _seconds(n, steps, step_d, costs)
+        g = value(k, n) / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
     best = int(np.argmax(g))  # first maximum: the shortest cap among ties
     # the plan's true cap: sequences may all have stopped below the row's cap
     cap = int(k[best].max()) if B else 0
@@ -148,6 +153,22 @@ def plan_round_lengths(
         seconds_by_cap=t,
         expected=cum[k, cols],
     )
+
+
+def _powers(a, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(K+1, B)``: P(token j accepted) and its running sum, ``E(a_i, k)`` at row k (``a`` as
+    :func:`plan_round_lengths` takes it)."""
+    a = np.minimum(np.maximum(np.asarray(a, dtype=float), 0.0), 1.0)  # np.clip, fewer calls
+    B = a.shape[-1]
+    powers: np.ndarray
+    if a.ndim == 1:
+        powers = a[None, :] ** np.arange(K + 1)[:, None]
+    else:
+        first = a[:K]
+        powers = np.empty((len(first) + 1, B))
+        powers[0] = 1.0
+        _accumulate(np.multiply, first, powers[1:])
+    return powers, _accumulate(np.add, powers, np.empty_like(powers))
 
 
 def _accumulate(op: np.ufunc, x: np.ndarray, out: np.ndarray) -> np.ndarray:
