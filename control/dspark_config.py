@@ -38,10 +38,10 @@ class GoodputPolicyConfig(DSparkBaseConfig):
         tune=True,
         when={"policy": ("goodput",)},
     )
-    # 0.8: plan each sequence's predicted TPOT (round time / expected tokens) to 80% of the SLO:
-    # headroom for the rounds the plan does not foresee (long prompt chunks, new batch-mates).
+    # 1.0: a sequence's predicted TPOT (its rounds stretched by the replica's prefill share,
+    # over its expected tokens) is held to the SLO itself; the spread below is the headroom.
     slo_margin: float = param(
-        0.8,
+        1.0,
         lo=0.1,
         hi=2.0,
         doc="goodput/slo-goodput: share of the TPOT SLO a plan may use",
@@ -59,16 +59,28 @@ class GoodputPolicyConfig(DSparkBaseConfig):
         tune=(0.0, 256.0),
         when={"policy": ("goodput",)},
     )
-    # 0 = a hard cut at the planned share of the SLO (benchmarks/slo_value.py); s > 0 counts a
-    # sequence predicted at p by the logistic σ((SLO − p) / (s · SLO)).
+    # 0.3: requests of one predicted TPOT differ by the prompt chunks they sit through, so a
+    # sequence predicted at p meets the SLO with probability σ((SLO − p) / (0.3 · SLO)); 0 = a
+    # hard cut (benchmarks/slo_by_acceptance.py at the two knees of benchmarks/slo_value.py).
     slo_spread: float = param(
-        0.0,
+        0.3,
         lo=0.0,
         hi=10.0,
         doc="goodput/slo-goodput: relative spread of a predicted TPOT (0 = hard cut)",
         tune=(0.01, 1.0),
         log=True,
         switch=True,
+        when={"policy": ("goodput",)},
+    )
+    # attainment: the row with the most requests expected to meet the SLO (the measure capacity
+    # at SLO counts), goodput breaking ties; slo-goodput: goodput times the share of tokens from
+    # sequences that meet it, which lets the long drafts of high-acceptance sequences lengthen
+    # the rounds that low-acceptance ones need short (benchmarks/slo_by_acceptance.py).
+    slo_rank: str = param(
+        "attainment",
+        choices=("attainment", "slo-goodput"),
+        doc="goodput/slo-goodput: how a plan's rows are ranked against the TPOT SLO",
+        tune=True,
         when={"policy": ("goodput",)},
     )
     # 8: a waiting prompt about to miss its TTFT SLO is worth up to 8x the observed value of a
@@ -184,10 +196,10 @@ class GoodputPolicyConfig(DSparkBaseConfig):
         tune=True,
         when={"policy": ("goodput",)},
     )
-    # 65536 prompt tokens (~200 chat prompts): the value moves once a workload's prompts and
-    # outputs have been seen at scale, not while a big batch first fills: a small prior lets
-    # the first prompts of a filling batch set it (benchmarks/prompt_value.py, the capacity cells
-    # at B = 128/256).
+    # 65536 prompt tokens (~200 chat prompts), forgotten like the evidence: the value moves once
+    # a workload's prompts and outputs have been seen at scale, not while a big batch first
+    # fills (a small prior lets the first prompts of a filling batch set it:
+    # benchmarks/prompt_value.py, the capacity cells at B = 128/256).
     prompt_value_prior_tokens: float = param(
         65536.0,
         lo=0.0,

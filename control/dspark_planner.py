@@ -13,6 +13,12 @@ Once per round, for the batch's sequences (each a :class:`~control.dspark.DSpark
 3. **Choice** by :func:`~control.goodput.plan_round_lengths`: one cap for the round, each sequence
    stopping below it when its next token does not pay for its verify time; a sequence in a
    cool-down (retry cap) has cap 0. α (per sequence, the TPOT trim) weights the time penalty.
+   Under the driver's SLOs (objective ``slo-goodput``) the cap is the one with the most
+   requests expected to meet the TPOT SLO (:func:`~control.goodput.slo_goodput_row`), each
+   sequence's predicted TPOT being its planned round time stretched by the share of the
+   replica's recent time that went to prompt chunks (``prefill_share``), over its expected
+   tokens: one draft step more lengthens every sequence's wait, and low-acceptance sequences,
+   whose tokens it does not multiply, are the ones it pushes past the SLO.
 4. **Probing.** Until the cost model has seen two token counts, caps alternate between
    ``k_start`` and 1; afterwards every ``explore_every``-th round uses cap ± 1 (alternating), so
    the slope of the verify cost stays identifiable when the load does not move by itself.
@@ -21,7 +27,9 @@ Once per round, for the batch's sequences (each a :class:`~control.dspark.DSpark
    ``prompt_token_value``, or (``prompt_value_source = "observed"``, the default) the workload's
    own output per prompt token, ``(Σ emitted + m·v₀) / (Σ prefilled + m)`` over the rounds seen
    (forgotten at 1/1000 per round; ``v₀`` = ``prompt_token_value``, ``m`` =
-   ``prompt_value_prior_tokens``): a prompt token brings its request's output per prompt token.
+   ``prompt_value_prior_tokens``, forgotten at the same rate, so a replica that prefills few
+   tokens a round is not held near ``v₀`` for good): a prompt token brings its request's output
+   per prompt token.
 6. **Re-planning.** A full plan runs every ``replan_rounds`` rounds, or sooner when the batch
    size moved by more than a quarter (and by more than 4); in between each sequence keeps its planned length (a
    newcomer takes the cap), bounded by its own decision. This keeps the planner's cost per
@@ -55,6 +63,12 @@ from control.costmodel import RoundCostModel
 from control.goodput import CostFunctions, plan_round_lengths, slo_goodput_row
 from control.seqstate import ALPHA, DECODE_S, PLANNED, TOKENS, SeqArrays
 from control.types import Decision
+
+#: Per-round weight of the newest round in the prefill share of a replica's time (~100 rounds:
+#: many prompts' chunks, so one long prompt does not swing a sequence's predicted TPOT).
+PREFILL_SHARE_RATE = 0.01
+#: The prefill share is capped here: a replica that only prefills still plans its decode.
+PREFILL_SHARE_MAX = 0.9
 
 #: Per-round memory of the emitted / prefilled token sums behind the observed prompt value
 #: (~1000 rounds: many requests' prompts and outputs, so one long prompt does not swing it).
@@ -90,7 +104,10 @@ class DSparkPlanner(RoundPlanner):
         self._idle = 0  # draft-free full plans in a row with no prompt waiting (item 7)
         self._emitted = 0.0  # Σ output tokens of the rounds seen (forgotten, PROMPT_VALUE_KEEP)
         self._prefilled = 0.0  # Σ prompt tokens of the rounds seen (the same)
+        self._prior_w = 1.0  # what is left of the prompt value's prior (forgotten the same)
         self._round_s = 0.0  # recent round time (EMA over ~20 rounds), for the TTFT urgency
+        self._chunk_s = 0.0  # recent prompt-chunk seconds a round (EMA, PREFILL_SHARE_RATE)
+        self._pass_s = 0.0  # recent seconds a round (the same EMA), the share's denominator
 
     @property
     def wants_costs_seed(self) -> bool:
@@ -188,7 +205,7 @@ class DSparkPlanner(RoundPlanner):
         c = self.config
         if c.prompt_value_source == "fixed":
             return c.prompt_token_value
-        m = c.prompt_value_prior_tokens
+        m = c.prompt_value_prior_tokens * self._prior_w
         if self._prefilled + m <= 0.0:
             return c.prompt_token_value
         return (self._emitted + m * c.prompt_token_value) / (self._prefilled + m)
@@ -306,6 +323,8 @@ class DSparkPlanner(RoundPlanner):
                     h,
                     c.slo_spread,
                     np.array([m.ttft_s for m in members]) > self.slo.ttft_s,
+                    1.0 / (1.0 - self.prefill_share()),
+                    c.slo_rank,
                 )
             else:
                 row = int(np.argmax(p.goodput))
@@ -337,12 +356,29 @@ class DSparkPlanner(RoundPlanner):
             )
         return out
 
+    def prefill_share(self) -> float:
+        """The share of the replica's recent time its prompt chunks took (the verify pass's
+        seconds in proportion to its prompt tokens; the drafter's own prefill not counted),
+        at most ``PREFILL_SHARE_MAX``: what stretches a sequence's wait beyond the planned
+        rounds (:func:`control.goodput.slo_goodput_row`)."""
+        if not self._pass_s > 0.0:
+            return 0.0
+        return min(self._chunk_s / self._pass_s, PREFILL_SHARE_MAX)
+
     def observe_round(self, stats: RoundStats) -> None:
         self.rounds += 1
         dt = stats.end_s - stats.start_s
         self._round_s = dt if self.rounds == 1 else self._round_s + 0.05 * (dt - self._round_s)
+        pre = stats.prefill_tokens
+        chunk = stats.verify_s * pre / (stats.verify_tokens + pre) if pre > 0 else 0.0
+        if self.rounds == 1:
+            self._chunk_s, self._pass_s = chunk, dt
+        else:
+            self._chunk_s += PREFILL_SHARE_RATE * (chunk - self._chunk_s)
+            self._pass_s += PREFILL_SHARE_RATE * (dt - self._pass_s)
         self._emitted = self._emitted * PROMPT_VALUE_KEEP + stats.emitted
         self._prefilled = self._prefilled * PROMPT_VALUE_KEEP + stats.prefill_tokens
+        self._prior_w *= PROMPT_VALUE_KEEP
         self.costs.observe(stats)
         if self.rounds % self.config.memory_rounds == 0:
             self.profile *= 0.5
@@ -359,4 +395,5 @@ class DSparkPlanner(RoundPlanner):
             "verify_per_token_s": float(th[1]),
             "overhead_s": self.costs.overhead_s,
             "prompt_value": self.prompt_value(),
+            "prefill_share": self.prefill_share(),
         }

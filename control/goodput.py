@@ -191,23 +191,31 @@ def slo_goodput_row(
     horizon: float = 1.0,
     spread: float = 0.1,
     lost: np.ndarray | None = None,
+    stretch: float = 1.0,
+    rank: str = "slo-goodput",
 ) -> int:
-    """The row of ``plan`` with the most expected SLO goodput: its goodput times the share of
-    its expected tokens that come from sequences expected to meet the TPOT SLO ``tpot_s``.
+    """The row of ``plan`` that best serves the TPOT SLO ``tpot_s``.
 
     A sequence's predicted TPOT under row r is its own TPOT so far carried ``horizon`` rounds
-    like this one: ``p_ir = (D_i + h·T_r) / (n_i + h·E_ir)``, with ``D_i`` seconds since its
+    like this one: ``p_ir = (D_i + h·s·T_r) / (n_i + h·E_ir)``, with ``D_i`` seconds since its
     first token over ``n_i`` tokens since (``decode_s``, ``tokens``; None = new sequences,
-    ``p_ir = T_r / E_ir``). It meets the SLO with probability ``σ((tpot_s − p_ir) /
-    (spread · tpot_s))`` (logistic: the rounds still to come are not this one; ``spread`` = 0
-    is the hard cut ``p_ir ≤ tpot_s``). When the SLO is slack (every sequence meets with
-    probability ~1 in every row) this is the goodput choice; ties go to the higher goodput,
-    then the shorter cap. ``lost`` (bool per sequence): requests already past their TTFT SLO;
-    they count in no share (their tokens still count in the goodput factor), and when every
-    sequence is lost this is the goodput choice."""
+    ``p_ir = s·T_r / E_ir``) and ``s`` = ``stretch``: the factor by which the time a sequence
+    waits exceeds the planned rounds, ``1 / (1 − ρ)`` when a share ρ of the replica's time goes
+    to prompt chunks the plan does not carry (prefill work arrives at its own rate, so it
+    stretches every planned second alike). It meets the SLO with probability ``σ((tpot_s −
+    p_ir) / (spread · tpot_s))`` (logistic: requests of equal prediction differ in the prompt
+    chunks they will sit through; ``spread`` = 0 is the hard cut ``p_ir ≤ tpot_s``).
+
+    ``rank`` = ``"attainment"``: the row with the highest expected share of *requests* meeting
+    the SLO, the higher goodput among ties (within 1e-9), then the shorter cap. ``rank`` =
+    ``"slo-goodput"``: the row with the most SLO goodput, its goodput times the share of its
+    expected *tokens* that come from sequences meeting the SLO. Under the hard cut either is
+    the goodput choice when every sequence meets it in every row. ``lost`` (bool per sequence): requests already
+    past their TTFT SLO; they count in no share, and when every sequence is lost this is the
+    goodput choice."""
     assert plan.expected is not None and plan.seconds_by_cap is not None
     e = plan.expected
-    t = plan.seconds_by_cap[:, None]
+    t = stretch * plan.seconds_by_cap[:, None]
     if decode_s is None or tokens is None:
         pred = t / np.maximum(e, 1e-12)
     else:
@@ -222,8 +230,10 @@ def slo_goodput_row(
             return int(np.argmax(plan.goodput))
         keep = ~lost
         e, meet = e[:, keep], meet[:, keep]
-    share = (e * meet).sum(axis=1) / np.maximum(e.sum(axis=1), 1e-12)
-    score = plan.goodput * share
+    if rank == "attainment":
+        score = meet.mean(axis=1)
+    else:
+        score = plan.goodput * (e * meet).sum(axis=1) / np.maximum(e.sum(axis=1), 1e-12)
     # the rows within 1e-9 of the best (relative: scores below 0, from a penalty that outweighs
     # the tokens, keep the best row among them)
     top = np.flatnonzero(score >= score.max() - 1e-9 * abs(score.max()))

@@ -23,8 +23,15 @@ def test_observed_value_is_the_forgotten_ratio_of_emitted_to_prefilled_with_its_
     cfg = DSparkConfig(prompt_token_value=0.8, prompt_value_prior_tokens=1000.0)
     n, e, pre = 300, 6, 500  # 6 output tokens and 500 prompt tokens a round
     mass = (1.0 - PROMPT_VALUE_KEEP**n) / (1.0 - PROMPT_VALUE_KEEP)  # Σ keep^i, i < n
-    want = (e * mass + 1000.0 * 0.8) / (pre * mass + 1000.0)
+    prior = 1000.0 * PROMPT_VALUE_KEEP**n  # the prior is forgotten like the evidence
+    want = (e * mass + prior * 0.8) / (pre * mass + prior)
     assert _fed(cfg, n, e, pre).prompt_value() == pytest.approx(want, rel=1e-12)
+    # a replica that prefills little a round: its own ratio wins in the end, the prior does not
+    # hold the value up for good (a prior not forgotten would: 0.26 here)
+    sparse = _fed(
+        DSparkConfig(prompt_token_value=0.8, prompt_value_prior_tokens=65536.0), 8000, 3, 150
+    )
+    assert sparse.prompt_value() == pytest.approx(0.02, rel=0.05)
     # long prompts, few outputs: far below the prior; short prompts: above it
     assert _fed(cfg, 3000, 2, 2000).prompt_value() < 0.01
     assert _fed(cfg, 3000, 40, 20).prompt_value() > 1.5

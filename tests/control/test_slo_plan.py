@@ -64,6 +64,48 @@ def test_a_sequences_tpot_so_far_is_carried_over_the_horizon():
     assert slo_goodput_row(p, 0.05, np.array([0.0, 1.0]), n, horizon=4.0) == 1
 
 
+def test_attainment_counts_requests_where_slo_goodput_counts_tokens():
+    # three sequences; row 1 (one more draft step) doubles the tokens of the two that accept
+    # well and lengthens the round for the one that does not: 21 ms a token there against
+    # 16 ms (SLO 20 ms, hard cut). Tokens: row 1 keeps 4 of 5 at 5 / 0.021 = 238 tok/s: 190.5
+    # of SLO goodput against row 0's 3 / 0.016 = 187.5; requests: row 0 meets all three, row 1
+    # two
+    p = _plan([0.016, 0.021], [[1.0, 1.0, 1.0], [2.0, 2.0, 1.0]])
+    assert slo_goodput_row(p, 0.02, spread=0.0, rank="slo-goodput") == 1
+    assert slo_goodput_row(p, 0.02, spread=0.0, rank="attainment") == 0
+    # every sequence meets the SLO in both rows: goodput breaks the tie
+    assert slo_goodput_row(p, 1.0, spread=0.0, rank="attainment") == 1
+
+
+def test_the_stretch_scales_every_predicted_tpot():
+    # row 1 predicts 0.06 / 1.1 = 54.5 ms for sequence 2: with the SLO at 60 ms it meets; with
+    # the rounds stretched by 1.25 (a fifth of the replica's time on prompt chunks) it does
+    # not (68.2 ms), nor in row 0 (0.05 · 1.25 / 1.5 = 41.7 ms: it does)
+    p = _plan([0.05, 0.06], [[1.8, 1.5], [3.0, 1.1]])
+    assert slo_goodput_row(p, 0.06, spread=0.0, rank="attainment") == 1
+    assert slo_goodput_row(p, 0.06, spread=0.0, rank="attainment", stretch=1.25) == 0
+
+
+def test_the_prefill_share_is_the_chunks_share_of_the_recent_round_time():
+    from control.dspark_planner import PREFILL_SHARE_MAX, PREFILL_SHARE_RATE
+
+    pl = _planner()
+    assert pl.prefill_share() == 0.0
+    # a 0.1 s round whose verify pass (0.08 s) carried 60 decode and 180 prompt tokens: the
+    # chunk's 0.06 s of it; then a 0.05 s round without a chunk
+    pl.observe_round(RoundStats(0.0, 0.1, 20, 20, 2, 60, 0, 0.02, 0.08, prefill_tokens=180))
+    assert pl.prefill_share() == pytest.approx(0.6)
+    pl.observe_round(RoundStats(0.1, 0.15, 20, 20, 2, 60, 0, 0.01, 0.04))
+    r = PREFILL_SHARE_RATE
+    want = (0.06 * (1 - r)) / (0.1 + r * (0.05 - 0.1))
+    assert pl.prefill_share() == pytest.approx(want, rel=1e-12)
+    assert pl.state()["prefill_share"] == pl.prefill_share()
+    # a replica that only prefills still plans its decode: the share is capped
+    only = _planner()
+    only.observe_round(RoundStats(0.0, 0.1, 1, 0, 0, 1, 0, 0.0, 0.1, prefill_tokens=10**6))
+    assert only.prefill_share() == PREFILL_SHARE_MAX
+
+
 def test_with_a_slack_slo_the_planner_rows_are_the_goodput_plan():
     rng = np.random.default_rng(3)
     a = rng.uniform(0.3, 0.95, 12)
