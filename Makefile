@@ -21,13 +21,14 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/dspark demo
 
-# every test, on 2 workers (pytest-xdist), the 15 slowest named, with the coverage gate on control/
+# every test, on 2 workers (pytest-xdist; an idle worker takes tests queued for the other), the
+# 15 slowest named, with the coverage gate on control/
 test: $(STAMP)
-	$(VENV)/bin/pytest -n 2 -rs --durations=15 --cov=control --cov-branch --cov-report=term --cov-fail-under=95
+	$(VENV)/bin/pytest -n 2 --dist worksteal -rs --durations=15 --cov=control --cov-branch --cov-report=term --cov-fail-under=95
 
 # the edit loop: the tests not marked slow (tests/conftest.py says which are), no coverage
 test-fast: $(STAMP)
-	$(VENV)/bin/pytest -n 2 -m "not slow" -p no:cacheprovider
+	$(VENV)/bin/pytest -n 2 --dist worksteal -m "not slow" -p no:cacheprovider
 
 # ruff and mypy are pinned in pyproject's dev extra; their settings live there too.
 lint: $(STAMP)

@@ -56,16 +56,8 @@ from typing import Any
 
 import torch
 
-from control.configio import param
 from control.errors import DSparkError
-
-
-@dataclass(frozen=True)
-class TPConfig:
-    # 1: one process, torch.distributed untouched.
-    size: int = param(1, lo=1, hi=64, doc="tensor-parallel ranks")
-    # 60 s: far above any collective of these models, short enough that a dead peer is noticed.
-    timeout_s: float = param(60.0, lo=1.0, hi=3600.0, doc="process-group timeout, s")
+from real import TPConfig as TPConfig  # defined torch-free, for the command line's defaults
 
 
 @dataclass

@@ -18,13 +18,25 @@ TESTS = Path(__file__).resolve().parent
 SLOW_FOLDERS = frozenset({"real", "validate"})
 #: Markers that make a test slow wherever it is.
 SLOW_MARKERS = ("postgres", "browser")
+#: Test folders that run first, in this order: those with the longest tests (whole validations,
+#: killed tuning studies, the engine). ``make test``'s workers steal work from each other's
+#: queues (``--dist worksteal``), so tests taken early leave the short ones to balance the end.
+FIRST_FOLDERS = ("validate", "tuning", "real")
+
+
+def _folder(item: pytest.Item) -> str:
+    try:
+        return item.path.resolve().relative_to(TESTS).parts[0]
+    except ValueError:  # a test outside tests/ (e.g. given by path)
+        return ""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {f: i for i, f in enumerate(FIRST_FOLDERS)}
+    folders = {}
     for item in items:
-        try:
-            folder = item.path.resolve().relative_to(TESTS).parts[0]
-        except ValueError:  # a test outside tests/ (e.g. given by path)
-            folder = ""
+        folder = folders[item.nodeid] = _folder(item)
         if folder in SLOW_FOLDERS or any(item.get_closest_marker(m) for m in SLOW_MARKERS):
             item.add_marker(pytest.mark.slow)
+    # stable: each folder's own order (and each module's tests together) is kept
+    items.sort(key=lambda it: rank.get(folders[it.nodeid], len(FIRST_FOLDERS)))

@@ -19,6 +19,7 @@ from control.registry import make_planner
 from real import tp
 from real.engine import Request
 from real.models import Segments
+from tests.built_once import built_once
 from tests.real.conftest import CFG, V, make_engine, prompt, tiny_target
 
 dist = pytest.importorskip("torch.distributed")
@@ -32,8 +33,8 @@ N_NEW = 16
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> list[dict]:
-    """What each of 2 ranks computed (one spawn for the module's tests: ~5 s of start-up)."""
-    return _spawn("all", tmp_path_factory.mktemp("tp"))
+    """What each of 2 ranks computed (one spawn per test run: ~5 s of start-up)."""
+    return built_once(tmp_path_factory, "tp_ranks", lambda out: _spawn("all", out))[1]
 
 
 def _spawn(job: str, tmp_path, size: int = 2) -> list[dict]:

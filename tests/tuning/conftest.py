@@ -45,6 +45,30 @@ def run_cli(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess
         ) from e
 
 
+class StudyPoll:
+    """The trials of one study, read again at each call through one storage and one loaded
+    study: a test polling a study under a running ``dspark tune`` (to kill a process at a chosen
+    moment) would otherwise open a storage and read every trial afresh per poll (~0.1 s of CPU
+    on PostgreSQL, a replay of the whole journal on a file), CPU the processes under test need.
+    Optuna's storages read the trials written since the last call (the journal's new lines, the
+    database's unfinished trials). Raises what ``optuna.load_study`` raises (``KeyError``,
+    ``ValueError``) while the study is not there."""
+
+    def __init__(self, url: str, name: str = "dspark-throughput") -> None:
+        self.url, self.name = url, name
+        self._storage: optuna.storages.BaseStorage | None = None
+        self._study: optuna.Study | None = None
+
+    def trials(self, states: tuple | None = None) -> list:
+        from tuning.storage import make_storage
+
+        if self._study is None:
+            if self._storage is None:
+                self._storage = make_storage(self.url)
+            self._study = optuna.load_study(study_name=self.name, storage=self._storage)
+        return self._study.get_trials(states=states)
+
+
 def run_tune(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """``python -m dspark tune ARGS`` (no flags added), run to its end: :func:`run_cli`."""
     return run_cli([sys.executable, "-m", "dspark", "tune", *args], timeout)

@@ -26,7 +26,7 @@ from tuning.config import load_tuning_config
 from tuning.storage import make_storage, repair_journal, resolve_url
 from tuning.study import prepare_study, run_study, run_worker
 
-from .conftest import ROOT, TINY, run_cli, tune_cli
+from .conftest import ROOT, TINY, StudyPoll, run_cli, tune_cli
 from .test_postgres import pg_url  # noqa: F401  (fixture: a private PostgreSQL server)
 from .test_workers import _config
 
@@ -300,11 +300,12 @@ def _kill_near_the_end(cmd: list[str], url: str, n: int, victim: str) -> dict:
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 120
     snapshot = None
+    poll = StudyPoll(url)
     try:
         while time.time() < deadline and snapshot is None and proc.poll() is None:
             time.sleep(0.05)
             try:
-                trials = _load(url).get_trials()
+                trials = poll.trials()
             except (KeyError, ValueError):  # not created yet
                 continue
             done = [t for t in trials if t.state in DONE]
@@ -383,12 +384,13 @@ def test_workers_die_with_their_parent(tmp_path):
         stderr=subprocess.DEVNULL,
     )
     workers: set[int] = set()
+    poll = StudyPoll(url)
     try:
         deadline = time.time() + 60
         while time.time() < deadline and len(workers) < 2:
             time.sleep(0.1)
             try:
-                workers = _pids_of(_load(url).get_trials(states=(TrialState.RUNNING,)))
+                workers = _pids_of(poll.trials(states=(TrialState.RUNNING,)))
             except (KeyError, ValueError):
                 continue
         assert len(workers) == 2 and all(_alive(p) for p in workers)
@@ -459,11 +461,12 @@ def test_six_kills_lose_no_finished_trial_and_resume_ends_with_exactly_n(tmp_pat
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         pending = [("worker", worker_at), ("main", main_at)]
         deadline = time.time() + 120
+        poll = StudyPoll(url)
         try:
             while pending and proc.poll() is None and time.time() < deadline:
                 time.sleep(0.03)
                 try:
-                    trials = _load(url).get_trials()
+                    trials = poll.trials()
                 except (KeyError, ValueError):
                     continue
                 done = [t for t in trials if t.state in DONE]

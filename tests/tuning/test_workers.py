@@ -17,7 +17,7 @@ from tuning.config import load_tuning_config
 from tuning.storage import make_storage, resolve_url
 from tuning.study import run_study
 
-from .conftest import ROOT, run_cli, tune_cli
+from .conftest import ROOT, StudyPoll, run_cli, tune_cli
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -68,13 +68,14 @@ def test_sigkilled_worker_loses_no_finished_trial_and_resume_completes(tmp_path)
     )
     deadline = time.time() + 60
     snapshot = None
+    poll = StudyPoll(resolve_url(None, out))
     try:
         while time.time() < deadline:
             time.sleep(0.05)
             if not (out / "study.journal").exists() or proc.poll() is not None:
                 continue
             try:
-                trials = _study(out).get_trials()
+                trials = poll.trials()
             except KeyError:  # the study is not created yet
                 continue
             done = [t for t in trials if t.state in DONE]
@@ -174,10 +175,11 @@ def test_surviving_worker_requeues_the_trial_of_a_killed_one(tmp_path):
     victim, survivor = procs
     killed_trial = None
     deadline = time.time() + 60
+    poll = StudyPoll(url)
     try:
         while time.time() < deadline and killed_trial is None:
             time.sleep(0.05)
-            now = _study(out).get_trials()  # one read, then kill at once
+            now = poll.trials()  # one read, then kill at once
             running = [
                 t
                 for t in now

@@ -5,6 +5,7 @@ import contextlib
 import io
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,7 @@ from control.errors import ConfigError
 from control.types import PositionRecord, records_from_rows
 from dspark.cli import main
 from real.tracing import replay_accepted
+from tests.built_once import built_once
 from validate.batched import poisson_stream
 from validate.batched_latency import overhead_by_batch, overhead_residuals, sim_table
 from validate.config import load_validate
@@ -23,13 +25,19 @@ from validate.tables import BATCHED_ERROR_COLUMNS
 LOADS = ("light", "near-saturation", "overloaded")
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("validate_batched")
+def _validate_batched(out: Path) -> list:
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         rc = main(["validate", "--fast", "--part", "batched", "--out", str(out), "--quiet"])
-    return rc, out, buf.getvalue()
+    return [rc, buf.getvalue()]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """``(exit status, run folder, stdout)`` of one batched validation (one per test run: the
+    folder is shared, a test that reanalyzes copies it)."""
+    out, (rc, stdout) = built_once(tmp_path_factory, "validate_batched", _validate_batched)
+    return rc, out, stdout
 
 
 def test_error_table_columns_and_finite(run):
@@ -198,8 +206,10 @@ def test_bad_batched_config(key, value, msg):
         load_validate(None, {"parts": ["batched"], key: value})
 
 
-def test_reanalyze_and_exit_status_above_tolerance(run, capsys):
-    _, out, stdout = run
+def test_reanalyze_writes_the_same_table_and_headline(run, capsys, tmp_path):
+    _, src, stdout = run
+    out = tmp_path / "again"
+    shutil.copytree(src, out)
     before = pd.read_csv(out / "errors_batched.csv")
     # the prediction again from the saved measurements (no engine): the same table
     assert (
@@ -208,21 +218,22 @@ def test_reanalyze_and_exit_status_above_tolerance(run, capsys):
     after = pd.read_csv(out / "errors_batched.csv")
     pd.testing.assert_frame_equal(before, after)
     assert capsys.readouterr().out.strip().splitlines()[-1] == stdout.strip().splitlines()[-1]
-    # above the tolerance: the full report, then exit status 1 and one line on stderr
-    assert (
-        main(["validate", "--reanalyze", "--out", str(out), "--quiet", "--max-error", "1e-9"]) == 1
-    )
-    cap = capsys.readouterr()
-    assert cap.out.strip().splitlines()[-1].startswith("validate_batched_max_abs_error_pct=")
-    assert "is above the tolerance 1e-09%" in cap.err
 
 
-def test_the_simulator_reads_the_profile_corrected_by_the_calibration_load(run, tmp_path):
+def test_a_pooled_reanalysis_reads_the_corrected_profile_and_exits_1_above_tolerance(
+    run, tmp_path, capsys
+):
+    """The simulator reads the profile corrected by the calibration load; the same reanalysis,
+    run with a tolerance no run meets, shows the exit status above it."""
     _, src, _ = run
     out = tmp_path / "pooled"
     shutil.copytree(src, out)
-    argv = ["validate", "--reanalyze", "--out", str(out), "--quiet", "--max-error", "1e9"]
-    assert main([*argv, "--set", "batched.profile_correction=pooled"]) == 0
+    argv = ["validate", "--reanalyze", "--out", str(out), "--quiet", "--max-error", "1e-9"]
+    # above the tolerance: the full report, then exit status 1 and one line on stderr
+    assert main([*argv, "--set", "batched.profile_correction=pooled"]) == 1
+    cap = capsys.readouterr()
+    assert cap.out.strip().splitlines()[-1].startswith("validate_batched_max_abs_error_pct=")
+    assert "is above the tolerance 1e-09%" in cap.err
     summary = json.loads((out / "batched" / "summary.json").read_text())
     s, k_max = summary["profile_correction"], summary["engine"]["k_max"]
     assert s["mode"] == "pooled" and s["rounds"] > 0

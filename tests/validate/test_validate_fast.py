@@ -1,6 +1,7 @@
 """`dspark validate --fast` (tiny random models) runs end to end and writes the error table."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -11,13 +12,12 @@ from control.types import PositionRecord, records_from_rows
 from dspark.cli import main
 from real.trace_correction import draft_phases
 from real.tracing import replay_accepted
+from tests.built_once import built_once
 from validate.config import load_validate
 from validate.metrics import METRICS
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("validate")
+def _validate(out: Path) -> list:
     import contextlib
     import io
 
@@ -25,7 +25,14 @@ def run(tmp_path_factory):
     with contextlib.redirect_stdout(buf):
         # a tolerance no run meets: the full report, then exit status 1
         rc = main(["validate", "--fast", "--out", str(out), "--quiet", "--max-error", "1e-9"])
-    return rc, out, buf.getvalue()
+    return [rc, buf.getvalue()]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """``(exit status, run folder, stdout)`` of one validation (one per test run, shared)."""
+    out, (rc, stdout) = built_once(tmp_path_factory, "validate", _validate)
+    return rc, out, stdout
 
 
 def test_error_table_columns_and_finite(run):

@@ -4,29 +4,38 @@ side (rank 0) and the TP = 2 side run in one spawned group, and the simulator re
 import contextlib
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from dspark.cli import main
+from tests.built_once import built_once
 
 dist = pytest.importorskip("torch.distributed")
 if not (dist.is_available() and dist.is_gloo_available()):
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def _validate_tp(folder: Path) -> list:
     for attempt in range(2):
-        out = tmp_path_factory.mktemp("validate_tp")
+        out = folder / f"attempt{attempt}"
         buf, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
             rc = main(["validate", "--part", "tp", "--fast", "--repeats", "2", "--out", str(out)])
         # a gloo rank dying by a signal while the group forms (seen once in ~5 loaded CI runs of
         # tests/real/test_tp.py) gets one fresh start; any other failure is the test's
         if rc == 0 or attempt or "a rank failed" not in err.getvalue():
-            return rc, out, buf.getvalue()
+            return [rc, out.name, buf.getvalue()]
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """``(exit status, run folder, stdout)`` of one TP validation (one per test run, shared)."""
+    folder, (rc, name, stdout) = built_once(tmp_path_factory, "validate_tp", _validate_tp)
+    return rc, folder / name, stdout
 
 
 def test_rows_complete_and_headline_is_the_worst_tp_row(run):
