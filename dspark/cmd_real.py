@@ -67,7 +67,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
 def add_tp_args(p: argparse.ArgumentParser) -> None:
     """``--tp N``: the target sharded over N ranks (``real.tp``; spawned here, or torchrun's)."""
-    from real import TPConfig  # torch-free: building the parser loads no torch
+    from real.tp_config import TPConfig  # torch-free: building the parser loads no torch
 
     p.add_argument(
         "--tp",

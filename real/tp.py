@@ -57,7 +57,7 @@ from typing import Any
 import torch
 
 from control.errors import DSparkError
-from real import TPConfig as TPConfig  # defined torch-free, for the command line's defaults
+from real.tp_config import TPConfig as TPConfig  # torch-free, for the command line's defaults
 
 
 @dataclass
