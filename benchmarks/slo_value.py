@@ -72,7 +72,8 @@ def parse_spec(spec: str, tuned: str | None) -> tuple[str, object, str]:
     if spec == "dspark-tuned":
         from tuning.export import load_best_config
 
-        return ("dspark", load_best_config(tuned, "dspark"), "dspark-tuned")
+        name, cfg = load_best_config(tuned, "dspark")
+        return (name, cfg, "dspark-tuned")
     p = parse_controller_spec(spec)
     return (p, None, p) if isinstance(p, str) else p
 
