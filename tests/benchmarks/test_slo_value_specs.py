@@ -1,0 +1,31 @@
+"""``benchmarks/slo_value.py``'s controller specs: a tuned ``best_config.toml`` enters as the
+controller name and its checked config, the entry the simulator's capacity search takes."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from control.dspark import DSparkConfig
+from sim import load_scenario
+from sim.api import resolve_controller_config
+
+_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(_ROOT / "benchmarks"))
+_spec = importlib.util.spec_from_file_location("slo_value", _ROOT / "benchmarks" / "slo_value.py")
+sv = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sv)
+
+
+def test_a_tuned_config_is_a_name_and_its_config(tmp_path):
+    best = tmp_path / "best_config.toml"
+    best.write_text("[controller.dspark]\nslo_spread = 0.2\nk_max = 9\n")
+    name, cfg, label = sv.parse_spec("dspark-tuned", str(best))
+    assert (name, label) == ("dspark", "dspark-tuned")
+    assert isinstance(cfg, DSparkConfig) and (cfg.slo_spread, cfg.k_max) == (0.2, 9)
+    scn = load_scenario(_ROOT / "configs" / "tiny.toml")
+    assert resolve_controller_config(scn, name, cfg) == cfg
+
+
+def test_plain_and_keyed_specs():
+    assert sv.parse_spec("fixed", None) == ("fixed", None, "fixed")
+    assert sv.parse_spec("fixed:k=3", None) == ("fixed", {"k": 3}, "fixed:k=3")
