@@ -365,7 +365,7 @@ class RoundExecutor:
             cnt.bytes_moved += (
                 steps * cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context) * cl.dtp
             )
-            return cl.draft_phase_s(drafting, steps, draft_context)
+            return cl.draft_phase_s(drafting, steps, draft_context, rnd.max_k)
         count, ctok, pairs, prefix = stats
         cnt.bytes_moved += (
             cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context + prefix)
@@ -376,7 +376,7 @@ class RoundExecutor:
             feed = cl.lat_d.seconds(count, ctok + count, prefix) - cl.lat_d.seconds(
                 count, count, prefix
             )
-            return cl.draft_phase_s(drafting, steps, draft_context) + max(feed, 0.0)
+            return cl.draft_phase_s(drafting, steps, draft_context, rnd.max_k) + max(feed, 0.0)
         return cl.lat_d.pass_seconds(
             drafting, drafting, draft_context, count, ctok, pairs, prefix
         ) + (steps - 1) * cl.lat_d.seconds(drafting, drafting, draft_context)

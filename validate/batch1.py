@@ -109,6 +109,10 @@ class Batch1:
         self.cfg, self.out, self.log = cfg, out, log
         self.engine = build_engine(cfg)
         self.kmax = cfg.engine.k_max
+        from real.profile import block_size_of, profiled_drafter
+
+        #: the engine drafter's block size B (0: an autoregressive drafter)
+        self.block = block_size_of(profiled_drafter(self.engine.drafter))
         log(
             f"engine: {cfg.models.source} models, target {cfg.engine.precision}, drafter "
             f"{cfg.engine.drafter} {cfg.engine.drafter_dtype}, {cfg.engine.device}, "
@@ -228,7 +232,7 @@ class Batch1:
         pd.DataFrame(request_rows(self.cal_reqs, controller=x_label)).to_csv(
             d / "requests.csv", index=False
         )
-        self.fitted = fit_acceptance(self.cal_recs)
+        self.fitted = fit_acceptance(self.cal_recs, self.block)
         if self.cfg.correct_profile and not self.cfg.interleave_profile:
             for _ in self.prompts[A]:
                 self.cycle_generation()
@@ -342,6 +346,7 @@ class Batch1:
             None if fitted else self.positions[w],
             fitted,
             ctrls,
+            self.block,
         )
 
     def predictive_scenario(self, w: str, ctrls: dict) -> Path:
@@ -378,6 +383,7 @@ class Batch1:
             positions,
             None,
             ctrls,
+            self.block,
         )
 
     def calibration_check(self) -> dict:
