@@ -128,7 +128,9 @@ class Cluster:
     ) -> list[tuple[str, int, int, float, float]]:
         """The real engine's start-up cost profile (``real.profile.startup_cost_rows``, the
         same grid: batches 1, 2, 4, .. up to ``max_batch``, two contexts per row, draft
-        lengths up to the cap, 16 when none) read off the latency model."""
+        lengths up to the cap, 16 when none) read off the latency model. A block drafter's
+        rows are as the engine writes them: a draft row of k "steps" per draft length k (up to
+        the engine's cap, not B), timing one forward keeping min(k, B) slots."""
         k_max = 16 if max_draft is None else max(1, min(max_draft, 64))
         ks = sorted({0, 1, 2, 3, 5, k_max // 2, k_max})
         batches = sorted({1, max_batch} | {2**i for i in range(1, 12) if 2**i < max_batch})
@@ -139,9 +141,8 @@ class Cluster:
                 for k in ks:
                     v = self.lat_t.seconds(B, B * (k + 1), ctx)
                     rows.append(verify_seed_row(B, k + 1, ctx, v))
-                    if k and self.use_drafter:  # a block drafter's phase: one forward
-                        steps = 1 if self.block_size else k
-                        rows.append(("draft", B, steps, ctx, self.draft_phase_s(B, k, ctx, k)))
+                    if k and self.use_drafter:
+                        rows.append(("draft", B, k, ctx, self.draft_phase_s(B, k, ctx, k)))
         return rows
 
     def draft_phase_s(self, drafting: int, steps: int, context_sum: float, max_k: int = 0) -> float:

@@ -152,6 +152,7 @@ class RoundExecutor:
     needs_future: bool
     confidences_to_controllers: bool
     caps_draft: bool
+    draft_cap: int | None
     max_draft: int | None
     warmup_s: float
     round_overhead_s: float
@@ -217,7 +218,7 @@ class RoundExecutor:
                 if self.params.draft_within_length
                 else None
             )
-            k_array = cap_draft_lengths(np.array(k, dtype=np.int64), self.max_draft, last_useful)
+            k_array = cap_draft_lengths(np.array(k, dtype=np.int64), self.draft_cap, last_useful)
             rnd.k_array, rnd.k, rnd.max_k = k_array, k_array.tolist(), int(k_array.max())
         else:
             rnd.k_array, rnd.k, rnd.max_k = None, k, max(k)
