@@ -12,11 +12,13 @@ chain of first-proposal bits. Its evidence is the head's prediction per slot ins
 2. Calibration (:func:`fit_block_calibration`, on the calibration prompts only, where the
    target's position traces hold the head's confidences on the target's own text and the run
    length from every t): P(slot j accepted | slots < j accepted, c_{t,j}) by isotonic regression
-   of the slot's confidence over every decided slot (slots 1..run + 1 of each position); a
-   quantile map from the rollout's confidences to the target text's (the drafter is surer of
-   its own text); the expected calibration error of the head per block position.
+   of slot j's confidence over the decided slots j (slots 1..run + 1 of each position; the fit
+   pooled over slots where a slot has fewer than ``MIN_SLOT_PAIRS``), and the expected
+   calibration error of the head per block position. No rollout -> text map: the one learned
+   on the calibration prompts (where the drafter's text and the target's part most) shifted the
+   held-out prompts' confidences further from their text's on ``configs/validate.toml``.
 3. Prediction (:func:`synthetic_block_positions`): per new prompt and draw, at every t the slots
-   accepted one by one with the calibrated probabilities of their mapped confidences until the
+   accepted one by one with the calibrated probabilities of their confidences until the
    first rejection: a position trace the simulator's ``replay`` acceptance model reads.
 """
 
@@ -27,12 +29,14 @@ import torch
 
 from control.errors import DSparkError
 from control.types import PositionRecord
-from real.predicted import PredictConfig, _interp, _logit, drafter_rollout, map_confidences, pav
+from real.predicted import PredictConfig, _interp, _logit, drafter_rollout, pav
 from real.sampling import SamplingParams
 
 _GREEDY = SamplingParams()
 #: equal-width confidence bins of the expected calibration error
 ECE_BINS = 10
+#: decided slots a block position needs for its own isotonic fit (else the pooled one)
+MIN_SLOT_PAIRS = 20
 
 
 @torch.inference_mode()
@@ -87,42 +91,60 @@ def expected_calibration_error(conf: np.ndarray, acc: np.ndarray, bins: int = EC
     return total / len(conf)
 
 
-def fit_block_calibration(
-    positions: list[list[PositionRecord]],
-    rollout_blocks: list[list[list[float]]],
-    cfg: PredictConfig,
-) -> dict:
-    """The calibration (module doc, 2) from the calibration prompts' position traces and the
-    head's confidences on their rollouts. A plain dict (JSON-able)."""
+def _isotonic(conf: np.ndarray, acc: np.ndarray) -> dict:
+    """Isotonic fit of acceptance on the confidence's logit, tied confidences pooled first (one
+    knot each, weighted by its pairs)."""
+    ux, inv = np.unique(_logit(conf), return_inverse=True)
+    n = np.bincount(inv).astype(float)
+    kx, ky = pav(ux, np.bincount(inv, weights=acc) / n, n)
+    return {"logit": kx.tolist(), "p": ky.tolist()}
+
+
+def head_ece(positions: list[list[PositionRecord]]) -> dict:
+    """The head's expected calibration error on recorded traces, pooled and per block
+    position (its confidence of slot j against slot j's acceptance given slots < j were)."""
     c, a, j = _slot_pairs(positions)
-    kx, ky = pav(_logit(c), a)
-    slots = int(j.max()) + 1
-    out: dict = {
-        "kind": "block",
-        "decided_slots": len(c),
-        "a_rate": float(a[j == 0].mean()),
-        "pooled": {"logit": kx.tolist(), "p": ky.tolist()},
-        "head_ece_by_position": [
-            expected_calibration_error(c[j == s], a[j == s]) for s in range(slots)
-        ],
+    return {
         "head_ece": expected_calibration_error(c, a),
+        "head_ece_by_position": [
+            expected_calibration_error(c[j == s], a[j == s]) for s in range(int(j.max()) + 1)
+        ],
+        "decided_slots": len(c),
     }
-    roll = np.asarray([x for blocks in rollout_blocks for b in blocks for x in b], dtype=float)
-    text = np.asarray([x for recs in positions for r in recs for x in r.confidences], dtype=float)
-    if cfg.map_confidences and len(roll) and len(text):
-        qs = np.linspace(0.0, 1.0, cfg.quantiles)
-        src, dst = np.quantile(_logit(roll), qs), np.quantile(_logit(text), qs)
-        out["map"] = {
-            "rollout_logit": np.maximum.accumulate(src).tolist(),
-            "text_logit": dst.tolist(),
-        }
-    return out
+
+
+def fit_block_calibration(
+    positions: list[list[PositionRecord]], rollout_blocks=None, cfg: PredictConfig | None = None
+) -> dict:
+    """The calibration (module doc, 2) from the calibration prompts' position traces (the
+    rollouts and the config are not read: no map). A plain dict (JSON-able)."""
+    c, a, j = _slot_pairs(positions)
+    pooled = _isotonic(c, a)
+    by_slot = []
+    for s in range(int(j.max()) + 1):
+        m = j == s
+        if m.sum() < MIN_SLOT_PAIRS:
+            by_slot.append(pooled)
+            continue
+        by_slot.append(_isotonic(c[m], a[m]))
+    return {
+        "kind": "block",
+        "a_rate": float(a[j == 0].mean()),
+        "pooled": pooled,
+        "by_slot": by_slot,
+        **head_ece(positions),
+    }
 
 
 def slot_probability(cal: dict, confs) -> np.ndarray:
-    """P(slot accepted | the ones before it were) at (already mapped) confidences ``confs``."""
-    g = cal["pooled"]
-    return _interp((np.asarray(g["logit"]), np.asarray(g["p"])), _logit(confs))
+    """P(slot j accepted | the ones before it were) at confidences ``confs`` of slots 1, 2, ..
+    (a slot past the fitted ones takes the pooled fit)."""
+    fits = cal.get("by_slot", [])
+    out = []
+    for s, x in enumerate(np.asarray(confs, dtype=float)):
+        g = fits[s] if s < len(fits) else cal["pooled"]
+        out.append(float(_interp((np.asarray(g["logit"]), np.asarray(g["p"])), _logit(x))))
+    return np.asarray(out)
 
 
 def synthetic_block_positions(
@@ -136,12 +158,12 @@ def synthetic_block_positions(
     request_id: int = 0,
 ) -> list[PositionRecord]:
     """One drawn position trace of a prompt from its block rollout (module doc, 3): ``n_new``
-    positions, each with its drawn run length and the block's mapped confidences."""
+    positions, each with its drawn run length and the block's confidences."""
     if len(blocks) < n_new:
         raise DSparkError(f"block rollout of {len(blocks)} positions; {n_new} needed")
     out = []
     for t in range(n_new):
-        c = map_confidences(cal, blocks[t])[:horizon]
+        c = np.asarray(blocks[t], dtype=float)[:horizon]
         ok = rng.random(len(c)) < slot_probability(cal, c)
         run = int(np.argmin(ok)) if not ok.all() else len(c)
         out.append(

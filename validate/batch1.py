@@ -113,6 +113,8 @@ class Batch1:
 
         #: the engine drafter's block size B (0: an autoregressive drafter)
         self.block = block_size_of(profiled_drafter(self.engine.drafter))
+        #: predicted acceptance per block slot of the head (real.predicted_block)
+        self.block_slots = bool(self.block) and cfg.predict.block_slots
         log(
             f"engine: {cfg.models.source} models, target {cfg.engine.precision}, drafter "
             f"{cfg.engine.drafter} {cfg.engine.drafter_dtype}, {cfg.engine.device}, "
@@ -204,7 +206,7 @@ class Batch1:
             n_new = cfg.prompt_set(w).max_new_tokens
             n = n_new + self.kmax + 1
             t0 = time.perf_counter()
-            if self.block:
+            if self.block_slots:
                 self.rollouts[w] = [block_rollout(engine, p, n, n_new) for p in self.prompts[w]]
                 rows = [
                     {
@@ -255,10 +257,12 @@ class Batch1:
             for _ in self.prompts[A]:
                 self.cycle_generation()
         from real.predicted import fit_calibration
-        from real.predicted_block import fit_block_calibration
+        from real.predicted_block import fit_block_calibration, head_ece
 
-        fit = fit_block_calibration if self.block else fit_calibration
+        fit = fit_block_calibration if self.block_slots else fit_calibration
         self.pred_cal = fit(self.positions[A], [c for _, c in self.rollouts[A]], self.cfg.predict)
+        if self.block:  # the confidence head's calibration on the calibration prompts
+            self.pred_cal.update(head_ece(self.positions[A]))
         self.cal_real = M.real_metrics(self.cal_recs, self.cal_reqs)
         self.log(
             f"calibration {x_label} on {A}: â {self.cal_real['acceptance_rate']:.3f}, "
@@ -374,7 +378,7 @@ class Batch1:
         from real.predicted import synthetic_positions
         from real.predicted_block import synthetic_block_positions
 
-        draw = synthetic_block_positions if self.block else synthetic_positions
+        draw = synthetic_block_positions if self.block_slots else synthetic_positions
         pc = self.cfg.predict
         n_new = self.cfg.prompt_set(w).max_new_tokens
         rng = np.random.default_rng(pc.seed)
