@@ -75,6 +75,11 @@ class Cluster:
         self.hw, self.target_dims, self.drafter_dims = hw, tgt, dr
         self.roof_t = Roofline(tgt, hw, tp)
         self.roof_d = Roofline(dr, hw, dtp)
+        self._latency(scn)
+
+    def _latency(self, scn: SimConfig) -> None:
+        """The latency backends of target and drafter, and a measured table's draft phase."""
+        lat = scn.latency
         self.lat_t: LatencyBackend
         self.lat_d: LatencyBackend
         # a measured table's whole draft phase by (drafting rows, steps, context): the engine's
