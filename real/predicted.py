@@ -52,11 +52,11 @@ class PredictConfig:
     # the map is applied (the drafter is surer of its own continuation than of the target's).
     map_confidences: bool = param(True, doc="map rollout confidences to target-text ones")
     seed: int = param(0, lo=0, hi=2**31 - 1, doc="seed of the drawn acceptance bits")
-    # the chain of first-proposal bits for every drafter: for the block drafter on
-    # configs/validate.toml's held-out prompts it predicted the accepted length closer than the
-    # per-slot model (real.predicted_block), whose calibration workload accepts less per slot.
+    # on: for the block drafter on configs/validate.toml's held-out prompts the per-slot model
+    # (real.predicted_block) predicted every controller's accepted length closer than the chain
+    # of first-proposal bits, whose structure a block drafter does not have.
     block_slots: bool = param(
-        False, doc="a block drafter's prediction per block slot of its head (else the chain)"
+        True, doc="a block drafter's prediction per block slot of its head (else the chain)"
     )
 
 
