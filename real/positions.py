@@ -44,6 +44,11 @@ def record_positions_full(
     P, seq, drafter = len(prompt), engine.seq, engine.drafter
     if len(full) > engine.length:
         raise DSparkError(f"prompt + {max_new_tokens} + horizon {h} exceeds the engine's cache")
+    if getattr(drafter, "wants_hidden", False):
+        # a drafter that reads the target's hidden states (block, feature) gets them for every
+        # committed position, as the engine's passes hand them over: target-only decoding
+        # hands over none, so one teacher-forced target pass over the whole sequence does
+        engine._prefill(full)
     seq[0, : len(full)] = torch.tensor(full, dtype=seq.dtype, device=seq.device)
     drafter.reset()
     out = []

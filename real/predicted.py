@@ -36,6 +36,7 @@ import torch
 from control.configio import param
 from control.errors import DSparkError
 from control.types import PositionRecord
+from real.models import Segments
 from real.sampling import SamplingParams
 
 _GREEDY = SamplingParams()
@@ -51,6 +52,12 @@ class PredictConfig:
     # the map is applied (the drafter is surer of its own continuation than of the target's).
     map_confidences: bool = param(True, doc="map rollout confidences to target-text ones")
     seed: int = param(0, lo=0, hi=2**31 - 1, doc="seed of the drawn acceptance bits")
+    # on: for the block drafter on configs/validate.toml's held-out prompts the per-slot model
+    # (real.predicted_block) predicted every controller's accepted length closer than the chain
+    # of first-proposal bits, whose structure a block drafter does not have.
+    block_slots: bool = param(
+        True, doc="a block drafter's prediction per block slot of its head (else the chain)"
+    )
 
 
 def pav(x, y, w=None) -> tuple[np.ndarray, np.ndarray]:
@@ -85,7 +92,9 @@ def _interp(knots: tuple, x) -> np.ndarray:
 @torch.inference_mode()
 def drafter_rollout(engine, prompt_ids, n_tokens: int) -> tuple[list[int], list[float]]:
     """The drafter's own greedy continuation of ``prompt_ids`` (``n_tokens`` tokens, in chunks
-    of at most ``k_max + 1``) and its confidence at every step; the target is not run."""
+    of at most ``k_max + 1``) and its confidence at every step. The target does not decode; a
+    drafter that reads its hidden states (block, feature) gets them from a teacher-forced target
+    pass over each committed chunk of the rollout (prefill work, a pass per chunk)."""
     d = engine.drafter
     if d is None:
         raise DSparkError("a predicted acceptance needs a drafter")
@@ -94,6 +103,9 @@ def drafter_rollout(engine, prompt_ids, n_tokens: int) -> tuple[list[int], list[
     if P + n_tokens + engine.cfg.k_max + 2 > engine.length:
         raise DSparkError(f"prompt of {P} + {n_tokens} rollout tokens exceeds the engine's cache")
     seq = engine.seq
+    hidden = getattr(d, "wants_hidden", False)
+    if hidden:  # the target's states of the prompt, as the engine's prefill hands them over
+        engine._prefill(prompt)
     seq[0, :P] = torch.tensor(prompt, dtype=seq.dtype, device=seq.device)
     d.reset()
     L, confs = P, []
@@ -103,6 +115,13 @@ def drafter_rollout(engine, prompt_ids, n_tokens: int) -> tuple[list[int], list[
         if count <= 0:
             raise DSparkError("the drafter proposed nothing at tau = 0")
         d.accept(L, count, count)
+        if hidden:  # a drafter that reads the target's states: the target's teacher-forced
+            # pass over the committed chunk (no target decoding: its tokens are never used)
+            segs = Segments.one(0, L - 1, count, seq.device)
+            engine.target.step_packed(
+                seq[0, L - 1 : L - 1 + count], segs, engine.state, logits=False
+            )
+            engine._hand_hidden(segs)
         confs.extend(float(x) for x in c[:count])
         L += count
     return seq[0, P:L].tolist(), confs

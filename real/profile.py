@@ -64,6 +64,9 @@ from real.engine_types import sync
 from real.sampling import SamplingParams
 
 TARGET, DRAFTER, DRAFT_PHASE, OVERHEAD = "target", "drafter", "draft-phase", "round-overhead"
+#: the row saying the profile timed a block drafter (new_tokens = its block size B, seconds 0):
+#: its draft-phase rows are one block forward keeping k slots (``sim.latency.BLOCK_MARKER``)
+BLOCK_MARKER = "block-drafter"
 COLUMNS = (
     "model",
     "batch",
@@ -206,6 +209,13 @@ def profiled_drafter(d):
     return None
 
 
+def block_size_of(md) -> int:
+    """B of a profiled block drafter (one forward a round, no cache to rewind), else 0."""
+    if md is None or hasattr(md, "set_valid"):
+        return 0
+    return int(getattr(md, "block_size", 0) or 0)
+
+
 def _check(engine, cfg: ProfileConfig) -> tuple[list[int], list[int]]:
     kmax = engine.cfg.k_max
     ctxs = sorted({int(c) for c in cfg.contexts})
@@ -342,6 +352,9 @@ class GridProfiler:
                     r = _row(DRAFTER, N, c, np.maximum(x - np.median(one) + row["seconds"], 0.0), b)
                     r["seconds_mean"] = max(float(tmean(x) - tmean(one) + row["seconds_mean"]), 0.0)
                     rows.append(r)
+        B = block_size_of(profiled_drafter(self.engine.drafter))
+        if B:
+            rows.append(_row(BLOCK_MARKER, B, 0, [0.0]))
         return rows, fit
 
 

@@ -10,7 +10,15 @@ from control.costmodel import verify_seed_row
 from control.errors import ConfigError
 from sim.block import BlockForward
 from sim.config import SimConfig
-from sim.latency import Constant, LatencyBackend, Roofline, Table, phase_seconds, table_models
+from sim.latency import (
+    Constant,
+    LatencyBackend,
+    Roofline,
+    Table,
+    phase_seconds,
+    table_block_size,
+    table_models,
+)
 
 
 class Cluster:
@@ -67,12 +75,18 @@ class Cluster:
         self.hw, self.target_dims, self.drafter_dims = hw, tgt, dr
         self.roof_t = Roofline(tgt, hw, tp)
         self.roof_d = Roofline(dr, hw, dtp)
+        self._latency(scn)
+
+    def _latency(self, scn: SimConfig) -> None:
+        """The latency backends of target and drafter, and a measured table's draft phase."""
+        lat = scn.latency
         self.lat_t: LatencyBackend
         self.lat_d: LatencyBackend
         # a measured table's whole draft phase by (drafting rows, steps, context): the engine's
         # propose call, its fixed cost and a first step unlike the others included (None:
         # a phase is `steps` drafter steps)
         self.phase: Table | None = None
+        table_block = 0  # the block size a measured table's drafter was profiled with
         if lat.backend == "roofline":
             self.lat_t, self.lat_d = self.roof_t, self.roof_d
         elif lat.backend == "table":
@@ -82,23 +96,46 @@ class Cluster:
             self.lat_d = Table(lat.table_path, lat.drafter_name)
             if lat.draft_phase_name in table_models(lat.table_path):
                 self.phase = Table(lat.table_path, lat.draft_phase_name)
+            table_block = table_block_size(lat.table_path)
         else:
             self.lat_t = Constant(lat.constant_target_s, lat.constant_prefill_s)
             self.lat_d = Constant(lat.constant_drafter_s, 0.0)
         #: a block drafter's B (sim.block), 0 for an autoregressive drafter: its draft phase is
-        #: one forward at B tokens per drafting row whatever k <= B (a measured table's
-        #: draft-phase rows time autoregressive phases, so they do not apply)
+        #: one forward at B tokens per drafting row whatever k <= B. A measured table's
+        #: draft-phase rows apply when they timed a block drafter of that B (the profile's
+        #: ``block-drafter`` row says so: one forward keeping k slots, at the round's largest
+        #: k); those of an autoregressive drafter time k steps, so they do not apply.
         self.block_size = scn.draft.resolved_block_size() if scn.draft.kind == "block" else 0
+        if lat.backend == "table":
+            self._check_table_kind(lat.table_path, table_block)
         if self.block_size:
             self.lat_d = BlockForward(self.lat_d, self.block_size)
-            self.phase = None
+            if lat.backend != "table" or not table_block:
+                self.phase = None
+
+    def _check_table_kind(self, path, table_block: int) -> None:
+        """One line when the drafter kind or block size of the scenario is not the one whose
+        draft phase the table timed."""
+        if table_block and not self.block_size:
+            raise ConfigError(
+                f"{path}: latency table profiled a block drafter (block size {table_block}); "
+                f"its draft-phase rows are one block forward, not k steps: set "
+                f"draft.kind = 'block' and draft.block_size = {table_block}"
+            )
+        if table_block and table_block != self.block_size:
+            raise ConfigError(
+                f"{path}: latency table profiled a block drafter of block size {table_block}, "
+                f"the scenario's draft.block_size is {self.block_size}"
+            )
 
     def cost_seed_rows(
         self, max_batch: int, max_draft: int | None, ctxs: tuple[int, ...] = (64, 192)
     ) -> list[tuple[str, int, int, float, float]]:
         """The real engine's start-up cost profile (``real.profile.startup_cost_rows``, the
         same grid: batches 1, 2, 4, .. up to ``max_batch``, two contexts per row, draft
-        lengths up to the cap, 16 when none) read off the latency model."""
+        lengths up to the cap, 16 when none) read off the latency model. A block drafter's
+        rows are as the engine writes them: a draft row of k "steps" per draft length k (up to
+        the engine's cap, not B), timing one forward keeping min(k, B) slots."""
         k_max = 16 if max_draft is None else max(1, min(max_draft, 64))
         ks = sorted({0, 1, 2, 3, 5, k_max // 2, k_max})
         batches = sorted({1, max_batch} | {2**i for i in range(1, 12) if 2**i < max_batch})
@@ -109,16 +146,20 @@ class Cluster:
                 for k in ks:
                     v = self.lat_t.seconds(B, B * (k + 1), ctx)
                     rows.append(verify_seed_row(B, k + 1, ctx, v))
-                    if k and self.use_drafter:  # a block drafter's phase: one forward
-                        steps = 1 if self.block_size else k
-                        rows.append(("draft", B, steps, ctx, self.draft_phase_s(B, k, ctx)))
+                    if k and self.use_drafter:
+                        rows.append(("draft", B, k, ctx, self.draft_phase_s(B, k, ctx, k)))
         return rows
 
-    def draft_phase_s(self, drafting: int, steps: int, context_sum: float) -> float:
+    def draft_phase_s(self, drafting: int, steps: int, context_sum: float, max_k: int = 0) -> float:
         """A draft phase of ``steps`` drafter steps over ``drafting`` rows (no prompt chunk, no
-        catch-up): the table's draft-phase rows where it has them, else ``steps`` steps; a block
-        drafter's is one forward whatever ``steps`` (> 0)."""
+        catch-up): the table's draft-phase rows where it has them, else ``steps`` steps. A block
+        drafter's is one forward whatever ``steps`` (> 0): a block-drafter table's draft-phase
+        row at ``min(max_k, B)`` kept slots (``max_k``, the round's largest k; 0: B), else one
+        forward at B tokens per row."""
         if self.block_size and steps:
+            if self.phase is not None:
+                kept = min(max_k, self.block_size) if max_k > 0 else self.block_size
+                return self.phase.seconds(drafting, drafting * kept, context_sum)
             steps = 1
         return phase_seconds(self.phase, self.lat_d, drafting, steps, context_sum)
 

@@ -222,9 +222,31 @@ class Constant:
 TABLE_COLUMNS = ("model", "batch", "new_tokens", "context_tokens", "seconds")
 
 
+#: the model name of the row by which ``dspark real profile`` says it timed a block drafter
+#: (its ``new_tokens`` = the block size B): the table's draft-phase rows are then one block
+#: forward each, keeping the row's k of B slots (``real.profile.BLOCK_MARKER``, the same name)
+BLOCK_MARKER = "block-drafter"
+
+
 def table_models(path: str | Path) -> set[str]:
     """The model names a latency table holds rows for."""
     return set(read_table(path, "latency table", TABLE_COLUMNS)["model"].astype(str))
+
+
+def table_block_size(path: str | Path) -> int:
+    """The block size B of the block drafter whose profile a latency table is (its
+    :data:`BLOCK_MARKER` row), 0 when it profiled an autoregressive drafter."""
+    df = read_table(path, "latency table", TABLE_COLUMNS)
+    rows = df[df["model"].astype(str) == BLOCK_MARKER]
+    if not len(rows):
+        return 0
+    sizes = {int(v) for v in rows["new_tokens"]}
+    if len(sizes) != 1 or min(sizes) < 1:
+        raise DSparkError(
+            f"{path}: latency table's '{BLOCK_MARKER}' rows name block sizes {sorted(sizes)}"
+            f"; one block size >= 1 expected"
+        )
+    return sizes.pop()
 
 
 def phase_seconds(

@@ -17,7 +17,9 @@ UNLIMITED_BLOCKS = 1 << 62
 class EngineParams:
     """The serving loop's parameters (``EngineParams.of(scenario, cluster)``).
 
-    ``max_draft_tokens``: the engine's cap on any k (``NO_DRAFT_CAP`` or more: none).
+    ``max_draft_tokens``: the engine's cap on any k (``NO_DRAFT_CAP`` or more: none), the k_max
+    its planner is told. ``draft_block``: a block drafter's B (0: autoregressive), which cuts
+    the k a round drafts, as the engine's block drafter keeps at most B of its slots.
     ``draft_within_length``: k is cut to the request's remaining tokens − 1.
 
     Scheduling: ``scheduler`` 'chunked' (prompt chunks share each forward with the decode rows
@@ -57,6 +59,7 @@ class EngineParams:
     seed_planner_costs: bool = False
     slo_ttft_s: float = math.inf  # the scenario's SLOs, handed to controllers and planners
     slo_tpot_s: float = math.inf
+    draft_block: int = 0
 
     @classmethod
     def of(cls, scn, cluster: Cluster) -> EngineParams:
@@ -71,8 +74,9 @@ class EngineParams:
             horizon_s=scn.sim.horizon_s,
             lossy_accept_max=scn.acceptance.lossy_accept_max,
             round_overhead_s=scn.latency.round_overhead_s,
+            max_draft_tokens=dep.max_draft_tokens,
             # a block drafter proposes at most its block B (sim.block)
-            max_draft_tokens=min(dep.max_draft_tokens, cluster.block_size or NO_DRAFT_CAP),
+            draft_block=cluster.block_size,
             draft_within_length=dep.draft_within_length,
             kv_bytes_per_token=cluster.kv_bytes_per_token,
             kv_budget_bytes=cluster.kv_budget_bytes,
@@ -93,9 +97,17 @@ class EngineParams:
         return self.max_draft_tokens if self.max_draft_tokens < NO_DRAFT_CAP else None
 
     @property
+    def draft_cap(self) -> int | None:
+        """The most tokens a round drafts: the engine's cap, cut to a block drafter's B."""
+        cap = self.max_draft
+        if self.draft_block:
+            return self.draft_block if cap is None else min(cap, self.draft_block)
+        return cap
+
+    @property
     def caps_draft(self) -> bool:
         """Whether the engine cuts the controllers' k at all."""
-        return self.max_draft is not None or self.draft_within_length
+        return self.draft_cap is not None or self.draft_within_length
 
     @property
     def kv_blocks(self) -> int:

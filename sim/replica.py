@@ -113,6 +113,7 @@ class Replica(RoundExecutor, PrefillScheduler, KvMemory):
         self.needs_future = shared.needs_future
         self.confidences_to_controllers = shared.confidences_to_controllers
         self.caps_draft, self.max_draft = shared.params.caps_draft, shared.params.max_draft
+        self.draft_cap = shared.params.draft_cap
         self.warmup_s = shared.params.warmup_s
         self.round_overhead_s = shared.params.round_overhead_s
         self.progress = shared.ledger.progress

@@ -152,6 +152,7 @@ class RoundExecutor:
     needs_future: bool
     confidences_to_controllers: bool
     caps_draft: bool
+    draft_cap: int | None
     max_draft: int | None
     warmup_s: float
     round_overhead_s: float
@@ -217,7 +218,7 @@ class RoundExecutor:
                 if self.params.draft_within_length
                 else None
             )
-            k_array = cap_draft_lengths(np.array(k, dtype=np.int64), self.max_draft, last_useful)
+            k_array = cap_draft_lengths(np.array(k, dtype=np.int64), self.draft_cap, last_useful)
             rnd.k_array, rnd.k, rnd.max_k = k_array, k_array.tolist(), int(k_array.max())
         else:
             rnd.k_array, rnd.k, rnd.max_k = None, k, max(k)
@@ -365,7 +366,7 @@ class RoundExecutor:
             cnt.bytes_moved += (
                 steps * cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context) * cl.dtp
             )
-            return cl.draft_phase_s(drafting, steps, draft_context)
+            return cl.draft_phase_s(drafting, steps, draft_context, rnd.max_k)
         count, ctok, pairs, prefix = stats
         cnt.bytes_moved += (
             cl.roof_d.bytes_per_gpu(drafting, drafting, draft_context + prefix)
@@ -376,7 +377,7 @@ class RoundExecutor:
             feed = cl.lat_d.seconds(count, ctok + count, prefix) - cl.lat_d.seconds(
                 count, count, prefix
             )
-            return cl.draft_phase_s(drafting, steps, draft_context) + max(feed, 0.0)
+            return cl.draft_phase_s(drafting, steps, draft_context, rnd.max_k) + max(feed, 0.0)
         return cl.lat_d.pass_seconds(
             drafting, drafting, draft_context, count, ctok, pairs, prefix
         ) + (steps - 1) * cl.lat_d.seconds(drafting, drafting, draft_context)

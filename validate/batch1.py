@@ -109,6 +109,12 @@ class Batch1:
         self.cfg, self.out, self.log = cfg, out, log
         self.engine = build_engine(cfg)
         self.kmax = cfg.engine.k_max
+        from real.profile import block_size_of, profiled_drafter
+
+        #: the engine drafter's block size B (0: an autoregressive drafter)
+        self.block = block_size_of(profiled_drafter(self.engine.drafter))
+        #: predicted acceptance per block slot of the head (real.predicted_block)
+        self.block_slots = bool(self.block) and cfg.predict.block_slots
         log(
             f"engine: {cfg.models.source} models, target {cfg.engine.precision}, drafter "
             f"{cfg.engine.drafter} {cfg.engine.drafter_dtype}, {cfg.engine.device}, "
@@ -187,22 +193,40 @@ class Batch1:
 
     def record_rollouts(self) -> None:
         """2b. the cheap evidence: the drafter's own continuation of every prompt and its
-        confidences (the target is not run), once per workload."""
+        confidences (the target does not decode), once per workload; a block drafter's, the
+        head's confidences of the block from every output position (``real.predicted_block``)."""
         import pandas as pd
 
         from real.predicted import drafter_rollout
+        from real.predicted_block import block_rollout
 
         cfg, engine = self.cfg, self.engine
         self.rollouts: dict = {}
         for w in [cfg.calibration.workload, *cfg.heldout.workloads]:
-            n = cfg.prompt_set(w).max_new_tokens + self.kmax + 1
+            n_new = cfg.prompt_set(w).max_new_tokens
+            n = n_new + self.kmax + 1
             t0 = time.perf_counter()
-            self.rollouts[w] = [drafter_rollout(engine, p, n) for p in self.prompts[w]]
-            rows = [
-                {"request_id": i, "position": t, "token": tok, "confidence": c}
-                for i, (toks, confs) in enumerate(self.rollouts[w])
-                for t, (tok, c) in enumerate(zip(toks, confs))
-            ]
+            if self.block_slots:
+                self.rollouts[w] = [block_rollout(engine, p, n, n_new) for p in self.prompts[w]]
+                rows = [
+                    {
+                        "request_id": i,
+                        "position": t,
+                        "token": toks[t],
+                        "slot": j + 1,
+                        "confidence": c,
+                    }
+                    for i, (toks, blocks) in enumerate(self.rollouts[w])
+                    for t, block in enumerate(blocks)
+                    for j, c in enumerate(block)
+                ]
+            else:
+                self.rollouts[w] = [drafter_rollout(engine, p, n) for p in self.prompts[w]]
+                rows = [
+                    {"request_id": i, "position": t, "token": tok, "confidence": c}
+                    for i, (toks, confs) in enumerate(self.rollouts[w])
+                    for t, (tok, c) in enumerate(zip(toks, confs))
+                ]
             pd.DataFrame(rows).to_csv(self.out / "traces" / w / "rollout.csv", index=False)
             self.log(f"drafter rollout {w}: {time.perf_counter() - t0:.1f} s")
 
@@ -228,15 +252,17 @@ class Batch1:
         pd.DataFrame(request_rows(self.cal_reqs, controller=x_label)).to_csv(
             d / "requests.csv", index=False
         )
-        self.fitted = fit_acceptance(self.cal_recs)
+        self.fitted = fit_acceptance(self.cal_recs, self.block)
         if self.cfg.correct_profile and not self.cfg.interleave_profile:
             for _ in self.prompts[A]:
                 self.cycle_generation()
         from real.predicted import fit_calibration
+        from real.predicted_block import fit_block_calibration, head_ece
 
-        self.pred_cal = fit_calibration(
-            self.positions[A], [c for _, c in self.rollouts[A]], self.cfg.predict
-        )
+        fit = fit_block_calibration if self.block_slots else fit_calibration
+        self.pred_cal = fit(self.positions[A], [c for _, c in self.rollouts[A]], self.cfg.predict)
+        if self.block:  # the confidence head's calibration on the calibration prompts
+            self.pred_cal.update(head_ece(self.positions[A]))
         self.cal_real = M.real_metrics(self.cal_recs, self.cal_reqs)
         self.log(
             f"calibration {x_label} on {A}: â {self.cal_real['acceptance_rate']:.3f}, "
@@ -342,6 +368,7 @@ class Batch1:
             None if fitted else self.positions[w],
             fitted,
             ctrls,
+            self.block,
         )
 
     def predictive_scenario(self, w: str, ctrls: dict) -> Path:
@@ -349,7 +376,9 @@ class Batch1:
         rollouts (``predict.samples`` drawn position traces per prompt, as that many copies of
         the request set; the calibration fitted on the calibration workload only)."""
         from real.predicted import synthetic_positions
+        from real.predicted_block import synthetic_block_positions
 
+        draw = synthetic_block_positions if self.block_slots else synthetic_positions
         pc = self.cfg.predict
         n_new = self.cfg.prompt_set(w).max_new_tokens
         rng = np.random.default_rng(pc.seed)
@@ -359,9 +388,7 @@ class Batch1:
             for i, (toks, confs) in enumerate(self.rollouts[w]):
                 rid = s * len(self.prompts[w]) + i
                 positions.append(
-                    synthetic_positions(
-                        self.pred_cal, toks, confs, n_new, self.kmax + 1, ends, rng, rid
-                    )
+                    draw(self.pred_cal, toks, confs, n_new, self.kmax + 1, ends, rng, rid)
                 )
                 lens.append(len(self.prompts[w][i]))
         folder = self.out / "sim" / w / "predicted"
@@ -378,6 +405,7 @@ class Batch1:
             positions,
             None,
             ctrls,
+            self.block,
         )
 
     def calibration_check(self) -> dict:

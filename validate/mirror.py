@@ -25,6 +25,7 @@ import numpy as np
 
 from control.configio import write_toml
 from control.types import PositionRecord, records_to_columns
+from sim.latency import table_block_size
 from validate.metrics import compute
 
 TIMESTAMP = "2023-11-16 00:00:00.000000"
@@ -77,12 +78,36 @@ def write_requests_trace(
     ).to_csv(path, index=False)
 
 
-def fit_acceptance(records) -> dict:
+def position_rates(records, block: int) -> tuple[float, ...]:
+    """Conditional acceptance of draft position j = 1..``block`` given 1..j-1 were accepted,
+    from rounds (``RoundRecord``s): rounds that drafted position j after accepting every earlier
+    one, and the share of them that accepted it (a position nobody reached repeats the last
+    rate; none reached at all: the overall rate Σn / Σ(drafted positions tried))."""
+    reached = np.zeros(block)
+    passed = np.zeros(block)
+    for r in records:
+        tried = min(r.drafted, r.accepted + 1, block)  # positions 1..tried were decided
+        reached[:tried] += 1
+        passed[: min(r.accepted, block)] += 1
+    if not reached.any():
+        return ()
+    out: list[float] = []
+    for j in range(block):
+        if reached[j]:
+            out.append(float(passed[j] / reached[j]))
+        else:
+            out.append(out[-1] if out else float(passed.sum() / reached.sum()))
+    return tuple(out)
+
+
+def fit_acceptance(records, block: int = 0) -> dict:
     """A statistical acceptance model from calibration rounds (``RoundRecord``s).
 
     i.i.d. rate = â = Σn / (Σn + rejected rounds) (the MLE of a geometric run length censored at
     k); drafter-confidence logits: mean and pooled std of logit(confidence) of accepted drafted
-    tokens and of the rest of rejected rounds; sentence ends per emitted token.
+    tokens and of the rest of rejected rounds; sentence ends per emitted token. For a block
+    drafter (``block`` = B > 0) the model is its per-position curve (:func:`position_rates`):
+    a block position's acceptance is not the one before it.
     """
     acc, rej = [], []
     s = r_ = 0
@@ -100,8 +125,10 @@ def fit_acceptance(records) -> dict:
     za, zr = np.asarray(acc), np.asarray(rej)
     resid = np.concatenate([za - za.mean() if len(za) else za, zr - zr.mean() if len(zr) else zr])
     clip = lambda v: float(np.clip(v, -20.0, 20.0))  # noqa: E731
+    curve = position_rates(records, block) if block else ()
     return {
-        "model": "iid",
+        "model": "curve" if curve else "iid",
+        **({"position_rates": list(curve)} if curve else {}),
         "rate": float(rate),
         "conf_accept_logit": clip(za.mean()) if len(za) else 2.0,
         "conf_reject_logit": clip(zr.mean()) if len(zr) else -0.5,
@@ -136,8 +163,10 @@ def write_scenario(
     positions: list[list[PositionRecord]] | None,
     fitted: dict | None,
     controllers: dict,
+    block: int = 0,
 ) -> Path:
-    """Write the mirror scenario (and its data files) into ``folder``; return its path."""
+    """Write the mirror scenario (and its data files) into ``folder``; return its path. A
+    block drafter's engine (``block`` = its B > 0) is mirrored by ``draft.kind = "block"``."""
     folder.mkdir(parents=True, exist_ok=True)
     write_requests_trace(folder / "requests_trace.csv", prompt_tokens, new_tokens)
     acc: dict = {"max_run_tokens": k_max + 1}
@@ -167,10 +196,17 @@ def write_scenario(
         },
         "sim": {"controllers": list(controllers)},
         "controller": controllers,
+        **draft_section(block),
     }
     path = folder / "scenario.toml"
     write_toml(data, path)
     return path
+
+
+def draft_section(block: int) -> dict:
+    """The scenario's ``[draft]`` section mirroring the engine's drafter: a block drafter of
+    block size ``block``, or none (autoregressive) for 0."""
+    return {"draft": {"kind": "block", "block_size": int(block)}} if block else {}
 
 
 def write_serving_scenario(
@@ -225,6 +261,7 @@ def write_serving_scenario(
         },
         "sim": {"controllers": list(controllers)},
         "controller": controllers,
+        **draft_section(table_block_size(latency_csv)),
     }
     path = folder / "scenario.toml"
     write_toml(data, path)

@@ -89,7 +89,7 @@ def test_a_block_drafter_is_profiled_like_a_model_drafter():
     from control.errors import DSparkError
     from real.block_drafter import BlockDrafter
     from real.engine import Engine
-    from real.profile import profiled_drafter
+    from real.profile import BLOCK_MARKER, profiled_drafter
     from tests.real.conftest import tiny_target
     from tests.real.test_block_drafter import LENGTH, tiny_block
 
@@ -100,5 +100,9 @@ def test_a_block_drafter_is_profiled_like_a_model_drafter():
     phase = df[df.model == "draft-phase"]
     assert sorted(set(phase.new_tokens)) == [1, 3] and sorted(set(phase.batch)) == [1, 2, 4]
     assert (df.seconds >= 0).all() and len(df[df.model == "target"]) == 3 * 3 * 4
+    # one row says the table timed a block drafter, and of which block size
+    marker = df[df.model == BLOCK_MARKER]
+    assert list(marker.new_tokens) == [d.block_size] and list(marker.seconds) == [0.0]
+    assert not (profile(make_engine("tf", cfg=cfg), PCFG)[0].model == BLOCK_MARKER).any()
     with pytest.raises(DSparkError, match="conv, tf, feat or block"):
         profile(make_engine("ngram", cfg=cfg), PCFG)

@@ -82,9 +82,13 @@ def test_draft_cost_independent_of_k(tmp_path):
 
 
 def test_k_capped_at_block(tmp_path):
-    """A controller's k = 12 drafts at most B = 4 tokens; the engine cap says so too."""
+    """A controller's k = 12 drafts at most B = 4 tokens; the planner is told the engine's cap
+    on k (none here), as the engine tells its own, and the block cuts what a round drafts."""
     scn = block_scenario(tmp_path, 4)
-    assert EngineParams.of(scn, Cluster(scn)).max_draft == 4
+    params = EngineParams.of(scn, Cluster(scn))
+    assert params.max_draft is None and params.draft_cap == 4
+    capped = EngineParams.of(scn.with_overrides({"deployment.max_draft_tokens": 3}), Cluster(scn))
+    assert capped.max_draft == 3 and capped.draft_cap == 3
     res = simulate(scn, "fixed", {"k": 12}, trace=True, baseline=False)
     assert list(res.rounds["drafted"]) == [4, 4, 4]
     assert list(res.rounds["draft_s"]) == pytest.approx([0.001] * 3)

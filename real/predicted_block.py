@@ -1,0 +1,178 @@
+"""Acceptance predicted from a block drafter's confidence head on new prompts (the block
+drafter's case of :mod:`real.predicted`).
+
+A block drafter's proposal from output position t is one forward over the committed context: its
+slot j is not the drafter's first proposal from t + j - 1, so the run length from t is not a
+chain of first-proposal bits. Its evidence is the head's prediction per slot instead:
+
+1. Evidence (:func:`block_rollout`): the drafter's greedy continuation of each prompt (the
+   target's teacher-forced states of each committed chunk handed over, :func:`drafter_rollout`;
+   the target never decodes), then from every output position t the head's confidences
+   ``c_{t,1..B}`` of the block it proposes over that text.
+2. Calibration (:func:`fit_block_calibration`, on the calibration prompts only, where the
+   target's position traces hold the head's confidences on the target's own text and the run
+   length from every t): P(slot j accepted | slots < j accepted, c_{t,j}) by isotonic regression
+   of slot j's confidence over the decided slots j (slots 1..run + 1 of each position; the fit
+   pooled over slots where a slot has fewer than ``MIN_SLOT_PAIRS``), and the expected
+   calibration error of the head per block position. No rollout -> text map: the one learned
+   on the calibration prompts (where the drafter's text and the target's part most) shifted the
+   held-out prompts' confidences further from their text's on ``configs/validate.toml``.
+3. Prediction (:func:`synthetic_block_positions`): per new prompt and draw, at every t the slots
+   accepted one by one with the calibrated probabilities of their confidences until the
+   first rejection: a position trace the simulator's ``replay`` acceptance model reads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from control.errors import DSparkError
+from control.types import PositionRecord
+from real.predicted import PredictConfig, _interp, _logit, drafter_rollout, pav
+from real.sampling import SamplingParams
+
+_GREEDY = SamplingParams()
+#: equal-width confidence bins of the expected calibration error
+ECE_BINS = 10
+#: decided slots a block position needs for its own isotonic fit (else the pooled one)
+MIN_SLOT_PAIRS = 20
+
+
+@torch.inference_mode()
+def block_rollout(
+    engine, prompt_ids, n_tokens: int, n_positions: int
+) -> tuple[list[int], list[list[float]]]:
+    """The drafter's rollout of ``n_tokens`` tokens and, from each of its first ``n_positions``
+    output positions, the head's confidences of the whole block proposed there (module doc, 1)."""
+    d = engine.drafter
+    B = int(getattr(d, "block_size", 0) or 0)
+    if not B:
+        raise DSparkError("a block rollout needs a block drafter")
+    if n_tokens < n_positions + B:
+        raise DSparkError(f"rollout of {n_tokens} tokens; {n_positions + B} needed")
+    toks, _ = drafter_rollout(engine, prompt_ids, n_tokens)
+    seq, P = engine.seq, len(prompt_ids)
+    blocks = []
+    for t in range(n_positions):
+        L = P + t
+        kept = seq[0, L : L + B].clone()
+        count, confs, _ = d.propose(seq, L, B, 0.0, _GREEDY, None)
+        seq[0, L : L + B] = kept  # the proposal is written over the rollout: put it back
+        blocks.append([float(x) for x in confs[:count]])
+    return toks, blocks
+
+
+def _slot_pairs(positions: list[list[PositionRecord]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(confidence, accepted, slot index) of every decided slot of the recorded traces: slots
+    1..run + 1 of each position (the first rejection included, none after it)."""
+    c, a, j = [], [], []
+    for recs in positions:
+        for r in recs:
+            for s, x in enumerate(r.confidences[: r.run_length + 1]):
+                c.append(x)
+                a.append(int(s < r.run_length))
+                j.append(s)
+    if not c:
+        raise DSparkError("calibration position traces hold no confidence-head prediction")
+    return np.asarray(c, dtype=float), np.asarray(a, dtype=float), np.asarray(j)
+
+
+def expected_calibration_error(conf: np.ndarray, acc: np.ndarray, bins: int = ECE_BINS) -> float:
+    """Σ_bins (n_bin / n) · |mean confidence - accepted share| over equal-width bins of [0, 1]."""
+    if not len(conf):
+        return float("nan")
+    idx = np.minimum((np.asarray(conf) * bins).astype(int), bins - 1)
+    total = 0.0
+    for b in range(bins):
+        m = idx == b
+        if m.any():
+            total += m.sum() * abs(float(conf[m].mean()) - float(acc[m].mean()))
+    return total / len(conf)
+
+
+def _isotonic(conf: np.ndarray, acc: np.ndarray) -> dict:
+    """Isotonic fit of acceptance on the confidence's logit, tied confidences pooled first (one
+    knot each, weighted by its pairs)."""
+    ux, inv = np.unique(_logit(conf), return_inverse=True)
+    n = np.bincount(inv).astype(float)
+    kx, ky = pav(ux, np.bincount(inv, weights=acc) / n, n)
+    return {"logit": kx.tolist(), "p": ky.tolist()}
+
+
+def head_ece(positions: list[list[PositionRecord]]) -> dict:
+    """The head's expected calibration error on recorded traces, pooled and per block
+    position (its confidence of slot j against slot j's acceptance given slots < j were)."""
+    c, a, j = _slot_pairs(positions)
+    return {
+        "head_ece": expected_calibration_error(c, a),
+        "head_ece_by_position": [
+            expected_calibration_error(c[j == s], a[j == s]) for s in range(int(j.max()) + 1)
+        ],
+        "decided_slots": len(c),
+    }
+
+
+def fit_block_calibration(
+    positions: list[list[PositionRecord]], rollout_blocks=None, cfg: PredictConfig | None = None
+) -> dict:
+    """The calibration (module doc, 2) from the calibration prompts' position traces (the
+    rollouts and the config are not read: no map). A plain dict (JSON-able)."""
+    c, a, j = _slot_pairs(positions)
+    pooled = _isotonic(c, a)
+    by_slot = []
+    for s in range(int(j.max()) + 1):
+        m = j == s
+        if m.sum() < MIN_SLOT_PAIRS:
+            by_slot.append(pooled)
+            continue
+        by_slot.append(_isotonic(c[m], a[m]))
+    return {
+        "kind": "block",
+        "a_rate": float(a[j == 0].mean()),
+        "pooled": pooled,
+        "by_slot": by_slot,
+        **head_ece(positions),
+    }
+
+
+def slot_probability(cal: dict, confs) -> np.ndarray:
+    """P(slot j accepted | the ones before it were) at confidences ``confs`` of slots 1, 2, ..
+    (a slot past the fitted ones takes the pooled fit)."""
+    fits = cal.get("by_slot", [])
+    out = []
+    for s, x in enumerate(np.asarray(confs, dtype=float)):
+        g = fits[s] if s < len(fits) else cal["pooled"]
+        out.append(float(_interp((np.asarray(g["logit"]), np.asarray(g["p"])), _logit(x))))
+    return np.asarray(out)
+
+
+def synthetic_block_positions(
+    cal: dict,
+    tokens: list[int],
+    blocks: list[list[float]],
+    n_new: int,
+    horizon: int,
+    sentence_end_ids,
+    rng: np.random.Generator,
+    request_id: int = 0,
+) -> list[PositionRecord]:
+    """One drawn position trace of a prompt from its block rollout (module doc, 3): ``n_new``
+    positions, each with its drawn run length and the block's confidences."""
+    if len(blocks) < n_new:
+        raise DSparkError(f"block rollout of {len(blocks)} positions; {n_new} needed")
+    out = []
+    for t in range(n_new):
+        c = np.asarray(blocks[t], dtype=float)[:horizon]
+        ok = rng.random(len(c)) < slot_probability(cal, c)
+        run = int(np.argmin(ok)) if not ok.all() else len(c)
+        out.append(
+            PositionRecord(
+                request_id=request_id,
+                position=t,
+                run_length=run,
+                confidences=tuple(float(x) for x in c),
+                sentence_end=tokens[t] in sentence_end_ids,
+            )
+        )
+    return out
