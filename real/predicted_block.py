@@ -29,12 +29,11 @@ import torch
 
 from control.errors import DSparkError
 from control.types import PositionRecord
+from real.block_train import ece as expected_calibration_error
 from real.predicted import PredictConfig, _interp, _logit, drafter_rollout, pav
 from real.sampling import SamplingParams
 
 _GREEDY = SamplingParams()
-#: equal-width confidence bins of the expected calibration error
-ECE_BINS = 10
 #: decided slots a block position needs for its own isotonic fit (else the pooled one)
 MIN_SLOT_PAIRS = 20
 
@@ -76,19 +75,6 @@ def _slot_pairs(positions: list[list[PositionRecord]]) -> tuple[np.ndarray, np.n
     if not c:
         raise DSparkError("calibration position traces hold no confidence-head prediction")
     return np.asarray(c, dtype=float), np.asarray(a, dtype=float), np.asarray(j)
-
-
-def expected_calibration_error(conf: np.ndarray, acc: np.ndarray, bins: int = ECE_BINS) -> float:
-    """Σ_bins (n_bin / n) · |mean confidence - accepted share| over equal-width bins of [0, 1]."""
-    if not len(conf):
-        return float("nan")
-    idx = np.minimum((np.asarray(conf) * bins).astype(int), bins - 1)
-    total = 0.0
-    for b in range(bins):
-        m = idx == b
-        if m.any():
-            total += m.sum() * abs(float(conf[m].mean()) - float(acc[m].mean()))
-    return total / len(conf)
 
 
 def _isotonic(conf: np.ndarray, acc: np.ndarray) -> dict:
