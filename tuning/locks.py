@@ -255,3 +255,16 @@ def study_lock(storage: Any, name: str) -> contextlib.AbstractContextManager:
         else:  # in-memory (one process), or a storage this lab did not make
             locks[name] = _Reentrant(threading.Lock)
     return locks[name].hold()
+
+
+def claim_lock(storage: Any, name: str) -> contextlib.AbstractContextManager:
+    """What a worker holds while it claims a queued trial: the study's lock on SQLite, whose
+    transactions do not lock the row they read (two workers can both see a trial WAITING and
+    both set it RUNNING), nothing elsewhere (PostgreSQL and MySQL claim under ``SELECT ... FOR
+    UPDATE``, the journal under its own lock)."""
+    from optuna.storages import RDBStorage
+
+    base = getattr(storage, "_backend", storage)
+    if isinstance(base, RDBStorage) and base.engine.dialect.name == "sqlite":
+        return study_lock(storage, name)
+    return contextlib.nullcontext()

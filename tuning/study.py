@@ -15,7 +15,8 @@ every finished trial is kept, and a run ends with exactly N finished trials or s
 (non-zero exit) how far it got.
 
 Slot claims are exact however many commands and workers join: popping a WAITING trial is atomic
-(a database transaction on RDB, the journal's lock on files); a worker takes only queued slots
+(a database transaction on PostgreSQL and MySQL, the study's lock on SQLite, whose transactions
+do not lock the row they read, the journal's lock on files); a worker takes only queued slots
 (:func:`queue_only`: with none left it stops, it never creates a trial outside the queue); and
 every slot is queued under the study's lock (:func:`tuning.locks.study_lock`: creating the study
 and queueing its slots in :func:`prepare_study`, re-queueing a retry in
@@ -45,7 +46,7 @@ from optuna.trial import TrialState
 from control.errors import ConfigError, DSparkError
 from sim.procs import _die_with_parent, dying_with_this_process
 from tuning.config import TuningConfig
-from tuning.locks import study_lock
+from tuning.locks import claim_lock, study_lock
 from tuning.objective import (
     NATIVE_CONSTRAINTS,
     DuplicateSlot,
@@ -262,7 +263,9 @@ def drop_duplicates(study: optuna.Study) -> list[int]:
         if t.state != TrialState.WAITING or slot is None or first[slot][0] == t.number:
             continue
         try:
-            if not st.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
+            with claim_lock(st, study.study_name):
+                claimed = st.set_trial_state_values(t._trial_id, state=TrialState.RUNNING)
+            if not claimed:
                 continue  # claimed by a worker: it drops it itself
             st.set_trial_user_attr(t._trial_id, "stray", True)
             st.set_trial_user_attr(t._trial_id, "duplicate_of", first[slot][0])
@@ -292,7 +295,8 @@ def queue_only(study: optuna.Study) -> optuna.Study:
         return study
 
     def pop_or_stop() -> int:
-        trial_id = pop()
+        with claim_lock(study._storage, study.study_name):
+            trial_id = pop()
         if trial_id is None:
             raise NoSlot("no queued slot left")
         return trial_id
