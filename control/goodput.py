@@ -210,9 +210,9 @@ def slo_goodput_row(
     the SLO, the higher goodput among ties (within 1e-9), then the shorter cap. ``rank`` =
     ``"slo-goodput"``: the row with the most SLO goodput, its goodput times the share of its
     expected *tokens* that come from sequences meeting the SLO. Under the hard cut either is
-    the goodput choice when every sequence meets it in every row. ``lost`` (bool per sequence): requests already
-    past their TTFT SLO; they count in no share, and when every sequence is lost this is the
-    goodput choice."""
+    the goodput choice when every sequence meets it in every row. ``lost`` (bool per
+    sequence): requests already past their TTFT SLO; they count in no share, and when every
+    sequence is lost this is the goodput choice."""
     assert plan.expected is not None and plan.seconds_by_cap is not None
     e = plan.expected
     t = stretch * plan.seconds_by_cap[:, None]

@@ -30,10 +30,8 @@ import torch
 from control.errors import DSparkError
 from control.types import PositionRecord
 from real.block_train import ece as expected_calibration_error
-from real.predicted import PredictConfig, _interp, _logit, drafter_rollout, pav
-from real.sampling import SamplingParams
+from real.predicted import _GREEDY, PredictConfig, _interp, _logit, drafter_rollout, pav
 
-_GREEDY = SamplingParams()
 #: decided slots a block position needs for its own isotonic fit (else the pooled one)
 MIN_SLOT_PAIRS = 20
 

@@ -59,14 +59,11 @@ import torch
 from control.configio import param
 from control.costmodel import verify_seed_row
 from control.errors import DSparkError
+from control.latency_rows import BLOCK_MARKER, DRAFT_PHASE, DRAFTER, OVERHEAD, TARGET
 from control.types import Decision
 from real.engine_types import sync
 from real.sampling import SamplingParams
 
-TARGET, DRAFTER, DRAFT_PHASE, OVERHEAD = "target", "drafter", "draft-phase", "round-overhead"
-#: the row saying the profile timed a block drafter (new_tokens = its block size B, seconds 0):
-#: its draft-phase rows are one block forward keeping k slots (``sim.latency.BLOCK_MARKER``)
-BLOCK_MARKER = "block-drafter"
 COLUMNS = (
     "model",
     "batch",

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from control.errors import DSparkError
+from control.latency_rows import DRAFT_PHASE, DRAFTER, TARGET
 from control.types import Decision
-from real.profile import DRAFT_PHASE, DRAFTER, TARGET
 
 
 class CycleK:

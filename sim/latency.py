@@ -16,6 +16,7 @@ import numpy as np
 
 from control.configio import param
 from control.errors import DSparkError
+from control.latency_rows import BLOCK_MARKER, DRAFT_PHASE, DRAFTER, TARGET
 from sim.hardware import WEIGHT_READ_GROWTH_TOKENS, Hardware
 from sim.models import ModelDims
 from sim.tables import read_table
@@ -30,13 +31,13 @@ class LatencyConfig:
     # None unless backend = 'table'; relative to the scenario file.
     table_path: str | None = param(None, doc="latency.csv written by `dspark real profile`")
     # the name `dspark real profile` gives the target.
-    target_name: str = param("target", doc="model name of the target in the table")
+    target_name: str = param(TARGET, doc="model name of the target in the table")
     # the name `dspark real profile` gives the drafter.
-    drafter_name: str = param("drafter", doc="model name of the drafter in the table")
+    drafter_name: str = param(DRAFTER, doc="model name of the drafter in the table")
     # the name `dspark real profile` gives its draft-phase rows; a table without them (an
     # older profile, a hand-made one) prices a phase as k drafter steps.
     draft_phase_name: str = param(
-        "draft-phase",
+        DRAFT_PHASE,
         doc="model name of the table's draft-phase rows (a whole phase of k steps, its "
         "fixed cost included)",
     )
@@ -220,12 +221,6 @@ class Constant:
 
 
 TABLE_COLUMNS = ("model", "batch", "new_tokens", "context_tokens", "seconds")
-
-
-#: the model name of the row by which ``dspark real profile`` says it timed a block drafter
-#: (its ``new_tokens`` = the block size B): the table's draft-phase rows are then one block
-#: forward each, keeping the row's k of B slots (``real.profile.BLOCK_MARKER``, the same name)
-BLOCK_MARKER = "block-drafter"
 
 
 def table_models(path: str | Path) -> set[str]:

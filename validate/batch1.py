@@ -261,7 +261,8 @@ class Batch1:
 
         fit = fit_block_calibration if self.block_slots else fit_calibration
         self.pred_cal = fit(self.positions[A], [c for _, c in self.rollouts[A]], self.cfg.predict)
-        if self.block:  # the confidence head's calibration on the calibration prompts
+        if self.block and not self.block_slots:  # the head's calibration on the calibration
+            # prompts (the per-slot calibration reports it already)
             self.pred_cal.update(head_ece(self.positions[A]))
         self.cal_real = M.real_metrics(self.cal_recs, self.cal_reqs)
         self.log(

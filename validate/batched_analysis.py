@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from control.configio import to_dict
+from control.latency_rows import OVERHEAD
 from control.metrics import json_safe
 from control.registry import make_config
 from real.profile import tmean
@@ -123,7 +124,7 @@ def _calibrate(cfg: ValidateConfig, meta: dict, lat, cal_runs, pdir: Path, log) 
     b = cfg.batched
     stat = with_statistic(lat, cfg.latency_statistic)
     batches = sorted({int(x) for x in lat["batch"].unique()})
-    ov_rows = stat[stat["model"].astype(str) == "round-overhead"]
+    ov_rows = stat[stat["model"].astype(str) == OVERHEAD]
     profile_ov = {int(r.batch): float(r.seconds) for r in ov_rows.itertuples(index=False)}
     resid: dict[int, list[float]] = {}
     for _, bt in cal_runs:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from real.profile import DRAFT_PHASE, TIME_COLUMNS, tmean
+from control.latency_rows import DRAFT_PHASE, DRAFTER
+from real.profile import TIME_COLUMNS, tmean
 
 
 def overhead_residuals(batches) -> dict[int, list[float]]:
@@ -163,7 +164,7 @@ def correct_from_calibration(
     )
     cols = [c for c in TIME_COLUMNS if c in out.columns]
     verify = _verify_rows(out, k_max)
-    drafter = out["model"].astype(str).isin(["drafter", DRAFT_PHASE])
+    drafter = out["model"].astype(str).isin([DRAFTER, DRAFT_PHASE])
     for g in grid:
         for rows, s in ((verify, v_scale[g]), (drafter, d_scale[g])):
             if np.isfinite(s) and s > 0:

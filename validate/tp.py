@@ -78,7 +78,8 @@ def tp_table(table, proj1: dict, coll, layers: int, drafter_factor: float | None
     Each timing is the least-squares line over the profiled sizes (a latency plus a per-token
     time, as the simulator's collective model): one size's mean of 20 samples moved 5-25%
     between runs, the line pools them. Means, not medians: a run pays every slow all-reduce."""
-    from real.profile import DRAFT_PHASE, TIME_COLUMNS
+    from control.latency_rows import DRAFT_PHASE, DRAFTER, TARGET
+    from real.profile import TIME_COLUMNS
 
     col = "seconds_mean" if "seconds_mean" in coll else "seconds"
     sh = coll[coll["kind"] == "sharded"].sort_values("tokens")
@@ -88,12 +89,12 @@ def tp_table(table, proj1: dict, coll, layers: int, drafter_factor: float | None
     side = _line(rep["tokens"], rep[col]) if len(rep) > 1 else full
     out = table.copy()
     model = out["model"].astype(str)
-    for who in ("target", "drafter", DRAFT_PHASE):
+    for who in (TARGET, DRAFTER, DRAFT_PHASE):
         rows = model == who
         toks = (out.loc[rows, "batch"] * out.loc[rows, "new_tokens"]).to_numpy(dtype=float)
         if who == DRAFT_PHASE:  # a phase of k steps: f at one step's tokens
             toks = out.loc[rows, "batch"].to_numpy(dtype=float)
-        if who != "target" and drafter_factor is not None:
+        if who != TARGET and drafter_factor is not None:
             f = np.full(len(toks), float(drafter_factor))
         else:
             f = side(toks) / full(toks)

@@ -87,9 +87,10 @@ def test_a_block_drafter_is_profiled_like_a_model_drafter():
     """A block drafter keeps no cache of its own (nothing to rewind): the profile times its
     one forward a round on the same grid, and an n-gram drafter is still refused by name."""
     from control.errors import DSparkError
+    from control.latency_rows import BLOCK_MARKER
     from real.block_drafter import BlockDrafter
     from real.engine import Engine
-    from real.profile import BLOCK_MARKER, profiled_drafter
+    from real.profile import profiled_drafter
     from tests.real.conftest import tiny_target
     from tests.real.test_block_drafter import LENGTH, tiny_block
 

@@ -8,9 +8,10 @@ from test_catchup import scripted
 from test_draft_phase_table import PHASE, _table
 
 from control.errors import ConfigError
+from control.latency_rows import BLOCK_MARKER
 from sim import simulate
 from sim.cluster import Cluster
-from sim.latency import BLOCK_MARKER, table_block_size
+from sim.latency import table_block_size
 
 B = 4  # the block size the table says it profiled (its draft-phase rows cover k = 1..4)
 

@@ -48,10 +48,3 @@ def test_block_engine_scenario_says_kind_block_with_its_block_size(tmp_path):
     assert block["draft"] == {"kind": "block", "block_size": 7}
     ar = read_toml(write_scenario(tmp_path / "a", *args[1:], {"fixed": {"k": 3}}))
     assert "draft" not in ar
-
-
-def test_profile_marker_is_the_simulator_marker():
-    from real.profile import BLOCK_MARKER
-    from sim.latency import BLOCK_MARKER as SIM_MARKER
-
-    assert BLOCK_MARKER == SIM_MARKER
