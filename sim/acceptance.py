@@ -120,32 +120,46 @@ def _read_positions(path: str, mtime: float) -> dict:
 
     required = ("request_id", "position", "run_length")
     df = read_table(path, "position trace", required, numeric=required)
-    df = df.astype(dict.fromkeys(required, np.int64))
-    conf = df["confidences"] if "confidences" in df.columns else None
-    send = df["sentence_end"] if "sentence_end" in df.columns else None
-    out = {}
-    for rid, g in df.groupby("request_id", sort=True):
-        pos = g["position"].to_numpy()
-        size = int(pos.max()) + 1
-        L = np.full(size, -1, dtype=np.int64)
-        L[pos] = g["run_length"].to_numpy()
-        confs: list = [()] * size
-        ends = np.zeros(size, dtype=bool)
-        if conf is not None:
-            for p, c in zip(pos, conf.loc[g.index]):
-                try:
-                    confs[p] = (
-                        () if (c is None or pd.isna(c)) else tuple(float(x) for x in str(c).split())
-                    )
-                except ValueError:
-                    raise DSparkError(
-                        f"{path}: column 'confidences' has a garbled value {c!r}"
-                    ) from None
-        if send is not None:
-            ends[pos] = send.loc[g.index].astype(str).str.lower().isin(("true", "1")).to_numpy()
-        out[int(rid)] = (L, confs, ends)
-    if not out:
+    if df.empty:
         raise DSparkError(f"{path}: position trace is empty")
+    df = df.astype(dict.fromkeys(required, np.int64))
+    order = np.argsort(df["request_id"].to_numpy(), kind="stable")  # groupby's row order
+    rid = df["request_id"].to_numpy()[order]
+    pos = df["position"].to_numpy()[order]
+    run = df["run_length"].to_numpy()[order]
+    confs_all = None
+    if "confidences" in df.columns:
+        confs_all = []
+        for c in df["confidences"].to_numpy()[order]:
+            try:
+                confs_all.append(
+                    () if (c is None or pd.isna(c)) else tuple(float(x) for x in str(c).split())
+                )
+            except ValueError:
+                raise DSparkError(
+                    f"{path}: column 'confidences' has a garbled value {c!r}"
+                ) from None
+    ends_all = None
+    if "sentence_end" in df.columns:
+        send = df["sentence_end"].astype(str).str.lower().isin(("true", "1")).to_numpy()
+        ends_all = send[order]
+    ids, starts = np.unique(rid, return_index=True)
+    bounds = [*starts.tolist(), len(rid)]
+    out = {}
+    for i, r in enumerate(ids.tolist()):
+        a, b = bounds[i], bounds[i + 1]
+        p = pos[a:b]
+        size = int(p.max()) + 1
+        L = np.full(size, -1, dtype=np.int64)
+        L[p] = run[a:b]
+        confs: list = [()] * size
+        if confs_all is not None:
+            for j, c in zip(p.tolist(), confs_all[a:b]):
+                confs[j] = c
+        ends = np.zeros(size, dtype=bool)
+        if ends_all is not None:
+            ends[p] = ends_all[a:b]
+        out[int(r)] = (L, confs, ends)
     return out
 
 
