@@ -96,6 +96,9 @@ class WorkloadConfig:
     time_scale: float = param(1.0, lo=1e-6, hi=1e6, doc="multiplies trace inter-arrival times")
     # None = the whole trace (or num_requests, whichever is smaller).
     max_requests: int | None = param(None, lo=1, doc="trace request limit")
+    # 0 = from the trace's first request; a later window is other traffic of the same trace
+    # (held-out tuning windows), its first request at t = 0.
+    trace_start: int = param(0, lo=0, doc="trace requests skipped before the first replayed")
     # trace replay takes its lengths from the trace by default.
     trace_lengths: bool = param(True, doc="use ContextTokens/GeneratedTokens of the trace")
     # Azure conversation-like prompts.
@@ -163,6 +166,16 @@ def draw_lengths(cfg: LengthConfig, n: int, rng: np.random.Generator, what: str)
     return np.clip(x, cfg.min_tokens, cfg.max_tokens)
 
 
+def _window(cfg: WorkloadConfig, t, ctx, gen, hashes) -> Trace:
+    """The trace from request ``trace_start`` on, its times from that request's."""
+    i = cfg.trace_start
+    if i >= len(t):
+        raise DSparkError(
+            f"workload.trace_start = {i}: the trace {cfg.trace_path} has only {len(t)} requests"
+        )
+    return Trace(t[i:] - t[i], ctx[i:], gen[i:], None if hashes is None else hashes[i:])
+
+
 def generate(
     cfg: WorkloadConfig, streams: dict[str, np.random.Generator], load_scale: float = 1.0
 ) -> Requests:
@@ -172,6 +185,8 @@ def generate(
         t, ctx, gen, hashes = read_trace_with_hashes(
             cfg.trace_path, cfg.trace_timestamp_unit, cfg.trace_sort
         )
+        if cfg.trace_start:
+            t, ctx, gen, hashes = _window(cfg, t, ctx, gen, hashes)
         n = len(t)
         for lim in (cfg.max_requests, cfg.num_requests):
             if lim is not None:

@@ -59,3 +59,18 @@ def test_bad_jsonl_is_one_line(tmp_path, body, message):
     with pytest.raises(DSparkError, match=message) as e:
         read_trace(str(j))
     assert "\n" not in str(e.value)
+
+
+def test_trace_start_replays_a_later_window_from_t_0(tmp_path):
+    from sim.workload import WorkloadConfig, generate
+
+    c = tmp_path / "t.csv"
+    c.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,5,2\n1.5,7,3\n4,9,1\n4.5,6,8\n")
+    streams = {k: np.random.default_rng(0) for k in ("arrivals", "lengths")}
+    base = dict(arrival="trace", trace_path=str(c), trace_timestamp_unit="s", time_scale=2.0)
+    r = generate(WorkloadConfig(**base, trace_start=1, num_requests=2), streams, load_scale=4.0)
+    # requests 1 and 2 of the trace, their gap 2.5 s times 2 / 4
+    assert r.arrival_s.tolist() == [0.0, 1.25]
+    assert r.prompt_tokens.tolist() == [7, 9] and r.output_tokens.tolist() == [3, 1]
+    with pytest.raises(DSparkError, match=r"workload.trace_start = 4: the trace .* only 4"):
+        generate(WorkloadConfig(**base, trace_start=4), streams)
