@@ -83,6 +83,18 @@ class GoodputPolicyConfig(DSparkBaseConfig):
         tune=True,
         when={"policy": ("goodput",)},
     )
+    # stretch: a sequence's planned round time is stretched by 1/(1 − ρ) (ρ, the replica's
+    # recent prefill share): prompts arrive at their own rate, so a longer round carries more
+    # of them. additive: the recent mean chunk seconds a round are added to every row's time,
+    # a cost longer drafts amortise; it lifts attainment on the long-prompt code trace and
+    # loses it on the conversation trace (benchmarks/slo_by_acceptance.py).
+    slo_prefill: str = param(
+        "stretch",
+        choices=("stretch", "additive"),
+        doc="goodput/slo-goodput: how prompt chunks enter a sequence's predicted TPOT",
+        tune=True,
+        when={"policy": ("goodput",)},
+    )
     # 8: a waiting prompt about to miss its TTFT SLO is worth up to 8x the observed value of a
     # prompt token, so drafts give its chunk the pass.
     ttft_value_max: float = param(

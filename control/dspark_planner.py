@@ -315,6 +315,7 @@ class DSparkPlanner(RoundPlanner):
             if self.serves_slo() and math.isfinite(self.slo.tpot_s):
                 h = c.slo_horizon_rounds
                 v = self.seqs.values
+                stretch, extra_s = self._prefill_terms()
                 row = slo_goodput_row(
                     p,
                     self.slo.tpot_s * c.slo_margin,
@@ -323,8 +324,9 @@ class DSparkPlanner(RoundPlanner):
                     h,
                     c.slo_spread,
                     np.array([m.ttft_s for m in members]) > self.slo.ttft_s,
-                    1.0 / (1.0 - self.prefill_share()),
+                    stretch,
                     c.slo_rank,
+                    extra_s,
                 )
             else:
                 row = int(np.argmax(p.goodput))
@@ -355,6 +357,12 @@ class DSparkPlanner(RoundPlanner):
                 k=k, mode=d.mode, beta=d.beta, tau=d.tau, block_end=d.block_end
             )
         return out
+
+    def _prefill_terms(self) -> tuple[float, float]:
+        """``(stretch, extra_s)`` of :func:`~control.goodput.slo_goodput_row` by ``slo_prefill``."""
+        if self.config.slo_prefill == "additive":
+            return 1.0, self._chunk_s
+        return 1.0 / (1.0 - self.prefill_share()), 0.0
 
     def prefill_share(self) -> float:
         """The share of the replica's recent time its prompt chunks took (the verify pass's

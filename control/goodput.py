@@ -193,6 +193,7 @@ def slo_goodput_row(
     lost: np.ndarray | None = None,
     stretch: float = 1.0,
     rank: str = "slo-goodput",
+    extra_s: float = 0.0,
 ) -> int:
     """The row of ``plan`` that best serves the TPOT SLO ``tpot_s``.
 
@@ -205,6 +206,8 @@ def slo_goodput_row(
     stretches every planned second alike). It meets the SLO with probability ``σ((tpot_s −
     p_ir) / (spread · tpot_s))`` (logistic: requests of equal prediction differ in the prompt
     chunks they will sit through; ``spread`` = 0 is the hard cut ``p_ir ≤ tpot_s``).
+    ``extra_s`` is added to every row's ``s·T_r``: prompt chunks as a fixed cost a round, which
+    longer drafts amortise (``slo_prefill = "additive"``), where the stretch scales them.
 
     ``rank`` = ``"attainment"``: the row with the highest expected share of *requests* meeting
     the SLO, the higher goodput among ties (within 1e-9), then the shorter cap. ``rank`` =
@@ -215,7 +218,7 @@ def slo_goodput_row(
     sequence is lost this is the goodput choice."""
     assert plan.expected is not None and plan.seconds_by_cap is not None
     e = plan.expected
-    t = stretch * plan.seconds_by_cap[:, None]
+    t = stretch * plan.seconds_by_cap[:, None] + extra_s
     if decode_s is None or tokens is None:
         pred = t / np.maximum(e, 1e-12)
     else:

@@ -86,6 +86,21 @@ def test_the_stretch_scales_every_predicted_tpot():
     assert slo_goodput_row(p, 0.06, spread=0.0, rank="attainment", stretch=1.25) == 0
 
 
+def test_added_chunk_seconds_favour_the_row_that_amortises_them():
+    # SLO 50 ms. Sequence 2 predicts 0.05 / 1.5 = 33.3 ms in row 0 and 0.06 / 1.1 = 54.5 ms in
+    # row 1: row 0 keeps both sequences. With 0.03 s of prompt chunk added to every round it
+    # predicts 0.08 / 1.5 = 53.3 ms and 0.09 / 1.1 = 81.8 ms (a miss in both rows), sequence 1
+    # 44.4 and 30 ms (a meet in both): attainment ties at 1/2 and row 1's goodput wins
+    p = _plan([0.05, 0.06], [[1.8, 1.5], [3.0, 1.1]])
+    assert slo_goodput_row(p, 0.05, spread=0.0, rank="attainment") == 0
+    assert slo_goodput_row(p, 0.05, spread=0.0, rank="attainment", extra_s=0.03) == 1
+    # the planner adds its recent chunk seconds a round under slo_prefill = "additive"
+    pl = _planner(slo_prefill="additive")
+    pl.observe_round(RoundStats(0.0, 0.1, 20, 20, 2, 60, 0, 0.02, 0.08, prefill_tokens=180))
+    assert pl._prefill_terms() == (1.0, pytest.approx(0.06))
+    assert _planner()._prefill_terms() == (1.0, 0.0)
+
+
 def test_the_prefill_share_is_the_chunks_share_of_the_recent_round_time():
     from control.dspark_planner import PREFILL_SHARE_MAX, PREFILL_SHARE_RATE
 
