@@ -18,9 +18,12 @@ __all__ = ["DSparkBaseConfig", "DSparkConfig", "GoodputPolicyConfig", "SeedPolic
 
 @dataclass(frozen=True)
 class GoodputPolicyConfig(DSparkBaseConfig):
-    # 4 pseudo-trials: a new request starts at the pooled rate and is its own after ~2 rounds.
+    # 20 pseudo-trials: a new request starts at the pooled rate and is its own after ~8 rounds;
+    # a sequence's own noise then moves its k less (4 chased it: at i.i.d. acceptance, where
+    # every sequence has one rate, a quarter of its rounds drafted one token short;
+    # benchmarks/controller_value.py, benchmarks/slo_value.py).
     prior_trials: float = param(
-        4.0,
+        20.0,
         lo=0.0,
         hi=1000.0,
         doc="goodput: weight of the pooled rate in a sequence's â",

@@ -48,6 +48,9 @@ class _ObserveOnly:
 
     def __init__(self, inner):
         self.inner, self.decide, self.state = inner, inner.decide, inner.state
+        # told what the inner controller is told (the driver's SLOs, the first token's time):
+        # only the observe path differs
+        self.set_slo, self.first_token = inner.set_slo, inner.first_token
         self.seen_confidences = 0
 
     def observe(self, obs):
