@@ -120,14 +120,23 @@ def fit_block_calibration(
     }
 
 
-def slot_probability(cal: dict, confs) -> np.ndarray:
+def _slot_knots(cal: dict) -> tuple[list, tuple]:
+    """The calibration's per-slot and pooled isotonic fits as ``_interp`` knot arrays."""
+
+    def knots(g: dict) -> tuple:
+        return np.asarray(g["logit"]), np.asarray(g["p"])
+
+    return [knots(g) for g in cal.get("by_slot", [])], knots(cal["pooled"])
+
+
+def slot_probability(cal: dict, confs, knots: tuple | None = None) -> np.ndarray:
     """P(slot j accepted | the ones before it were) at confidences ``confs`` of slots 1, 2, ..
-    (a slot past the fitted ones takes the pooled fit)."""
-    fits = cal.get("by_slot", [])
+    (a slot past the fitted ones takes the pooled fit). ``knots``: ``_slot_knots(cal)``, when
+    the caller reads the same calibration many times."""
+    fits, pooled = knots if knots is not None else _slot_knots(cal)
     out = []
     for s, x in enumerate(np.asarray(confs, dtype=float)):
-        g = fits[s] if s < len(fits) else cal["pooled"]
-        out.append(float(_interp((np.asarray(g["logit"]), np.asarray(g["p"])), _logit(x))))
+        out.append(float(_interp(fits[s] if s < len(fits) else pooled, _logit(x))))
     return np.asarray(out)
 
 
@@ -146,9 +155,10 @@ def synthetic_block_positions(
     if len(blocks) < n_new:
         raise DSparkError(f"block rollout of {len(blocks)} positions; {n_new} needed")
     out = []
+    knots = _slot_knots(cal)
     for t in range(n_new):
         c = np.asarray(blocks[t], dtype=float)[:horizon]
-        ok = rng.random(len(c)) < slot_probability(cal, c)
+        ok = rng.random(len(c)) < slot_probability(cal, c, knots)
         run = int(np.argmin(ok)) if not ok.all() else len(c)
         out.append(
             PositionRecord(

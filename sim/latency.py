@@ -8,6 +8,8 @@ utilisation metric whatever the backend).
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -223,15 +225,31 @@ class Constant:
 TABLE_COLUMNS = ("model", "batch", "new_tokens", "context_tokens", "seconds")
 
 
+def latency_table(path: str | Path):
+    """A latency table's rows (checked by :func:`sim.tables.read_table`), read once per file
+    version: a cluster reads its target, drafter, draft-phase and block rows from one file.
+    Callers filter it into new frames and never write to it."""
+    try:
+        st = os.stat(path)
+    except OSError:  # read_table names the file in its one-line error
+        return read_table(path, "latency table", TABLE_COLUMNS)
+    return _latency_table(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _latency_table(path: str, mtime_ns: int, size: int):
+    return read_table(path, "latency table", TABLE_COLUMNS)
+
+
 def table_models(path: str | Path) -> set[str]:
     """The model names a latency table holds rows for."""
-    return set(read_table(path, "latency table", TABLE_COLUMNS)["model"].astype(str))
+    return set(latency_table(path)["model"].astype(str))
 
 
 def table_block_size(path: str | Path) -> int:
     """The block size B of the block drafter whose profile a latency table is (its
     :data:`BLOCK_MARKER` row), 0 when it profiled an autoregressive drafter."""
-    df = read_table(path, "latency table", TABLE_COLUMNS)
+    df = latency_table(path)
     rows = df[df["model"].astype(str) == BLOCK_MARKER]
     if not len(rows):
         return 0
@@ -266,8 +284,8 @@ class Table:
         p = Path(path)
         if not p.is_file():
             raise DSparkError(f"{p}: latency table not found")
-        df = read_table(p, "latency table", TABLE_COLUMNS)
-        df = df[df["model"].astype(str) == model_name]
+        df = latency_table(p)
+        df = df[df["model"].astype(str) == model_name].copy()
         if df.empty:
             raise DSparkError(f"{p}: latency table has no rows for model '{model_name}'")
         for c in TABLE_COLUMNS[1:]:
