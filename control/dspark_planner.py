@@ -60,7 +60,7 @@ import numpy as np
 
 from control.batch import BatchContext, RoundPlanner, RoundStats
 from control.costmodel import RoundCostModel
-from control.goodput import CostFunctions, plan_round_lengths, slo_goodput_row
+from control.goodput import CostFunctions, plan_round_lengths, slo_floor_plan, slo_goodput_row
 from control.seqstate import ALPHA, DECODE_S, PLANNED, TOKENS, SeqArrays
 from control.types import Decision
 
@@ -309,21 +309,24 @@ class DSparkPlanner(RoundPlanner):
             # every cap when none yet, or when the engine's limit fell below that window
             lo = self.last_cap - 3
             near = None if self.last_cap < 0 or lo > k_max else (lo, self.last_cap + 3)
-            p = plan_round_lengths(
-                a, kcap, self.cost_functions(batch, now_s), k_max, alpha, cap_range=near
-            )
+            costs = self.cost_functions(batch, now_s)
+            p = plan_round_lengths(a, kcap, costs, k_max, alpha, cap_range=near)
             if self.serves_slo() and math.isfinite(self.slo.tpot_s):
                 h = c.slo_horizon_rounds
                 v = self.seqs.values
                 stretch, extra_s = self._prefill_terms()
+                tpot = self.slo.tpot_s * c.slo_margin
+                lost = np.array([m.ttft_s for m in members]) > self.slo.ttft_s
+                if c.slo_floor:
+                    p = slo_floor_plan(p, a, kcap, costs, tpot, stretch, extra_s, lost, alpha)
                 row = slo_goodput_row(
                     p,
-                    self.slo.tpot_s * c.slo_margin,
+                    tpot,
                     v[self._idx, DECODE_S] if h > 0 else None,
                     v[self._idx, TOKENS] if h > 0 else None,
                     h,
                     c.slo_spread,
-                    np.array([m.ttft_s for m in members]) > self.slo.ttft_s,
+                    lost,
                     stretch,
                     c.slo_rank,
                     extra_s,

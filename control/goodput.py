@@ -155,6 +155,63 @@ def plan_round_lengths(
     )
 
 
+def slo_floor_plan(
+    plan: RoundPlan,
+    a: np.ndarray,
+    kcap: np.ndarray,
+    costs: CostFunctions,
+    tpot_s: float,
+    stretch: float = 1.0,
+    extra_s: float = 0.0,
+    lost: np.ndarray | None = None,
+    weight: np.ndarray | None = None,
+) -> RoundPlan:
+    """``plan`` with each row's draft lengths raised to the SLO floor: a sequence predicted to
+    miss the TPOT SLO ``tpot_s`` at its goodput length (``stretch · T_r + extra_s`` over its
+    expected tokens, as :func:`slo_goodput_row` predicts it) drafts the shortest length that
+    meets it, if one within the row's cap and its own bound does; the others keep theirs, and
+    ``lost`` sequences (past their TTFT SLO) are left alone. Round times, expected tokens and
+    goodput are recomputed for the raised rows (``a``, ``kcap``, ``costs`` and ``weight`` as
+    :func:`plan_round_lengths` took them): goodput subject to each sequence's SLO, where the
+    goodput plan alone lets a low-acceptance sequence's length fall to what pays in tokens."""
+    assert plan.seconds_by_cap is not None
+    k = plan.k_by_cap
+    B = k.shape[1]
+    if not B or not np.isfinite(tpot_s):
+        return plan
+    K = int(plan.caps.max()) if len(plan.caps) else 0
+    _, cum = _powers(a, K)
+    need = (stretch * plan.seconds_by_cap + extra_s) / tpot_s  # (rows,): tokens a round needs
+    # the shortest length whose expected tokens reach the need (cum rises with k)
+    k_need = np.add.reduce(cum[:, None, :] < need[None, :, None], axis=0)  # (rows, B)
+    bound = np.minimum(plan.caps[:, None], np.minimum(np.asarray(kcap, dtype=np.int64), K))
+    raise_ = (k_need > k) & (k_need <= bound)
+    if lost is not None:
+        raise_ &= ~np.asarray(lost, dtype=bool)[None, :]
+    if not raise_.any():
+        return plan
+    k = np.where(raise_, k_need, k)
+    cols = np.arange(B)[None, :]
+    n, steps, d = _row_counts(k)
+    t = _seconds(n, steps, costs.step_s(np.maximum(d, 1)), costs)
+    e = cum[k, cols]
+    w_mean = 1.0 if weight is None else float(np.add.reduce(weight) / B)
+    t0 = costs.verify_s(np.array([B]))[0] + costs.overhead_s
+    val = e.sum(axis=1) - (0.0 if costs.token_penalty is None else costs.token_penalty(n))
+    g = val / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
+    best = int(np.argmax(g))
+    return RoundPlan(
+        k=k[best].copy(),
+        cap=int(k[best].max()),
+        caps=plan.caps,
+        k_by_cap=k,
+        goodput=g,
+        seconds=float(t[best]),
+        seconds_by_cap=t,
+        expected=e,
+    )
+
+
 def _powers(a, K: int) -> tuple[np.ndarray, np.ndarray]:
     """``(K+1, B)``: P(token j accepted) and its running sum, ``E(a_i, k)`` at row k (``a`` as
     :func:`plan_round_lengths` takes it)."""

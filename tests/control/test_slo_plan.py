@@ -10,7 +10,14 @@ import pytest
 from control.batch import BatchContext, RoundStats, Slo, told_slo
 from control.dspark import DSparkConfig, DSparkController
 from control.dspark_planner import DSparkPlanner
-from control.goodput import CostFunctions, RoundPlan, plan_round_lengths, slo_goodput_row
+from control.goodput import (
+    CostFunctions,
+    RoundPlan,
+    plan_round_lengths,
+    round_seconds,
+    slo_floor_plan,
+    slo_goodput_row,
+)
 from control.types import Observation
 
 
@@ -225,3 +232,50 @@ def test_the_simulator_tells_each_controller_its_ttft():
     req = res.requests
     multi = req[req.output_tokens > 1]
     assert sorted(seen) == pytest.approx(sorted(multi.ttft_s))
+
+
+def _linear_costs():
+    return CostFunctions(
+        verify_s=lambda n: 0.02 + 1e-4 * np.asarray(n, dtype=float),
+        verify_slope=lambda n: np.full_like(np.asarray(n, dtype=float), 1e-4),
+        step_s=lambda d: np.full_like(np.asarray(d, dtype=float), 0.003),
+    )
+
+
+def test_the_slo_floor_raises_a_sequence_to_the_shortest_length_that_meets_the_slo():
+    # i.i.d. rates: E(a, k) = 1 + a + ... + a^k. Hand-made rows (caps 0..3) where sequence 1
+    # (a = 0.5) does not draft: at cap 2 the round takes 0.02 + 1e-4·(2+0+2) + 2·0.003 =
+    # 0.0264 s. Against a 20 ms SLO it needs 0.0264 / 0.02 = 1.32 tokens: k = 1 gives 1.5
+    a = np.array([0.9, 0.5])
+    costs = _linear_costs()
+    k = np.array([[0, 0], [1, 0], [2, 0], [3, 0]])
+    t = round_seconds(k, costs)
+    e = np.array([[sum(x**j for j in range(n + 1)) for x, n in zip(a, row)] for row in k])
+    p = RoundPlan(k[2], 2, np.arange(4), k, e.sum(1) / t, float(t[2]), t, e)
+    f = slo_floor_plan(p, a, np.array([8, 8]), costs, 0.02)
+    assert t[2] == pytest.approx(0.0264)
+    assert f.k_by_cap[2].tolist() == [2, 1]
+    # cap 1: 0.02 + 1e-4·(1+0+2) + 0.003 = 0.0233 s needs 1.165 tokens; k = 1 again
+    assert f.k_by_cap[1].tolist() == [1, 1]
+    # cap 0 cannot draft: unchanged; cap 3 also raises sequence 1 to 1
+    assert f.k_by_cap[0].tolist() == [0, 0] and f.k_by_cap[3].tolist() == [3, 1]
+    # the raised rows are re-timed and re-scored
+    assert f.seconds_by_cap[2] == pytest.approx(round_seconds(np.array([[2, 1]]), costs)[0])
+    assert f.expected[2].tolist() == pytest.approx([1 + 0.9 + 0.81, 1.5])
+    assert f.goodput[2] == pytest.approx(f.expected[2].sum() / f.seconds_by_cap[2])
+    # a slack SLO, a sequence that cannot meet it within the cap, or one past its TTFT SLO:
+    # nothing moves
+    assert slo_floor_plan(p, a, np.array([8, 8]), costs, 1.0) is p
+    tight = slo_floor_plan(p, a, np.array([8, 8]), costs, 0.0264 / 1.9)
+    assert tight.k_by_cap[2].tolist() == [2, 0]  # a = 0.5 never reaches 1.9 tokens by k = 2
+    lost = slo_floor_plan(p, a, np.array([8, 8]), costs, 0.02, lost=np.array([False, True]))
+    assert lost is p
+    # its own bound (a cool-down: kcap 0) holds
+    assert slo_floor_plan(p, a, np.array([8, 0]), costs, 0.02) is p
+
+
+def test_the_slo_floor_keeps_a_plan_whose_sequences_all_meet_the_slo():
+    rng = np.random.default_rng(5)
+    a = rng.uniform(0.3, 0.95, 16)
+    p = plan_round_lengths(a, np.full(16, 8), _linear_costs(), 8)
+    assert slo_floor_plan(p, a, np.full(16, 8), _linear_costs(), 10.0) is p
