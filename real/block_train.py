@@ -85,6 +85,11 @@ class BlockTrainConfig:
     calib_new_tokens: int = param(64, lo=1, hi=1024, doc="tokens each calibration prompt adds")
     # ~ the acceptance of a draft token: position j weighs about as often as it is verified.
     depth_decay: float = param(0.7, lo=0.0, hi=1.0, doc="loss weight ratio of position j+1 to j")
+    # distillation proper: the share of each position's loss that is the KL divergence from the
+    # target's own next-token distribution (read from its last layer's stored state, so it
+    # costs one head product), the rest cross-entropy against the argmax label. The soft
+    # targets say which wrong tokens are nearly right; 0 trains on labels alone.
+    kl_share: float = param(0.5, lo=0.0, hi=1.0, doc="share of the loss from the target's KL")
     save_every: int = param(100, lo=1, hi=1_000_000, doc="steps between resumable saves")
 
 
@@ -189,27 +194,65 @@ def corpus_data(target, tokens: np.ndarray, n: int, T: int, layers, seed, chunk:
     return torch.cat(toks), torch.cat(feats), torch.cat(labels)
 
 
-def cut_batch(data, rows: torch.Tensor, cuts: torch.Tensor, C: int, B: int):
+def cut_batch(data, rows: torch.Tensor, cuts: torch.Tensor, C: int, B: int, teacher=None):
     """Inputs and labels of cuts ``cuts`` of rows ``rows`` of ``data`` = (tokens, states) or
     (tokens, states, labels): entries c .. c+C-1, labels c+C .. c+C+B-1 (aligned indices; see
-    :func:`generate`; the labels are the tokens themselves without a labels array)."""
+    :func:`generate`; the labels are the tokens themselves without a labels array). With
+    ``teacher`` (a function of the stored states, see :func:`teacher_logits`), also the
+    target's logits for each label position: entry e holds the state that predicts token e."""
     toks, feats = data[0], data[1]
     labels = data[2] if len(data) > 2 else toks
     ent = cuts[:, None] + torch.arange(C)
     lab = cuts[:, None] + C + torch.arange(B)
     r = rows[:, None]
-    return toks[r, ent], feats[r, ent].float(), labels[r, lab]
+    out = (toks[r, ent], feats[r, ent].float(), labels[r, lab])
+    return out if teacher is None else (*out, teacher(feats[r, lab].float()))
+
+
+def teacher_logits(target, d_feature: int, feature_layers: tuple[int, ...]):
+    """A function from stored states ``[..., nf · d_feature]`` to the target's logits, read
+    from its last layer's state (one of ``feature_layers``; otherwise a one-line error)."""
+    last = len(target.layers)
+    if last not in feature_layers:
+        raise DSparkError(
+            f"block_train.kl_share > 0 needs the target's last layer ({last}) among the "
+            f"drafter's feature_layers {feature_layers}"
+        )
+    i = sorted(feature_layers).index(last)
+
+    @torch.no_grad()
+    def logits(f: torch.Tensor) -> torch.Tensor:
+        return target.logits(f[..., i * d_feature : (i + 1) * d_feature])
+
+    return logits
 
 
 def losses(
-    model, tokens, feats, labels, decay: float, conf_rows: int | None = None
+    model,
+    tokens,
+    feats,
+    labels,
+    decay: float,
+    conf_rows: int | None = None,
+    teacher: torch.Tensor | None = None,
+    kl_share: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weighted cross-entropy over block positions, confidence-head BCE over the first
-    ``conf_rows`` rows: the greedy continuations, whose labels are the acceptance events)."""
+    """(weighted loss over block positions: cross-entropy against the labels, ``kl_share`` of
+    it replaced by KL(target ‖ drafter) where ``teacher`` logits are given; confidence-head BCE
+    over the first ``conf_rows`` rows: the greedy continuations, whose labels are the
+    acceptance events)."""
     ones = torch.ones_like(tokens, dtype=torch.bool)
     logits, conf = model(tokens, feats, ones, ones)
     B = labels.shape[1]
     ce = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="none")
+    if teacher is not None and kl_share > 0:
+        kl = F.kl_div(
+            torch.log_softmax(logits.flatten(0, 1).float(), -1),
+            torch.log_softmax(teacher.flatten(0, 1).float(), -1),
+            reduction="none",
+            log_target=True,
+        ).sum(-1)
+        ce = (1.0 - kl_share) * ce + kl_share * kl
     w = decay ** torch.arange(B, dtype=torch.float32)
     ce = (ce.view(-1, B).mean(0) * w).sum() / w.sum()
     hit = (logits.argmax(-1) == labels).float()
@@ -387,9 +430,11 @@ def engine_calibration(model, target, arrays: dict, c: BlockTrainConfig) -> dict
 
 
 # ---------------------------------------------------------------- training
-def train_loop(model, data, corpus, work: Path, c: BlockTrainConfig) -> dict:
+def train_loop(model, data, corpus, work: Path, c: BlockTrainConfig, teacher=None) -> dict:
     """The resumable optimisation (state in ``work``) on the greedy continuations ``data`` and
-    the teacher-forced windows ``corpus`` (None: none); returns the stage's state dict."""
+    the teacher-forced windows ``corpus`` (None: none), distilling ``teacher``'s
+    distributions (:func:`teacher_logits`; None: labels alone); returns the stage's state
+    dict."""
     toks = data[0]
     C, B = model.cfg.context, model.cfg.block_size
     G = toks.shape[1] - C
@@ -411,17 +456,18 @@ def train_loop(model, data, corpus, work: Path, c: BlockTrainConfig) -> dict:
         n = c.batch - n_corpus
         rows = torch.from_numpy(rng.integers(0, toks.shape[0], n))
         cuts = torch.from_numpy(rng.integers(0, G - B + 1, n))
-        parts = [cut_batch(data, rows, cuts, C, B)]
+        parts = [cut_batch(data, rows, cuts, C, B, teacher)]
         if n_corpus:
             assert corpus is not None
             span = corpus[0].shape[1] - C - B + 1
             rows = torch.from_numpy(rng.integers(0, corpus[0].shape[0], n_corpus))
             cuts = torch.from_numpy(rng.integers(0, span, n_corpus))
-            parts.append(cut_batch(corpus, rows, cuts, C, B))
+            parts.append(cut_batch(corpus, rows, cuts, C, B, teacher))
         batch = [torch.cat(x) for x in zip(*parts)]
+        soft = batch.pop() if teacher is not None else None
         for g in opt.param_groups:
             g["lr"] = lr_at(step, c.lr, c.warmup_steps, c.steps)
-        ce, bce = losses(model, *batch, c.depth_decay, conf_rows=n)
+        ce, bce = losses(model, *batch, c.depth_decay, n, soft, c.kl_share)
         opt.zero_grad(set_to_none=True)
         (ce + bce).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -437,7 +483,7 @@ def train_loop(model, data, corpus, work: Path, c: BlockTrainConfig) -> dict:
                 ckpt,
             )
             ck.write_json(state, state_path)
-            _log(f"step {step}/{c.steps}: ce {ce.item():.3f} conf bce {bce.item():.3f}")
+            _log(f"step {step}/{c.steps}: loss {ce.item():.3f} conf bce {bce.item():.3f}")
     return state
 
 
@@ -488,7 +534,10 @@ def train_block_drafter(work: Path, ckpt_dir: Path, c: BlockTrainConfig, command
             corpus_data, target, train_tokens, c.corpus_windows, c.corpus_tokens, bc.feature_layers
         )
         corpus = cached_corpus(work, partial(make, [c.seed, 3]))
-    res = train_loop(model, data, corpus, work, c)
+    teacher = None
+    if c.kl_share > 0:
+        teacher = teacher_logits(target, bc.d_feature, bc.feature_layers)
+    res = train_loop(model, data, corpus, work, c, teacher)
     if c.calib_prompts:  # the calibration from engine rounds; else from the greedy val cuts
         engine = engine_calibration(model, target, arrays, c)
     else:

@@ -7,8 +7,17 @@ import pytest
 import torch
 
 from control.errors import DSparkError
-from real.block_drafter import target_layer_states
-from real.block_train import corpus_data, cut_batch, ece, fit_calibration, generate, trimmed
+from real.block_drafter import BlockConfig, BlockDrafterModel, target_layer_states
+from real.block_train import (
+    corpus_data,
+    cut_batch,
+    ece,
+    fit_calibration,
+    generate,
+    losses,
+    teacher_logits,
+    trimmed,
+)
 from tests.real.conftest import V, tiny_target
 
 
@@ -72,3 +81,47 @@ def test_teacher_forced_windows_are_aligned():
     assert torch.allclose(feats[1].float(), h, rtol=2e-3, atol=1e-2)
     t, _, y = cut_batch((toks, feats, labels), torch.tensor([1]), torch.tensor([3]), 4, 2)
     assert torch.equal(t[0], w[0, 4:8]) and torch.equal(y[0], labels[1, 7:9])
+
+
+def test_teacher_logits_are_the_targets_own_and_the_kl_share_mixes_the_loss():
+    """The target's distribution for a label is read from the stored last-layer state before
+    it (its argmax is the greedy label); kl_share = 1 is the depth-weighted KL from it, 0 the
+    cross-entropy; a drafter that does not read the last layer cannot distil it."""
+    target = tiny_target().float()
+    g = torch.Generator().manual_seed(2)
+    prompts = torch.randint(0, V, (2, 10), generator=g)
+    C, B, gen = 4, 3, 10
+    toks, feats = generate(target, prompts, gen, (1, 2), C)
+    teach = teacher_logits(target, 32, (1, 2))
+    rows, cuts = torch.tensor([0, 1, 1]), torch.tensor([0, 2, 5])
+    t, f, y, z = cut_batch((toks, feats.float()), rows, cuts, C, B, teach)
+    assert torch.equal(z.argmax(-1), y)  # greedy labels: the teacher's argmax
+    full = torch.cat([prompts, toks[:, C:]], 1)
+    want = target(full)[:, 10 - 1 : 10 + gen - 1]  # logits for tokens 10 .. 10+gen-1
+    assert torch.allclose(z[0], want[0, 0:B], atol=5e-3)  # from fp16-stored states
+    torch.manual_seed(0)
+    model = BlockDrafterModel(
+        BlockConfig(
+            vocab_size=V,
+            d_model=16,
+            n_heads=2,
+            d_ff=32,
+            block_size=B,
+            context=C,
+            d_feature=32,
+            feature_layers=(1, 2),
+            d_conf=4,
+        )
+    )
+    ce, _ = losses(model, t, f, y, 0.5, None, z, 0.0)
+    kl, _ = losses(model, t, f, y, 0.5, None, z, 1.0)
+    mid, _ = losses(model, t, f, y, 0.5, None, z, 0.25)
+    assert mid.item() == pytest.approx(0.75 * ce.item() + 0.25 * kl.item(), rel=1e-5)
+    ones = torch.ones_like(t, dtype=torch.bool)
+    logits, _ = model(t, f, ones, ones)
+    lq, lp = torch.log_softmax(logits, -1), torch.log_softmax(z, -1)
+    per = (lp.exp() * (lp - lq)).sum(-1).mean(0)  # KL(target || drafter) per position
+    w = 0.5 ** torch.arange(B, dtype=torch.float32)
+    assert kl.item() == pytest.approx(float((per * w).sum().detach() / w.sum()), rel=1e-4)
+    with pytest.raises(DSparkError, match=r"needs the target's last layer \(2\) among"):
+        teacher_logits(target, 32, (1,))
