@@ -84,13 +84,26 @@ class EncoderLayer(nn.Module):
         self.gate_up = nn.Linear(d, 2 * cfg.d_ff, bias=False)
         self.down = nn.Linear(cfg.d_ff, d, bias=False)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None, rows: slice | None = None
+    ) -> torch.Tensor:
+        """``[N, T, d]`` -> the outputs of entries ``rows`` (None: all): every entry is a key
+        and a value, only those rows query and go through the MLP (the last layer's other
+        outputs are never read)."""
         N, T, d = x.shape
-        q, k, v = self.qkv(self.attn_norm(x)).view(N, T, 3, self.h, d // self.h).unbind(2)
+        hd = d // self.h
+        y = self.attn_norm(x)
+        if rows is None:
+            q, k, v = self.qkv(y).view(N, T, 3, self.h, hd).unbind(2)
+        else:
+            w = self.qkv.weight
+            k, v = F.linear(y, w[d:]).view(N, T, 2, self.h, hd).unbind(2)
+            x = x[:, rows]
+            q = F.linear(y[:, rows], w[:d]).view(N, x.shape[1], self.h, hd)
         a = F.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask
         )
-        x = x + self.o(a.transpose(1, 2).reshape(N, T, d))
+        x = x + self.o(a.transpose(1, 2).reshape(N, x.shape[1], d))
         g, u = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(g) * u)
 
@@ -163,9 +176,11 @@ class BlockDrafterModel(nn.Module):
         if valid is not None and not bool(valid.all()):
             keep = torch.cat([valid, valid.new_ones(N, self.cfg.block_size)], dim=1)
             mask = keep[:, None, None, :]
-        for layer in self.layers:
+        H = self.cfg.block_size if heads is None else heads
+        *first, last = self.layers
+        for layer in first:
             x = layer(x, mask)
-        h = self.norm(x[:, C : C + (self.cfg.block_size if heads is None else heads)])
+        h = self.norm(last(x, mask, slice(C, C + H)))  # only the read slots' outputs
         logits = F.linear(h, self.embed_tokens.weight)
         return logits, self.confidence_logits(h, logits)
 
