@@ -1,7 +1,7 @@
 """Batched real-engine benchmark: plain batched decoding vs speculative decoding at batch 1..16.
 
-The shipped models (the engine's ``auto`` target precision: float32 for this batched engine on a
-CPU without native bf16, else bf16; the chosen drafter), held-out code prompts, each decoded to
+The shipped models (target precision ``--target-dtype``, default the engine's ``auto``:
+float32 for this batched engine on a CPU without native bf16, else bf16; the chosen drafter), held-out code prompts, each decoded to
 ``--new-tokens`` tokens (the end-of-text token does not stop it). Methods: ``plain`` (target
 only, no drafter: one packed forward per round serves every row), fixed k (``--ks``),
 ``hf-heuristic`` and ``dspark`` (default config, with its round planner when it has one; the
@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-tokens", default="64,128", help="min,max prompt tokens")
     p.add_argument("--checkpoints", default=None)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument(
+        "--target-dtype", default="auto", help="target precision (auto, float32, bfloat16, ...)"
+    )
     args = p.parse_args(argv)
 
     import torch
@@ -96,7 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     lo, hi = (int(x) for x in args.prompt_tokens.split(","))
     B_max, N = max(batches), args.new_tokens
     cfg = EngineConfig(
-        slots=B_max, stop_at_eot=False, drafter=args.drafter, max_len=hi + N + 8, device=args.device
+        slots=B_max,
+        stop_at_eot=False,
+        drafter=args.drafter,
+        max_len=hi + N + 8,
+        device=args.device,
+        target_dtype=args.target_dtype,
     )
     engine = build_engine(cfg, args.checkpoints)
     drafter = engine.drafter
