@@ -185,7 +185,8 @@ def slo_floor_plan(
     # the shortest length whose expected tokens reach the need (cum rises with k)
     k_need = np.add.reduce(cum[:, None, :] < need[None, :, None], axis=0)  # (rows, B)
     bound = np.minimum(plan.caps[:, None], np.minimum(np.asarray(kcap, dtype=np.int64), K))
-    raise_ = (k_need > k) & (k_need <= bound)
+    # (per-position rates may know fewer positions than the cap: k_need = len(cum) is none)
+    raise_ = (k_need > k) & (k_need <= bound) & (k_need < len(cum))
     if lost is not None:
         raise_ &= ~np.asarray(lost, dtype=bool)[None, :]
     if not raise_.any():

@@ -279,3 +279,22 @@ def test_the_slo_floor_keeps_a_plan_whose_sequences_all_meet_the_slo():
     a = rng.uniform(0.3, 0.95, 16)
     p = plan_round_lengths(a, np.full(16, 8), _linear_costs(), 8)
     assert slo_floor_plan(p, a, np.full(16, 8), _linear_costs(), 10.0) is p
+
+
+def test_the_slo_floor_with_per_position_rates_stays_within_the_positions_known():
+    # rates for 2 positions only (a block drafter's confidences) under caps up to 4: a
+    # sequence that would need a third position is left alone, one that needs the second rises
+    a = np.array([[0.5, 0.9], [0.5, 0.9]])  # (positions, B)
+    costs = _linear_costs()
+    k = np.array([[0, 0], [1, 0], [2, 0], [2, 0], [2, 0]])
+    t = round_seconds(k, costs)
+    cum = np.cumsum(np.vstack([np.ones(2), np.cumprod(a, axis=0)]), axis=0)
+    e = cum[k, np.arange(2)[None, :]]
+    p = RoundPlan(k[2], 2, np.arange(5), k, e.sum(1) / t, float(t[2]), t, e)
+    # cap 4's round: 0.02 + 1e-4·4 + 2·0.003 = 0.0264 s; at a 15 ms SLO it needs 1.76 tokens:
+    # sequence 1 reaches 1 + 0.9 = 1.9 at k = 1, sequence 0 would need a third position
+    f = slo_floor_plan(p, a, np.array([8, 8]), costs, 0.015)
+    assert f.k_by_cap[4].tolist() == [2, 1]
+    # needing 2.8 tokens, sequence 1 too would need a third position (it reaches 2.71 at 2)
+    g = slo_floor_plan(p, a, np.array([8, 8]), costs, 0.0264 / 2.8)
+    assert g is p
