@@ -78,6 +78,17 @@ def _seconds(tokens, steps, step, costs: CostFunctions) -> np.ndarray:
     return draft + costs.verify_s(tokens) + costs.overhead_s
 
 
+def _plain_s(costs: CostFunctions, B: int) -> float:
+    """A round of plain decoding for ``B`` sequences: no draft phase."""
+    return costs.verify_s(np.array([B]))[0] + costs.overhead_s
+
+
+def _rate(value: np.ndarray, t: np.ndarray, t0: float, w_mean: float) -> np.ndarray:
+    """Goodput of rows worth ``value`` tokens taking ``t`` seconds: the time beyond plain
+    decoding ``t0`` weighed by 1 / mean α (the planner's cost weighting)."""
+    return value / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
+
+
 def plan_round_lengths(
     a: np.ndarray,
     kcap: np.ndarray,
@@ -105,7 +116,7 @@ def plan_round_lengths(
     caps = np.arange(lo, hi + 1)
     bound = np.minimum(caps[:, None], kcap[None, :])  # (caps, B)
     k = bound
-    t0 = costs.verify_s(np.array([B]))[0] + costs.overhead_s  # plain decode: no draft phase
+    t0 = _plain_s(costs, B)
     cols = np.arange(B)[None, :]
     w_mean = float(np.add.reduce(w) / B) if B else 1.0  # w.mean(): the same sum and division
     w_col = w[None, :]
@@ -118,7 +129,7 @@ def plan_round_lengths(
         e = cum[k, cols].sum(axis=1)
         return e if pen is None else e - pen(n)
 
-    g = value(k, n) / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
+    g = _rate(value(k, n), t, t0, w_mean)
     ones = not (w != 1.0).any()  # every α 1: x / 1.0 is x, so the divisions are skipped
     for _ in range(iterations):
         v = costs.verify_slope(n)
@@ -139,7 +150,7 @@ def plan_round_lengths(
         n, steps, d = _row_counts(k)
         step_d = step_s(np.maximum(d, 1))
         t = _seconds(n, steps, step_d, costs)
-        g = value(k, n) / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
+        g = _rate(value(k, n), t, t0, w_mean)
     best = int(np.argmax(g))  # first maximum: the shortest cap among ties
     # the plan's true cap: sequences may all have stopped below the row's cap
     cap = int(k[best].max()) if B else 0
@@ -197,9 +208,8 @@ def slo_floor_plan(
     t = _seconds(n, steps, costs.step_s(np.maximum(d, 1)), costs)
     e = cum[k, cols]
     w_mean = 1.0 if weight is None else float(np.add.reduce(weight) / B)
-    t0 = costs.verify_s(np.array([B]))[0] + costs.overhead_s
     val = e.sum(axis=1) - (0.0 if costs.token_penalty is None else costs.token_penalty(n))
-    g = val / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
+    g = _rate(val, t, _plain_s(costs, B), w_mean)
     best = int(np.argmax(g))
     return RoundPlan(
         k=k[best].copy(),
