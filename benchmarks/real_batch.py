@@ -1,9 +1,10 @@
 """Batched real-engine benchmark: plain batched decoding vs speculative decoding at batch 1..16.
 
 The shipped models (target precision ``--target-dtype``, default the engine's ``auto``:
-float32 for this batched engine on a CPU without native bf16, else bf16; the chosen drafter), held-out code prompts, each decoded to
-``--new-tokens`` tokens (the end-of-text token does not stop it). Methods: ``plain`` (target
-only, no drafter: one packed forward per round serves every row), fixed k (``--ks``),
+float32 for this batched engine on a CPU without native bf16, else bf16; the chosen drafter),
+held-out code prompts, each decoded to ``--new-tokens`` tokens (the end-of-text token does not
+stop it). Methods: ``plain`` (target only, no drafter: one packed forward per round serves every
+row), fixed k (``--ks``),
 ``hf-heuristic`` and ``dspark`` (default config, with its round planner when it has one; the
 planner lives for the whole run, as in a serving engine, and is warmed by one untimed run per
 batch size). Every (batch, method) cell runs once per repeat, cells interleaved (method order

@@ -102,7 +102,7 @@ class GoodputPolicyConfig(DSparkBaseConfig):
     # length that meets it, when one within the cap does (control.goodput.slo_floor_plan); off:
     # the goodput plan's lengths, where a low-acceptance sequence falls to k = 0 and misses.
     # On the conversation trace past its knee it lifted attainment from 0.37-0.38 to 0.41-0.43
-    # at load 1.5 (fixed k = 1: 0.42-0.43), development seeds 11-13
+    # at load 1.5 (fixed k = 1: 0.41-0.43), development seeds 11-13
     # (benchmarks/slo_by_acceptance.py), and left the knees as they were.
     slo_floor: bool = param(
         True,

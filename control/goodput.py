@@ -43,6 +43,7 @@ class RoundPlan:
     seconds: float  # predicted round time of the chosen plan
     seconds_by_cap: np.ndarray | None = None  # predicted round time of each row
     expected: np.ndarray | None = None  # (rows, B): E(a_i, k_i) of each row
+    cum: np.ndarray | None = None  # (k_max + 1, B): E(a_i, k) for every k (the SLO floor's)
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,7 @@ def plan_round_lengths(
         seconds=float(t[best]),
         seconds_by_cap=t,
         expected=cum[k, cols],
+        cum=cum,
     )
 
 
@@ -190,12 +192,11 @@ def slo_floor_plan(
     B = k.shape[1]
     if not B or not np.isfinite(tpot_s):
         return plan
-    K = int(plan.caps.max()) if len(plan.caps) else 0
-    _, cum = _powers(a, K)
+    cum = plan.cum if plan.cum is not None else _powers(a, int(plan.caps.max()))[1]
     need = (stretch * plan.seconds_by_cap + extra_s) / tpot_s  # (rows,): tokens a round needs
     # the shortest length whose expected tokens reach the need (cum rises with k)
     k_need = np.add.reduce(cum[:, None, :] < need[None, :, None], axis=0)  # (rows, B)
-    bound = np.minimum(plan.caps[:, None], np.minimum(np.asarray(kcap, dtype=np.int64), K))
+    bound = np.minimum(plan.caps[:, None], np.asarray(kcap, dtype=np.int64)[None, :])
     # (per-position rates may know fewer positions than the cap: k_need = len(cum) is none)
     raise_ = (k_need > k) & (k_need <= bound) & (k_need < len(cum))
     if lost is not None:
@@ -220,6 +221,7 @@ def slo_floor_plan(
         seconds=float(t[best]),
         seconds_by_cap=t,
         expected=e,
+        cum=cum,
     )
 
 
