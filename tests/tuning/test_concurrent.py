@@ -74,6 +74,17 @@ def _load(url: str, name: str = "dspark-throughput") -> optuna.Study:
     return optuna.load_study(study_name=name, storage=make_storage(url))
 
 
+def _trials_so_far(folder: Path) -> list:
+    """The trials of a study another process is creating: none while its journal file exists
+    but holds no study record yet."""
+    if not (folder / "study.journal").exists():
+        return []
+    try:
+        return _load(resolve_url(None, folder)).get_trials()
+    except KeyError:  # the file is created before the study's first record lands
+        return []
+
+
 # ---- two commands at once ----------------------------------------------------------------
 
 
@@ -341,8 +352,7 @@ def test_held_out_evaluation_workers_die_with_their_killed_parent(tmp_path):
         deadline = time.time() + 90
         pool: set[int] = set()
         while time.time() < deadline and proc.poll() is None:
-            study = out / "study.journal"
-            trials = _load(resolve_url(None, out)).get_trials() if study.exists() else []
+            trials = _trials_so_far(out)
             if len([t for t in trials if t.state in DONE]) == 2:
                 tuners = {int(t.user_attrs["worker"].rpartition(":")[2]) for t in trials}
                 pool = children(proc.pid) - tuners  # not the study's workers: the pool's
