@@ -30,7 +30,7 @@ from tuning.locks import JournalLock, pid_alive
 from tuning.storage import make_storage, resolve_url
 from tuning.study import prepare_study
 
-from .conftest import ROOT, TINY
+from .conftest import ROOT, TINY, StudyPoll
 from .test_postgres import pg_url  # noqa: F401  (fixture: a private PostgreSQL server)
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -72,17 +72,6 @@ def _fake_tune(args: list[str]) -> subprocess.Popen:
 
 def _load(url: str, name: str = "dspark-throughput") -> optuna.Study:
     return optuna.load_study(study_name=name, storage=make_storage(url))
-
-
-def _trials_so_far(folder: Path) -> list:
-    """The trials of a study another process is creating: none while its journal file exists
-    but holds no study record yet."""
-    if not (folder / "study.journal").exists():
-        return []
-    try:
-        return _load(resolve_url(None, folder)).get_trials()
-    except KeyError:  # the file is created before the study's first record lands
-        return []
 
 
 # ---- two commands at once ----------------------------------------------------------------
@@ -351,14 +340,20 @@ def test_held_out_evaluation_workers_die_with_their_killed_parent(tmp_path):
     try:
         deadline = time.time() + 90
         pool: set[int] = set()
+        poll = StudyPoll(resolve_url(None, out))
         while time.time() < deadline and proc.poll() is None:
-            trials = _trials_so_far(out)
+            time.sleep(0.1)
+            if not (out / "study.journal").exists():  # (opening a storage would create it)
+                continue
+            try:
+                trials = poll.trials()
+            except (KeyError, ValueError):  # the journal holds no study record yet
+                continue
             if len([t for t in trials if t.state in DONE]) == 2:
                 tuners = {int(t.user_attrs["worker"].rpartition(":")[2]) for t in trials}
                 pool = children(proc.pid) - tuners  # not the study's workers: the pool's
                 if len(pool) >= 2:
                     break
-            time.sleep(0.1)
         assert len(pool) >= 2, "no evaluation pool seen"
         time.sleep(0.5)  # the pool's workers are inside their 120 s simulations
         os.kill(proc.pid, signal.SIGKILL)
