@@ -107,6 +107,11 @@ def run(args: argparse.Namespace) -> int:
         f"best trial {summary['best_trial']}: {summary['objective']} = {summary['best_value']}"
     )
     print("best params: " + ", ".join(f"{k}={_fmt(v)}" for k, v in summary["best_params"].items()))
+    if summary.get("best_is_default"):
+        print(
+            f"the best trial is the untuned default (a start point): none of the "
+            f"{summary['n_trials']} trials beat it on {summary['objective']}"
+        )
     if summary.get("best_scenario"):
         from tuning.scenario import scenario_line
 

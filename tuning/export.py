@@ -27,7 +27,7 @@ from control.errors import ConfigError
 from control.metrics import json_safe
 from tuning.config import TuningConfig
 from tuning.objective import directions, metric_names
-from tuning.space import params_to_config, scenario_values
+from tuning.space import config_to_params, params_to_config, scenario_values
 
 
 def _feasible(t: optuna.trial.FrozenTrial) -> bool:
@@ -205,6 +205,14 @@ def pareto(study: optuna.Study, cfg: TuningConfig) -> Any:
     return pd.DataFrame(rows)
 
 
+def _is_default(controller: str, best: optuna.trial.FrozenTrial, cfg: TuningConfig) -> bool:
+    """Whether the best trial ran the controller's untuned defaults (a start point)."""
+    try:
+        return best.params == config_to_params(controller, None, cfg.pinned())
+    except (ValueError, ConfigError):  # a pinned field clashes with a default: none ran
+        return False
+
+
 def write_run(
     out: str | Path,
     cfg: TuningConfig,
@@ -260,6 +268,7 @@ def write_run(
         "best_params": best.params,
         "best_scenario": dict(scenario or {}),
         "best_trial": best.number,
+        "best_is_default": _is_default(c, best, cfg),
         "controller": c,
         "importance_evaluator": evaluator,
         "n_complete": len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))),

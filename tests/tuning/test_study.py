@@ -68,6 +68,17 @@ def test_five_trial_memory_study(tiny_cfg):
     )
 
 
+def test_best_is_default_only_for_the_untuned_defaults(tiny_cfg):
+    from types import SimpleNamespace
+
+    from tuning.export import _is_default
+
+    (dflt,) = start_points("dspark")
+    assert _is_default("dspark", SimpleNamespace(params=dict(dflt)), tiny_cfg)
+    moved = {**dflt, "memory_rounds": dflt["memory_rounds"] * 2}
+    assert not _is_default("dspark", SimpleNamespace(params=moved), tiny_cfg)
+
+
 def test_fixed_trial_scores_like_the_simulator(tiny_cfg):
     obj = Objective(tiny_cfg)
     p = start_points("dspark")[0]
@@ -91,6 +102,9 @@ def test_tune_writes_the_run_folder(tiny_cfg, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["kind"] == "tune" and summary["n_trials"] == 5
     assert returned["best_params"] == summary["best_params"]
+    # trial 0 runs the untuned defaults (the only start point of a goodput study): the summary
+    # says the best is the default exactly when that trial is the best
+    assert summary["best_is_default"] == (summary["best_trial"] == 0)
     assert summary["directions"] == ["maximize"] and summary["objective"] == "throughput"
     for k in ("study_name", "storage", "best_value", "best_params"):
         assert k in summary
