@@ -385,3 +385,50 @@ def heldout_sentence(ev: pd.DataFrame, metric: str = "throughput_tokens_per_s") 
         else "one seed: no spread measured"
     )
     return text + f"; {sure}; it wins on {wins} of {n_wl} workload{'s' if n_wl != 1 else ''}."
+
+
+def heldout_capacity_sentence(
+    cap: pd.DataFrame, compare: dict | None = None, best_is_default: bool = False
+) -> str:
+    """The held-out evaluation of a study tuned for capacity at SLO, on that measure
+    (``heldout_capacity.csv``): the tuned controller's capacity (mean over the held-out
+    workloads and seeds); its gain over the default as the study computed it
+    (``summary.json``'s ``tuned_vs_default``: mean over pairs, their range, the spread over
+    seeds, the workloads it wins, and whether it beats the spread); its margin over the best
+    other contender."""
+    metric = "capacity_load_scale"
+    if metric not in cap.columns or cap.empty:
+        return ""
+    cap = cap[cap["controller"].map(role) == CONTENDER]
+    mean = cap.groupby("controller")[metric].mean().sort_values(ascending=False)
+    tuned = next((c for c in mean.index if str(c).endswith("-tuned")), None)
+    if tuned is None:
+        return ""
+    n_wl, n_seed = cap["workload"].nunique(), cap["seed"].nunique()
+    text = (
+        f"by capacity at SLO (the study's measure: load scale, mean over {n_wl} held-out "
+        f"workload{'s' if n_wl != 1 else ''} × {n_seed} seed{'s' if n_seed != 1 else ''}), "
+        f"**{tuned}** {fmt_num(mean[tuned], '{:.3g}')}"
+    )
+    c = compare or {}
+    default = c.get("default")
+    if c.get("gain") is not None:
+        wins = sum(g > 0 for g in c.get("workload_gains", {}).values())
+        text += (
+            f", {c['gain']:+.1%} over {default} (pairs {c['gain_min']:+.1%} to "
+            f"{c['gain_max']:+.1%}, spread over seeds ±{c['spread']:.1%}; better on {wins} of "
+            f"{len(c.get('workload_gains', {}))} workloads)"
+        )
+        if c.get("within_spread"):
+            text += "; tuning does not beat the default by more than the spread"
+    if best_is_default:
+        text += "; the best trial is the untuned default"
+    others = mean.drop([tuned, default], errors="ignore")
+    if len(others):
+        m = mean[tuned] / others.iloc[0] - 1
+        tie = " — a tie" if abs(m) < SEPARATION else ""
+        text += (
+            f"; {fmt_num(m * 100, '{:+.1f}%')} over the best other contender ({others.index[0]}, "
+            f"{fmt_num(others.iloc[0], '{:.3g}')}{tie})"
+        )
+    return text + "."

@@ -20,7 +20,7 @@ from reports.analysis import (
     reference_slice,
 )
 from reports.answer import answer, answer_sentence
-from reports.build_slo import ANSWER_TITLE, CAPACITY_TITLE, SLO_TITLE
+from reports.build_slo import ANSWER_TITLE, CAPACITY_TITLE, HELDOUT_TABLES, SLO_TITLE
 from reports.claims import audit, real_provenance
 from reports.loader import Run, load_runs
 from reports.plots import MIN_POSITION_ROUNDS
@@ -431,12 +431,9 @@ class Builder:
         sec.p("Tuned and baseline controllers on workloads not used for tuning; mean over seeds.")
 
         def body(s: Section, r: Run, slug: str):
-            ev = r.tables["evaluation"]
-            for metric, head, f in (
-                ("throughput_tokens_per_s", "throughput (tokens/s)", "{:,.0f}"),
-                ("speedup", "speedup over k = 0 (×)", "{:.2f}"),
-            ):
-                if metric not in ev.columns:
+            for table, metric, head, f in HELDOUT_TABLES:
+                ev = r.tables.get(table)
+                if ev is None or metric not in ev.columns:
                     continue
                 pv = ev.pivot_table(
                     index="controller", columns="workload", values=metric, aggfunc="mean"

@@ -32,6 +32,7 @@ ERROR_COLUMNS = ("controller", "workload", "metric", "sim", "real", "real_spread
 IMPORTANCE_COLUMNS = ("param", "importance")
 TRIAL_COLUMNS = ("number", "state")
 EVALUATION_COLUMNS = ("controller", "workload", "seed")
+HELDOUT_CAPACITY_COLUMNS = ("controller", "workload", "seed", "capacity_load_scale")
 REAL_ROW_KEYS = ("controller", "tokens_per_s")
 CAPACITY_ROW_KEYS = ("controller", "capacity_load_scale")
 CAPACITY_COLUMNS = ("controller", "seed", "capacity_load_scale")
@@ -246,6 +247,9 @@ def load_run(path: Path) -> Run:
         t["importances"] = read_csv(path / "importances.csv", IMPORTANCE_COLUMNS, optional=True)
         t["pareto"] = read_csv(path / "pareto.csv", (), optional=True)
         t["evaluation"] = read_csv(path / "evaluation.csv", EVALUATION_COLUMNS, optional=True)
+        t["heldout_capacity"] = read_csv(
+            path / "heldout_capacity.csv", HELDOUT_CAPACITY_COLUMNS, optional=True
+        )
     elif run.kind == "real":
         t["real"] = _rows_table(summary, path / "summary.json", REAL_ROW_KEYS)
         t["rounds"] = read_csv(path / "rounds.csv", ROUND_REQUIRED, optional=True)
