@@ -58,3 +58,28 @@ def test_the_loader_reads_heldout_capacity(tmp_path):
     _capacity().drop(columns="seed").to_csv(tmp_path / "heldout_capacity.csv", index=False)
     with pytest.raises(DSparkError, match=r"heldout_capacity\.csv: missing required column 'seed'"):
         load_run(tmp_path)
+
+
+def test_the_answer_and_the_evaluation_section_read_the_capacity_of_a_slo_study(tmp_path):
+    from reports import make_report
+    from tests.reports.fixtures import write_tune_run
+
+    folder = write_tune_run(tmp_path / "tune")
+    summary = json.loads((folder / "summary.json").read_text())
+    summary.update(objective="slo-capacity", tuned_vs_default=COMPARE, best_is_default=False)
+    (folder / "summary.json").write_text(json.dumps(summary))
+    _capacity().to_csv(folder / "heldout_capacity.csv", index=False)
+    make_report([folder], tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert (
+        "**Held-out evaluation** (tune run `tune`): by capacity at SLO (the study's measure" in md
+    )
+    sec = md[md.index("## Held-out evaluation") :]
+    assert sec.index("capacity at SLO (load scale) per controller") < sec.index(
+        "throughput (tokens"
+    )
+    # without heldout_capacity.csv (a study tuned for throughput): by throughput, as before
+    (folder / "heldout_capacity.csv").unlink()
+    make_report([folder], tmp_path / "report2")
+    md = (tmp_path / "report2" / "report.md").read_text()
+    assert "**Held-out evaluation** (tune run `tune`): by throughput (output tokens/s" in md
