@@ -153,8 +153,9 @@ def _tune(cfg: DemoConfig, out: Path, n: int) -> str:
 
 
 def _simulate(cfg: DemoConfig, out: Path, tuned: str, n: int) -> None:
-    """Steps 2-4: every controller on the standard scenario over loads; the A100 scenario and
-    the scaling sweep; controller traces on the tiny scenario."""
+    """Steps 2-5: every controller on the standard scenario over loads and the main contenders'
+    capacity at SLO; the A100 scenario and the scaling sweep; controller traces on the tiny
+    scenario."""
     every = [*SIM_CONTROLLERS, tuned, "clairvoyant", "rate-oracle"]
     loads = ",".join(f"{x:g}" for x in cfg.loads)
     _step(2, n, f"simulate: standard scenario, every controller, loads {loads}")
@@ -171,7 +172,7 @@ def _simulate(cfg: DemoConfig, out: Path, tuned: str, n: int) -> None:
             "--quiet",
         ]
     )
-    _step(2, n, "capacity at SLO: the standard scenario's [slo], the main contenders")
+    _step(3, n, "capacity at SLO: the standard scenario's [slo], the main contenders")
     _cli(
         [
             "capacity",
@@ -189,7 +190,7 @@ def _simulate(cfg: DemoConfig, out: Path, tuned: str, n: int) -> None:
             str(out / "capacity-standard"),
         ]
     )
-    _step(3, n, "simulate: the seed's A100 scenario, and scaling from 1 to 1024 GPUs")
+    _step(4, n, "simulate: the seed's A100 scenario, and scaling from 1 to 1024 GPUs")
     _cli(
         [
             "simulate",
@@ -206,7 +207,7 @@ def _simulate(cfg: DemoConfig, out: Path, tuned: str, n: int) -> None:
         ]
     )
     _scaling(cfg, tuned, out / "simulate-scaling")
-    _step(4, n, "simulate: controller traces on the tiny scenario")
+    _step(5, n, "simulate: controller traces on the tiny scenario")
     # long outputs, so that a request spans many blocks of controller updates
     long_outputs = [
         "workload.output.mean_tokens=900",
@@ -237,10 +238,10 @@ def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Pa
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    n = 7
+    n = 8
     tuned = _tune(cfg, out, n)
     _simulate(cfg, out, tuned, n)
-    _step(5, n, "real engine: shipped models, batch 1, every controller; threshold-mode quality")
+    _step(6, n, "real engine: shipped models, batch 1, every controller; threshold-mode quality")
     _cli(
         [
             "real",
@@ -258,9 +259,9 @@ def run_demo(out: str | Path = "runs/demo", cfg: DemoConfig | None = None) -> Pa
             str(out / "real"),
         ]
     )
-    _step(6, n, "validate: simulator prediction vs the real engine")
+    _step(7, n, "validate: simulator prediction vs the real engine")
     _cli(["validate", str(REPO / cfg.validate_config), "--out", str(out / "validate"), "--quiet"])
-    _step(7, n, f"report (steps 1-6 took {time.perf_counter() - t0:.0f} s)")
+    _step(8, n, f"report (steps 1-7 took {time.perf_counter() - t0:.0f} s)")
     report = out / "report"
     _cli(["report", str(out), "--out", str(report), "--title", "DSpark Lab demo"])
     return report / "index.html"
