@@ -95,7 +95,10 @@ def test_profile_holds_every_kind_the_model_reads(run):
     kinds = set(coll["kind"])
     assert {"all_reduce", "sharded", "local", "layer", "broadcast", "replicated"} <= kinds
     table = pd.read_csv(out / "tp" / "latency_tp1.csv")
-    assert (table["seconds"] > 0).all()
+    # measured passes take time; a drafter row derived from differences of timings is floored
+    # at 0 (real.profile: under heavy load a 63-token prefill less a one-token propose was)
+    assert (table.loc[table["model"] == "target", "seconds"] > 0).all()
+    assert (table["seconds"] >= 0).all()
     summary = json.loads((out / "tp" / "summary.json").read_text())
     # the replicated drafter timed on both ranks at once over rank 0 alone: a positive ratio
     # (its rows of the TP = 2 table are the TP = 1 rows times it)
