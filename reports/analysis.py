@@ -361,18 +361,12 @@ def heldout_sentence(ev: pd.DataFrame, metric: str = "throughput_tokens_per_s") 
     wins = int((per_wl.idxmax(axis=1) == tuned).sum())
     n_wl, n_seed = ev["workload"].nunique(), ev["seed"].nunique()
     text = (
-        f"by throughput (output tokens/s, mean over {n_wl} held-out workload"
-        f"{'s' if n_wl != 1 else ''} × {n_seed} seed{'s' if n_seed != 1 else ''}), "
+        f"by throughput (output tokens/s, mean over {_held_out(ev)}), "
         f"**{tuned}** {fmt_num(mine[metric].mean(), '{:,.0f}')} tok/s"
     )
     if len(others):
         best = others.index[0]
-        m = mine[metric].mean() / others.iloc[0] - 1
-        tie = " — a tie" if abs(m) < SEPARATION else ""
-        text += (
-            f", {fmt_num(m * 100, '{:+.1f}%')} over the best other contender ({best}, "
-            f"{fmt_num(others.iloc[0], '{:,.0f}')}{tie})"
-        )
+        text += ", " + _over_best_other(mine[metric].mean(), others, "{:,.0f}")
         r = (per_wl[tuned] / per_wl[best] - 1) * 100
         if len(r) > 1:
             text += (
@@ -404,10 +398,8 @@ def heldout_capacity_sentence(
     tuned = next((c for c in mean.index if str(c).endswith("-tuned")), None)
     if tuned is None:
         return ""
-    n_wl, n_seed = cap["workload"].nunique(), cap["seed"].nunique()
     text = (
-        f"by capacity at SLO (the study's measure: load scale, mean over {n_wl} held-out "
-        f"workload{'s' if n_wl != 1 else ''} × {n_seed} seed{'s' if n_seed != 1 else ''}), "
+        f"by capacity at SLO (the study's measure: load scale, mean over {_held_out(cap)}), "
         f"**{tuned}** {fmt_num(mean[tuned], '{:.3g}')}"
     )
     c = compare or {}
@@ -425,10 +417,25 @@ def heldout_capacity_sentence(
         text += "; the best trial is the untuned default"
     others = mean.drop([tuned, default], errors="ignore")
     if len(others):
-        m = mean[tuned] / others.iloc[0] - 1
-        tie = " — a tie" if abs(m) < SEPARATION else ""
-        text += (
-            f"; {fmt_num(m * 100, '{:+.1f}%')} over the best other contender ({others.index[0]}, "
-            f"{fmt_num(others.iloc[0], '{:.3g}')}{tie})"
-        )
+        text += "; " + _over_best_other(mean[tuned], others, "{:.3g}")
     return text + "."
+
+
+def _held_out(df: pd.DataFrame) -> str:
+    """ "N held-out workloads × S seeds" of an evaluation table."""
+    n_wl, n_seed = df["workload"].nunique(), df["seed"].nunique()
+    return (
+        f"{n_wl} held-out workload{'s' if n_wl != 1 else ''} × "
+        f"{n_seed} seed{'s' if n_seed != 1 else ''}"
+    )
+
+
+def _over_best_other(value: float, others: pd.Series, fmt: str) -> str:
+    """The margin of ``value`` over the first of ``others`` (sorted, best first), a tie
+    within :data:`SEPARATION`."""
+    m = value / others.iloc[0] - 1
+    tie = " — a tie" if abs(m) < SEPARATION else ""
+    return (
+        f"{fmt_num(m * 100, '{:+.1f}%')} over the best other contender ({others.index[0]}, "
+        f"{fmt_num(others.iloc[0], fmt)}{tie})"
+    )
