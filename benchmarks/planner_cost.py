@@ -5,12 +5,13 @@
    ``control.batch.plan_round`` and ``observe_round`` by a synthetic batch, in two call patterns:
 
    - *sim*: as ``sim.replica`` calls it: the scenario's SLOs told to the planner and every member,
-     each member observed through its bound ``observe_values`` (the Observation's fields
-     positionally; confidences only when the controller reads them);
+     the members observed through the planner's ``observe_members`` (confidences only when a
+     controller reads them);
    - *engine*: as ``real.engine`` calls it: ``plan_round`` with ``BatchContext(B, Σ context,
-     k_max = 16)``, each member observed with an ``Observation``, no SLOs.
+     k_max = 16)``, the members observed through ``observe_members`` with their confidences,
+     no SLOs.
 
-   A round's time is plan + the members' observe calls + ``observe_round``; everything the
+   A round's time is plan + ``observe_members`` + ``observe_round``; everything the
    synthetic batch does itself (acceptance draws, building observations, the round's modelled
    seconds) is outside the clock. The batch is the standard scenario's: per-request acceptance
    rates from its Beta(0.75, 10), output and prompt lengths from its lognormals; run lengths are
@@ -48,7 +49,6 @@ sys.path.insert(0, str(ROOT))
 
 from control.batch import BatchContext, RoundStats, Slo, plan_round  # noqa: E402
 from control.registry import make_config, make_controller, make_planner  # noqa: E402
-from control.types import Observation  # noqa: E402
 
 BATCHES = (1, 16, 64, 256)
 PATTERNS = ("sim", "engine")
@@ -143,40 +143,17 @@ class Batch:
         return t1 - t0, t_obs, t5 - t4
 
     def _observe(self, end, ks, accepted, emitted, confs, draft_s, verify_s, ctx_sum) -> float:
-        """The members' observations (built outside the clock), their observe calls timed."""
+        """The members' observations, handed over as the drivers do (``observe_members``:
+        ``sim.rounds`` with the confidences only when a controller reads them, ``real.engine``
+        always), the call timed."""
         B, tokens = self.B, sum(ks) + self.B
-        if self.pattern == "engine":
-            obs = [
-                Observation(end, k, n, cf, draft_s, verify_s, cx, 0, e, (), B, tokens, ctx_sum)
-                for k, n, cf, cx, e in zip(ks, accepted, confs, self.context, emitted)
-            ]
-            calls = [c.observe for c in self.members]
-            t0 = time.perf_counter()
-            for f, o in zip(calls, obs):
-                f(o)
-            return time.perf_counter() - t0
-        args = [
-            (
-                end,
-                k,
-                n,
-                cf if getattr(c, "reads_confidences", True) else (),
-                draft_s,
-                verify_s,
-                cx,
-                0,
-                e,
-                (),
-                B,
-                tokens,
-                ctx_sum,
-            )
-            for c, k, n, cf, cx, e in zip(self.members, ks, accepted, confs, self.context, emitted)
-        ]
-        calls = [c.observe_values for c in self.members]
+        reads = any(getattr(c, "reads_confidences", True) for c in self.members)
+        conf = confs if self.pattern == "engine" or reads else None
         t0 = time.perf_counter()
-        for f, a in zip(calls, args):
-            f(*a)
+        self.planner.observe_members(
+            self.members, end, ks, accepted, conf, draft_s, verify_s, self.context, [0] * B,
+            emitted, [()] * B, tokens, ctx_sum,
+        )  # fmt: skip
         return time.perf_counter() - t0
 
     def _advance(self, emitted: list[int], end: float) -> None:

@@ -177,6 +177,39 @@ class RoundPlanner:
     def observe_round(self, stats: RoundStats) -> None:
         """Told after every round (default: nothing to learn)."""
 
+    #: whether :meth:`observe_members` does better than each member's own ``observe_values``
+    #: (a planner that records its members' evidence at once); drivers call it when so
+    records_members: bool = False
+
+    def observe_members(
+        self,
+        members: Sequence[Any],
+        now_s: float,
+        drafted: Sequence[int],
+        accepted: Sequence[int],
+        confidences: Sequence[tuple[float, ...]] | None,
+        draft_s: float,
+        verify_s: float,
+        context: Sequence[int],
+        lossy: Sequence[int],
+        emitted: Sequence[int],
+        sentence_ends: Sequence[tuple[int, ...]],
+        batch_tokens: int,
+        batch_context_tokens: int,
+    ) -> None:
+        """Each member's observation of the round, in batch order (one entry per member in
+        each sequence; ``confidences`` None when no member reads them): by default each
+        member's ``observe_values`` with its :class:`~control.types.Observation`'s fields."""
+        size = len(members)
+        conf = confidences if confidences is not None else [()] * size
+        for m, d, n, cf, cx, lo, e, se in zip(
+            members, drafted, accepted, conf, context, lossy, emitted, sentence_ends
+        ):
+            m.observe_values(
+                now_s, d, n, cf, draft_s, verify_s, cx, lo, e, se, size, batch_tokens,
+                batch_context_tokens,
+            )  # fmt: skip
+
     def reset(self) -> None:
         """Back to the initial state (default: stateless)."""
 

@@ -141,13 +141,21 @@ class DSparkBaseController(ValuesObserver):
         batch_tokens=0,
         batch_context_tokens=0,
     ) -> None:
-        # hot path (the simulator calls it per sequence per round): locals, no calls but the
-        # policy's own record, the window's push and the block planner's feed (both bound once)
-        # unless something happens (a fruitless round, a cool-down step, a block boundary).
+        # hot path (the simulator calls it per sequence per round): the policy's own record,
+        # then what both policies do with a round (_observed)
         if self.records_evidence:
             self._record(now_s, drafted, n, draft_s, verify_s, context_tokens, e, batch_size, batch_tokens, batch_context_tokens)  # fmt: skip
+        self._observed(now_s, drafted, n, draft_s, draft_s + verify_s, lossy_accepts, e, sentence_ends)  # fmt: skip
+
+    def _observed(self, now_s, drafted, n, draft_s, round_s, lossy_accepts, e, sentence_ends):
+        """What both policies do with an observed round (after the policy's record): the
+        window's push, the retry cap and the blocks. Locals, no calls but the window's push and
+        the block planner's feed (both bound once) unless something happens (a fruitless round,
+        a cool-down step, a block boundary). A round planner that records a batch's evidence at
+        once (:meth:`control.dspark_planner.DSparkPlanner.observe_members`) calls it per
+        member."""
         # window.row_of, one line (this function is the hot path; the formatter would spread it)
-        self._push((n, 1 if n < drafted else 0, drafted, e, draft_s, draft_s + verify_s, lossy_accepts, now_s))  # fmt: skip
+        self._push((n, 1 if n < drafted else 0, drafted, e, draft_s, round_s, lossy_accepts, now_s))  # fmt: skip
         self.rounds += 1
         changed = False
         if self.cooldown:

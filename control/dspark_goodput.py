@@ -15,7 +15,9 @@ from control.dspark_config import GoodputPolicyConfig
 from control.dspark_planner import DSparkPlanner
 from control.seqstate import (
     ALPHA,
+    CONTEXT,
     DECODE_S,
+    FIRST_S,
     PLANNED,
     RECENT_N,
     RECENT_REJ,
@@ -34,10 +36,10 @@ class GoodputPolicyController(DSparkBaseController):
 
     def __init__(self, config: GoodputPolicyConfig | None = None) -> None:
         c = config or GoodputPolicyConfig()
-        # α is the time-penalty weight of speculation, 1 = pure goodput (its ceiling)
-        super().__init__(c, 1.0, 1.0)
         self._decay = 1.0 - 1.0 / c.memory_rounds  # forgetting of the â counts
         self._fast = 1.0 - 1.0 / c.recent_rounds  # forgetting of the recent counts
+        # α is the time-penalty weight of speculation, 1 = pure goodput (its ceiling)
+        super().__init__(c, 1.0, 1.0)
         self._retry = c.goodput_cooldown
 
     def first_token(self, ttft_s: float) -> None:
@@ -62,6 +64,7 @@ class GoodputPolicyController(DSparkBaseController):
         # memoryviews: element access in Python floats, ~2x numpy's scalar indexing
         self._row: Any = memoryview(store.values[slot])  # format "d": floats in and out
         self._cnt: Any = memoryview(store.counts[slot])
+        store.decay[slot], store.fast[slot] = self._decay, self._fast
 
     def __getstate__(self) -> dict[str, Any]:  # memoryviews do not pickle: rebound on load
         return {k: v for k, v in self.__dict__.items() if k not in ("_row", "_cnt")}
@@ -76,6 +79,16 @@ class GoodputPolicyController(DSparkBaseController):
     recent_rej = property(lambda self: float(self._row[RECENT_REJ]))
     decode_s = property(lambda self: float(self._row[DECODE_S]))
     tokens = property(lambda self: int(self._row[TOKENS]))
+
+    @property
+    def first_s(self) -> float:
+        """Start of the first round observed (≈ the first token's time); -1 before it."""
+        return float(self._row[FIRST_S])
+
+    @property
+    def context_tokens(self) -> int:
+        """The sequence's context after the last round observed (prompt + emitted)."""
+        return int(self._row[CONTEXT])
 
     @property
     def alpha(self) -> float:
@@ -117,8 +130,6 @@ class GoodputPolicyController(DSparkBaseController):
             SeqArrays.single(c.k_max).new_slot(self)
         else:
             store.new_slot(self, self._slot)
-        self.context_tokens = 0
-        self.first_s = -1.0  # start of the first round observed (≈ the first token's time)
         self.ttft_s = math.nan  # the request's time to first token, when the driver tells it
         # own planner when no round planner drives this sequence; reset() keeps it — the costs
         # it learned are the hardware's, not the sequence's (a new controller forgets)
@@ -150,7 +161,8 @@ class GoodputPolicyController(DSparkBaseController):
         batch_context_tokens,
     ) -> None:
         # hot path: the round's evidence goes in place into this sequence's rows
-        # (control.seqstate); the base's observe_values then does what both policies do
+        # (control.seqstate; SeqArrays.record does the same for a batch at once); the base's
+        # observe_values then does what both policies do
         r = self._row
         rej = 1 if n < drafted else 0
         f = self._decay
@@ -159,28 +171,44 @@ class GoodputPolicyController(DSparkBaseController):
         f = self._fast
         r[2] = r[2] * f + n  # RECENT_N
         r[3] = r[3] * f + rej  # RECENT_REJ
-        self.context_tokens = context_tokens + e
-        if self.first_s < 0.0:
-            self.first_s = now_s - draft_s - verify_s
-        r[4] = now_s - self.first_s  # DECODE_S
+        r[9] = context_tokens + e  # CONTEXT
+        if r[8] < 0.0:  # FIRST_S
+            r[8] = now_s - draft_s - verify_s
+        r[4] = now_s - r[8]  # DECODE_S
         r[5] += e  # TOKENS
         if drafted:  # per-position evidence, pooled by the planner at its next full plan
             self._cnt[n if n < drafted else self._full + n] += 1.0
         if self._solo is not None:  # no round planner: the round goes to its own planner
-            self._solo.observe_round(
-                RoundStats.of_sequence(
-                    now_s,
-                    drafted,
-                    n,
-                    e,
-                    draft_s,
-                    verify_s,
-                    context_tokens,
-                    batch_size,
-                    batch_tokens,
-                    batch_context_tokens,
-                )
+            self._tell_solo(now_s, drafted, n, e, draft_s, verify_s, context_tokens, batch_size, batch_tokens, batch_context_tokens)  # fmt: skip
+
+    def _tell_solo(
+        self,
+        now_s,
+        drafted,
+        n,
+        e,
+        draft_s,
+        verify_s,
+        context_tokens,
+        batch_size,
+        batch_tokens,
+        batch_context_tokens,
+    ) -> None:
+        """The round, to the planner this sequence keeps of its own (``decide``)."""
+        self._solo.observe_round(
+            RoundStats.of_sequence(
+                now_s,
+                drafted,
+                n,
+                e,
+                draft_s,
+                verify_s,
+                context_tokens,
+                batch_size,
+                batch_tokens,
+                batch_context_tokens,
             )
+        )
 
     # --- policy hooks --
     def _initial_k(self) -> int:

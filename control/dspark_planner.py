@@ -70,6 +70,10 @@ PREFILL_SHARE_RATE = 0.01
 #: The prefill share is capped here: a replica that only prefills still plans its decode.
 PREFILL_SHARE_MAX = 0.9
 
+#: Batches from this size on record their members' evidence at once (``observe_members``);
+#: below it each member's own record is cheaper than numpy's calls.
+RECORD_AT_ONCE = 8
+
 #: Per-round memory of the emitted / prefilled token sums behind the observed prompt value
 #: (~1000 rounds: many requests' prompts and outputs, so one long prompt does not swing it).
 PROMPT_VALUE_KEEP = 0.999
@@ -79,6 +83,7 @@ class DSparkPlanner(RoundPlanner):
     """Goodput planning of draft lengths for a batch of ``dspark`` sequences."""
 
     needs_rates = False  # the rate oracle (control.references) sets it and is told true rates
+    records_members = True  # observe_members records the batch's evidence at once
 
     def __init__(self, config: Any) -> None:
         self.config = config
@@ -87,6 +92,7 @@ class DSparkPlanner(RoundPlanner):
         #: the batch's per-sequence state, a slot per member (control.seqstate)
         self.seqs = SeqArrays(config.k_max, 16)
         self._idx = np.zeros(0, dtype=np.intp)  # the slots of this round's members
+        self._members: list = []  # this round's members (observe_members checks them)
         self._ranks = np.arange(1, config.k_max + 1)  # draft positions 1..K (_beliefs)
         self._steps = np.arange(config.k_max, dtype=float)[:, None]  # accepted before j, (K, 1)
         self.reset()
@@ -250,6 +256,7 @@ class DSparkPlanner(RoundPlanner):
     def plan(self, now_s: float, members: Sequence[Any], batch: BatchContext) -> list[Decision]:
         c = self.config
         self._idx = idx = self.seqs.slots_of(members)
+        self._members = members if isinstance(members, list) else list(members)
         base = [m.take_decision() for m in members]
         k_max = c.k_max if batch.max_draft is None else min(c.k_max, batch.max_draft)
         B = len(members)
@@ -375,6 +382,42 @@ class DSparkPlanner(RoundPlanner):
         if not self._pass_s > 0.0:
             return 0.0
         return min(self._chunk_s / self._pass_s, PREFILL_SHARE_MAX)
+
+    def observe_members(
+        self,
+        members,
+        now_s,
+        drafted,
+        accepted,
+        confidences,
+        draft_s,
+        verify_s,
+        context,
+        lossy,
+        emitted,
+        sentence_ends,
+        batch_tokens,
+        batch_context_tokens,
+    ) -> None:
+        """The round's observations of the members this round planned: their evidence
+        recorded into the planner's arrays at once (:meth:`SeqArrays.record`), then what each
+        does with a round besides (its window, retry cap and blocks), exactly as if each had
+        observed its own; other members, or a batch under ``RECORD_AT_ONCE``, one by one."""
+        listed = members if isinstance(members, list) else list(members)
+        if len(listed) < RECORD_AT_ONCE or listed != self._members:  # identity, in order
+            super().observe_members(
+                members, now_s, drafted, accepted, confidences, draft_s, verify_s, context,
+                lossy, emitted, sentence_ends, batch_tokens, batch_context_tokens,
+            )  # fmt: skip
+            return
+        self.seqs.record(self._idx, now_s, drafted, accepted, emitted, draft_s, verify_s, context)
+        round_s, size = draft_s + verify_s, len(listed)
+        for m, d, n, cx, lo, e, se in zip(
+            listed, drafted, accepted, context, lossy, emitted, sentence_ends
+        ):
+            if m._solo is not None:  # a sequence that also keeps a planner of its own
+                m._tell_solo(now_s, d, n, e, draft_s, verify_s, cx, size, batch_tokens, batch_context_tokens)  # fmt: skip
+            m._observed(now_s, d, n, draft_s, round_s, lo, e, se)
 
     def observe_round(self, stats: RoundStats) -> None:
         self.rounds += 1

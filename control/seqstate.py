@@ -2,7 +2,8 @@
 
 A :class:`SeqArrays` holds, for each slot, the numbers the round planner reads
 (:mod:`control.dspark_planner`): the forgotten acceptance counts, the TPOT history, α and the
-planned length (one float row, columns ``SUM_N`` … ``PLANNED``), the per-position counts since
+planned length, the start of its first round and its context (one float row, columns ``SUM_N``
+… ``CONTEXT``), its forgetting factors, the per-position counts since
 the last full plan, and the rates that plan predicted. A sequence
 (:class:`~control.dspark.DSparkController`) holds views of its own rows and updates them in
 place when it observes a round, so a plan reads the batch with one gather, never by visiting
@@ -18,8 +19,8 @@ from typing import Any
 import numpy as np
 
 #: columns of the float row
-SUM_N, SUM_REJ, RECENT_N, RECENT_REJ, DECODE_S, TOKENS, ALPHA, PLANNED = range(8)
-COLUMNS = 8
+SUM_N, SUM_REJ, RECENT_N, RECENT_REJ, DECODE_S, TOKENS, ALPHA, PLANNED, FIRST_S, CONTEXT = range(10)
+COLUMNS = 10
 
 
 class SeqArrays:
@@ -32,6 +33,8 @@ class SeqArrays:
         self.counts = np.zeros((0, 2 * (k_max + 1)))  # see DSparkController.counts
         self.rates = np.zeros((0, k_max))  # the last full plan's per-position rates
         self.has_rates = np.zeros(0, dtype=bool)
+        self.decay = np.ones(0)  # each slot's forgetting of SUM_N / SUM_REJ a round
+        self.fast = np.ones(0)  # and of RECENT_N / RECENT_REJ
         self.owners = np.empty(0, dtype=object)  # the member in each slot (None: free)
         self.seen = np.zeros(0, dtype=np.int64)  # the last plan that listed each slot
         self.used = np.zeros(0, dtype=bool)  # whether a member holds each slot
@@ -49,6 +52,7 @@ class SeqArrays:
         st.counts = np.zeros((1, 2 * (k_max + 1)))
         st.rates = np.zeros((1, k_max))
         st.has_rates = np.zeros(1, dtype=bool)
+        st.decay, st.fast = np.ones(1), np.ones(1)
         st.owners, st.free = np.empty(1, dtype=object), [0]
         st.seen = np.zeros(1, dtype=np.int64)
         st.used = np.zeros(1, dtype=bool)
@@ -60,6 +64,8 @@ class SeqArrays:
         self.counts = _resized(self.counts, capacity)
         self.rates = _resized(self.rates, capacity)
         self.has_rates = _resized(self.has_rates, capacity)
+        self.decay = _resized(self.decay, capacity)
+        self.fast = _resized(self.fast, capacity)
         self.seen = _resized(self.seen, capacity)
         self.used = _resized(self.used, capacity)
         self.owners = _resized(self.owners, capacity)
@@ -69,8 +75,9 @@ class SeqArrays:
             self.owners[slot]._bind(self, slot)
 
     def new_slot(self, member: Any, slot: int | None = None) -> int:
-        """A zeroed slot for ``member`` (α 1, no planned length, no predicted rates): a free
-        one, or ``slot`` (the member's own, cleared)."""
+        """A zeroed slot for ``member`` (α 1, no planned length, no first round, no predicted
+        rates): a free one, or ``slot`` (the member's own, cleared). The member's ``_bind``
+        writes its forgetting factors."""
         if slot is None:
             if not self.free:
                 self._grow(max(2 * self.capacity, 4))
@@ -78,6 +85,7 @@ class SeqArrays:
         self.values[slot] = 0.0
         self.values[slot, ALPHA] = 1.0
         self.values[slot, PLANNED] = -1.0
+        self.values[slot, FIRST_S] = -1.0
         self.counts[slot] = 0.0
         self.has_rates[slot] = False
         self.owners[slot] = member
@@ -108,6 +116,45 @@ class SeqArrays:
             for slot in np.flatnonzero(self.used & (self.seen != self.tick)).tolist():
                 self.release(slot)
         return idx
+
+    def record(
+        self,
+        idx: np.ndarray,
+        now_s: float,
+        drafted: Any,
+        accepted: Any,
+        emitted: Any,
+        draft_s: float,
+        verify_s: float,
+        context: Any,
+    ) -> None:
+        """One round of the members in slots ``idx`` (their drafted, accepted and emitted
+        tokens and contexts, in slot order), recorded at once: for each, what its own
+        ``_record`` does with a round (:class:`~control.dspark_goodput.GoodputPolicyController`),
+        the same float operations in the same order: the counts forgotten and added to, the
+        context, the first round's start, the decode seconds and tokens, and the per-position
+        count of a round that drafted."""
+        n = np.asarray(accepted, dtype=float)
+        d = np.asarray(drafted, dtype=np.int64)
+        e = np.asarray(emitted, dtype=float)
+        short = n < d
+        rej = short.astype(float)
+        rows = self.values[idx]
+        f, g = self.decay[idx], self.fast[idx]
+        rows[:, SUM_N] = rows[:, SUM_N] * f + n
+        rows[:, SUM_REJ] = rows[:, SUM_REJ] * f + rej
+        rows[:, RECENT_N] = rows[:, RECENT_N] * g + n
+        rows[:, RECENT_REJ] = rows[:, RECENT_REJ] * g + rej
+        rows[:, CONTEXT] = np.asarray(context, dtype=float) + e
+        first = rows[:, FIRST_S]
+        first[first < 0.0] = now_s - draft_s - verify_s
+        rows[:, DECODE_S] = now_s - first
+        rows[:, TOKENS] += e
+        self.values[idx] = rows
+        drew = d > 0
+        if drew.any():
+            pos = np.where(short, n, self.k_max + 1 + n).astype(np.intp)
+            self.counts[idx[drew], pos[drew]] += 1.0  # slots are distinct: one add each
 
     def release(self, slot: int) -> None:
         """The member in ``slot`` leaves: its rows go to a store of its own."""

@@ -32,7 +32,7 @@ import torch
 
 from control.batch import BatchContext, RoundStats, plan_round
 from control.errors import DSparkError
-from control.types import Observation, RoundRecord
+from control.types import Observation, RoundRecord, observation_values
 from real.drafter_protocol import CachedDrafter, Drafter
 from real.engine_types import EngineConfig, Generation, Request, Sequence, sync
 from real.models import Segments
@@ -252,6 +252,7 @@ class Engine(TargetReference):
             draft_s, verify_s, end_s = self.agree([draft_s, verify_s, end_s])
         verify_tokens = segs.n
         events, emitted_sum = self._commit_rows(
+            planner,
             run,
             decs,
             props,
@@ -303,14 +304,17 @@ class Engine(TargetReference):
         )
         return decs, ks
 
-    def _commit_rows(self, run, decs, props, drafted, segs, ns, nxts, lossys, idl, timing):
+    def _commit_rows(self, planner, run, decs, props, drafted, segs, ns, nxts, lossys, idl, timing):
         """Commit every row's accepted tokens (cut at end-of-text), feed its controller the
-        round's observation and record it. Returns (events, tokens emitted in all)."""
+        round's observation (through the planner when it records a batch at once) and record
+        it. Returns (events, tokens emitted in all)."""
         end_s, draft_s, verify_s, verify_tokens, ctx_sum = timing
         B = len(run)
         eot = self.eot_id if self.cfg.stop_at_eot else None
         events: list[tuple[Sequence, list[int]]] = []
         emitted_sum = 0
+        at_once = planner is not None and planner.records_members
+        observations = []
         for b, s in enumerate(run):
             o, n = segs.offsets[b], ns[b]
             out = idl[o + 1 : o + 1 + n] + [nxts[b]]
@@ -333,7 +337,10 @@ class Engine(TargetReference):
                 verify_tokens,
                 ctx_sum,
             )
-            s.ctrl.observe(obs)
+            if at_once:
+                observations.append(obs)
+            else:
+                s.ctrl.observe(obs)
             if s.records is not None:
                 s.records.append(
                     RoundRecord.from_round(s.req.request_id, s.rnd, decs[b], obs, s.name)
@@ -348,6 +355,12 @@ class Engine(TargetReference):
                 s.done = True
                 s.finish_s = end_s
             events.append((s, out))
+        if at_once:
+            fields = list(zip(*[observation_values(o) for o in observations]))
+            planner.observe_members(
+                [s.ctrl for s in run], end_s, fields[1], fields[2], fields[3], draft_s,
+                verify_s, fields[6], fields[7], fields[8], fields[9], verify_tokens, ctx_sum,
+            )  # fmt: skip
         return events, emitted_sum
 
     def _retire_done(self, run) -> None:

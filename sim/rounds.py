@@ -32,6 +32,12 @@ def observer(c: Any) -> Callable[..., None]:
     return lambda *values: obs(Observation(*values))
 
 
+def per_row_confidences(rnd: Any) -> list[tuple[float, ...]]:
+    """Each row's drafter confidences of the tokens it drafted (a round's confidences are
+    padded to its longest draft)."""
+    return [tuple(cf[:ke]) if ke else () for cf, ke in zip(rnd.confidences.tolist(), rnd.drafted)]
+
+
 class BatchView:
     """The running set as the round loop reads it, kept between rounds until the set changes:
     request ids (list and numpy), controllers and their bound ``decide`` and observe methods,
@@ -479,44 +485,32 @@ class RoundExecutor:
         batch_size, batch_tokens, batch_context_tokens)."""
         draft_s, verify_s, size = rnd.draft_s, rnd.verify_s, rnd.size
         tokens, context = rnd.verify_tokens, rnd.context_tokens
+        planner = self.planner
+        if planner is not None and planner.records_members:  # the batch's evidence at once
+            planner.observe_members(
+                batch.controllers,
+                end,
+                rnd.drafted,
+                rnd.accepted,
+                None if rnd.confidences is None else per_row_confidences(rnd),
+                draft_s,
+                verify_s,
+                batch.context,
+                rnd.lossy.tolist() if rnd.lossy is not None else [0] * size,
+                emitted,
+                sentence_ends,
+                tokens,
+                context,
+            )
+            return
         lossy = rnd.lossy.tolist() if rnd.lossy is not None else repeat(0)
-        if rnd.confidences is None:  # nothing drafted, or no controller reads confidences
-            for f, ke, n, cx, lo, e, se in zip(
-                batch.observe,
-                rnd.drafted,
-                rnd.accepted,
-                batch.context,
-                lossy,
-                emitted,
-                sentence_ends,
-            ):
-                f(end, ke, n, (), draft_s, verify_s, cx, lo, e, se, size, tokens, context)
-        else:
-            for f, ke, n, cf, cx, lo, e, se in zip(
-                batch.observe,
-                rnd.drafted,
-                rnd.accepted,
-                rnd.confidences.tolist(),
-                batch.context,
-                lossy,
-                emitted,
-                sentence_ends,
-            ):
-                f(
-                    end,
-                    ke,
-                    n,
-                    tuple(cf[:ke]) if ke else (),
-                    draft_s,
-                    verify_s,
-                    cx,
-                    lo,
-                    e,
-                    se,
-                    size,
-                    tokens,
-                    context,
-                )
+        # (no confidences: nothing drafted, or no controller reads them)
+        conf = repeat(()) if rnd.confidences is None else per_row_confidences(rnd)
+        for f, ke, n, cf, cx, lo, e, se in zip(
+            batch.observe, rnd.drafted, rnd.accepted, conf, batch.context, lossy, emitted,
+            sentence_ends,
+        ):  # fmt: skip
+            f(end, ke, n, cf, draft_s, verify_s, cx, lo, e, se, size, tokens, context)
 
     def observe_traced(
         self, batch: BatchView, rnd: Round, end: float, emitted: list[int], sentence_ends: list
@@ -524,7 +518,7 @@ class RoundExecutor:
         """Each controller's Observation (``observe``), recorded with its state after it."""
         size, tracer = rnd.size, self.tracer
         assert tracer is not None
-        confidences = rnd.confidences.tolist() if rnd.confidences is not None else [()] * size
+        confidences = per_row_confidences(rnd) if rnd.confidences is not None else [()] * size
         lossy = rnd.lossy.tolist() if rnd.lossy is not None else [0] * size
         for j, c in enumerate(batch.controllers):
             drafted = rnd.drafted[j]
@@ -532,7 +526,7 @@ class RoundExecutor:
                 end,
                 drafted,
                 rnd.accepted[j],
-                tuple(confidences[j][:drafted]) if drafted else (),
+                confidences[j],
                 rnd.draft_s,
                 rnd.verify_s,
                 batch.context[j],

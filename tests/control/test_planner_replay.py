@@ -62,8 +62,10 @@ class Member:
         self.left = int(rng.integers(5, 120))
 
 
-def run_batch(name: str) -> dict:
-    """One recorded batch: per round the members' k and the planner's goodput (hex)."""
+def run_batch(name: str, at_once: bool = False) -> dict:
+    """One recorded batch: per round the members' k and the planner's goodput (hex).
+    ``at_once``: the members observe each round through the planner's ``observe_members``
+    (as the simulator and the engine drive it), else each its own ``observe_values``."""
     over, slo, b0, waves = CASES[name]
     cfg = DSparkConfig(**over)
     rng = np.random.default_rng(sum(map(ord, name)))
@@ -98,6 +100,7 @@ def run_batch(name: str) -> dict:
         draft_s = (0.002 + steps * (8e-4 + 1e-5 * drafting)) if steps else 0.0
         end = now + draft_s + verify_s
         acc_sum = emit_sum = 0
+        rows = []
         for m, k in zip(members, ks):
             if rng.random() < 0.05:
                 m.hard = not m.hard
@@ -106,11 +109,20 @@ def run_batch(name: str) -> dict:
             while n < k and rng.random() < a:
                 n += 1
             e = min(n + 1, m.left)
-            m.ctrl.observe_values(end, k, n, (), draft_s, verify_s, m.context, 0, e, (), B)
+            if at_once:
+                rows.append((k, n, m.context, e))
+            else:
+                m.ctrl.observe_values(end, k, n, (), draft_s, verify_s, m.context, 0, e, (), B)
             m.context += e
             m.left -= e
             acc_sum += n
             emit_sum += e
+        if at_once:
+            d, n, cx, e = (list(col) for col in zip(*rows))
+            planner.observe_members(
+                [m.ctrl for m in members], end, d, n, None, draft_s, verify_s, cx, [0] * B, e,
+                [()] * B, 0, 0,
+            )  # fmt: skip
         planner.observe_round(
             RoundStats(now, end, B, drafting, steps, n_tok, ctx_sum, draft_s, verify_s,
                        acc_sum, emit_sum, prefill)
@@ -152,9 +164,12 @@ def recorded() -> dict:
     return json.loads(FIXTURE.read_text())
 
 
-@pytest.mark.parametrize("name", [*CASES, "solo"])
-def test_replay_bit_identical(recorded, name):
-    got = run_solo() if name == "solo" else run_batch(name)
+@pytest.mark.parametrize(
+    ("name", "at_once"),
+    [(n, False) for n in [*CASES, "solo"]] + [(n, True) for n in CASES],  # solo: no planner
+)
+def test_replay_bit_identical(recorded, name, at_once):
+    got = run_solo() if name == "solo" else run_batch(name, at_once)
     want = recorded[name]
     for r, (a, b) in enumerate(zip(got["k"], want["k"])):
         assert a == b, f"{name}: round {r} draft lengths differ"

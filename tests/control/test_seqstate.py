@@ -103,3 +103,45 @@ def test_a_controller_copies_and_pickles_with_its_rows():
         assert (twin.sum_n, twin.counts, twin.tokens) == (m.sum_n, m.counts, m.tokens)
         observe(twin, 3, 3, 0.04)
         assert twin.sum_n > m.sum_n and m.counts[1] == 1 and twin.counts[CFG.k_max + 4] == 1
+
+
+def test_a_batch_recorded_at_once_equals_each_member_recording_its_own():
+    """``SeqArrays.record`` (the planner's ``observe_members``) writes, bit for bit, the rows
+    each member's own ``observe_values`` writes: members of two memory settings, rounds that
+    draft nothing, refuse, accept all, a first round and later ones; and the members' windows,
+    blocks and round counts move the same."""
+    cfgs = (DSparkConfig(k_max=6), DSparkConfig(k_max=6, memory_rounds=7, recent_rounds=3))
+    rng = np.random.default_rng(11)
+    twins = []
+    for _ in range(2):
+        planner = make_planner("dspark", cfgs[0])
+        members = [DSparkController(cfgs[i % 2]) for i in range(12)]
+        twins.append((planner, members))
+    t = 0.0
+    for r in range(40):
+        ks = rng.integers(0, 7, 12).tolist()
+        ns = [int(rng.integers(0, k + 1)) for k in ks]
+        es = [n + 1 for n in ns]
+        cx = rng.integers(10, 3000, 12).tolist()
+        draft_s, verify_s = 0.001 * max(ks), 0.02 + 0.01 * r
+        t += draft_s + verify_s
+        for side, (planner, members) in enumerate(twins):
+            planner.plan(t, members, BatchContext(12, sum(cx)))
+            if side == 0:
+                for m, k, n, c, e in zip(members, ks, ns, cx, es):
+                    m.observe_values(t, k, n, (), draft_s, verify_s, c, 0, e, (), 12)
+            else:
+                planner.observe_members(
+                    members, t, ks, ns, None, draft_s, verify_s, cx, [0] * 12, es,
+                    [()] * 12, 0, 0,
+                )  # fmt: skip
+    (p0, m0), (p1, m1) = twins
+    s0, s1 = p0.seqs, p1.seqs
+    i0, i1 = [m._slot for m in m0], [m._slot for m in m1]
+    assert s0.values[i0].tobytes() == s1.values[i1].tobytes()
+    assert s0.counts[i0].tobytes() == s1.counts[i1].tobytes()
+    assert [m.first_s for m in m0] == [m.first_s for m in m1] != [-1.0] * 12
+    assert [m.context_tokens for m in m0] == [m.context_tokens for m in m1]
+    for a, b in zip(m0, m1):
+        assert a.state() == b.state()
+        assert a._win._h == b._win._h
