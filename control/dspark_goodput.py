@@ -195,6 +195,7 @@ class GoodputPolicyController(DSparkBaseController):
         batch_context_tokens,
     ) -> None:
         """The round, to the planner this sequence keeps of its own (``decide``)."""
+        assert self._solo is not None
         self._solo.observe_round(
             RoundStats.of_sequence(
                 now_s,
