@@ -163,6 +163,9 @@ def _run_method(engine, m: str, method, prompts, n_new: int, hf_pair) -> tuple[f
             total_s += s
         else:
             name, cfg, engine.drafter = method
+            rc = getattr(engine.drafter, "recalibration", None)
+            if rc is not None and i == 0:  # each method's pass starts as a fresh server
+                rc.reset()
             g = engine.generate(p, n_new, make_controller(name, cfg), request_id=i)
             total_s += g.seconds
             toks_i = g.tokens

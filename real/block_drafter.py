@@ -30,12 +30,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from control.configio import param
 from control.errors import DSparkError
+from real.block_recalibration import OnlineCalibration, verified_slots
 from real.drafter_protocol import Proposal
 from real.drafters import _NONE, _gens, _OneRow
 from real.models import RMSNorm, Segments
@@ -205,12 +207,22 @@ class BlockDrafter(_OneRow):
     wants_hidden = True
 
     def __init__(
-        self, model: BlockDrafterModel, length: int, dtype: torch.dtype, device, slots: int = 1
+        self,
+        model: BlockDrafterModel,
+        length: int,
+        dtype: torch.dtype,
+        device,
+        slots: int = 1,
+        recalibration: OnlineCalibration | None = None,
     ) -> None:
+        """``recalibration``: the head's predictions refitted on the rounds the engine tells
+        (:meth:`learn`); None keeps the shipped calibration."""
         self.model, self.dtype, self.device, self.length = model, dtype, device, length
         self.name = "drafter-block"
         cfg = model.cfg
         self.block_size, self.hidden_layers = cfg.block_size, cfg.feature_layers
+        self.recalibration = recalibration
+        self._logits: dict[int, list[float]] = {}  # per slot: the kept slots' head logits
         self.allocate(slots)
 
     def allocate(self, slots: int) -> None:
@@ -248,8 +260,13 @@ class BlockDrafter(_OneRow):
             self.state["feat"][segs.slot_idx, segs.pos_idx] = f
 
     def block(self, seq: torch.Tensor, slots: list[int], Ls: list[int], heads: int | None = None):
-        """Logits ``[R, H, V]`` and confidences ``[R, H]`` of the first H = ``heads`` slots
-        (None: B) of rows ``slots`` at lengths ``Ls``."""
+        """Logits ``[R, H, V]`` and the head's confidences ``[R, H]`` of the first H =
+        ``heads`` slots (None: B) of rows ``slots`` at lengths ``Ls``."""
+        logits, z = self.block_logits(seq, slots, Ls, heads)
+        return logits, torch.sigmoid(z)
+
+    def block_logits(self, seq: torch.Tensor, slots: list[int], Ls: list[int], heads=None):
+        """:meth:`block` with the head's (calibrated) confidence logits, float32."""
         C, dev = self.model.cfg.context, seq.device
         s = torch.tensor(slots, dtype=torch.long, device=dev)[:, None]
         pos = (
@@ -261,7 +278,17 @@ class BlockDrafter(_OneRow):
         feats = self.state["feat"][s, (pos - 1).clamp_min(0)]
         valid = None if min(Ls) >= C else pos >= 0  # known on the host: no device sync
         logits, conf = self.model(tokens, feats, pos >= 1, valid, heads, projected=True)
-        return logits, torch.sigmoid(conf.float())
+        return logits, conf.float()
+
+    def _confidences(self, seq, slots, Ls, heads):
+        """Logits, confidences (lists per row) and the head's logits (None: no
+        recalibration) of rows ``slots``: the head's predictions, or their recalibration."""
+        if self.recalibration is None:
+            logits, conf = self.block(seq, slots, Ls, heads)
+            return logits, conf.tolist(), None
+        logits, z = self.block_logits(seq, slots, Ls, heads)
+        zs = z.detach().double().cpu().numpy()
+        return logits, self.recalibration.apply(zs).tolist(), zs.tolist()
 
     def propose_batch(
         self, seq: torch.Tensor, slots, Ls, ks, taus, sp: SamplingParams, gens
@@ -275,8 +302,9 @@ class BlockDrafter(_OneRow):
         if not rows:
             return out
         heads = min(max(ks[b] for b in rows), self.block_size)  # no head for a slot nobody keeps
-        logits, conf = self.block(seq, [slots[b] for b in rows], [Ls[b] for b in rows], heads)
-        cf = conf.tolist()
+        logits, cf, zs = self._confidences(
+            seq, [slots[b] for b in rows], [Ls[b] for b in rows], heads
+        )
         q = None if sp.greedy else probs(logits, sp)
         am = logits.argmax(-1) if sp.greedy else None
         for i, b in enumerate(rows):
@@ -293,6 +321,8 @@ class BlockDrafter(_OneRow):
                 toks = torch.multinomial(q[i, :n], 1, generator=gens[b])[:, 0]
             seq[slots[b], Ls[b] : Ls[b] + n] = toks
             out[b] = (n, cf[i][:n], None if q is None else q[i, :n])
+            if zs is not None:
+                self._logits[slots[b]] = zs[i][:n]
         return out
 
     def accept(self, L: int, drafted: int, n: int) -> None:
@@ -300,6 +330,23 @@ class BlockDrafter(_OneRow):
 
     def accept_batch(self, slots, Ls, drafted, ns) -> None:
         pass
+
+    def learn(self, slots, drafted, ns) -> None:
+        """What verification decided about the slots the last proposal drafted (called by the
+        engine after each round, never by tools that replay or profile a drafter): the
+        recalibration refits on them."""
+        rc = self.recalibration
+        if rc is None:
+            return
+        z: list[float] = []
+        y: list[float] = []
+        for slot, d, n in zip(slots, drafted, ns):
+            row = self._logits.pop(slot, None)
+            if row is not None and d:
+                zi, yi = verified_slots(row, d, n)
+                z += zi
+                y += yi
+        rc.learn(np.array(z), np.array(y))
 
 
 def target_layer_states(target, ids: torch.Tensor, layers: tuple[int, ...]) -> torch.Tensor:

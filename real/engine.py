@@ -113,6 +113,8 @@ class Engine(TargetReference):
         if d is not None and self.running:
             raise DSparkError("the drafter cannot change while sequences are running")
         self._drafter = d
+        # a drafter that refits its confidences on the rounds verified (real.block_recalibration)
+        self._learns = getattr(d, "recalibration", None) is not None
 
     # ------------------------------------------------------------------ requests and slots
     def check_request(self, prompt_ids, max_new_tokens: int) -> list[int]:
@@ -247,6 +249,8 @@ class Engine(TargetReference):
             # every row whose drafter ran, a τ stop before its first token included: the
             # committed tokens it fed stay valid (else the next round feeds them again)
             drafter.accept_batch(slots, Ls, drafted, ns)
+            if self._learns:  # the drafter refits its confidences on what was verified
+                drafter.learn(slots, drafted, ns)
         draft_s, verify_s, end_s = t1 - t0, t2 - t1, t2 - origin
         if self.agree is not None:
             draft_s, verify_s, end_s = self.agree([draft_s, verify_s, end_s])

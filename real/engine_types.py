@@ -46,6 +46,11 @@ class EngineConfig:
     )
     # shorter matches are often coincidences that a model drafter continues better.
     lookup_min_match: int = param(4, lo=1, hi=32, doc="ngram+X: match length that triggers lookup")
+    # on: the block drafter's confidence head is refitted on the rounds the engine verifies
+    # (real.block_recalibration); its shipped calibration came from other prompts.
+    block_recalibration: bool = param(
+        True, doc="block drafter: refit the confidence head's calibration on verified rounds"
+    )
     # stop at the end-of-text token, as a user would; benchmarks turn it off.
     stop_at_eot: bool = param(True, doc="stop after emitting the end-of-text token")
     # 1: the batch-1 engine; serving and batched benchmarks raise it (cache memory grows with it).

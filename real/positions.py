@@ -25,8 +25,19 @@ def record_positions(
     return record_positions_full(engine, prompt_ids, max_new_tokens, request_id, horizon)[0]
 
 
-@torch.inference_mode()
 def record_positions_full(
+    engine, prompt_ids, max_new_tokens: int, request_id: int = 0, horizon: int | None = None
+) -> tuple[list[PositionRecord], list[int]]:
+    """:func:`_record_positions_full` with the drafter's head as shipped, no online
+    recalibration (a position trace is a property of the drafter)."""
+    from real.block_recalibration import shipped_calibration
+
+    with shipped_calibration(engine.drafter):
+        return _record_positions_full(engine, prompt_ids, max_new_tokens, request_id, horizon)
+
+
+@torch.inference_mode()
+def _record_positions_full(
     engine, prompt_ids, max_new_tokens: int, request_id: int = 0, horizon: int | None = None
 ) -> tuple[list[PositionRecord], list[int]]:
     """Position trace plus the greedy continuation. Confidences are the drafter's whole chain

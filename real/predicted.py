@@ -89,8 +89,17 @@ def _interp(knots: tuple, x) -> np.ndarray:
     return np.interp(np.asarray(x, dtype=float), kx, ky)
 
 
-@torch.inference_mode()
 def drafter_rollout(engine, prompt_ids, n_tokens: int) -> tuple[list[int], list[float]]:
+    """:func:`_drafter_rollout` with the drafter's head as shipped, no online recalibration
+    (a prediction is checked against the runs a recalibration would learn from)."""
+    from real.block_recalibration import shipped_calibration
+
+    with shipped_calibration(engine.drafter):
+        return _drafter_rollout(engine, prompt_ids, n_tokens)
+
+
+@torch.inference_mode()
+def _drafter_rollout(engine, prompt_ids, n_tokens: int) -> tuple[list[int], list[float]]:
     """The drafter's own greedy continuation of ``prompt_ids`` (``n_tokens`` tokens, in chunks
     of at most ``k_max + 1``) and its confidence at every step. The target does not decode; a
     drafter that reads its hidden states (block, feature) gets them from a teacher-forced target

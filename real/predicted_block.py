@@ -36,8 +36,19 @@ from real.predicted import _GREEDY, PredictConfig, _interp, _logit, drafter_roll
 MIN_SLOT_PAIRS = 20
 
 
-@torch.inference_mode()
 def block_rollout(
+    engine, prompt_ids, n_tokens: int, n_positions: int
+) -> tuple[list[int], list[list[float]]]:
+    """:func:`_block_rollout` with the drafter's head as shipped, no online recalibration
+    (a prediction is checked against the runs a recalibration would learn from)."""
+    from real.block_recalibration import shipped_calibration
+
+    with shipped_calibration(engine.drafter):
+        return _block_rollout(engine, prompt_ids, n_tokens, n_positions)
+
+
+@torch.inference_mode()
+def _block_rollout(
     engine, prompt_ids, n_tokens: int, n_positions: int
 ) -> tuple[list[int], list[list[float]]]:
     """The drafter's rollout of ``n_tokens`` tokens and, from each of its first ``n_positions``

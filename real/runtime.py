@@ -80,9 +80,12 @@ def build_drafter(cfg: EngineConfig, bundle, drafter: str) -> Drafter:
     m = bundle.models[DRAFTER_MODELS[kind]].to(device=cfg.device, dtype=DTYPES[cfg.drafter_dtype])
     if m.kind == "block":  # one forward a block, conditioned on several target layers
         from real.block_drafter import BlockDrafter, check_bundle
+        from real.block_recalibration import OnlineCalibration
 
         check_bundle(bundle)
-        return BlockDrafter(m, cfg.max_len + cfg.k_max + 1, DTYPES[cfg.drafter_dtype], cfg.device)
+        recal = OnlineCalibration() if cfg.block_recalibration else None
+        length = cfg.max_len + cfg.k_max + 1
+        return BlockDrafter(m, length, DTYPES[cfg.drafter_dtype], cfg.device, 1, recal)
     cls = ModelDrafter
     if m.kind == "featconv":  # conditioned on the target's hidden states
         from real.feature_drafter import FeatureDrafter as cls
