@@ -39,7 +39,9 @@ one-token steps), medians of alternate calls at a 128-token context; the block d
 method over target-only, and over the best autoregressive model drafter (conv, feat, tf) of
 the same run; the confidence head's expected calibration error (10 bins) over the block
 positions the unseen greedy run verified (position j of a round: accepted or not, given the
-ones before it were). Machine load matters on a shared box: it is printed beside the
+ones before it were), the confidences as the controllers got them: recalibrated online by
+the engine (``real.block_recalibration``; each method's pass over the prompts starts from the
+shipped calibration), or the head's own with ``--block-recalibration off``. Machine load matters on a shared box: it is printed beside the
 results; compare ratios measured side by side in one run.
 
 Before the last two lines (unless ``--c-prompt-tokens 0``): c per model drafter, the verify
@@ -203,6 +205,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--min-bytes", type=int, default=4096, help="unseen rule: smallest file")
     p.add_argument("--site-packages", default=sysconfig.get_paths()["purelib"])
     p.add_argument("--target-dtype", default=None, help="default: the engine's default")
+    p.add_argument(
+        "--block-recalibration",
+        choices=("on", "off"),
+        default="on",
+        help="the block drafter's online recalibration (engine.block_recalibration)",
+    )
     p.add_argument("--checkpoints", default=None)
     p.add_argument("--out", default="runs/real-speed")
     p.add_argument(
@@ -229,7 +237,11 @@ def run_one(args, name: str, temperature: float, prompt_file: Path | None) -> di
         overrides["workload"] = "mixed"
     else:
         overrides["prompt_file"] = str(prompt_file)
-    flags = {"temperature": temperature, "target_dtype": args.target_dtype}
+    flags = {
+        "temperature": temperature,
+        "target_dtype": args.target_dtype,
+        "block_recalibration": args.block_recalibration == "on",
+    }
     out = Path(args.out) / f"{name}-t{temperature:g}"
     print(f"== {name} prompts, temperature {temperature:g} ({_load()})", file=sys.stderr)
     t0 = time.perf_counter()
