@@ -209,7 +209,12 @@ class ValidateConfig:
     # (real.predicted), calibrated on the calibration workload only: the headline.
     predict: PredictConfig = param(default_factory=PredictConfig)
     models: ModelsConfig = param(default_factory=ModelsConfig)
-    engine: EngineConfig = param(default_factory=lambda: EngineConfig(stop_at_eot=False))
+    # no end-of-text stop (every request generates max_new_tokens) and the block drafter's head
+    # as shipped: the simulator replays the confidences of position traces recorded with it,
+    # and an engine that recalibrates them as it runs drafts otherwise
+    engine: EngineConfig = param(
+        default_factory=lambda: EngineConfig(stop_at_eot=False, block_recalibration=False)
+    )
     profile: ProfileConfig = param(default_factory=ProfileConfig)
     workloads: dict = param(default_factory=dict, doc="prompt sets by name")
     calibration: CalibrationConfig = param(default_factory=CalibrationConfig)
@@ -289,6 +294,11 @@ def _finish(cfg: ValidateConfig, source: str) -> ValidateConfig:
         raise ConfigError(
             f"{source}: engine.stop_at_eot must be false for validation (every "
             f"request generates exactly max_new_tokens)"
+        )
+    if cfg.engine.block_recalibration:
+        raise ConfigError(
+            f"{source}: engine.block_recalibration must be false for validation: the "
+            f"simulator replays the block drafter's shipped confidences"
         )
     if cfg.engine.temperature != 0.0:
         raise ConfigError(
@@ -376,6 +386,7 @@ def load_validate(
             d = d.setdefault(part, {})
         d[parts[-1]] = value
     data.setdefault("engine", {}).setdefault("stop_at_eot", False)
+    data["engine"].setdefault("block_recalibration", False)
     data["base_dir"] = str(p.resolve().parent)
     cfg = from_mapping(ValidateConfig, data, source=str(p))
     return _finish(cfg, str(p))

@@ -49,7 +49,11 @@ def engine_for(cfg: TPValidateConfig):
     from real.engine import EngineConfig
 
     # room for the profile grid: its context plus a prefill chunk
-    ecfg = EngineConfig(stop_at_eot=False, max_len=2 * cfg.prompt_tokens + cfg.new_tokens + 8)
+    ecfg = EngineConfig(
+        stop_at_eot=False,
+        block_recalibration=False,
+        max_len=2 * cfg.prompt_tokens + cfg.new_tokens + 8,
+    )
     if cfg.tiny:
         from real.tiny import TinyModelsConfig, tiny_engine
 

@@ -202,3 +202,12 @@ def test_bad_configs_are_one_line_errors(tmp_path):
     )
     with pytest.raises(ConfigError, match="also held out"):
         load_validate(p)
+
+
+def test_validation_runs_the_block_drafter_as_shipped():
+    """The engine's online recalibration is off unless asked for, and asking for it is a
+    one-line error: the simulator replays the head's shipped confidences."""
+    tiny = Path(__file__).resolve().parents[2] / "configs" / "validate_tiny.toml"
+    assert load_validate(tiny).engine.block_recalibration is False
+    with pytest.raises(ConfigError, match=r"engine\.block_recalibration must be false"):
+        load_validate(tiny, {"engine.block_recalibration": True})
