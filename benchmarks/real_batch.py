@@ -30,6 +30,7 @@ machine's drift between repeats cancels).
 
     .venv/bin/python benchmarks/real_batch.py [--repeats 3] [--new-tokens 64] [--threads 2]
         [--batches 1,2,4,8,16] [--waves 3] [--ks 2,4] [--drafter conv]
+        [--block-recalibration on|off]
 """
 
 from __future__ import annotations
@@ -85,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--target-dtype", default="auto", help="target precision (auto, float32, bfloat16, ...)"
     )
+    p.add_argument(
+        "--block-recalibration",
+        choices=("on", "off"),
+        default="on",
+        help="the block drafter's online recalibration (engine.block_recalibration)",
+    )
     args = p.parse_args(argv)
 
     import torch
@@ -106,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         max_len=hi + N + 8,
         device=args.device,
         target_dtype=args.target_dtype,
+        block_recalibration=args.block_recalibration == "on",
     )
     engine = build_engine(cfg, args.checkpoints)
     drafter = engine.drafter
