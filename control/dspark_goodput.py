@@ -179,37 +179,20 @@ class GoodputPolicyController(DSparkBaseController):
         if drafted:  # per-position evidence, pooled by the planner at its next full plan
             self._cnt[n if n < drafted else self._full + n] += 1.0
         if self._solo is not None:  # no round planner: the round goes to its own planner
-            self._tell_solo(now_s, drafted, n, e, draft_s, verify_s, context_tokens, batch_size, batch_tokens, batch_context_tokens)  # fmt: skip
-
-    def _tell_solo(
-        self,
-        now_s,
-        drafted,
-        n,
-        e,
-        draft_s,
-        verify_s,
-        context_tokens,
-        batch_size,
-        batch_tokens,
-        batch_context_tokens,
-    ) -> None:
-        """The round, to the planner this sequence keeps of its own (``decide``)."""
-        assert self._solo is not None
-        self._solo.observe_round(
-            RoundStats.of_sequence(
-                now_s,
-                drafted,
-                n,
-                e,
-                draft_s,
-                verify_s,
-                context_tokens,
-                batch_size,
-                batch_tokens,
-                batch_context_tokens,
+            self._solo.observe_round(
+                RoundStats.of_sequence(
+                    now_s,
+                    drafted,
+                    n,
+                    e,
+                    draft_s,
+                    verify_s,
+                    context_tokens,
+                    batch_size,
+                    batch_tokens,
+                    batch_context_tokens,
+                )
             )
-        )
 
     # --- policy hooks --
     def _initial_k(self) -> int:

@@ -383,40 +383,26 @@ class DSparkPlanner(RoundPlanner):
             return 0.0
         return min(self._chunk_s / self._pass_s, PREFILL_SHARE_MAX)
 
-    def observe_members(
-        self,
-        members,
-        now_s,
-        drafted,
-        accepted,
-        confidences,
-        draft_s,
-        verify_s,
-        context,
-        lossy,
-        emitted,
-        sentence_ends,
-        batch_tokens,
-        batch_context_tokens,
-    ) -> None:
+    def observe_members(self, members, now_s, drafted, accepted, confidences, draft_s, verify_s, context, lossy, emitted, sentence_ends, batch_tokens, batch_context_tokens) -> None:  # fmt: skip
         """The round's observations of the members this round planned: their evidence
         recorded into the planner's arrays at once (:meth:`SeqArrays.record`), then what each
         does with a round besides (its window, retry cap and blocks), exactly as if each had
-        observed its own; other members, or a batch under ``RECORD_AT_ONCE``, one by one."""
+        observed its own; other members, a batch under ``RECORD_AT_ONCE`` or one holding a
+        sequence that also keeps a planner of its own (``decide``), one by one."""
         listed = members if isinstance(members, list) else list(members)
-        if len(listed) < RECORD_AT_ONCE or listed != self._members:  # identity, in order
+        if (
+            len(listed) < RECORD_AT_ONCE
+            or listed != self._members  # identity, in order
+            or any(m._solo is not None for m in listed)
+        ):
             super().observe_members(
                 members, now_s, drafted, accepted, confidences, draft_s, verify_s, context,
                 lossy, emitted, sentence_ends, batch_tokens, batch_context_tokens,
             )  # fmt: skip
             return
         self.seqs.record(self._idx, now_s, drafted, accepted, emitted, draft_s, verify_s, context)
-        round_s, size = draft_s + verify_s, len(listed)
-        for m, d, n, cx, lo, e, se in zip(
-            listed, drafted, accepted, context, lossy, emitted, sentence_ends
-        ):
-            if m._solo is not None:  # a sequence that also keeps a planner of its own
-                m._tell_solo(now_s, d, n, e, draft_s, verify_s, cx, size, batch_tokens, batch_context_tokens)  # fmt: skip
+        round_s = draft_s + verify_s
+        for m, d, n, lo, e, se in zip(listed, drafted, accepted, lossy, emitted, sentence_ends):
             m._observed(now_s, d, n, draft_s, round_s, lo, e, se)
 
     def observe_round(self, stats: RoundStats) -> None:

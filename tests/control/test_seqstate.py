@@ -145,3 +145,35 @@ def test_a_batch_recorded_at_once_equals_each_member_recording_its_own():
     for a, b in zip(m0, m1):
         assert a.state() == b.state()
         assert a._win._h == b._win._h
+
+
+def test_a_member_with_a_planner_of_its_own_is_observed_one_by_one():
+    """A sequence that once planned alone (``decide``) keeps telling its own planner its
+    rounds when a batch planner later drives it: ``observe_members`` then gives every member
+    the rows and the solo planner the rounds that each member's own ``observe_values`` gives."""
+    cfg = DSparkConfig(k_max=6)
+    twins = []
+    for side in range(2):
+        planner = make_planner("dspark", cfg)
+        members = [DSparkController(cfg) for _ in range(10)]
+        members[3].decide(0.0)  # its own planner, from a batch-1 round
+        for r in range(5):
+            t = 0.03 * (r + 1)
+            ks = [d.k for d in planner.plan(t, members, BatchContext(10, 1000))]
+            ns, cx = [min(k, 1) for k in ks], [100 + 10 * i for i in range(10)]
+            es = [n + 1 for n in ns]
+            if side:
+                planner.observe_members(
+                    members, t, ks, ns, None, 0.005, 0.02, cx, [0] * 10, es, [()] * 10,
+                    sum(ks) + 10, 1000,
+                )  # fmt: skip
+            else:
+                for m, k, n, c, e in zip(members, ks, ns, cx, es):
+                    m.observe_values(t, k, n, (), 0.005, 0.02, c, 0, e, (), 10, sum(ks) + 10, 1000)
+        twins.append((planner, members))
+    (p0, m0), (p1, m1) = twins
+    assert m1[3]._solo.rounds == m0[3]._solo.rounds == 5
+    assert m1[3]._solo.costs.rounds == m0[3]._solo.costs.rounds == 5
+    assert p0.seqs.values[[m._slot for m in m0]].tobytes() == (
+        p1.seqs.values[[m._slot for m in m1]].tobytes()
+    )
