@@ -227,6 +227,26 @@ class ValidateConfig:
         return self.workloads[name]
 
 
+def _check_engine(engine: EngineConfig, source: str) -> None:
+    """The engine settings validation needs: every request generates max_new_tokens, greedy
+    decoding, the block drafter's head as shipped (what the simulator replays)."""
+    if engine.stop_at_eot:
+        raise ConfigError(
+            f"{source}: engine.stop_at_eot must be false for validation (every "
+            f"request generates exactly max_new_tokens)"
+        )
+    if engine.block_recalibration:
+        raise ConfigError(
+            f"{source}: engine.block_recalibration must be false for validation: the "
+            f"simulator replays the block drafter's shipped confidences"
+        )
+    if engine.temperature != 0.0:
+        raise ConfigError(
+            f"{source}: engine.temperature must be 0 (greedy): acceptance is "
+            f"replayed from greedy position traces"
+        )
+
+
 def _finish(cfg: ValidateConfig, source: str) -> ValidateConfig:
     wl = {}
     for name, table in cfg.workloads.items():
@@ -290,21 +310,7 @@ def _finish(cfg: ValidateConfig, source: str) -> ValidateConfig:
             raise ConfigError(f"{source}: controller.{name} must be a table")
         make_config(name, table, source=source)
     make_config(cfg.calibration.controller, cfg.calibration.controller_config, source=source)
-    if cfg.engine.stop_at_eot:
-        raise ConfigError(
-            f"{source}: engine.stop_at_eot must be false for validation (every "
-            f"request generates exactly max_new_tokens)"
-        )
-    if cfg.engine.block_recalibration:
-        raise ConfigError(
-            f"{source}: engine.block_recalibration must be false for validation: the "
-            f"simulator replays the block drafter's shipped confidences"
-        )
-    if cfg.engine.temperature != 0.0:
-        raise ConfigError(
-            f"{source}: engine.temperature must be 0 (greedy): acceptance is "
-            f"replayed from greedy position traces"
-        )
+    _check_engine(cfg.engine, source)
     for name, w in wl.items():
         if w.prompt_tokens_max + w.max_new_tokens + cfg.engine.k_max + 2 > cfg.engine.max_len:
             raise ConfigError(
