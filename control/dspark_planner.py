@@ -71,8 +71,9 @@ PREFILL_SHARE_RATE = 0.01
 PREFILL_SHARE_MAX = 0.9
 
 #: Batches from this size on record their members' evidence at once (``observe_members``);
-#: below it each member's own record is cheaper than numpy's calls.
-RECORD_AT_ONCE = 8
+#: below it each member's own record is cheaper than numpy's ~20 µs of calls (measured with
+#: benchmarks/planner_cost.py's batches: even at ~48 members, 15% cheaper at 64).
+RECORD_AT_ONCE = 48
 
 #: Per-round memory of the emitted / prefilled token sums behind the observed prompt value
 #: (~1000 rounds: many requests' prompts and outputs, so one long prompt does not swing it).

@@ -168,7 +168,9 @@ def recorded() -> dict:
     ("name", "at_once"),
     [(n, False) for n in [*CASES, "solo"]] + [(n, True) for n in CASES],  # solo: no planner
 )
-def test_replay_bit_identical(recorded, name, at_once):
+def test_replay_bit_identical(recorded, name, at_once, monkeypatch):
+    if at_once:  # every batch through the recording at once, whatever its size
+        monkeypatch.setattr("control.dspark_planner.RECORD_AT_ONCE", 1)
     got = run_solo() if name == "solo" else run_batch(name, at_once)
     want = recorded[name]
     for r, (a, b) in enumerate(zip(got["k"], want["k"])):

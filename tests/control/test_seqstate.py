@@ -105,11 +105,12 @@ def test_a_controller_copies_and_pickles_with_its_rows():
         assert twin.sum_n > m.sum_n and m.counts[1] == 1 and twin.counts[CFG.k_max + 4] == 1
 
 
-def test_a_batch_recorded_at_once_equals_each_member_recording_its_own():
+def test_a_batch_recorded_at_once_equals_each_member_recording_its_own(monkeypatch):
     """``SeqArrays.record`` (the planner's ``observe_members``) writes, bit for bit, the rows
     each member's own ``observe_values`` writes: members of two memory settings, rounds that
     draft nothing, refuse, accept all, a first round and later ones; and the members' windows,
     blocks and round counts move the same."""
+    monkeypatch.setattr("control.dspark_planner.RECORD_AT_ONCE", 1)  # 12 members, at once
     cfgs = (DSparkConfig(k_max=6), DSparkConfig(k_max=6, memory_rounds=7, recent_rounds=3))
     rng = np.random.default_rng(11)
     twins = []
@@ -147,10 +148,11 @@ def test_a_batch_recorded_at_once_equals_each_member_recording_its_own():
         assert a._win._h == b._win._h
 
 
-def test_a_member_with_a_planner_of_its_own_is_observed_one_by_one():
+def test_a_member_with_a_planner_of_its_own_is_observed_one_by_one(monkeypatch):
     """A sequence that once planned alone (``decide``) keeps telling its own planner its
     rounds when a batch planner later drives it: ``observe_members`` then gives every member
     the rows and the solo planner the rounds that each member's own ``observe_values`` gives."""
+    monkeypatch.setattr("control.dspark_planner.RECORD_AT_ONCE", 1)
     cfg = DSparkConfig(k_max=6)
     twins = []
     for side in range(2):
