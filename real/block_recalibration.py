@@ -12,12 +12,12 @@ maximising the log-likelihood of the verified slots (slot j of a round counts wh
 before it were accepted: accepted when j < n, refused at j = n; slots after a refusal were never
 verified) plus a Gaussian prior of ``prior_slots`` pseudo-slots' weight at ``(a, b) = (1, 0)``,
 the shipped calibration: with no rounds yet the map is the identity, and a handful of rounds
-moves it little. The fit is a few Newton steps from the last one after each round, over the
-slots seen, forgotten at ``1/memory_slots`` a slot and counted by logit bin (width 1/8), so a
-refit costs ~50 µs whatever the memory. Each round's confidences come from the map fitted on the rounds before
-it, so the head's predictions, the τ stop and the controllers' acceptance estimates never see
-the outcome they predict; draft tokens depend only on the committed context, so verification
-stays exact.
+moves it little. After each round the fit takes one Newton step from the last one (halved
+until the objective rises), over the slots seen, forgotten at ``1/memory_slots`` a slot and
+counted by logit bin (width 1/8), so a refit costs the same whatever the memory. Each round's
+confidences come from the map fitted on the rounds before it, so the head's predictions, the
+τ stop and the controllers' acceptance estimates never see the outcome they predict; draft
+tokens depend only on the committed context, so verification stays exact.
 """
 
 from __future__ import annotations

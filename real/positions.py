@@ -13,6 +13,7 @@ import torch
 
 from control.errors import DSparkError
 from control.types import PositionRecord
+from real.block_recalibration import shipped_calibration
 from real.sampling import SamplingParams
 
 _GREEDY = SamplingParams()
@@ -30,8 +31,6 @@ def record_positions_full(
 ) -> tuple[list[PositionRecord], list[int]]:
     """:func:`_record_positions_full` with the drafter's head as shipped, no online
     recalibration (a position trace is a property of the drafter)."""
-    from real.block_recalibration import shipped_calibration
-
     with shipped_calibration(engine.drafter):
         return _record_positions_full(engine, prompt_ids, max_new_tokens, request_id, horizon)
 

@@ -36,6 +36,7 @@ import torch
 from control.configio import param
 from control.errors import DSparkError
 from control.types import PositionRecord
+from real.block_recalibration import shipped_calibration
 from real.models import Segments
 from real.sampling import SamplingParams
 
@@ -92,8 +93,6 @@ def _interp(knots: tuple, x) -> np.ndarray:
 def drafter_rollout(engine, prompt_ids, n_tokens: int) -> tuple[list[int], list[float]]:
     """:func:`_drafter_rollout` with the drafter's head as shipped, no online recalibration
     (a prediction is checked against the runs a recalibration would learn from)."""
-    from real.block_recalibration import shipped_calibration
-
     with shipped_calibration(engine.drafter):
         return _drafter_rollout(engine, prompt_ids, n_tokens)
 

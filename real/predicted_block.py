@@ -29,6 +29,7 @@ import torch
 
 from control.errors import DSparkError
 from control.types import PositionRecord
+from real.block_recalibration import shipped_calibration
 from real.block_train import ece as expected_calibration_error
 from real.predicted import _GREEDY, PredictConfig, _interp, _logit, drafter_rollout, pav
 
@@ -41,8 +42,6 @@ def block_rollout(
 ) -> tuple[list[int], list[list[float]]]:
     """:func:`_block_rollout` with the drafter's head as shipped, no online recalibration
     (a prediction is checked against the runs a recalibration would learn from)."""
-    from real.block_recalibration import shipped_calibration
-
     with shipped_calibration(engine.drafter):
         return _block_rollout(engine, prompt_ids, n_tokens, n_positions)
 
