@@ -41,8 +41,9 @@ the same run; the confidence head's expected calibration error (10 bins) over th
 positions the unseen greedy run verified (position j of a round: accepted or not, given the
 ones before it were), the confidences as the controllers got them: recalibrated online by
 the engine (``real.block_recalibration``; each method's pass over the prompts starts from the
-shipped calibration), or the head's own with ``--block-recalibration off``. Machine load matters on a shared box: it is printed beside the
-results; compare ratios measured side by side in one run.
+shipped calibration), or the head's own with ``--block-recalibration off``. Machine load
+matters on a shared box: it is printed beside the results; compare ratios measured side by
+side in one run.
 
 Before the last two lines (unless ``--c-prompt-tokens 0``): c per model drafter, the verify
 pass of k + 1 tokens over one target step for each k of ``--k-values``, and the ceiling that
