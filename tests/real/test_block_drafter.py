@@ -149,14 +149,17 @@ def test_sampling_q_rows_are_the_drawn_distributions():
     assert (counts / n - q1).abs().max() < 4 * (q1 * (1 - q1) / n).sqrt().max() + 1e-3
 
 
-@pytest.mark.parametrize("tau", [0.0, 0.5])
-def test_sampling_stays_exact(tau):
+@pytest.mark.parametrize(("tau", "recalibrate"), [(0.0, False), (0.5, False), (0.2, True)])
+def test_sampling_stays_exact(tau, recalibrate):
     """Speculative sampling with the block drafter (B = 4, k = 4) emits tokens distributed as
     the target's: 1200 tokens at temperature 1.5, each token's randomised PIT under the
     target's exact conditional distribution is uniform (χ² over 5 bins below the p = 0.001
     critical value, as tests/real/test_tau_exact.py). Rounds that accept 2 or more tokens
     occur, so later block positions are verified; with τ = 0.5 the head's predictions cut the
-    blocks (at positions 2 and 3 here)."""
+    blocks (at positions 2 and 3 here); recalibrated by the engine round by round (τ = 0.2), the
+    τ stop reads a map fitted on earlier rounds' outcomes (this random head turns out
+    anti-correlated with acceptance, and the map's slope falls below 0)."""
+    from real.block_recalibration import OnlineCalibration
     from tests.real import test_tau_exact as te
 
     tgt, _ = te._pair("tf")
@@ -178,14 +181,18 @@ def test_sampling_stays_exact(tau):
         model.embed_tokens.weight.normal_(0.0, 1.0)
         model.conf_out.weight.normal_(0.0, 1.0)
         model.calib[1].copy_(torch.tensor([4.0, 1.0, 0.0, -1.0]))  # confident early, less later
-    d = BlockDrafter(model.double().eval(), te.LENGTH, torch.float64, "cpu")
+    rc = OnlineCalibration() if recalibrate else None
+    d = BlockDrafter(model.double().eval(), te.LENGTH, torch.float64, "cpu", recalibration=rc)
     eng = Engine(tgt, d, te.CFG)
     chi2, tv, recs = te._run(eng, None, lambda: FixedDecision(Decision(k=4, tau=tau)))
+    share = [sum(r.drafted == j for r in recs) / len(recs) for j in range(5)]
+    if rc is not None:  # the map moved, and its τ stop cut some rounds and kept others whole
+        assert rc.slots > 500 and rc.theta[0] < 0.5, rc.theta
+        assert share[0] > 0.05 and share[4] > 0.05, share
     assert chi2 < te.CHI2_CRIT, f"tau {tau}: chi2 {chi2:.1f}, TV {tv:.3f}"
-    assert sum(r.accepted >= 2 for r in recs) >= (20 if not tau else 5)
+    assert sum(r.accepted >= 2 for r in recs) >= (20 if tau < 0.5 else 5)
     assert all(c >= tau for r in recs for c in r.confidences)
-    if tau:  # the head's predictions cut the blocks, at more than one position
-        share = [sum(r.drafted == j for r in recs) / len(recs) for j in range(5)]
+    if tau and rc is None:  # the head's predictions cut the blocks, at more than one position
         assert share[4] < 0.05 and sum(s > 0.05 for s in share) >= 2, share
 
 
