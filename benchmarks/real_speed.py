@@ -356,20 +356,20 @@ def block_conf_ece(rounds_csv: Path) -> float | None:
     accepted."""
     import pandas as pd
 
+    from real.block_recalibration import verified_slots
     from real.block_train import ece
 
     if not rounds_csv.is_file():
         return None
     df = pd.read_csv(rounds_csv)
     df = df[df["controller"].astype(str).str.startswith("block/")]
-    conf, hit = [], []
+    conf: list[float] = []
+    hit: list[float] = []
     for c, d, n in zip(df["confidences"], df["drafted"], df["accepted"]):
         cs = [float(x) for x in str(c).split()] if isinstance(c, str) else []
-        for j, cj in enumerate(cs[: int(d)]):
-            if j > n:
-                break
-            conf.append(cj)
-            hit.append(float(j < n))
+        zs, ys = verified_slots(cs, int(d), int(n))
+        conf += zs
+        hit += ys
     return ece(np.array(conf), np.array(hit)) if conf else None
 
 

@@ -5,7 +5,9 @@ draft of the batch, and ONE target pass verifies Σ(k_i + 1) tokens. Draft lengt
 a round-level decision. Both engines drive it the same way, once per round:
 
     decisions = plan_round(planner, members, now_s, BatchContext(...))   # before drafting
-    ... draft, verify, commit; each member gets its own Observation ...
+    ... draft, verify, commit ...
+    planner.observe_members(members, ...)   # each member's observation (no planner: each
+                                            # member's own observe)
     planner.observe_round(RoundStats(...))                              # after the round
 
 ``members`` are the per-sequence controllers of the running sequences, in batch order. A
@@ -177,10 +179,6 @@ class RoundPlanner:
     def observe_round(self, stats: RoundStats) -> None:
         """Told after every round (default: nothing to learn)."""
 
-    #: whether :meth:`observe_members` does better than each member's own ``observe_values``
-    #: (a planner that records its members' evidence at once); drivers call it when so
-    records_members: bool = False
-
     def observe_members(
         self,
         members: Sequence[Any],
@@ -199,7 +197,8 @@ class RoundPlanner:
     ) -> None:
         """Each member's observation of the round, in batch order (one entry per member in
         each sequence; ``confidences`` None when no member reads them): by default each
-        member's ``observe_values`` with its :class:`~control.types.Observation`'s fields."""
+        member's ``observe_values`` with its :class:`~control.types.Observation`'s fields; a
+        planner that keeps its members' evidence in arrays records the batch at once."""
         size = len(members)
         conf = confidences if confidences is not None else [()] * size
         for m, d, n, cf, cx, lo, e, se in zip(

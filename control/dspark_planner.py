@@ -72,7 +72,7 @@ PREFILL_SHARE_MAX = 0.9
 
 #: Batches from this size on record their members' evidence at once (``observe_members``);
 #: below it each member's own record is cheaper than numpy's ~20 µs of calls (measured with
-#: benchmarks/planner_cost.py's batches: even at ~48 members, 15% cheaper at 64).
+#: benchmarks/planner_cost.py's batches: even at ~48 members, 12-18% cheaper at 64).
 RECORD_AT_ONCE = 48
 
 #: Per-round memory of the emitted / prefilled token sums behind the observed prompt value
@@ -84,7 +84,6 @@ class DSparkPlanner(RoundPlanner):
     """Goodput planning of draft lengths for a batch of ``dspark`` sequences."""
 
     needs_rates = False  # the rate oracle (control.references) sets it and is told true rates
-    records_members = True  # observe_members records the batch's evidence at once
 
     def __init__(self, config: Any) -> None:
         self.config = config

@@ -283,10 +283,9 @@ class BlockDrafter(_OneRow):
     def _confidences(self, seq, slots, Ls, heads):
         """Logits, confidences (lists per row) and the head's logits (None: no
         recalibration) of rows ``slots``: the head's predictions, or their recalibration."""
-        if self.recalibration is None:
-            logits, conf = self.block(seq, slots, Ls, heads)
-            return logits, conf.tolist(), None
         logits, z = self.block_logits(seq, slots, Ls, heads)
+        if self.recalibration is None:
+            return logits, torch.sigmoid(z).tolist(), None
         zs = z.detach().double().cpu().numpy()
         return logits, self.recalibration.apply(zs).tolist(), zs.tolist()
 

@@ -310,14 +310,14 @@ class Engine(TargetReference):
 
     def _commit_rows(self, planner, run, decs, props, drafted, segs, ns, nxts, lossys, idl, timing):
         """Commit every row's accepted tokens (cut at end-of-text), feed its controller the
-        round's observation (through the planner when it records a batch at once) and record
-        it. Returns (events, tokens emitted in all)."""
+        round's observation (through the planner when there is one) and record it. Returns
+        (events, tokens emitted in all)."""
         end_s, draft_s, verify_s, verify_tokens, ctx_sum = timing
         B = len(run)
         eot = self.eot_id if self.cfg.stop_at_eot else None
         events: list[tuple[Sequence, list[int]]] = []
         emitted_sum = 0
-        at_once = planner is not None and planner.records_members
+        through_planner = planner is not None
         observations = []
         for b, s in enumerate(run):
             o, n = segs.offsets[b], ns[b]
@@ -341,7 +341,7 @@ class Engine(TargetReference):
                 verify_tokens,
                 ctx_sum,
             )
-            if at_once:
+            if through_planner:
                 observations.append(obs)
             else:
                 s.ctrl.observe(obs)
@@ -359,7 +359,7 @@ class Engine(TargetReference):
                 s.done = True
                 s.finish_s = end_s
             events.append((s, out))
-        if at_once:
+        if through_planner:
             fields = list(zip(*[observation_values(o) for o in observations]))
             planner.observe_members(
                 [s.ctrl for s in run], end_s, fields[1], fields[2], fields[3], draft_s,

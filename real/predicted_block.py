@@ -29,7 +29,7 @@ import torch
 
 from control.errors import DSparkError
 from control.types import PositionRecord
-from real.block_recalibration import shipped_calibration
+from real.block_recalibration import shipped_calibration, verified_slots
 from real.block_train import ece as expected_calibration_error
 from real.predicted import _GREEDY, PredictConfig, _interp, _logit, drafter_rollout, pav
 
@@ -73,13 +73,15 @@ def _block_rollout(
 def _slot_pairs(positions: list[list[PositionRecord]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(confidence, accepted, slot index) of every decided slot of the recorded traces: slots
     1..run + 1 of each position (the first rejection included, none after it)."""
-    c, a, j = [], [], []
+    c: list[float] = []
+    a: list[float] = []
+    j: list[int] = []
     for recs in positions:
         for r in recs:
-            for s, x in enumerate(r.confidences[: r.run_length + 1]):
-                c.append(x)
-                a.append(int(s < r.run_length))
-                j.append(s)
+            cs, ys = verified_slots(list(r.confidences), len(r.confidences), r.run_length)
+            c += cs
+            a += ys
+            j += range(len(cs))
     if not c:
         raise DSparkError("calibration position traces hold no confidence-head prediction")
     return np.asarray(c, dtype=float), np.asarray(a, dtype=float), np.asarray(j)

@@ -486,7 +486,7 @@ class RoundExecutor:
         draft_s, verify_s, size = rnd.draft_s, rnd.verify_s, rnd.size
         tokens, context = rnd.verify_tokens, rnd.context_tokens
         planner = self.planner
-        if planner is not None and planner.records_members:  # the batch's evidence at once
+        if planner is not None:  # the planner hands each member its observation
             planner.observe_members(
                 batch.controllers,
                 end,

@@ -38,14 +38,15 @@ def tiny_block(block: int = 5, layers=(1, 2), seed: int = 4) -> BlockDrafterMode
 
 class OracleBlock(BlockDrafter):
     """A block drafter whose first ``right`` slots put their mass on the target's greedy
-    continuation and the others on a wrong token; confidences 0.9, 0.8, ...: exact acceptance."""
+    continuation and the others on a wrong token; confidences 0.9, 0.8, ... (as the head's
+    logits): exact acceptance."""
 
     def __init__(self, target, right: int, slots: int = 1, block: int = 5) -> None:
         super().__init__(tiny_block(block), LENGTH, torch.float64, "cpu", slots)
         self.target, self.right = target, right
         self.conf = torch.tensor([0.9 - 0.1 * j for j in range(block)], dtype=torch.float64)
 
-    def block(self, seq, slots, Ls, heads=None):
+    def block_logits(self, seq, slots, Ls, heads=None):
         B = self.block_size
         logits = torch.full((len(slots), B, V), -10.0, dtype=torch.float64)
         for r, (s, L) in enumerate(zip(slots, Ls)):
@@ -55,7 +56,7 @@ class OracleBlock(BlockDrafter):
                 logits[r, j, nxt if j < self.right else (nxt + 1) % V] = 10.0
                 ids.append(nxt)
         H = B if heads is None else heads
-        return logits[:, :H], self.conf[:H].expand(len(slots), -1)
+        return logits[:, :H], torch.logit(self.conf[:H]).expand(len(slots), -1)
 
 
 @pytest.mark.parametrize("right,k,expect", [(2, 4, 2), (5, 3, 3), (0, 4, 0), (5, 9, 5)])
