@@ -11,19 +11,27 @@ bidirectional attention (every slot sees the context and every other slot), and 
 turns slot j into the distribution q_j of token x_{L+j-1}. The entry for p = L-1 carries the
 last verified token, the one the target has not yet seen.
 
+With the adjacent-token chain (``adjacent`` > 0), slot j also reads the token the block drafted
+at slot j - 1 (the last verified token for slot 1) and a running state over the slots before
+it: ``r_j = silu(X x_j + E emb(t_{j-1}) + R r_{j-1})``, and slot j's state becomes ``x_j + O
+r_j``. The encoder runs once; the chain adds three small products, a norm and the head's product
+per slot. Training feeds it the labels' own previous tokens (teacher forcing: the tokens the
+block drafted whenever it was accepted so far).
+
 The confidence head predicts, per slot j, the probability that draft token j is accepted given
 the ones before it were: a small MLP over the slot's final state and q_j's top probability,
 then a per-position affine calibration (``calib``, fitted on held-out text after training).
 Those predictions are the round's confidences (``Observation.confidences``), the acceptance
 estimate the controllers plan with.
 
-Exactness. The slots' distributions depend only on the committed context, never on tokens
-drawn in the round, so under sampling token j is drawn from q_j and verification divides by that
-same q_j: lossless. The τ stop reads the head's predictions, computed before any token is drawn:
-drafting stops before the first slot whose confidence is below τ (the rule of ``real.drafters``),
-and only the tokens kept are drawn. Under greedy decoding the target's argmax decides as for
-every drafter. The drafter keeps no cache (only the target's hidden states by slot and position),
-so a rejected draft needs no rollback and a row never falls behind.
+Exactness. Slot j's distribution q_j depends on the committed context and, with the chain, on
+the tokens drawn at slots before j; under sampling token j is drawn from that q_j and
+verification divides by that same q_j: lossless. The τ stop reads the head's prediction of
+slot j, computed before token j is drawn: drafting stops before the first slot whose
+confidence is below τ (the rule of ``real.drafters``), and only the tokens kept are drawn.
+Under greedy decoding the target's argmax decides as for every drafter. The drafter keeps no
+cache (only the target's hidden states by slot and position), so a rejected draft needs no
+rollback and a row never falls behind.
 """
 
 from __future__ import annotations
@@ -68,6 +76,11 @@ class BlockConfig:
     feature_layers: tuple[int, ...] = param(
         (2, 4, 6), lo=1, hi=256, doc="target layers whose outputs condition the block"
     )
+    # the adjacent-token chain's width (0: none, every slot guesses from the context alone).
+    # Each slot j then also reads the token drafted at j - 1 (the last committed token for
+    # j = 1) and a running state over the slots before it: a block's later tokens follow the
+    # ones it drafted, as an autoregressive drafter's do, for one small product a slot.
+    adjacent: int = param(0, lo=0, hi=4096, doc="adjacent-token chain width (0: none)")
     # the confidence head's hidden width.
     d_conf: int = param(32, lo=4, hi=4096, doc="confidence head hidden width")
     norm_eps: float = param(1e-5, lo=1e-8, hi=1e-2, doc="RMSNorm epsilon")
@@ -132,6 +145,12 @@ class BlockDrafterModel(nn.Module):
         self.slots = nn.Parameter(torch.zeros(cfg.block_size, d))
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(d, cfg.norm_eps)
+        if cfg.adjacent:  # r_j = silu(X x_j + E emb(t_{j-1}) + R r_{j-1}); x_j += O r_j
+            a = cfg.adjacent
+            self.adj_x = nn.Linear(d, a)
+            self.adj_e = nn.Linear(d, a, bias=False)
+            self.adj_r = nn.Linear(a, a, bias=False)
+            self.adj_o = nn.Linear(a, d, bias=False)
         self.conf_in = nn.Linear(d + 2, cfg.d_conf)
         self.conf_out = nn.Linear(cfg.d_conf, 1)
         # per block position: confidence = sigmoid(scale_j · logit + shift_j) (identity until
@@ -144,6 +163,8 @@ class BlockDrafterModel(nn.Module):
         for layer in self.layers:
             for lin in (layer.qkv, layer.o, layer.gate_up, layer.down):
                 nn.init.normal_(lin.weight, 0.0, 0.02)
+        if cfg.adjacent:  # starts as the chain-free drafter
+            nn.init.zeros_(self.adj_o.weight)
 
     def features(self, feats: torch.Tensor) -> torch.Tensor:
         """``[..., nf · d_feature]`` target states -> ``[..., d]``: each layer's state
@@ -153,7 +174,7 @@ class BlockDrafterModel(nn.Module):
         f = f * torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + self.cfg.norm_eps) * self.feat_norm
         return self.feat_proj(f.flatten(-2))
 
-    def forward(
+    def encode(
         self,
         tokens: torch.Tensor,
         feats: torch.Tensor,
@@ -161,9 +182,9 @@ class BlockDrafterModel(nn.Module):
         valid: torch.Tensor | None,
         heads: int | None = None,
         projected: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits ``[N, H, V]`` and confidence logits ``[N, H]`` (calibrated) of N blocks' first
-        H = ``heads`` slots (None: all B; every slot takes part in the attention either way).
+    ) -> torch.Tensor:
+        """The encoder's outputs ``[N, H, d]`` (before the final norm) of N blocks' first H =
+        ``heads`` slots (None: all B; every slot takes part in the attention either way).
 
         ``tokens`` ``[N, C]``: context tokens x_p; ``feats`` ``[N, C, nf · d_feature]``: the
         target's states at p - 1 (``projected``: already through :meth:`features`, ``[N, C,
@@ -182,21 +203,67 @@ class BlockDrafterModel(nn.Module):
         *first, last = self.layers
         for layer in first:
             x = layer(x, mask)
-        h = self.norm(last(x, mask, slice(C, C + H)))  # only the read slots' outputs
-        logits = F.linear(h, self.embed_tokens.weight)
+        return last(x, mask, slice(C, C + H))  # only the read slots' outputs
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        feats: torch.Tensor,
+        present: torch.Tensor,
+        valid: torch.Tensor | None,
+        heads: int | None = None,
+        projected: bool = False,
+        prev: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits ``[N, H, V]`` and confidence logits ``[N, H]`` (calibrated) of the first H
+        slots (arguments as :meth:`encode`). With the adjacent-token chain, slot j reads
+        ``prev[:, j - 1]`` as the token before it (``prev`` ``[N, H]``: the last context
+        token, then the block's own tokens; teacher forcing); None: the greedy chain, each slot
+        reading the argmax of the one before."""
+        x = self.encode(tokens, feats, present, valid, heads, projected)
+        if not self.cfg.adjacent:
+            h = self.norm(x)
+            logits = F.linear(h, self.embed_tokens.weight)
+        elif prev is None:
+            logits, h = self.chain(x, tokens[:, -1], lambda lg, h, j: lg.argmax(-1))
+        else:
+            last = prev.shape[1] - 1
+            logits, h = self.chain(x, prev[:, 0], lambda lg, h, j: prev[:, min(j + 1, last)])
         return logits, self.confidence_logits(h, logits)
 
-    def confidence_logits(self, h: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        """The head's calibrated logit of P(slot j accepted | slots < j accepted), ``[N, B]``:
-        from the slot's state and the top probability of its distribution (no gradient into
-        the drafter through the head)."""
+    def chain(self, x: torch.Tensor, first: torch.Tensor, pick):
+        """The adjacent-token chain over the slots of ``x`` ``[N, H, d]`` (:meth:`encode`):
+        slot j reads the token before it (``first`` ``[N]`` for slot 1, then ``pick(logits_j,
+        h_j, j)``, called for every slot: the token slot j + 1 reads) and the chain's state. Returns the logits ``[N,
+        H, V]`` and the normed states ``[N, H, d]``."""
+        H = x.shape[1]
+        px = self.adj_x(x)
+        we, wr, wo = self.adj_e.weight.t(), self.adj_r.weight.t(), self.adj_o.weight.t()
+        prev, r = first, None
+        ls, hs = [], []
+        for j in range(H):  # fused products: the op count is a slot's cost on a CPU
+            a = torch.addmm(px[:, j], self.embed_tokens(prev), we)
+            r = F.silu(a if r is None else torch.addmm(a, r, wr))
+            h = self.norm(torch.addmm(x[:, j], r, wo))
+            lg = F.linear(h, self.embed_tokens.weight)
+            ls.append(lg)
+            hs.append(h)
+            prev = pick(lg, h, j)
+        return torch.stack(ls, 1), torch.stack(hs, 1)
+
+    def confidence_logits(
+        self, h: torch.Tensor, logits: torch.Tensor, start: int = 0
+    ) -> torch.Tensor:
+        """The head's calibrated logit of P(slot j accepted | slots < j accepted), ``[N, H]``
+        for slots ``start`` .. ``start`` + H - 1 (0-based): from the slot's state and the top
+        probability of its distribution (no gradient into the drafter through the head)."""
         top = torch.log_softmax(logits.detach().float(), -1).max(-1).values
         z = torch.cat(
             [h.detach(), top[..., None].to(h.dtype), top.exp()[..., None].to(h.dtype)], -1
         )
-        H = h.shape[-2]
+        cal = self.calib[:, start : start + h.shape[-2]]
         raw = self.conf_out(F.silu(self.conf_in(z)))[..., 0]
-        return raw * self.calib[0, :H] + self.calib[1, :H]
+        return raw * cal[0] + cal[1]
 
 
 class BlockDrafter(_OneRow):
@@ -266,7 +333,14 @@ class BlockDrafter(_OneRow):
         return logits, torch.sigmoid(z)
 
     def block_logits(self, seq: torch.Tensor, slots: list[int], Ls: list[int], heads=None):
-        """:meth:`block` with the head's (calibrated) confidence logits, float32."""
+        """:meth:`block` with the head's (calibrated) confidence logits, float32 (with the
+        adjacent-token chain: along the greedy chain)."""
+        logits, conf = self.model(*self._inputs(seq, slots, Ls), heads, projected=True)
+        return logits, conf.float()
+
+    def _inputs(self, seq: torch.Tensor, slots: list[int], Ls: list[int]):
+        """The model's context tokens, projected states, presence and validity for rows
+        ``slots`` at lengths ``Ls``."""
         C, dev = self.model.cfg.context, seq.device
         s = torch.tensor(slots, dtype=torch.long, device=dev)[:, None]
         pos = (
@@ -277,17 +351,21 @@ class BlockDrafter(_OneRow):
         tokens = seq[s, pos.clamp_min(0)]
         feats = self.state["feat"][s, (pos - 1).clamp_min(0)]
         valid = None if min(Ls) >= C else pos >= 0  # known on the host: no device sync
-        logits, conf = self.model(tokens, feats, pos >= 1, valid, heads, projected=True)
-        return logits, conf.float()
+        return tokens, feats, pos >= 1, valid
+
+    def _mapped(self, z: torch.Tensor):
+        """Confidences (nested lists) of the head's logits ``z`` and those logits as lists
+        (None without recalibration)."""
+        if self.recalibration is None:
+            return torch.sigmoid(z).tolist(), None
+        zs = z.detach().double().cpu().numpy()
+        return self.recalibration.apply(zs).tolist(), zs.tolist()
 
     def _confidences(self, seq, slots, Ls, heads):
         """Logits, confidences (lists per row) and the head's logits (None: no
         recalibration) of rows ``slots``: the head's predictions, or their recalibration."""
         logits, z = self.block_logits(seq, slots, Ls, heads)
-        if self.recalibration is None:
-            return logits, torch.sigmoid(z).tolist(), None
-        zs = z.detach().double().cpu().numpy()
-        return logits, self.recalibration.apply(zs).tolist(), zs.tolist()
+        return (logits, *self._mapped(z))
 
     def propose_batch(
         self, seq: torch.Tensor, slots, Ls, ks, taus, sp: SamplingParams, gens
@@ -301,6 +379,8 @@ class BlockDrafter(_OneRow):
         if not rows:
             return out
         heads = min(max(ks[b] for b in rows), self.block_size)  # no head for a slot nobody keeps
+        if self.model.cfg.adjacent and not sp.greedy:
+            return self._sampled_chain(seq, slots, Ls, ks, taus, sp, gens, rows, heads, out)
         logits, cf, zs = self._confidences(
             seq, [slots[b] for b in rows], [Ls[b] for b in rows], heads
         )
@@ -322,6 +402,45 @@ class BlockDrafter(_OneRow):
             out[b] = (n, cf[i][:n], None if q is None else q[i, :n])
             if zs is not None:
                 self._logits[slots[b]] = zs[i][:n]
+        return out
+
+    def _sampled_chain(self, seq, slots, Ls, ks, taus, sp, gens, rows, heads, out):
+        """:meth:`propose_batch` under sampling with the adjacent-token chain: slot j's
+        distribution q_j follows the token drawn at j - 1, so a row draws slot by slot, from
+        exactly the q_j verification divides by, and stops before the first slot past its k or
+        below its τ (read from that slot's confidence, known before its token is drawn). Rows
+        that stopped follow their argmax (no draw) while the others go on."""
+        m = self.model
+        tokens, feats, present, valid = self._inputs(
+            seq, [slots[b] for b in rows], [Ls[b] for b in rows]
+        )
+        x = m.encode(tokens, feats, present, valid, heads, projected=True)
+        live = [min(ks[b], self.block_size) for b in rows]  # slots a row may still draw
+        kept: list[tuple[list, list, list, list]] = [([], [], [], []) for _ in rows]
+
+        def pick(lg: torch.Tensor, h: torch.Tensor, j: int) -> torch.Tensor:
+            cf, zs = self._mapped(m.confidence_logits(h[:, None], lg[:, None], j)[:, 0].float())
+            q, nxt = probs(lg, sp), lg.argmax(-1)
+            for i, b in enumerate(rows):
+                if j >= live[i] or cf[i] < taus[b]:
+                    live[i] = 0
+                    continue
+                t = torch.multinomial(q[i], 1, generator=gens[b])[0]
+                nxt[i] = t
+                for acc, v in zip(kept[i], (t, cf[i], q[i], None if zs is None else zs[i])):
+                    acc.append(v)
+            return nxt
+
+        m.chain(x, tokens[:, -1], pick)
+        for i, b in enumerate(rows):
+            toks, cfs, qs, zs = kept[i]
+            if not toks:
+                continue
+            n = len(toks)
+            seq[slots[b], Ls[b] : Ls[b] + n] = torch.stack(toks)
+            out[b] = (n, cfs, torch.stack(qs))
+            if self.recalibration is not None:
+                self._logits[slots[b]] = zs
         return out
 
     def accept(self, L: int, drafted: int, n: int) -> None:

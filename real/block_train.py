@@ -60,6 +60,8 @@ class BlockTrainConfig:
     val_sequences: int = param(
         96, lo=4, hi=1 << 16, doc="validation prompts (val split), half code, half prose"
     )
+    # the drafter's adjacent-token chain width (BlockConfig.adjacent; 0: none).
+    adjacent: int = param(0, lo=0, hi=4096, doc="adjacent-token chain width (0: none)")
     # the benchmarks' prompts are 128 tokens; shorter ones vary the target's context.
     prompt_tokens: tuple[int, ...] = param(
         (48, 80, 112, 128), lo=2, hi=4096, doc="prompt lengths, one per generation batch"
@@ -197,7 +199,10 @@ def corpus_data(target, tokens: np.ndarray, n: int, T: int, layers, seed, chunk:
 def cut_batch(data, rows: torch.Tensor, cuts: torch.Tensor, C: int, B: int, teacher=None):
     """Inputs and labels of cuts ``cuts`` of rows ``rows`` of ``data`` = (tokens, states) or
     (tokens, states, labels): entries c .. c+C-1, labels c+C .. c+C+B-1 (aligned indices; see
-    :func:`generate`; the labels are the tokens themselves without a labels array). With
+    :func:`generate`; the labels are the tokens themselves without a labels array), and the
+    token before each label, c+C-1 .. c+C+B-2 (what the adjacent-token chain reads: the last
+    context token, then the text's tokens; in a greedy continuation those are the labels
+    before, the tokens the block drafted when it was accepted so far). With
     ``teacher`` (a function of the stored states, see :func:`teacher_logits`), also the
     target's logits for each label position: entry e holds the state that predicts token e."""
     toks, feats = data[0], data[1]
@@ -205,7 +210,7 @@ def cut_batch(data, rows: torch.Tensor, cuts: torch.Tensor, C: int, B: int, teac
     ent = cuts[:, None] + torch.arange(C)
     lab = cuts[:, None] + C + torch.arange(B)
     r = rows[:, None]
-    out = (toks[r, ent], feats[r, ent].float(), labels[r, lab])
+    out = (toks[r, ent], feats[r, ent].float(), labels[r, lab], toks[r, lab - 1])
     return out if teacher is None else (*out, teacher(feats[r, lab].float()))
 
 
@@ -232,17 +237,19 @@ def losses(
     tokens,
     feats,
     labels,
+    prev,
     decay: float,
     conf_rows: int | None = None,
     teacher: torch.Tensor | None = None,
     kl_share: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weighted loss over block positions: cross-entropy against the labels, ``kl_share`` of
+    """(weighted loss over block positions: cross-entropy against the labels, each slot reading
+    the token before it from ``prev`` (teacher forcing, with the adjacent-token chain), ``kl_share`` of
     it replaced by KL(target ‖ drafter) where ``teacher`` logits are given; confidence-head BCE
     over the first ``conf_rows`` rows: the greedy continuations, whose labels are the
     acceptance events)."""
     ones = torch.ones_like(tokens, dtype=torch.bool)
-    logits, conf = model(tokens, feats, ones, ones)
+    logits, conf = model(tokens, feats, ones, ones, prev=prev)
     B = labels.shape[1]
     ce = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="none")
     if teacher is not None and kl_share > 0:
@@ -272,9 +279,9 @@ def predictions(model, toks, feats, C: int, B: int, stride: int = 4):
     zs, hits, ces = [], [], []
     for r in range(toks.shape[0]):
         rows = torch.full((len(cuts),), r)
-        t, f, y = cut_batch((toks, feats), rows, cuts, C, B)
+        t, f, y, prev = cut_batch((toks, feats), rows, cuts, C, B)
         ones = torch.ones_like(t, dtype=torch.bool)
-        logits, conf = model(t, f, ones, ones)
+        logits, conf = model(t, f, ones, ones, prev=prev)
         zs.append((conf - model.calib[1]) / model.calib[0])
         hits.append((logits.argmax(-1) == y).float())
         ces.append(F.cross_entropy(logits.transpose(1, 2).float(), y, reduction="none"))
@@ -511,6 +518,7 @@ def train_block_drafter(work: Path, ckpt_dir: Path, c: BlockTrainConfig, command
     bc = BlockConfig(
         vocab_size=target.cfg.vocab_size,
         block_size=c.block_size,
+        adjacent=c.adjacent,
         d_feature=target.cfg.d_model,
         feature_layers=tuple(sorted({max(1, target.cfg.n_layers // 3 * i) for i in (1, 2, 3)})),
     )

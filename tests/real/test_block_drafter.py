@@ -19,7 +19,10 @@ from tests.real.conftest import CFG, V, prompt, tiny_target
 LENGTH = CFG.max_len + CFG.k_max + 1
 
 
-def tiny_block(block: int = 5, layers=(1, 2), seed: int = 4) -> BlockDrafterModel:
+def tiny_block(
+    block: int = 5, layers=(1, 2), seed: int = 4, adjacent: int = 0
+) -> BlockDrafterModel:
+    """A random block drafter; with ``adjacent``, its chain is live (not the zero start)."""
     torch.manual_seed(seed)
     cfg = BlockConfig(
         vocab_size=V,
@@ -32,8 +35,13 @@ def tiny_block(block: int = 5, layers=(1, 2), seed: int = 4) -> BlockDrafterMode
         d_feature=32,
         feature_layers=layers,
         d_conf=8,
+        adjacent=adjacent,
     )
-    return BlockDrafterModel(cfg).double().eval()
+    model = BlockDrafterModel(cfg)
+    if adjacent:
+        with torch.no_grad():
+            model.adj_o.weight.normal_(0.0, 0.5)
+    return model.double().eval()
 
 
 class OracleBlock(BlockDrafter):
@@ -92,14 +100,16 @@ def test_greedy_equality_batch_4():
         assert all(x.accepted == min(3, end - x.context_tokens - 1) for x in s.records)
 
 
-def test_untrained_drafter_greedy_equality_and_features():
-    """A real (random) block drafter: output equals target-only at batch 1 and 4; at batch 1
-    the target states it holds are the projection of the teacher-forced outputs of its layers
-    (1, 2) at every committed position but the last."""
+@pytest.mark.parametrize("adjacent", [0, 8])
+def test_untrained_drafter_greedy_equality_and_features(adjacent):
+    """A real (random) block drafter, with and without the adjacent-token chain: output equals
+    target-only at batch 1 and 4; at batch 1 the target states it holds are the projection of
+    the teacher-forced outputs of its layers (1, 2) at every committed position but the
+    last."""
     target = tiny_target()
     for slots in (4, 1):
         cfg = dataclasses.replace(CFG, slots=slots)
-        d = BlockDrafter(tiny_block(), LENGTH, torch.float64, "cpu", slots)
+        d = BlockDrafter(tiny_block(adjacent=adjacent), LENGTH, torch.float64, "cpu", slots)
         eng = Engine(target, d, cfg)
         reqs = [
             Request(i, prompt(20 + i), 25, make_controller("fixed", {"k": 5}))
@@ -150,8 +160,72 @@ def test_sampling_q_rows_are_the_drawn_distributions():
     assert (counts / n - q1).abs().max() < 4 * (q1 * (1 - q1) / n).sqrt().max() + 1e-3
 
 
-@pytest.mark.parametrize(("tau", "recalibrate"), [(0.0, False), (0.5, False), (0.2, True)])
-def test_sampling_stays_exact(tau, recalibrate):
+def _prefilled(d: BlockDrafter, temperature: float | None = None):
+    """An engine over the tiny target with drafter ``d``, prompt 3 prefilled."""
+    target = tiny_target()
+    cfg = CFG if temperature is None else dataclasses.replace(CFG, temperature=temperature)
+    eng = Engine(target, d, cfg)
+    p = prompt(3)
+    eng.seq[0, : len(p)] = torch.tensor(p)
+    eng.prefill_rows([0], [0], [len(p) - 1])
+    return eng, p
+
+
+def test_adjacent_chain_reads_the_token_before_each_slot():
+    """The greedy chain (the engine's path) equals teacher forcing on its own argmax tokens
+    (the training path) bit for bit; feeding another token before slot 3 changes slots 3 on
+    and leaves slots 1-2 as they were."""
+    d = BlockDrafter(tiny_block(adjacent=8), LENGTH, torch.float64, "cpu")
+    eng, p = _prefilled(d)
+    inputs = d._inputs(eng.seq, [0], [len(p)])
+    logits, conf = d.model(*inputs, projected=True)
+    prev = torch.cat([inputs[0][:, -1:], logits.argmax(-1)[:, :-1]], 1)
+    forced, fconf = d.model(*inputs, projected=True, prev=prev)
+    assert torch.equal(forced, logits) and torch.equal(fconf, conf)
+    other = prev.clone()
+    other[0, 2] = (other[0, 2] + 1) % V
+    moved, _ = d.model(*inputs, projected=True, prev=other)
+    assert torch.equal(moved[:, :2], logits[:, :2])
+    assert all(not torch.allclose(moved[0, j], logits[0, j]) for j in range(2, 5))
+
+
+def test_sampled_chain_q_rows_follow_the_drawn_tokens():
+    """Under sampling with the chain, each proposal's q row j is the processed distribution of
+    slot j given the tokens drawn before it (teacher forcing on them), the rows verification
+    divides by; slot 2's token follows that conditional distribution (given slot 1's most
+    frequent draw)."""
+    from real.sampling import probs
+
+    model = tiny_block(adjacent=8)
+    with torch.no_grad():  # sharper than the default init: slot 1 has a frequent token
+        model.embed_tokens.weight.normal_(0.0, 1.0)
+    d = BlockDrafter(model, LENGTH, torch.float64, "cpu")
+    eng, p = _prefilled(d, 1.0)
+    sp, L = SamplingParams(temperature=1.0), len(p)
+    inputs = d._inputs(eng.seq, [0], [L])
+    gen = torch.Generator().manual_seed(5)
+    pairs: dict[int, list[int]] = {}
+    for i in range(2500):
+        k, _, q = d.propose_batch(eng.seq, [0], [L], [3], [0.0], sp, [gen])[0]
+        drawn = eng.seq[0, L : L + 3]
+        if i < 20:
+            prev = torch.cat([inputs[0][0, -1:], drawn[:2]])[None]
+            forced, _ = d.model(*inputs, heads=3, projected=True, prev=prev)
+            assert k == 3 and torch.allclose(q, probs(forced, sp)[0], atol=1e-12)
+        pairs.setdefault(int(drawn[0]), []).append(int(drawn[1]))
+    t1, seen = max(pairs.items(), key=lambda kv: len(kv[1]))
+    prev = torch.tensor([[int(inputs[0][0, -1]), t1]])
+    q2 = probs(d.model(*inputs, heads=2, projected=True, prev=prev)[0], sp)[0, 1]
+    freq = torch.bincount(torch.tensor(seen), minlength=V).double() / len(seen)
+    assert len(seen) > 300
+    assert (freq - q2).abs().max() < 4 * (q2 * (1 - q2) / len(seen)).sqrt().max() + 1e-3
+
+
+@pytest.mark.parametrize(
+    ("tau", "recalibrate", "adjacent"),
+    [(0.0, False, 0), (0.5, False, 0), (0.2, True, 0), (0.0, False, 8), (0.5, False, 8)],
+)
+def test_sampling_stays_exact(tau, recalibrate, adjacent):
     """Speculative sampling with the block drafter (B = 4, k = 4) emits tokens distributed as
     the target's: 1200 tokens at temperature 1.5, each token's randomised PIT under the
     target's exact conditional distribution is uniform (χ² over 5 bins below the p = 0.001
@@ -159,7 +233,8 @@ def test_sampling_stays_exact(tau, recalibrate):
     occur, so later block positions are verified; with τ = 0.5 the head's predictions cut the
     blocks (at positions 2 and 3 here); recalibrated by the engine round by round (τ = 0.2), the
     τ stop reads a map fitted on earlier rounds' outcomes (this random head turns out
-    anti-correlated with acceptance, and the map's slope falls below 0)."""
+    anti-correlated with acceptance, and the map's slope falls below 0); with the
+    adjacent-token chain (drawn slot by slot, the τ stop read before each draw) as well."""
     from real.block_recalibration import OnlineCalibration
     from tests.real import test_tau_exact as te
 
@@ -176,10 +251,13 @@ def test_sampling_stays_exact(tau, recalibrate):
         d_feature=16,
         feature_layers=(1,),
         d_conf=8,
+        adjacent=adjacent,
     )
     model = BlockDrafterModel(cfg)
     with torch.no_grad():  # a sharper, varied drafter and head than the default init
         model.embed_tokens.weight.normal_(0.0, 1.0)
+        if adjacent:
+            model.adj_o.weight.normal_(0.0, 0.5)
         model.conf_out.weight.normal_(0.0, 1.0)
         model.calib[1].copy_(torch.tensor([4.0, 1.0, 0.0, -1.0]))  # confident early, less later
     rc = OnlineCalibration() if recalibrate else None
@@ -194,7 +272,8 @@ def test_sampling_stays_exact(tau, recalibrate):
     assert sum(r.accepted >= 2 for r in recs) >= (20 if tau < 0.5 else 5)
     assert all(c >= tau for r in recs for c in r.confidences)
     if tau and rc is None:  # the head's predictions cut the blocks, at more than one position
-        assert share[4] < 0.05 and sum(s > 0.05 for s in share) >= 2, share
+        assert share[4] < (0.6 if adjacent else 0.05), share
+        assert sum(s > 0.05 for s in share) >= (3 if adjacent else 2), share
 
 
 def test_mismatched_block_checkpoint_is_one_line(tmp_path):

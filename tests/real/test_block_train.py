@@ -37,8 +37,9 @@ def test_generated_data_is_the_greedy_path_with_aligned_states():
     assert torch.equal(toks, full[:, 10 - C :])
     want = target_layer_states(target, full, (1, 2))[:, 10 - C - 1 : 10 + gen - 1]
     assert torch.allclose(feats.float(), want, rtol=2e-3, atol=1e-2)  # fp16 storage
-    t, f, y = cut_batch((toks, feats), torch.tensor([1, 2]), torch.tensor([0, 5]), C, 3)
+    t, f, y, prev = cut_batch((toks, feats), torch.tensor([1, 2]), torch.tensor([0, 5]), C, 3)
     assert torch.equal(t[1], toks[2, 5:9]) and torch.equal(y[1], toks[2, 9:12])
+    assert torch.equal(prev[1], toks[2, 8:11])  # the last entry, then the labels before
     assert torch.equal(y[0], full[1, 10:13])  # the cut at the prompt's end: the first 3 outputs
     assert torch.equal(f[1], feats[2, 5:9].float())
 
@@ -79,8 +80,9 @@ def test_teacher_forced_windows_are_aligned():
     assert torch.equal(labels[1], target(w)[0, :-1].argmax(-1))
     h = target_layer_states(target, w, (1,))[0, :-1]
     assert torch.allclose(feats[1].float(), h, rtol=2e-3, atol=1e-2)
-    t, _, y = cut_batch((toks, feats, labels), torch.tensor([1]), torch.tensor([3]), 4, 2)
+    t, _, y, prev = cut_batch((toks, feats, labels), torch.tensor([1]), torch.tensor([3]), 4, 2)
     assert torch.equal(t[0], w[0, 4:8]) and torch.equal(y[0], labels[1, 7:9])
+    assert torch.equal(prev[0], w[0, 7:9])  # the text before each label, not the target's
 
 
 def test_teacher_logits_are_the_targets_own_and_the_kl_share_mixes_the_loss():
@@ -94,7 +96,7 @@ def test_teacher_logits_are_the_targets_own_and_the_kl_share_mixes_the_loss():
     toks, feats = generate(target, prompts, gen, (1, 2), C)
     teach = teacher_logits(target, 32, (1, 2))
     rows, cuts = torch.tensor([0, 1, 1]), torch.tensor([0, 2, 5])
-    t, f, y, z = cut_batch((toks, feats.float()), rows, cuts, C, B, teach)
+    t, f, y, prev, z = cut_batch((toks, feats.float()), rows, cuts, C, B, teach)
     assert torch.equal(z.argmax(-1), y)  # greedy labels: the teacher's argmax
     full = torch.cat([prompts, toks[:, C:]], 1)
     want = target(full)[:, 10 - 1 : 10 + gen - 1]  # logits for tokens 10 .. 10+gen-1
@@ -113,9 +115,9 @@ def test_teacher_logits_are_the_targets_own_and_the_kl_share_mixes_the_loss():
             d_conf=4,
         )
     )
-    ce, _ = losses(model, t, f, y, 0.5, None, z, 0.0)
-    kl, _ = losses(model, t, f, y, 0.5, None, z, 1.0)
-    mid, _ = losses(model, t, f, y, 0.5, None, z, 0.25)
+    ce, _ = losses(model, t, f, y, prev, 0.5, None, z, 0.0)
+    kl, _ = losses(model, t, f, y, prev, 0.5, None, z, 1.0)
+    mid, _ = losses(model, t, f, y, prev, 0.5, None, z, 0.25)
     assert mid.item() == pytest.approx(0.75 * ce.item() + 0.25 * kl.item(), rel=1e-5)
     ones = torch.ones_like(t, dtype=torch.bool)
     logits, _ = model(t, f, ones, ones)
