@@ -221,6 +221,31 @@ def test_sampled_chain_q_rows_follow_the_drawn_tokens():
     assert (freq - q2).abs().max() < 4 * (q2 * (1 - q2) / len(seen)).sqrt().max() + 1e-3
 
 
+def test_sampled_chain_rows_draw_as_they_would_alone():
+    """Three rows drafted together under sampling (k = 4, 2, 3; τ = 0) draw the tokens and q
+    rows each draws alone with the same generator state: the chain runs for the longest k,
+    a row stops drawing at its own k, and no row's draws move another's."""
+    model = tiny_block(adjacent=8)
+    d = BlockDrafter(model, LENGTH, torch.float64, "cpu", slots=3)
+    eng = Engine(tiny_target(), d, dataclasses.replace(CFG, slots=3, temperature=1.3))
+    ps = [prompt(5), prompt(6), prompt(7)]
+    for s, p in enumerate(ps):
+        eng.seq[s, : len(p)] = torch.tensor(p)
+    eng.prefill_rows([0, 1, 2], [0, 0, 0], [len(p) - 1 for p in ps])
+    sp, Ls, ks = SamplingParams(temperature=1.3), [len(p) for p in ps], [4, 2, 3]
+    gens = [torch.Generator().manual_seed(10 + s) for s in range(3)]
+    together = d.propose_batch(eng.seq, [0, 1, 2], Ls, ks, [0.0] * 3, sp, gens)
+    drawn = [eng.seq[s, Ls[s] : Ls[s] + ks[s]].clone() for s in range(3)]
+    for s in range(3):
+        g = torch.Generator().manual_seed(10 + s)
+        n, cf, q = d.propose_batch(eng.seq, [s], [Ls[s]], [ks[s]], [0.0], sp, [g])[0]
+        assert n == together[s][0] == ks[s]
+        assert torch.equal(eng.seq[s, Ls[s] : Ls[s] + n], drawn[s])
+        assert torch.allclose(q, together[s][2], atol=1e-12)
+        assert cf == pytest.approx(together[s][1], abs=1e-12)
+        assert torch.equal(g.get_state(), gens[s].get_state())  # as many draws, no more
+
+
 @pytest.mark.parametrize(
     ("tau", "recalibrate", "adjacent"),
     [(0.0, False, 0), (0.5, False, 0), (0.2, True, 0), (0.0, False, 8), (0.5, False, 8)],
