@@ -56,11 +56,12 @@ from real.sampling import SamplingParams, probs
 class BlockConfig:
     # the shared byte-level BPE vocabulary (real.tokenizer).
     vocab_size: int = param(4096, lo=16, hi=65536, doc="vocabulary size")
-    # 128 x 2 layers, SwiGLU 384, tied head: ~1.1 M parameters, the conv drafter's width. Two
-    # layers so the slots exchange what the first one found (one layer would show each slot
-    # only the others' constant inputs). At batch 1 on the 2-core CPU a propose call at k = 4
-    # cost ~0.33x the conv drafter's four steps where 192 x 2 layers over 8 context
-    # positions cost ~1.2x (benchmarks/real_speed.py measures it).
+    # 128 wide, SwiGLU 384, tied head: ~1 M parameters, the conv drafter's width. Two layers by
+    # default so the slots exchange what the first one found (one layer shows each slot only the
+    # others' constant inputs); with the adjacent-token chain one layer is enough: the shipped
+    # drafter has one, accepting as much on unseen prompts as two at a ~20% cheaper propose call
+    # (benchmarks/real_speed.py; configs/train_block.toml). At batch 1 on the 2-core CPU 192 x 2
+    # layers over 8 context positions cost ~1.2x the conv drafter's four steps.
     d_model: int = param(128, lo=8, hi=4096, doc="residual width")
     n_layers: int = param(2, lo=1, hi=16, doc="encoder layers over context + mask slots")
     n_heads: int = param(4, lo=1, hi=64, doc="attention heads")

@@ -62,6 +62,8 @@ class BlockTrainConfig:
     )
     # the drafter's adjacent-token chain width (BlockConfig.adjacent; 0: none).
     adjacent: int = param(0, lo=0, hi=4096, doc="adjacent-token chain width (0: none)")
+    # the drafter's encoder layers (BlockConfig.n_layers).
+    n_layers: int = param(2, lo=1, hi=16, doc="encoder layers over context + mask slots")
     # the benchmarks' prompts are 128 tokens; shorter ones vary the target's context.
     prompt_tokens: tuple[int, ...] = param(
         (48, 80, 112, 128), lo=2, hi=4096, doc="prompt lengths, one per generation batch"
@@ -519,6 +521,7 @@ def train_block_drafter(work: Path, ckpt_dir: Path, c: BlockTrainConfig, command
         vocab_size=target.cfg.vocab_size,
         block_size=c.block_size,
         adjacent=c.adjacent,
+        n_layers=c.n_layers,
         d_feature=target.cfg.d_model,
         feature_layers=tuple(sorted({max(1, target.cfg.n_layers // 3 * i) for i in (1, 2, 3)})),
     )
