@@ -228,15 +228,14 @@ class BlockDrafterModel(nn.Module):
         elif prev is None:
             logits, h = self.chain(x, tokens[:, -1], lambda lg, h, j: lg.argmax(-1))
         else:
-            last = prev.shape[1] - 1
-            logits, h = self.chain(x, prev[:, 0], lambda lg, h, j: prev[:, min(j + 1, last)])
+            logits, h = self.chain(x, prev[:, 0], lambda lg, h, j: prev[:, j + 1])
         return logits, self.confidence_logits(h, logits)
 
     def chain(self, x: torch.Tensor, first: torch.Tensor, pick):
         """The adjacent-token chain over the slots of ``x`` ``[N, H, d]`` (:meth:`encode`):
         slot j reads the token before it (``first`` ``[N]`` for slot 1, then ``pick(logits_j,
-        h_j, j)``, called for every slot: the token slot j + 1 reads) and the chain's state. Returns the logits ``[N,
-        H, V]`` and the normed states ``[N, H, d]``."""
+        h_j, j)``, the token slot j + 1 reads: not called after the last slot) and the chain's
+        state. Returns the logits ``[N, H, V]`` and the normed states ``[N, H, d]``."""
         H = x.shape[1]
         px = self.adj_x(x)
         we, wr, wo = self.adj_e.weight.t(), self.adj_r.weight.t(), self.adj_o.weight.t()
@@ -249,7 +248,8 @@ class BlockDrafterModel(nn.Module):
             lg = F.linear(h, self.embed_tokens.weight)
             ls.append(lg)
             hs.append(h)
-            prev = pick(lg, h, j)
+            if j + 1 < H:
+                prev = pick(lg, h, j)
         return torch.stack(ls, 1), torch.stack(hs, 1)
 
     def confidence_logits(
@@ -432,7 +432,8 @@ class BlockDrafter(_OneRow):
                     acc.append(v)
             return nxt
 
-        m.chain(x, tokens[:, -1], pick)
+        logits, h = m.chain(x, tokens[:, -1], pick)
+        pick(logits[:, -1], h[:, -1], heads - 1)  # the last slot's draw (the chain ends there)
         for i, b in enumerate(rows):
             toks, cfs, qs, zs = kept[i]
             if not toks:

@@ -2,8 +2,8 @@
 
 The head is calibrated once, after training, on held-out text (``real.block_train``). On a
 user's prompts its predictions drift from what verification then finds: on
-``benchmarks/real_speed.py``'s unseen prompts it said 0.96 where 0.74 of the slots were
-accepted. Every round the engine verifies tells how the drafted slots fared, so the engine
+``benchmarks/real_speed.py``'s unseen prompts the chain-free head said 0.96 where 0.74 of the
+slots were accepted. Every round the engine verifies tells how the drafted slots fared, so the engine
 refits, as it runs, a Platt map of the head's (calibrated) logit ``z``:
 
     p = σ(a · z + b)
@@ -16,8 +16,9 @@ moves it little. After each round the fit takes one Newton step from the last on
 until the objective rises), over the slots seen, forgotten at ``1/memory_slots`` a slot and
 counted by logit bin (width 1/8), so a refit costs the same whatever the memory. Each round's
 confidences come from the map fitted on the rounds before it, so the head's predictions, the
-τ stop and the controllers' acceptance estimates never see the outcome they predict; draft
-tokens depend only on the committed context, so verification stays exact.
+τ stop and the controllers' acceptance estimates never see the outcome they predict; a draft
+token depends on the committed context and the tokens drafted before it, never on a
+verification outcome, so verification stays exact.
 """
 
 from __future__ import annotations
