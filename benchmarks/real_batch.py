@@ -5,7 +5,8 @@ float32 for this batched engine on a CPU without native bf16, else bf16; the cho
 held-out code prompts, each decoded to ``--new-tokens`` tokens (the end-of-text token does not
 stop it). Methods: ``plain`` (target only, no drafter: one packed forward per round serves every
 row), fixed k (``--ks``),
-``hf-heuristic`` and ``dspark`` (default config, with its round planner when it has one; the
+and the controllers of ``--controllers`` (default ``hf-heuristic`` and ``dspark``, default
+configs; ``NAME:key=value,...`` sets fields), each with its round planner when it has one (the
 planner lives for the whole run, as in a serving engine, and is warmed by one untimed run per
 batch size). Every (batch, method) cell runs once per repeat, cells interleaved (method order
 rotated per repeat) so background load hits all alike; tokens/s are the median over repeats,
@@ -78,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", default="1,2,4,8,16")
     p.add_argument("--waves", type=int, default=3, help="requests per cell = waves x batch")
     p.add_argument("--ks", default="2,4", help="fixed draft lengths to run")
+    p.add_argument(
+        "--controllers",
+        default="hf-heuristic dspark",
+        help="adaptive controllers, space separated: NAME or NAME:key=value,...",
+    )
     p.add_argument("--drafter", default="conv")
     p.add_argument("--workload", default="code", choices=("code", "prose"))
     p.add_argument("--prompt-tokens", default="64,128", help="min,max prompt tokens")
@@ -96,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from control.registry import make_config, make_controller, make_planner
+    from control.registry import controller_spec, make_config, make_controller, make_planner
     from real.engine import EngineConfig, Request
     from real.runtime import build_engine
     from real.tracing import PromptSetConfig, make_prompts
@@ -128,18 +134,22 @@ def main(argv: list[str] | None = None) -> int:
         ),
         engine.tokenizer,
     )
-    methods = ["plain"] + [f"fixed:k={k}" for k in ks] + ["hf-heuristic", "dspark"]
+    specs = {
+        label: (name, conf) for name, conf, label in map(controller_spec, args.controllers.split())
+    }
+    specs.update({f"fixed:k={k}": ("fixed", {"k": k}) for k in ks})
+    methods = (
+        ["plain"]
+        + [f"fixed:k={k}" for k in ks]
+        + [m for m in specs if m in args.controllers.split()]
+    )
 
     def run(method: str, B: int) -> tuple[tuple[float, float], list[list[int]]]:
         if method == "plain":
             engine.drafter, name, conf = None, "fixed", {"k": 0}
         else:
             engine.drafter = drafter
-            name, conf = (
-                ("fixed", {"k": int(method.split("=")[1])})
-                if method.startswith("fixed")
-                else (method, None)
-            )
+            name, conf = specs[method]
         c = make_config(name, conf)
         # one planner per (method, batch) for the whole run, as a serving engine keeps it: its
         # cost model carries over between repeats (warmed once, untimed, before them)
@@ -168,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     for B in batches[:2]:  # warm-up (allocations, first-touch)
         run("plain", B)
     for B in batches:  # each planner learns its costs once before the timed repeats
-        run("dspark", B)
+        for m in methods[1 + len(ks) :]:
+            if make_planner(*specs[m]) is not None:
+                run(m, B)
     tps: dict = {(B, m): [] for B in batches for m in methods}
     whole: dict = {(B, m): [] for B in batches for m in methods}
     same: dict = {(B, m): [] for B in batches for m in methods}
@@ -215,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{m} {np.mean([np.mean(same[(B, m)]) for B in batches]):.2f}" for m in methods[1:]
         )
     )
+    if "dspark" not in methods:
+        return 0  # the last line reports the default dspark
     b8 = 8 if 8 in batches else batches[-1]
     b1 = batches[0]
     never = int(all(speed[(B, "dspark")] >= 1.0 for B in batches))

@@ -67,6 +67,8 @@ class BatchContext:
     displaces a prompt token (``None`` / 0: prefill does not share the pass).
     ``waiting_since_s``: arrival time of the oldest request whose prompt is not yet fully
     prefilled (its TTFT clock), ``None`` when none waits or the engine does not tell.
+    ``block_draft``: the drafter proposes a whole block in one forward (a round's draft
+    phase is one step whatever the lengths kept).
     """
 
     batch_size: int
@@ -75,6 +77,7 @@ class BatchContext:
     prefill_backlog: int = 0
     token_budget: int | None = None
     waiting_since_s: float | None = None
+    block_draft: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -214,6 +214,20 @@ def from_mapping(cls: type[T], data: dict | None, source: str = "<config>", pref
         raise ConfigError(f"{source}: {e}") from None
 
 
+def parse_sets(items: list[str], flag: str = "--set") -> dict:
+    """``["a.b=3"]`` -> ``{"a.b": 3}``: each value parsed as TOML, else kept as text."""
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"{flag} {item!r}: expected KEY=VALUE")
+        key, val = item.split("=", 1)
+        try:
+            out[key.strip()] = tomllib.loads(f"v = {val}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key.strip()] = val
+    return out
+
+
 def read_toml(path: str | Path) -> dict:
     """Parse a TOML file; a missing file or a syntax error is a one-line ConfigError."""
     p = Path(path)

@@ -399,6 +399,7 @@ class RoundCostModel:
         budget: int | None = None,
         batch_size: int = 0,
         prompt_value: float = 0.0,
+        block: bool = False,
     ) -> CostFunctions:
         """The fitted costs at one context size, as the vectorised functions a plan calls
         (θ read once: cheaper than going through ``verify_s``/``step_s`` per call).
@@ -414,6 +415,8 @@ class RoundCostModel:
         ``p(n) = min(backlog, budget − n)``: a draft that pushes a prompt token out of the pass
         is charged that token's time (it is deferred, not saved), and, with ``prompt_value``,
         the output tokens the wait is worth (against a round of ``batch_size`` plain steps).
+        ``block``: a block drafter's rounds, whose draft phase is one forward whatever the
+        lengths (:class:`~control.goodput.CostFunctions`).
         With a budget and no backlog the pass carries the drafts alone. An engine that reports
         no budget shares its passes with ``prefill_tokens`` (default: the recent average)."""
         self.fold()
@@ -446,7 +449,14 @@ class RoundCostModel:
             if pre == 0.0 and bool(np.isfinite(tv).all()):
                 # no chunk: raw(n + 0) − (raw(0) − raw(0)) is raw(n), float for float
                 return CostFunctions(
-                    _as_float(raw), _as_float(raw_slope), step, self.overhead_s, None, None, fixed
+                    _as_float(raw),
+                    _as_float(raw_slope),
+                    step,
+                    self.overhead_s,
+                    None,
+                    None,
+                    fixed,
+                    block,
                 )
             chunk, slope = _shared_chunk(raw_slope, pre)
         base = float(raw(np.zeros(1))[0])
@@ -456,7 +466,9 @@ class RoundCostModel:
             p = chunk(n)
             return raw(n + p) - (raw(p) - base)
 
-        return CostFunctions(verify_s, slope, step, self.overhead_s, penalty, penalty_slope, fixed)
+        return CostFunctions(
+            verify_s, slope, step, self.overhead_s, penalty, penalty_slope, fixed, block
+        )
 
     @staticmethod
     def _step_fn(s0: float, s1: float):

@@ -29,8 +29,8 @@ class DSparkBaseController(ValuesObserver):
     policy = ""  # the value of DSparkConfig.policy this class runs
     records_evidence = False  # whether observe_values hands the round to _record first
     # a records_evidence policy's own keeping of a round, before the shared window, retry cap
-    # and blocks: _record(now_s, drafted, n, draft_s, verify_s, context_tokens, e, batch_size,
-    # batch_tokens, batch_context_tokens)
+    # and blocks: _record(now_s, drafted, n, confidences, draft_s, verify_s, context_tokens, e,
+    # batch_size, batch_tokens, batch_context_tokens)
     _record: Any
     reads_confidences = False
     config: DSparkBaseConfig
@@ -144,7 +144,7 @@ class DSparkBaseController(ValuesObserver):
         # hot path (the simulator calls it per sequence per round): the policy's own record,
         # then what both policies do with a round (_observed)
         if self.records_evidence:
-            self._record(now_s, drafted, n, draft_s, verify_s, context_tokens, e, batch_size, batch_tokens, batch_context_tokens)  # fmt: skip
+            self._record(now_s, drafted, n, confidences, draft_s, verify_s, context_tokens, e, batch_size, batch_tokens, batch_context_tokens)  # fmt: skip
         self._observed(now_s, drafted, n, draft_s, draft_s + verify_s, lossy_accepts, e, sentence_ends)  # fmt: skip
 
     def _observed(self, now_s, drafted, n, draft_s, round_s, lossy_accepts, e, sentence_ends):

@@ -159,6 +159,16 @@ class GoodputPolicyConfig(DSparkBaseConfig):
         log=True,
         when={"policy": ("goodput",)},
     )
+    # outcomes: a sequence's evidence is what verification accepted. confidence: what the
+    # drafter's confidences predicted for the positions it drafted (the expected accepted
+    # tokens and rejection of each round), for a drafter with a trained confidence head (the
+    # block drafter); the pooled position factors still hold the plans to the outcomes.
+    acceptance_source: str = param(
+        "outcomes",
+        choices=("outcomes", "confidence"),
+        doc="goodput: a sequence's acceptance evidence: verification outcomes or confidences",
+        when={"policy": ("goodput",)},
+    )
     # the last ~4 rounds, weighed against 8 pseudo-trials of the long-run rate: a good or bad
     # stretch (easy/hard regimes) moves a sequence's â within a few rounds, noise hardly does.
     recent_rounds: int = param(

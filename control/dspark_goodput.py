@@ -25,6 +25,7 @@ from control.seqstate import (
     SUM_REJ,
     TOKENS,
     SeqArrays,
+    expected_outcome,
 )
 from control.types import Decision
 
@@ -41,6 +42,8 @@ class GoodputPolicyController(DSparkBaseController):
         # α is the time-penalty weight of speculation, 1 = pure goodput (its ceiling)
         super().__init__(c, 1.0, 1.0)
         self._retry = c.goodput_cooldown
+        # the drivers hand confidences only to controllers that read them
+        self.reads_confidences = c.acceptance_source == "confidence"
 
     def first_token(self, ttft_s: float) -> None:
         """The request's time to first token (told by the driver): a request past its TTFT
@@ -152,6 +155,7 @@ class GoodputPolicyController(DSparkBaseController):
         now_s,
         drafted,
         n,
+        confidences,
         draft_s,
         verify_s,
         context_tokens,
@@ -164,12 +168,15 @@ class GoodputPolicyController(DSparkBaseController):
         # (control.seqstate; SeqArrays.record does the same for a batch at once); the base's
         # observe_values then does what both policies do
         r = self._row
-        rej = 1 if n < drafted else 0
+        if self.reads_confidences and confidences:  # what the drafter's confidences predicted
+            got, rej = expected_outcome(confidences)
+        else:
+            got, rej = n, (1 if n < drafted else 0)
         f = self._decay
-        r[0] = r[0] * f + n  # SUM_N
+        r[0] = r[0] * f + got  # SUM_N
         r[1] = r[1] * f + rej  # SUM_REJ
         f = self._fast
-        r[2] = r[2] * f + n  # RECENT_N
+        r[2] = r[2] * f + got  # RECENT_N
         r[3] = r[3] * f + rej  # RECENT_REJ
         r[9] = context_tokens + e  # CONTEXT
         if r[8] < 0.0:  # FIRST_S

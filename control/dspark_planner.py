@@ -43,7 +43,17 @@ Once per round, for the batch's sequences (each a :class:`~control.dspark.DSpark
    token since its last draft) every ``explore_every``. A plan that drafts, or prompt tokens
    newly waiting, end it; a batch that moves re-plans as before.
 
-The per-sequence decision keeps its mode, β, τ and block-end flag; only k is planned.
+8. **A confidence head** (``acceptance_source = "confidence"``). Each sequence's evidence is
+   what its drafter's confidences predicted for the positions it drafted
+   (:func:`~control.seqstate.expected_outcome`), the beliefs take no position factor (the
+   head's calibration is the drafter's: the engine refits it on the verified slots), and a
+   full plan gives every sequence the round's cap with its break-even survival
+   (:func:`~control.goodput.break_even`) as ``Decision.survival``: the driver cuts each
+   drafted block where the running product of its confidences falls below the survival the
+   plan holds a token to, so this round's predictions, not the history, decide the length.
+
+The per-sequence decision keeps its mode, β, τ and block-end flag; only k (and, with a
+confidence head, the survival stop) is planned.
 
 The sequences' evidence lives in the planner's arrays (:class:`~control.seqstate.SeqArrays`, a
 slot per member, written in place by each member's ``observe``): a plan gathers the batch by
@@ -60,8 +70,14 @@ import numpy as np
 
 from control.batch import BatchContext, RoundPlanner, RoundStats
 from control.costmodel import RoundCostModel
-from control.goodput import CostFunctions, plan_round_lengths, slo_floor_plan, slo_goodput_row
-from control.seqstate import ALPHA, DECODE_S, PLANNED, TOKENS, SeqArrays
+from control.goodput import (
+    CostFunctions,
+    break_even,
+    plan_round_lengths,
+    slo_floor_plan,
+    slo_goodput_row,
+)
+from control.seqstate import ALPHA, DECODE_S, PLANNED, SURVIVAL, TOKENS, SeqArrays
 from control.types import Decision
 
 #: Per-round weight of the newest round in the prefill share of a replica's time (~100 rounds:
@@ -95,6 +111,7 @@ class DSparkPlanner(RoundPlanner):
         self._members: list = []  # this round's members (observe_members checks them)
         self._ranks = np.arange(1, config.k_max + 1)  # draft positions 1..K (_beliefs)
         self._steps = np.arange(config.k_max, dtype=float)[:, None]  # accepted before j, (K, 1)
+        self._head = config.acceptance_source == "confidence"  # module docstring, item 8
         self.reset()
 
     def reset(self) -> None:
@@ -156,6 +173,8 @@ class DSparkPlanner(RoundPlanner):
             idx = self.seqs.slots_of(members)
         belief = self._beliefs(idx)
         self._hold_to_plans(idx, belief)
+        if self._head:  # the head's predictions, calibrated by the drafter (module item 8)
+            return np.minimum(belief, 0.999)
         rej, full = self._pooled()
         succ = np.cumsum((rej + full)[::-1])[::-1][1:]  # S_j: rounds with n ≥ j, j = 1..K
         factor = []
@@ -251,6 +270,7 @@ class DSparkPlanner(RoundPlanner):
             budget=batch.token_budget,
             batch_size=batch.batch_size,
             prompt_value=value,
+            block=batch.block_draft,
         )
 
     def plan(self, now_s: float, members: Sequence[Any], batch: BatchContext) -> list[Decision]:
@@ -272,6 +292,9 @@ class DSparkPlanner(RoundPlanner):
             for d, p in zip(base, self.seqs.values[idx, PLANNED].tolist()):
                 x = cap if p < 0.0 or p > cap else int(p)  # PLANNED holds integers (-1: none)
                 out.append(d if d.k <= x else with_k(d, x))
+            if self._head:
+                sv = self.seqs.values[idx, SURVIVAL].tolist()
+                out = [self._with_stop(d, d.k, s) for d, s in zip(out, sv)]
             return out
         self._since = 0
         self._planned_b = B
@@ -281,6 +304,10 @@ class DSparkPlanner(RoundPlanner):
             # (bounded: the interval and the probe cadence saturate long before 32)
             self._idle = min(self._idle + 1, 32) if idle else 0
         self.seqs.values[idx, PLANNED] = k
+        if self._head:
+            sv = self.seqs.values[idx, SURVIVAL].tolist()
+            stop = self._with_stop
+            return [stop(d, min(d.k, x), s) for d, x, s in zip(base, k.tolist(), sv)]
         with_k = self._with_k
         return [d if d.k == x else with_k(d, x) for d, x in zip(base, k.tolist())]
 
@@ -352,6 +379,9 @@ class DSparkPlanner(RoundPlanner):
                 if alt > 0 and not k.any():  # every sequence stopped below the probe's cap:
                     k = np.minimum(kcap, 1)  # it would measure nothing, so each drafts one
                 self._since = 1 << 30  # past any interval: the next round re-plans
+            if self._head:  # every sequence at the cap, each cut by its break-even survival
+                self.seqs.values[self._idx, SURVIVAL] = break_even(p, row, costs, alpha)
+                k = np.minimum(kcap, int(k.max()) if len(k) else 0)
         self.last_cap = int(k.max()) if len(k) else 0
         return k
 
@@ -365,6 +395,19 @@ class DSparkPlanner(RoundPlanner):
                 self._decisions.clear()
             out = self._decisions[key] = Decision(
                 k=k, mode=d.mode, beta=d.beta, tau=d.tau, block_end=d.block_end
+            )
+        return out
+
+    def _with_stop(self, d: Decision, k: int, survival: float) -> Decision:
+        """``d`` with length ``k`` and survival stop ``survival`` (rounded to 1/1000)."""
+        s = round(survival, 3)
+        key = (k, d.mode, d.beta, d.tau, d.block_end, s)
+        out = self._decisions.get(key)
+        if out is None:
+            if len(self._decisions) > 4096:
+                self._decisions.clear()
+            out = self._decisions[key] = Decision(
+                k=k, mode=d.mode, beta=d.beta, tau=d.tau, block_end=d.block_end, survival=s
             )
         return out
 
@@ -400,7 +443,12 @@ class DSparkPlanner(RoundPlanner):
                 lossy, emitted, sentence_ends, batch_tokens, batch_context_tokens,
             )  # fmt: skip
             return
-        self.seqs.record(self._idx, now_s, drafted, accepted, emitted, draft_s, verify_s, context)
+        conf = None  # each member's evidence: its outcomes, or what its confidences predicted
+        if confidences is not None and any(m.reads_confidences for m in listed):
+            conf = [c if m.reads_confidences else () for m, c in zip(listed, confidences)]
+        self.seqs.record(
+            self._idx, now_s, drafted, accepted, emitted, draft_s, verify_s, context, conf
+        )
         round_s = draft_s + verify_s
         for m, d, n, lo, e, se in zip(listed, drafted, accepted, lossy, emitted, sentence_ends):
             m._observed(now_s, d, n, draft_s, round_s, lo, e, se)

@@ -10,7 +10,8 @@ tokens (the accepted prefix plus the target's bonus or correction token; one hom
     T = [steps > 0] · draft_fixed + steps · step_s(drafting, ctx) + verify_s(N, ctx) + overhead,
 
 with ``N = Σ_i (k_i + 1)`` and ``steps = max_i k_i``: the draft phase lasts the longest draft,
-and a round that drafts at all pays the phase's fixed cost once. The planner maximises the
+and a round that drafts at all pays the phase's fixed cost once. A block drafter
+(``CostFunctions.block``) proposes every kept token in one forward: ``steps = [max_i k_i > 0]``. The planner maximises the
 batch's goodput ``G = Σ_i E(a_i, k_i) / T``. For each cap ``m`` (the round's longest draft) it
 lets each sequence stop below ``m`` on its own evidence: drafted token ``j`` of sequence ``i``
 adds ``a_i^j`` expected tokens and ``v = ∂T/∂N`` seconds, so it pays iff ``a_i^j ≥ G · v``
@@ -58,12 +59,25 @@ class CostFunctions:
     token_penalty: Callable[[np.ndarray], np.ndarray] | None = None
     penalty_slope: Callable[[np.ndarray], np.ndarray] | None = None
     draft_fixed_s: float = 0.0  # paid once by a round that drafts at all
+    block: bool = False  # a block drafter: one draft forward whatever the longest draft
 
 
 def round_seconds(k: np.ndarray, costs: CostFunctions) -> np.ndarray:
     """Predicted round time for draft-length rows ``k`` (shape ``(rows, B)``)."""
     tokens, steps, drafting = _row_counts(k)
     return _seconds(tokens, steps, costs.step_s(np.maximum(drafting, 1)), costs)
+
+
+def break_even(plan: RoundPlan, row: int, costs: CostFunctions, weight: np.ndarray) -> np.ndarray:
+    """Per sequence, the survival probability a drafted token needs to pay in row ``row`` of
+    ``plan``: ``G · v / α_i`` (plus the slope of the prompt work it pushes out), the condition
+    :func:`plan_round_lengths` holds each planned token to, for a driver's survival stop to
+    hold each drafted token to on the drafter's own confidences."""
+    n = plan.k_by_cap[row : row + 1].sum(axis=1) + plan.k_by_cap.shape[1]
+    thr = plan.goodput[row] * costs.verify_slope(n)[0] / np.asarray(weight, dtype=float)
+    if costs.penalty_slope is not None:
+        thr = thr + costs.penalty_slope(n)[0]
+    return thr
 
 
 def _row_counts(k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -75,6 +89,8 @@ def _row_counts(k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _seconds(tokens, steps, step, costs: CostFunctions) -> np.ndarray:
     """The round times of rows with these counts, ``step`` the step cost at their drafting."""
+    if costs.block:
+        steps = np.minimum(steps, 1)
     draft = np.where(steps > 0, costs.draft_fixed_s + steps * step, 0.0)
     return draft + costs.verify_s(tokens) + costs.overhead_s
 
@@ -122,6 +138,7 @@ def plan_round_lengths(
     w_mean = float(np.add.reduce(w) / B) if B else 1.0  # w.mean(): the same sum and division
     w_col = w[None, :]
     pen, pen_slope, step_s = costs.token_penalty, costs.penalty_slope, costs.step_s
+    per_step = np.minimum(caps, 1) if costs.block else caps  # the draft steps of each cap
     n, steps, d = _row_counts(k)
     step_d = step_s(np.maximum(d, 1))  # a step's cost at each row's drafting sequences
     t = _seconds(n, steps, step_d, costs)
@@ -142,7 +159,7 @@ def plan_round_lengths(
         # (a count of at most k_max ≤ 64 positions: exact in uint8, summed ~3x faster)
         kstar = np.minimum(bound, np.add.reduce(keep, axis=0, dtype=np.uint8))
         # drafting at all also adds this sequence to every draft step of the round
-        join = (g * (caps * (step_s(d + 1) - step_d)))[:, None]
+        join = (g * (per_step * (step_s(d + 1) - step_d)))[:, None]
         pays = cum[kstar, cols] - 1.0 >= thr * kstar + (join if ones else join / w_col)
         k_new = np.where(pays, kstar, 0)
         if (k_new == k).all():  # np.array_equal: the shapes are the same

@@ -30,6 +30,11 @@ How the lab runs it, where its engines differ or the doc is silent:
   (:func:`control.goodput.round_seconds`); the smallest ``m`` among ties. Until the cost model
   is ready every request verifies its full window (adaptive verification off).
 - Slots tie-break by position, then batch order, so each request's admitted slots are a prefix.
+- With a block drafter (one forward drafts every request's whole window) whose confidences it
+  reads, the round's own drafted block is scored, as vLLM scores a DSpark block by its head's
+  confidences: every request drafts its window and the driver cuts it where the running
+  product of the block's confidences falls below the score of the m-th slot the estimates
+  admitted (``Decision.survival``), so the budget holds in expectation rather than exactly.
 - A Dynamic SD table (``rows`` > 0) sets the budget to ``N × K`` (``dsd_budget = "exact"``,
   vLLM's rule), or only caps the cost-model budget (``"cap"``, not expressible in vLLM).
 """
@@ -140,6 +145,7 @@ class VllmVerificationPlanner(RoundPlanner):
         self.members: Sequence[Any] = ()
         self.last_budget = -1  # draft slots admitted by the last plan
         self.rounds = 0
+        self._cut: dict[tuple[int, float], Decision] = {}  # window and survival stop
 
     @property
     def wants_costs_seed(self) -> bool:
@@ -175,7 +181,10 @@ class VllmVerificationPlanner(RoundPlanner):
         order = np.sort(S.reshape(-1))[::-1]
         emitted = B + np.concatenate(([0.0], np.cumsum(order)))
         funcs = self.costs.functions(
-            batch.context_tokens, backlog=batch.prefill_backlog, budget=batch.token_budget
+            batch.context_tokens,
+            backlog=batch.prefill_backlog,
+            budget=batch.token_budget,
+            block=batch.block_draft,
         )
         seconds = np.maximum(round_seconds(ks, funcs), 1e-12)
         best = int(np.argmax(emitted / seconds))
@@ -194,6 +203,15 @@ class VllmVerificationPlanner(RoundPlanner):
         ks = lengths_by_budget(admission(S), B)
         m = self.budget(S, ks, batch)
         self.last_budget = m
+        if 0 < m < K * B and batch.block_draft and self.config.acceptance_source != "online":
+            # the drafted block's own confidences score its slots (module docstring)
+            theta = round(float(np.partition(S.reshape(-1), K * B - m)[K * B - m]), 3)
+            d = self._cut.get((K, theta))
+            if d is None:
+                if len(self._cut) > 4096:
+                    self._cut.clear()
+                d = self._cut[(K, theta)] = Decision(k=K, survival=theta)
+            return [d] * B
         return [DECISIONS[k] for k in ks[m].tolist()]
 
     def observe_round(self, stats: RoundStats) -> None:

@@ -84,6 +84,7 @@ class ClairvoyantPlanner(RoundPlanner):
                 backlog=batch.prefill_backlog,
                 budget=batch.token_budget,
                 batch_size=batch.batch_size,
+                block=batch.block_draft,
             )
             caps = np.arange(k_max + 1)
             ks = np.minimum(L[None, :], caps[:, None])

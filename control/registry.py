@@ -6,7 +6,7 @@ import importlib
 from typing import Any
 
 from control.base import Controller
-from control.configio import from_mapping
+from control.configio import from_mapping, parse_sets
 from control.errors import ConfigError
 
 # name: (module, controller class, config class)
@@ -84,3 +84,12 @@ def make_planner(name: str, config: Any = None, source: str = "<config>") -> Any
     """The round planner of controller ``name`` with ``config``, or None when it has none."""
     ctrl_cls, _ = _lookup(name)
     return ctrl_cls.make_planner(make_config(name, config, source))
+
+
+def controller_spec(spec: str) -> tuple[str, dict | None, str]:
+    """``NAME`` or ``NAME:key=value,...`` -> ``(name, mapping or None, label)``: a controller
+    with some of its config's fields set (values parsed as TOML), labelled by the spec."""
+    if ":" not in spec:
+        return spec, None, spec
+    name, body = spec.split(":", 1)
+    return name, parse_sets([kv for kv in body.split(",") if kv.strip()], spec), spec

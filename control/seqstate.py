@@ -2,8 +2,8 @@
 
 A :class:`SeqArrays` holds, for each slot, the numbers the round planner reads
 (:mod:`control.dspark_planner`): the forgotten acceptance counts, the TPOT history, α and the
-planned length, the start of its first round and its context (one float row, columns ``SUM_N``
-… ``CONTEXT``), its forgetting factors, the per-position counts since
+planned length, the start of its first round, its context and its planned survival stop (one
+float row, columns ``SUM_N`` … ``SURVIVAL``), its forgetting factors, the per-position counts since
 the last full plan, and the rates that plan predicted. A sequence
 (:class:`~control.dspark.DSparkController`) holds views of its own rows and updates them in
 place when it observes a round, so a plan reads the batch with one gather, never by visiting
@@ -20,7 +20,8 @@ import numpy as np
 
 #: columns of the float row
 SUM_N, SUM_REJ, RECENT_N, RECENT_REJ, DECODE_S, TOKENS, ALPHA, PLANNED, FIRST_S, CONTEXT = range(10)
-COLUMNS = 10
+SURVIVAL = 10  # the survival stop of the planned length (acceptance_source "confidence")
+COLUMNS = 11
 
 
 class SeqArrays:
@@ -127,23 +128,32 @@ class SeqArrays:
         draft_s: float,
         verify_s: float,
         context: Any,
+        confidences: Any = None,
     ) -> None:
         """One round of the members in slots ``idx`` (their drafted, accepted and emitted
         tokens and contexts, in slot order), recorded at once: for each, what its own
         ``_record`` does with a round (:class:`~control.dspark_goodput.GoodputPolicyController`),
         the same float operations in the same order: the counts forgotten and added to, the
         context, the first round's start, the decode seconds and tokens, and the per-position
-        count of a round that drafted."""
+        count of a round that drafted. ``confidences`` (each member's, for members whose
+        evidence is what their drafter's confidences predicted): the counts take
+        :func:`expected_outcome` of a member's confidences where it has some."""
         n = np.asarray(accepted, dtype=float)
         d = np.asarray(drafted, dtype=np.int64)
         e = np.asarray(emitted, dtype=float)
         short = n < d
         rej = short.astype(float)
+        got = n
+        if confidences is not None:
+            got, rej = n.copy(), rej.copy()
+            for i, c in enumerate(confidences):
+                if c:
+                    got[i], rej[i] = expected_outcome(c)
         rows = self.values[idx]
         f, g = self.decay[idx], self.fast[idx]
-        rows[:, SUM_N] = rows[:, SUM_N] * f + n
+        rows[:, SUM_N] = rows[:, SUM_N] * f + got
         rows[:, SUM_REJ] = rows[:, SUM_REJ] * f + rej
-        rows[:, RECENT_N] = rows[:, RECENT_N] * g + n
+        rows[:, RECENT_N] = rows[:, RECENT_N] * g + got
         rows[:, RECENT_REJ] = rows[:, RECENT_REJ] * g + rej
         rows[:, CONTEXT] = np.asarray(context, dtype=float) + e
         first = rows[:, FIRST_S]
@@ -159,6 +169,19 @@ class SeqArrays:
     def release(self, slot: int) -> None:
         """The member in ``slot`` leaves: its rows go to a store of its own."""
         SeqArrays.single(self.k_max).adopt(self.owners[slot])
+
+
+def expected_outcome(confidences: Any) -> tuple[float, float]:
+    """``(accepted, rejected)`` a round's confidences predict: ``c_j`` the chance that draft
+    position j is accepted given the positions before it were, the expected accepted tokens
+    ``Σ_j Π_{i≤j} c_i`` and the chance ``1 − Π_j c_j`` that the round ends in a rejection. For
+    one rate a at every position their ratio ``accepted / (accepted + rejected)`` is a for any
+    draft length, as the outcome counts' is in expectation."""
+    s, got = 1.0, 0.0
+    for c in confidences:
+        s *= c
+        got += s
+    return got, 1.0 - s
 
 
 def _resized(a: np.ndarray, capacity: int) -> np.ndarray:

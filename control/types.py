@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,8 +28,14 @@ class Decision:
     drafting stops at the first draft position whose drafter confidence (the drafter's top
     probability there, read *before* a token is drawn; the drafted token's own probability
     under greedy) is below τ (0 = never stop early); it never changes the output, also under
-    sampling, because the stop does not depend on the token drawn. ``block_end``: the previous round
-    closed a semi-autoregressive block (parameters were updated; the block's KV is final).
+    sampling, because the stop does not depend on the token drawn. ``survival``: survival stop —
+    the draft is cut before the first position whose survival probability, the running product
+    ``Π_{i≤j} c_i`` of the drafter's confidences (a confidence head's: the chance that position
+    i is accepted given the positions before it were), is below it (0 = never cut); like τ it
+    never changes the output. Drivers apply it to the drafted block (a block drafter's forward
+    costs the same whatever is kept; an autoregressive drafter has drafted all k by then).
+    ``block_end``: the previous round closed a semi-autoregressive block (parameters were
+    updated; the block's KV is final).
     """
 
     k: int
@@ -37,12 +43,28 @@ class Decision:
     beta: float = 0.85
     tau: float = 0.0
     block_end: bool = False
+    survival: float = 0.0
 
     def __post_init__(self) -> None:
         if self.k < 0:
             raise ValueError(f"Decision.k must be >= 0, got {self.k}")
         if self.mode not in MODES:
             raise ValueError(f"Decision.mode must be one of {MODES}, got {self.mode!r}")
+
+
+def draft_stop(
+    confidences: Sequence[float], k: int, tau: float = 0.0, survival: float = 0.0
+) -> int:
+    """Draft tokens kept of ``k`` under a :class:`Decision`'s stops: cut before the first
+    position j whose confidence is below ``tau`` or whose survival ``Π_{i≤j} c_i`` is below
+    ``survival`` (each 0 = off); positions past the last confidence given are kept."""
+    s = 1.0
+    for j in range(min(k, len(confidences))):
+        c = confidences[j]
+        s *= c
+        if c < tau or s < survival:
+            return j
+    return k
 
 
 class Observation:
@@ -191,6 +213,7 @@ class RoundRecord:
     batch_size: int = 1
     batch_tokens: int = 0
     batch_context_tokens: int = 0
+    survival: float = 0.0
 
     @classmethod
     def from_round(
@@ -223,6 +246,7 @@ class RoundRecord:
             batch_size=obs.batch_size,
             batch_tokens=obs.batch_tokens,
             batch_context_tokens=obs.batch_context_tokens,
+            survival=decision.survival,
         )
 
     def observation(self) -> Observation:

@@ -3,30 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import tomllib
 from typing import Any
 
+from control.configio import parse_sets
 from control.errors import DSparkError
+
+__all__ = ["add_out_args", "command_parser", "parse_sets", "run_folder"]
 
 
 def command_parser(subparsers: Any, name: str, help: str, doc: str) -> argparse.ArgumentParser:
     """Subcommand ``name``'s parser: ``help`` in the command list, the first paragraph of its
     module docstring ``doc`` as the description."""
     return subparsers.add_parser(name, help=help, description=doc.split("\n\n")[0])
-
-
-def parse_sets(items: list[str], flag: str = "--set") -> dict:
-    """``["a.b=3"]`` -> ``{"a.b": 3}``: each value parsed as TOML, else kept as text."""
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise DSparkError(f"{flag} {item!r}: expected KEY=VALUE")
-        key, val = item.split("=", 1)
-        try:
-            out[key.strip()] = tomllib.loads(f"v = {val}")["v"]
-        except tomllib.TOMLDecodeError:
-            out[key.strip()] = val
-    return out
 
 
 def run_folder(out: str | None, overwrite: bool, stem: str) -> str:

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from control.errors import DSparkError
+from control.registry import controller_spec
 from dspark.args import command_parser, parse_sets, run_folder
 
 #: the printed table: (summary key, header with unit, scale, format)
@@ -144,9 +145,7 @@ def parse_controller_spec(spec: str) -> str | tuple[str, Any, str]:
             )
         return (name, table, f"{name}@{path.rsplit('/', 1)[-1].removesuffix('.toml')}")
     if ":" in spec:
-        name, body = spec.split(":", 1)
-        cfg = parse_sets([kv for kv in body.split(",") if kv.strip()])
-        return (name, cfg, spec)
+        return controller_spec(spec)
     return spec
 
 

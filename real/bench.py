@@ -24,6 +24,7 @@ import torch
 from control.configio import param
 from control.errors import DSparkError
 from control.metrics import json_safe, range_pct_of_median, round_totals, speculation_metrics
+from control.registry import controller_spec
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class BenchConfig:
     k_values: str = param("1 2 3 4 5 6 7 8", doc="fixed-k values, space separated")
     controllers: str = param(
         "hf-heuristic confidence-stop ema-hysteresis analytic dspark",
-        doc="adaptive controllers to run, space separated",
+        doc="adaptive controllers to run, space separated: NAME or NAME:key=value,...",
     )
     hf: bool = param(True, doc="also run Hugging Face assisted generation (bench extra)")
     # empty = strict only; e.g. "0.99 0.85 0.7" measures threshold (β) verification's quality
@@ -140,8 +141,9 @@ def _methods(bc: BenchConfig, drafters: dict) -> dict[str, tuple | None]:
         pre = f"{label}/" if label else ""
         for k in bc.k_values.split():
             methods[f"{pre}fixed-k{int(k)}"] = ("fixed", {"k": int(k)}, d)
-        for name in bc.controllers.split():
-            methods[f"{pre}{name}"] = (name, None, d)
+        for spec in bc.controllers.split():  # NAME or NAME:key=value,...
+            name, cfg, label = controller_spec(spec)
+            methods[f"{pre}{label}"] = (name, cfg, d)
     return methods
 
 

@@ -32,7 +32,7 @@ import torch
 
 from control.batch import BatchContext, RoundStats, plan_round
 from control.errors import DSparkError
-from control.types import Observation, RoundRecord, observation_values
+from control.types import Observation, RoundRecord, draft_stop, observation_values
 from real.drafter_protocol import CachedDrafter, Drafter
 from real.engine_types import EngineConfig, Generation, Request, Sequence, sync
 from real.models import Segments
@@ -52,6 +52,17 @@ def draft_steps(ks, drafted, block: int = 0) -> int:
 
 
 _NO_PROPOSAL = (0, [], None)
+
+
+def survival_cut(proposal, survival: float):
+    """A proposal ``(count, confidences, q rows)`` cut at its survival stop
+    (:func:`control.types.draft_stop`): whether position j is kept reads the confidences of
+    positions ≤ j, each known before its token was drawn, so verification stays exact."""
+    n, conf, q = proposal
+    if survival <= 0.0 or not n:
+        return proposal
+    m = draft_stop(conf, n, 0.0, survival)
+    return proposal if m == n else (m, conf[:m], None if q is None else q[:m])
 
 
 class Engine(TargetReference):
@@ -239,6 +250,9 @@ class Engine(TargetReference):
         catchup = self._catchup_tokens(slots, Ls, ks)
         t0 = time.perf_counter()
         props = self.draft(slots, Ls, ks, [d.tau for d in decs], [s.gen for s in run])
+        full = [p[0] for p in props]  # before the survival stop: what the drafter ran
+        if any(d.survival for d in decs):
+            props = [survival_cut(p, d.survival) for p, d in zip(props, decs)]
         t1 = time.perf_counter()
         drafted = [p[0] for p in props]
         segs, ns, nxts, lossys, idl = self.verify(
@@ -279,7 +293,7 @@ class Engine(TargetReference):
                 end_s=stats_end,
                 batch_size=B,
                 drafting=sum(1 for k in ks if k),
-                draft_steps=draft_steps(ks, drafted, getattr(drafter, "block_size", 0)),
+                draft_steps=draft_steps(ks, full, getattr(drafter, "block_size", 0)),
                 verify_tokens=verify_tokens,
                 context_tokens=ctx_sum,
                 draft_s=draft_s,
@@ -298,7 +312,9 @@ class Engine(TargetReference):
         """The round's per-row decisions from the planner and the draft lengths they allow."""
         c = self.cfg
         B = len(run)
-        decs = plan_round(planner, [s.ctrl for s in run], now, BatchContext(B, ctx_sum, c.k_max))
+        block = getattr(self._drafter, "block_size", 0) > 0  # one draft forward per round
+        ctx = BatchContext(B, ctx_sum, c.k_max, block_draft=block)
+        decs = plan_round(planner, [s.ctrl for s in run], now, ctx)
         if len(decs) != B:
             raise DSparkError(f"the round planner returned {len(decs)} decisions for {B} rows")
         ks = (

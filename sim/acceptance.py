@@ -22,7 +22,12 @@ scaled by ``r_i / c_1`` (capped at 1), so the mean first-position rate stays ``c
 
 Drafter confidence: logit-normal, with mean ``conf_accept_logit`` for tokens inside the run and
 ``conf_reject_logit`` for the first rejected token and beyond, so low confidence predicts
-rejection. Sentence ends: each emitted token ends a sentence with ``sentence_end_rate``
+rejection. With ``head_concentration`` κ > 0 instead a calibrated confidence head (a block
+drafter's, ``sim.block``): position j of a round has a confidence ``c ~ Beta(r_j·κ, (1 − r_j)·κ)``
+around its rate ``r_j`` (given the positions before it were accepted) and is accepted with
+probability c, so ``P(accepted | c) = c``. Drawn given the run length L already drawn from the
+rates, which is the same joint law: ``Beta(r_j·κ + 1, (1 − r_j)·κ)`` inside the run,
+``Beta(r_j·κ, (1 − r_j)·κ + 1)`` at the first rejection, the prior past it. Sentence ends: each emitted token ends a sentence with ``sentence_end_rate``
 (geometric gaps).
 
 Threshold mode (the β rule, lossy): a token that strict verification rejects still passes
@@ -96,6 +101,13 @@ class AcceptanceConfig:
     conf_reject_logit: float = param(-0.5, lo=-20.0, hi=20.0, doc="mean confidence logit, rejected")
     # overlap between the two, so confidence predicts but does not decide.
     conf_logit_sd: float = param(1.0, lo=0.0, hi=20.0, doc="confidence logit std")
+    # 0: the logit-normal confidences above. > 0: a calibrated confidence head (module
+    # docstring): position j's confidence c ~ Beta(r·κ, (1 − r)·κ) around its rate r, and the
+    # token is accepted with probability c; a smaller κ is a sharper head (more per-round
+    # information), κ → ∞ a head that only knows the rate.
+    head_concentration: float = param(
+        0.0, lo=0.0, hi=1e6, doc="calibrated head: Beta a+b of a position's confidence (0 = off)"
+    )
     # roughly one sentence per 20 tokens of chat text.
     sentence_end_rate: float = param(0.05, lo=0.0, hi=1.0, doc="P(token ends a sentence)")
     # a rejected token passes the β rule at β = 0.7 half of the time.
@@ -181,6 +193,8 @@ class AcceptanceModel:
         self.H = cfg.max_run_tokens
         kind = cfg.model
         self.kind = kind
+        # a calibrated head's Beta draws cannot be skipped in step (skip_confidences)
+        self.draws_head = cfg.head_concentration > 0 and kind != "replay"
         self.rate = np.full(n, cfg.rate)
         if kind == "beta":
             a = cfg.beta_mean * cfg.beta_concentration
@@ -293,9 +307,36 @@ class AcceptanceModel:
         return lr
 
     # -- confidences ---------------------------------------------------------------------
+    def position_rates(self, ids: np.ndarray, kmax: int) -> np.ndarray:
+        """(batch, kmax) each sequence's rate at draft positions 1..kmax, given the positions
+        before it were accepted (iid, beta, mixture, markov: its rate at every position)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if self.kind in ("decay", "curve"):
+            nls = self.neg_log_surv if self.neg_log_surv.ndim == 2 else self.neg_log_surv[None, :]
+            nls = nls[:, :kmax] if nls.shape[0] == 1 else nls[ids, :kmax]
+            step = np.diff(nls, axis=1, prepend=0.0)
+            r = np.exp(-step)
+            if r.shape[1] < kmax:  # past max_run_tokens: the last rate repeats
+                r = np.concatenate([r, np.repeat(r[:, -1:], kmax - r.shape[1], axis=1)], axis=1)
+            return np.broadcast_to(r, (len(ids), kmax))
+        return np.repeat(self.rate[ids][:, None], kmax, axis=1)
+
+    def head_confidences(self, ids: np.ndarray, L: np.ndarray, kmax: int) -> np.ndarray:
+        """(batch, kmax) a calibrated head's confidences given the run lengths ``L`` (module
+        docstring): each position's Beta around its rate, updated by its outcome."""
+        k = self.cfg.head_concentration
+        r = np.clip(self.position_rates(ids, kmax), 1e-6, 1.0 - 1e-6)
+        j = np.arange(kmax)[None, :]
+        a = r * k + (j < L[:, None])
+        b = (1.0 - r) * k + (j == L[:, None])
+        return self.rng.beta(a, b)
+
     def confidences(self, ids: np.ndarray, pos: np.ndarray, L: np.ndarray, kmax: int) -> np.ndarray:
-        """(batch, kmax) drafter confidences: high inside the run, low from the first reject."""
+        """(batch, kmax) drafter confidences: high inside the run, low from the first reject
+        (a calibrated head's with ``head_concentration`` > 0)."""
         c = self.cfg
+        if self.draws_head:
+            return self.head_confidences(ids, L, kmax)
         j = np.arange(kmax)
         mean = np.where(j[None, :] < L[:, None], c.conf_accept_logit, c.conf_reject_logit)
         # conf = 1 / (1 + exp(-(mean + sd · N(0, 1)))), computed in place
@@ -317,7 +358,8 @@ class AcceptanceModel:
     def skip_confidences(self, batch: int, kmax: int) -> None:
         """Draw what :meth:`confidences` would draw from ``rng`` without computing anything from
         it: when nobody reads the confidences the random stream (and every later draw) stays the
-        same as when they are computed."""
+        same as when they are computed. (A calibrated head's Beta draws take a varying number
+        of the stream's numbers: the simulator computes them whenever the head is on.)"""
         self.rng.standard_normal((batch, kmax))
 
     # -- after a round -------------------------------------------------------------------

@@ -26,19 +26,27 @@ def cap_draft_lengths(
 
 
 def confidence_stop(
-    confidences: np.ndarray, tau: np.ndarray, k: np.ndarray
+    confidences: np.ndarray, tau: np.ndarray, k: np.ndarray, survival: np.ndarray | None = None
 ) -> tuple[np.ndarray, int]:
-    """Drafted tokens per sequence under the τ stop, and the drafter steps the batch ran.
+    """Drafted tokens per sequence under the τ and survival stops
+    (:func:`control.types.draft_stop`), and the drafter steps the batch ran.
 
-    ``confidences``: (batch, max k) drafter confidences; ``tau``: per sequence (0 = no stop);
-    ``k``: the draft lengths asked for. A sequence whose stop fires at token j drafted j tokens
-    and ran j + 1 drafter steps; the batch runs as many steps as its longest sequence.
+    ``confidences``: (batch, max k) drafter confidences; ``tau``, ``survival``: per sequence
+    (0 = no stop); ``k``: the draft lengths asked for. A sequence whose τ stop fires at token j
+    drafted j tokens and ran j + 1 drafter steps; the survival stop cuts the drafted block
+    afterwards (as the engine does), so it saves no step; the batch runs as many steps as its
+    longest sequence.
     """
     position = np.arange(confidences.shape[1])
-    below = (confidences < tau[:, None]) & (position[None, :] < k[:, None])
-    drafted = np.where(below.any(axis=1), below.argmax(axis=1), k)
-    steps = int(np.where(drafted < k, drafted + 1, k).max())
-    return drafted, steps
+    inside = position[None, :] < k[:, None]
+    below = (confidences < tau[:, None]) & inside
+    tau_cut = np.where(below.any(axis=1), below.argmax(axis=1), k)
+    steps = int(np.where(tau_cut < k, tau_cut + 1, k).max())
+    if survival is None or not survival.any():
+        return tau_cut, steps
+    low = (np.cumprod(confidences, axis=1) < survival[:, None]) & inside
+    cut = np.where(low.any(axis=1), low.argmax(axis=1), k)
+    return np.minimum(tau_cut, cut), steps
 
 
 def resample_lossy(

@@ -247,6 +247,7 @@ class RoundExecutor:
                 self.max_draft,
                 *self.prefill_pressure(),
                 self.waiting_since(),
+                self.cluster.block_size > 0,
             ),
         )
         if len(decisions) != size:
@@ -259,8 +260,9 @@ class RoundExecutor:
         """Confidences, the τ stop, accepted tokens and threshold-mode lossy accepts
         (a round with some k > 0)."""
         acc, decisions, max_k = self.acc, rnd.decisions, rnd.max_k
-        any_tau = any([d.tau for d in decisions])  # noqa: C419 - a list comp is faster here
-        if any_tau or self.confidences_to_controllers:
+        # τ or survival stops (list comps: faster than generators here)
+        any_tau = any([d.tau or d.survival for d in decisions])  # noqa: C419
+        if any_tau or self.confidences_to_controllers or acc.draws_head:
             rnd.confidences = acc.confidences(batch.ids, batch.positions, run_lengths, max_k)
         else:
             acc.skip_confidences(rnd.size, max_k)
@@ -270,7 +272,10 @@ class RoundExecutor:
             assert rnd.confidences is not None
             k = rnd.k_array if rnd.k_array is not None else np.array(rnd.k, dtype=np.int64)
             drafted, rnd.draft_steps = confidence_stop(
-                rnd.confidences, np.array([d.tau for d in decisions]), k
+                rnd.confidences,
+                np.array([d.tau for d in decisions]),
+                k,
+                np.array([d.survival for d in decisions]),
             )
             accepted = np.minimum(drafted, run_lengths)
             rnd.drafted = drafted.tolist()

@@ -475,3 +475,21 @@ def test_planner_seed_uses_its_configured_weight():
     assert q.wants_costs_seed
     q.seed_costs(profile_rows(2e-4))
     assert q.costs.verify_slope(np.array([5]))[0] == pytest.approx(2e-4, rel=1e-6)
+
+
+def test_a_block_drafters_round_pays_one_draft_forward_whatever_the_lengths():
+    """``CostFunctions.block``: the draft phase is one step for any cap, so with a costly
+    drafter step and a flat verify the plan drafts the whole window, where an autoregressive
+    drafter of the same step cost stops short; round times follow the one-step rule."""
+    import dataclasses
+
+    ar = linear_costs(0.02, 1e-5, 4e-3, 0.0)
+    blk = dataclasses.replace(ar, block=True)
+    k = np.array([[0, 0], [3, 1], [7, 7]])
+    assert round_seconds(k, blk).tolist() == pytest.approx(
+        [0.02 + 2e-5, 0.02 + 6e-5 + 4e-3, 0.02 + 16e-5 + 4e-3]
+    )
+    assert round_seconds(k, ar)[2] == pytest.approx(0.02 + 16e-5 + 7 * 4e-3)
+    a = np.array([0.8, 0.8])
+    assert plan_round_lengths(a, np.full(2, 7), blk, 7).k.tolist() == [7, 7]
+    assert plan_round_lengths(a, np.full(2, 7), ar, 7).cap < 7

@@ -299,6 +299,27 @@ def test_verification_budget(config, costs, expected):
     assert [d.k for d in p.plan(0.0, ms, BatchContext(2, 0))] == expected
 
 
+@pytest.mark.parametrize("source", ["auto", "online"])
+def test_verification_cuts_a_drafted_block_at_the_budgets_score(source):
+    """With a block drafter whose confidences it reads, every request drafts its window and
+    the driver cuts it at the score of the m-th admitted slot (m = 3: 0.5), so the block's own
+    confidences decide which slots are verified; online estimates keep the planned lengths."""
+    from control.types import draft_stop
+
+    p, ms = _verification({"acceptance_source": source})
+    p.costs = _Costs()
+    decs = p.plan(0.0, ms, BatchContext(2, 0, block_draft=True))
+    if source == "online":
+        assert [(d.k, d.survival) for d in decs] == [(2, 0.0), (1, 0.0)]
+        return
+    assert [(d.k, d.survival) for d in decs] == [(2, 0.5), (2, 0.5)]
+    # a round whose block is confident for request 1 and doubtful for request 0
+    assert [
+        draft_stop(c, 2, d.tau, d.survival) for c, d in zip([(0.6, 0.7), (0.9, 0.9)], decs)
+    ] == [1, 2]
+    assert [d.k for d in p.plan(0.0, ms, BatchContext(2, 0))] == [2, 1]  # no block: as before
+
+
 @pytest.mark.parametrize(
     "source, first", [("confidence", [0.9, 0.3, 0.0]), ("online", [1.0, 0.0, 0.0])]
 )

@@ -108,15 +108,20 @@ def test_a_controller_copies_and_pickles_with_its_rows():
 def test_a_batch_recorded_at_once_equals_each_member_recording_its_own(monkeypatch):
     """``SeqArrays.record`` (the planner's ``observe_members``) writes, bit for bit, the rows
     each member's own ``observe_values`` writes: members of two memory settings, rounds that
-    draft nothing, refuse, accept all, a first round and later ones; and the members' windows,
-    blocks and round counts move the same."""
+    draft nothing, refuse, accept all, a first round and later ones, members whose evidence is
+    what their confidences predicted beside members whose evidence is their outcomes; and the
+    members' windows, blocks and round counts move the same."""
     monkeypatch.setattr("control.dspark_planner.RECORD_AT_ONCE", 1)  # 12 members, at once
-    cfgs = (DSparkConfig(k_max=6), DSparkConfig(k_max=6, memory_rounds=7, recent_rounds=3))
+    cfgs = (
+        DSparkConfig(k_max=6),
+        DSparkConfig(k_max=6, memory_rounds=7, recent_rounds=3),
+        DSparkConfig(k_max=6, acceptance_source="confidence"),
+    )
     rng = np.random.default_rng(11)
     twins = []
     for _ in range(2):
         planner = make_planner("dspark", cfgs[0])
-        members = [DSparkController(cfgs[i % 2]) for i in range(12)]
+        members = [DSparkController(cfgs[i % 3]) for i in range(12)]
         twins.append((planner, members))
     t = 0.0
     for r in range(40):
@@ -124,16 +129,17 @@ def test_a_batch_recorded_at_once_equals_each_member_recording_its_own(monkeypat
         ns = [int(rng.integers(0, k + 1)) for k in ks]
         es = [n + 1 for n in ns]
         cx = rng.integers(10, 3000, 12).tolist()
+        cf = [tuple(rng.uniform(0.2, 1.0, k).tolist()) for k in ks]
         draft_s, verify_s = 0.001 * max(ks), 0.02 + 0.01 * r
         t += draft_s + verify_s
         for side, (planner, members) in enumerate(twins):
             planner.plan(t, members, BatchContext(12, sum(cx)))
             if side == 0:
-                for m, k, n, c, e in zip(members, ks, ns, cx, es):
-                    m.observe_values(t, k, n, (), draft_s, verify_s, c, 0, e, (), 12)
+                for m, k, n, c, e, f in zip(members, ks, ns, cx, es, cf):
+                    m.observe_values(t, k, n, f, draft_s, verify_s, c, 0, e, (), 12)
             else:
                 planner.observe_members(
-                    members, t, ks, ns, None, draft_s, verify_s, cx, [0] * 12, es,
+                    members, t, ks, ns, cf, draft_s, verify_s, cx, [0] * 12, es,
                     [()] * 12, 0, 0,
                 )  # fmt: skip
     (p0, m0), (p1, m1) = twins
@@ -141,6 +147,8 @@ def test_a_batch_recorded_at_once_equals_each_member_recording_its_own(monkeypat
     i0, i1 = [m._slot for m in m0], [m._slot for m in m1]
     assert s0.values[i0].tobytes() == s1.values[i1].tobytes()
     assert s0.counts[i0].tobytes() == s1.counts[i1].tobytes()
+    own = [m.sum_n for m in m0[0::3]]
+    assert [m.sum_n for m in m0[2::3]] != own  # the confidence members' evidence differs
     assert [m.first_s for m in m0] == [m.first_s for m in m1] != [-1.0] * 12
     assert [m.context_tokens for m in m0] == [m.context_tokens for m in m1]
     for a, b in zip(m0, m1):
@@ -179,3 +187,24 @@ def test_a_member_with_a_planner_of_its_own_is_observed_one_by_one(monkeypatch):
     assert p0.seqs.values[[m._slot for m in m0]].tobytes() == (
         p1.seqs.values[[m._slot for m in m1]].tobytes()
     )
+
+
+def test_confidence_evidence_is_what_the_confidences_predicted():
+    """``acceptance_source = "confidence"``: a round's counts are the expected accepted tokens
+    ``Σ_j Π_{i≤j} c_i`` and the chance of a rejection ``1 − Π c_j``, whatever verification
+    accepted; the per-position outcome counts (what the planner holds its plans to) are the
+    outcomes. For one rate at every position the two evidences agree on the rate."""
+    from control.seqstate import expected_outcome
+
+    got, rej = expected_outcome((0.9, 0.5, 0.4))
+    assert got == 0.9 + 0.9 * 0.5 + 0.9 * 0.5 * 0.4 and rej == 1.0 - 0.9 * 0.5 * 0.4
+    for a, d in ((0.7, 1), (0.7, 5), (0.35, 9)):
+        g, r = expected_outcome((a,) * d)
+        assert abs(g / (g + r) - a) < 1e-12
+    m = DSparkController(DSparkConfig(k_max=6, acceptance_source="confidence"))
+    o = DSparkController(DSparkConfig(k_max=6))
+    assert m.reads_confidences and not o.reads_confidences
+    for c in (m, o):
+        c.observe_values(0.02, 3, 0, (0.9, 0.5, 0.4), 0.001, 0.01, 100, 0, 1, ())
+    assert (m.sum_n, m.sum_rej) == (got, rej) and (o.sum_n, o.sum_rej) == (0.0, 1.0)
+    assert m.counts == o.counts and m.counts[0] == 1  # refused at the first position

@@ -4,6 +4,7 @@ confidence head's predictions as the round's confidences, the target's layers ha
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -135,6 +136,22 @@ def test_tau_stop_before_low_confidence_and_draft_steps():
     assert draft_steps([0, 0], [0, 0], block=7) == 0
 
 
+def test_survival_stop_cuts_the_block_at_the_running_product():
+    """The survival stop keeps a slot while the running product of the head's confidences
+    (0.9, 0.72, 0.504, 0.353, ..) is at or above it: 0.5 keeps 3 of 5, 0.8 one; each round
+    reports the kept slots' confidences, one forward, and the output is target-only's."""
+    target = tiny_target()
+    for survival, keep in ((0.5, 3), (0.8, 1)):
+        eng = Engine(target, OracleBlock(target, 5), CFG)
+        eng.round_log = []
+        p = prompt(2)
+        g = eng.generate(p, 20, FixedDecision(Decision(k=5, survival=survival)))
+        assert g.tokens == eng.greedy_reference(p, 20)
+        assert all(r.drafted == min(keep, 12 + 20 - r.context_tokens - 1) for r in g.records)
+        assert all(r.survival == survival and len(r.confidences) == r.drafted for r in g.records)
+        assert {s.draft_steps for s in eng.round_log if s.drafting} == {1}
+
+
 def test_sampling_q_rows_are_the_drawn_distributions():
     """Under sampling each proposal's q rows are the processed distributions of the block's
     slots (what verification divides by), and the drawn tokens follow them."""
@@ -247,10 +264,17 @@ def test_sampled_chain_rows_draw_as_they_would_alone():
 
 
 @pytest.mark.parametrize(
-    ("tau", "recalibrate", "adjacent"),
-    [(0.0, False, 0), (0.5, False, 0), (0.2, True, 0), (0.0, False, 8), (0.5, False, 8)],
+    ("tau", "recalibrate", "adjacent", "survival"),
+    [
+        (0.0, False, 0, 0.0),
+        (0.5, False, 0, 0.0),
+        (0.2, True, 0, 0.0),
+        (0.0, False, 8, 0.0),
+        (0.5, False, 8, 0.0),
+        (0.0, False, 8, 0.3),
+    ],
 )
-def test_sampling_stays_exact(tau, recalibrate, adjacent):
+def test_sampling_stays_exact(tau, recalibrate, adjacent, survival):
     """Speculative sampling with the block drafter (B = 4, k = 4) emits tokens distributed as
     the target's: 1200 tokens at temperature 1.5, each token's randomised PIT under the
     target's exact conditional distribution is uniform (χ² over 5 bins below the p = 0.001
@@ -259,7 +283,9 @@ def test_sampling_stays_exact(tau, recalibrate, adjacent):
     blocks (at positions 2 and 3 here); recalibrated by the engine round by round (τ = 0.2), the
     τ stop reads a map fitted on earlier rounds' outcomes (this random head turns out
     anti-correlated with acceptance, and the map's slope falls below 0); with the
-    adjacent-token chain (drawn slot by slot, the τ stop read before each draw) as well."""
+    adjacent-token chain (drawn slot by slot, the τ stop read before each draw) as well; and
+    with the survival stop (survival 0.3), which cuts the drawn block where the running product
+    of the head's confidences falls below it."""
     from real.block_recalibration import OnlineCalibration
     from tests.real import test_tau_exact as te
 
@@ -288,7 +314,8 @@ def test_sampling_stays_exact(tau, recalibrate, adjacent):
     rc = OnlineCalibration() if recalibrate else None
     d = BlockDrafter(model.double().eval(), te.LENGTH, torch.float64, "cpu", recalibration=rc)
     eng = Engine(tgt, d, te.CFG)
-    chi2, tv, recs = te._run(eng, None, lambda: FixedDecision(Decision(k=4, tau=tau)))
+    dec = Decision(k=4, tau=tau, survival=survival)
+    chi2, tv, recs = te._run(eng, None, lambda: FixedDecision(dec))
     share = [sum(r.drafted == j for r in recs) / len(recs) for j in range(5)]
     if rc is not None:  # the map moved, and its τ stop cut some rounds and kept others whole
         assert rc.slots > 500 and rc.theta[0] < 0.5, rc.theta
@@ -296,7 +323,8 @@ def test_sampling_stays_exact(tau, recalibrate, adjacent):
     assert chi2 < te.CHI2_CRIT, f"tau {tau}: chi2 {chi2:.1f}, TV {tv:.3f}"
     assert sum(r.accepted >= 2 for r in recs) >= (20 if tau < 0.5 else 5)
     assert all(c >= tau for r in recs for c in r.confidences)
-    if tau and rc is None:  # the head's predictions cut the blocks, at more than one position
+    assert all(math.prod(r.confidences) >= survival for r in recs)
+    if (tau or survival) and rc is None:  # the head cuts the blocks, at several positions
         assert share[4] < (0.6 if adjacent else 0.05), share
         assert sum(s > 0.05 for s in share) >= (3 if adjacent else 2), share
 

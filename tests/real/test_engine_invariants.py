@@ -120,6 +120,27 @@ def test_sampling_engine_reproducible_and_matches_target_marginal():
     assert tv < 0.1, tv
 
 
+def test_survival_stop_cuts_an_autoregressive_draft_after_it_ran():
+    """An autoregressive drafter under the survival stop: output equals target-only greedy;
+    each round keeps the longest prefix whose running product of confidences stays at or
+    above the stop, and the round's draft steps count the whole draft (it ran before the
+    cut), as the simulator prices it."""
+    import math
+
+    eng = make_engine("tf", scale=0.05)
+    p = prompt(61)
+    eng.round_log = []
+    g = eng.generate(p, 50, FixedDecision(Decision(k=6, survival=0.4)))
+    assert g.tokens == eng.greedy_reference(p, 50)
+    assert all(math.prod(r.confidences) >= 0.4 for r in g.records)
+    cut = [r for r in g.records if r.drafted < min(6, len(p) + 50 - r.context_tokens - 1)]
+    assert cut and any(r.drafted > 0 for r in cut)
+    steps = [s.draft_steps for s in eng.round_log if s.drafting]
+    ks = [min(6, len(p) + 50 - r.context_tokens - 1) for r in g.records]
+    assert len(steps) == sum(k > 0 for k in ks) > 10
+    assert steps == [k for k in ks if k > 0]
+
+
 def test_position_trace_reproduces_fixed_k_accepts():
     eng = make_engine("tf", scale=0.05)
     for s in range(2):

@@ -132,3 +132,31 @@ def test_block_size_is_tunable():
 
     f = {x.name: x for x in dataclasses.fields(DraftConfig)}["block_size"]
     assert f.metadata["tune"] == (4, 16)
+
+
+@pytest.mark.parametrize("model", ["curve", "iid"])
+def test_a_calibrated_head_is_calibrated_and_keeps_the_rates(model):
+    """``head_concentration`` κ: at every position a round tried (inside its run, or its first
+    rejection) the head's confidence is calibrated — binned by confidence, the share accepted
+    is the bin's mean confidence — and its mean at position j, over all rounds, is the rate
+    r_j; the run lengths are the rates' (the head only reads them)."""
+    n, K = 100_000, 4
+    cfg = AcceptanceConfig(
+        model=model, rate=0.7, position_rates=(0.9, 0.6, 0.5), head_concentration=3.0
+    )
+    m = AcceptanceModel(cfg, n, np.random.default_rng(1), np.random.default_rng(2))
+    ids = np.arange(n)
+    L = m.run_lengths(ids, np.zeros(n, dtype=np.int64))
+    c = m.confidences(ids, np.zeros(n, dtype=np.int64), L, K)
+    rates = [0.9, 0.6, 0.5, 0.5] if model == "curve" else [0.7] * 4
+    assert c.mean(axis=0) == pytest.approx(rates, abs=5e-3)
+    j = np.arange(K)[None, :]
+    tried = j <= L[:, None]
+    acc = (j < L[:, None])[tried]
+    conf = c[tried]
+    bins = np.digitize(conf, [0.2, 0.4, 0.6, 0.8])
+    for b in range(5):
+        sel = bins == b
+        assert sel.sum() > 2000
+        assert acc[sel].mean() == pytest.approx(conf[sel].mean(), abs=0.015)
+    assert c[:, 0].std() > 0.15  # a sharp head: its confidences spread

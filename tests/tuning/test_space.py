@@ -60,8 +60,15 @@ def test_dspark_space_covers_its_knobs_with_log_gains_and_block_range():
     assert dims["alpha_min"].hi_from == ("alpha0", 0) and dims["alpha_max"].lo_from == ("alpha0", 0)
     # not knobs: the service's SLO, how TPOT is measured, the model's attention span, the
     # weight of a measured cost profile (it acts only where an engine seeds one, and the
-    # tuning scenarios' simulated engines do not)
-    fixed = {"slo_tpot_s", "tpot_source", "span_tokens", "profile_prior_rounds"}
+    # tuning scenarios' simulated engines do not), whether the drafter has a confidence head
+    # to plan on (the deployment's drafter, not a gain)
+    fixed = {
+        "slo_tpot_s",
+        "tpot_source",
+        "span_tokens",
+        "profile_prior_rounds",
+        "acceptance_source",
+    }
     assert not fixed & set(dims)
     # every other field of the config is tuned, but the policy (a study pins it)
     names = {f.name for f in dataclasses.fields(controller_config_class("dspark"))}
