@@ -104,9 +104,10 @@ class AcceptanceConfig:
     # 0: the logit-normal confidences above. > 0: a calibrated confidence head (module
     # docstring): position j's confidence c ~ Beta(r·κ, (1 − r)·κ) around its rate r, and the
     # token is accepted with probability c; a smaller κ is a sharper head (more per-round
-    # information), κ → ∞ a head that only knows the rate.
-    head_concentration: float = param(
-        0.0, lo=0.0, hi=1e6, doc="calibrated head: Beta a+b of a position's confidence (0 = off)"
+    # information), κ → ∞ a head that only knows the rate. None: the drafter's (a block
+    # drafter's head, sim.block.BLOCK_HEAD_CONCENTRATION; else 0).
+    head_concentration: float | None = param(
+        None, lo=0.0, hi=1e6, doc="calibrated head: Beta a+b of a position's confidence (0 = off)"
     )
     # roughly one sentence per 20 tokens of chat text.
     sentence_end_rate: float = param(0.05, lo=0.0, hi=1.0, doc="P(token ends a sentence)")
@@ -194,7 +195,7 @@ class AcceptanceModel:
         kind = cfg.model
         self.kind = kind
         # a calibrated head's Beta draws cannot be skipped in step (skip_confidences)
-        self.draws_head = cfg.head_concentration > 0 and kind != "replay"
+        self.draws_head = (cfg.head_concentration or 0.0) > 0 and kind != "replay"
         self.rate = np.full(n, cfg.rate)
         if kind == "beta":
             a = cfg.beta_mean * cfg.beta_concentration
@@ -324,7 +325,7 @@ class AcceptanceModel:
     def head_confidences(self, ids: np.ndarray, L: np.ndarray, kmax: int) -> np.ndarray:
         """(batch, kmax) a calibrated head's confidences given the run lengths ``L`` (module
         docstring): each position's Beta around its rate, updated by its outcome."""
-        k = self.cfg.head_concentration
+        k = float(self.cfg.head_concentration or 0.0)
         r = np.clip(self.position_rates(ids, kmax), 1e-6, 1.0 - 1e-6)
         j = np.arange(kmax)[None, :]
         a = r * k + (j < L[:, None])

@@ -9,6 +9,9 @@ calibration curve: ``acceptance.model = "curve"`` with ``acceptance.position_rat
 conditional acceptance of position j given positions 1..j-1 were accepted; a preset's curve
 fills it when the scenario leaves it empty.
 
+A block drafter's confidences are its head's, calibrated: ``acceptance.head_concentration``
+(:mod:`sim.acceptance`) is ``BLOCK_HEAD_CONCENTRATION`` unless the scenario sets it.
+
 Presets (``draft.preset``; sizes are the drafter model presets of the same name in
 :mod:`sim.models`). Both curves are scenario assumptions, not measurements:
 
@@ -30,6 +33,10 @@ BLOCK_PRESETS: dict[str, tuple[int, tuple[float, ...]]] = {
     "DSpark-block-7": (7, tuple(round(0.80 - 0.03 * j, 2) for j in range(7))),
     "DFlash-block-16": (16, tuple(round(0.82 - 0.02 * j, 2) for j in range(16))),
 }
+#: ``acceptance.head_concentration`` of a block drafter's confidence head unless the scenario
+#: sets one: the spread of the lab's shipped block head's confidences on unseen prompts (κ 2.3 to
+#: 4.5 by block position, ``benchmarks/real_speed.py``'s rounds of fixed k = 7).
+BLOCK_HEAD_CONCENTRATION = 3.0
 #: the block size of a custom block drafter without ``draft.block_size``: DSpark's.
 DEFAULT_BLOCK_SIZE = 7
 

@@ -11,7 +11,7 @@ from typing import Any
 from control.configio import from_mapping, param, read_toml, to_dict
 from control.errors import ConfigError
 from sim.acceptance import AcceptanceConfig
-from sim.block import DraftConfig
+from sim.block import BLOCK_HEAD_CONCENTRATION, DraftConfig
 from sim.hardware import HardwareConfig
 from sim.latency import LatencyConfig
 from sim.models import ModelConfig
@@ -151,6 +151,9 @@ def _resolve(cfg: SimConfig, base: Path) -> SimConfig:
     w, a, lat = cfg.workload, cfg.acceptance, cfg.latency
     if a.model == "curve" and not a.position_rates and cfg.draft.curve():
         a = dataclasses.replace(a, position_rates=cfg.draft.curve())
+    if a.head_concentration is None:  # the drafter's: a block drafter has a confidence head
+        kappa = BLOCK_HEAD_CONCENTRATION if cfg.draft.kind == "block" else 0.0
+        a = dataclasses.replace(a, head_concentration=kappa)
     if w.arrival == "trace" or (w.prompt.path or w.output.path):
         if w.arrival == "trace":
             w = dataclasses.replace(
