@@ -159,10 +159,11 @@ class GoodputPolicyConfig(DSparkBaseConfig):
         log=True,
         when={"policy": ("goodput",)},
     )
-    # outcomes: a sequence's evidence is what verification accepted. confidence: what the
-    # drafter's confidences predicted for the positions it drafted (the expected accepted
-    # tokens and rejection of each round), for a drafter with a trained confidence head (the
-    # block drafter); the pooled position factors still hold the plans to the outcomes.
+    # outcomes: a sequence's evidence is what verification accepted. confidence: for a drafter
+    # with a calibrated confidence head (the block drafter): the evidence is what its
+    # confidences predicted (the expected accepted tokens and rejection of each round), and
+    # each drafted block is cut at the plan's break-even survival (control.dspark_planner,
+    # item 8); with the default the survival stop is off.
     acceptance_source: str = param(
         "outcomes",
         choices=("outcomes", "confidence"),

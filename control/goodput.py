@@ -11,8 +11,8 @@ tokens (the accepted prefix plus the target's bonus or correction token; one hom
 
 with ``N = Σ_i (k_i + 1)`` and ``steps = max_i k_i``: the draft phase lasts the longest draft,
 and a round that drafts at all pays the phase's fixed cost once. A block drafter
-(``CostFunctions.block``) proposes every kept token in one forward: ``steps = [max_i k_i > 0]``. The planner maximises the
-batch's goodput ``G = Σ_i E(a_i, k_i) / T``. For each cap ``m`` (the round's longest draft) it
+(``CostFunctions.block``) proposes every kept token in one forward: ``steps = [max_i k_i > 0]``.
+The planner maximises the batch's goodput ``G = Σ_i E(a_i, k_i) / T``. For each cap ``m`` (the round's longest draft) it
 lets each sequence stop below ``m`` on its own evidence: drafted token ``j`` of sequence ``i``
 adds ``a_i^j`` expected tokens and ``v = ∂T/∂N`` seconds, so it pays iff ``a_i^j ≥ G · v``
 (Dinkelbach's condition for a ratio objective; iterated to its fixed point). The cap with the

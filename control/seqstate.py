@@ -2,9 +2,9 @@
 
 A :class:`SeqArrays` holds, for each slot, the numbers the round planner reads
 (:mod:`control.dspark_planner`): the forgotten acceptance counts, the TPOT history, α and the
-planned length, the start of its first round, its context and its planned survival stop (one
-float row, columns ``SUM_N`` … ``SURVIVAL``), its forgetting factors, the per-position counts since
-the last full plan, and the rates that plan predicted. A sequence
+planned length, the start of its first round, its context and its planned survival stop
+(one float row, columns ``SUM_N`` … ``SURVIVAL``), its forgetting factors, the per-position
+counts since the last full plan, and the rates that plan predicted. A sequence
 (:class:`~control.dspark.DSparkController`) holds views of its own rows and updates them in
 place when it observes a round, so a plan reads the batch with one gather, never by visiting
 each sequence's attributes. A sequence no planner drives lives in a store of its own (one

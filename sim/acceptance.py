@@ -27,8 +27,9 @@ drafter's, ``sim.block``): position j of a round has a confidence ``c ~ Beta(r_j
 around its rate ``r_j`` (given the positions before it were accepted) and is accepted with
 probability c, so ``P(accepted | c) = c``. Drawn given the run length L already drawn from the
 rates, which is the same joint law: ``Beta(r_j·κ + 1, (1 − r_j)·κ)`` inside the run,
-``Beta(r_j·κ, (1 − r_j)·κ + 1)`` at the first rejection, the prior past it. Sentence ends: each emitted token ends a sentence with ``sentence_end_rate``
-(geometric gaps).
+``Beta(r_j·κ, (1 − r_j)·κ + 1)`` at the first rejection, the prior past it.
+
+Sentence ends: each emitted token ends a sentence with ``sentence_end_rate`` (geometric gaps).
 
 Threshold mode (the β rule, lossy): a token that strict verification rejects still passes
 ``p(x) >= β · max p`` with probability ``lossy_accept_max · (0.99 - β) / (0.99 - 0.7)``, clipped to
