@@ -102,12 +102,20 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from control.errors import DSparkError
     from control.registry import controller_spec, make_config, make_controller, make_planner
     from real.engine import EngineConfig, Request
     from real.runtime import build_engine
     from real.tracing import PromptSetConfig, make_prompts
 
     torch.set_num_threads(args.threads)
+    specs = {}
+    for name, conf, label in map(controller_spec, args.controllers.split()):
+        try:  # a bad spec is one line, before anything runs
+            specs[label] = (name, make_config(name, conf, source=f"--controllers {label!r}"))
+        except DSparkError as e:
+            print(f"real_batch: error: {e}", file=sys.stderr)
+            return 2
     batches = [int(x) for x in args.batches.split(",")]
     ks = [int(x) for x in args.ks.split(",") if x.strip()]
     lo, hi = (int(x) for x in args.prompt_tokens.split(","))
@@ -134,9 +142,6 @@ def main(argv: list[str] | None = None) -> int:
         ),
         engine.tokenizer,
     )
-    specs = {
-        label: (name, conf) for name, conf, label in map(controller_spec, args.controllers.split())
-    }
     specs.update({f"fixed:k={k}": ("fixed", {"k": k}) for k in ks})
     methods = (
         ["plain"]

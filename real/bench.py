@@ -24,7 +24,7 @@ import torch
 from control.configio import param
 from control.errors import DSparkError
 from control.metrics import json_safe, range_pct_of_median, round_totals, speculation_metrics
-from control.registry import controller_spec
+from control.registry import controller_spec, make_config
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,8 @@ def _methods(bc: BenchConfig, drafters: dict) -> dict[str, tuple | None]:
             methods[f"{pre}fixed-k{int(k)}"] = ("fixed", {"k": int(k)}, d)
         for spec in bc.controllers.split():  # NAME or NAME:key=value,...
             name, cfg, label = controller_spec(spec)
-            methods[f"{pre}{label}"] = (name, cfg, d)
+            checked = make_config(name, cfg, source=f"controllers {spec!r}")  # before any run
+            methods[f"{pre}{label}"] = (name, checked, d)
     return methods
 
 
