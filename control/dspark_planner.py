@@ -131,6 +131,7 @@ class DSparkPlanner(RoundPlanner):
         self._round_s = 0.0  # recent round time (EMA over ~20 rounds), for the TTFT urgency
         self._chunk_s = 0.0  # recent prompt-chunk seconds a round (EMA, PREFILL_SHARE_RATE)
         self._pass_s = 0.0  # recent seconds a round (the same EMA), the share's denominator
+        self._survival0 = 0.0  # the last full plan's break-even survival at α = 1 (item 8)
 
     @property
     def wants_costs_seed(self) -> bool:
@@ -292,9 +293,14 @@ class DSparkPlanner(RoundPlanner):
             for d, p in zip(base, self.seqs.values[idx, PLANNED].tolist()):
                 x = cap if p < 0.0 or p > cap else int(p)  # PLANNED holds integers (-1: none)
                 out.append(d if d.k <= x else with_k(d, x))
-            if self._head:
+            if self._head:  # a newcomer (no plan yet, α 1) takes the plan's survival at α 1
+                s0 = self._survival0
                 sv = self.seqs.values[idx, SURVIVAL].tolist()
-                out = [self._with_stop(d, d.k, s) for d, s in zip(out, sv)]
+                planned = self.seqs.values[idx, PLANNED].tolist()
+                out = [
+                    self._with_stop(d, d.k, s if p >= 0.0 else s0)
+                    for d, s, p in zip(out, sv, planned)
+                ]
             return out
         self._since = 0
         self._planned_b = B
@@ -381,6 +387,7 @@ class DSparkPlanner(RoundPlanner):
                 self._since = 1 << 30  # past any interval: the next round re-plans
             if self._head:  # every sequence at the cap, each cut by its break-even survival
                 self.seqs.values[self._idx, SURVIVAL] = break_even(p, row, costs, alpha)
+                self._survival0 = float(break_even(p, row, costs, np.ones(1))[0])
                 k = np.minimum(kcap, int(k.max()) if len(k) else 0)
         self.last_cap = int(k.max()) if len(k) else 0
         return k

@@ -107,6 +107,12 @@ def test_the_head_mode_drafts_to_the_cap_and_cuts_at_each_sequences_break_even()
         assert len({d.survival for d in row}) == 1 and 0.0 < row[0].survival < 1.0
     costs = planner.cost_functions(BatchContext(4, 400))
     assert planner.costs.ready and costs.verify_slope(np.array([20]))[0] == pytest.approx(0.002)
+    # a newcomer between two full plans drafts the cap with the plan's survival (its α is 1)
+    new = DSparkController(cfg)
+    planner._since = 0  # the next round keeps the plan
+    row = planner.plan(99.0, [*members, new], BatchContext(5, 500))
+    assert planner._since == 1 and row[-1].k == row[0].k
+    assert row[-1].survival == row[0].survival > 0.0
     plain = make_planner("dspark", DSparkConfig(k_max=7, explore_every=0))
     pm = [DSparkController(plain.config) for _ in range(4)]
     odecs = drive(plain, pm, 60, np.random.default_rng(1), lambda i: rates[i])
