@@ -35,7 +35,8 @@ class Decision:
     never changes the output. Drivers apply it to the drafted block (a block drafter's forward
     costs the same whatever is kept; an autoregressive drafter has drafted all k by then).
     ``block_end``: the previous round closed a semi-autoregressive block (parameters were
-    updated; the block's KV is final).
+    updated; the block's KV is final). ``stops`` (derived): whether τ or the survival stop is
+    set (one attribute the simulator reads per sequence per round).
     """
 
     k: int
@@ -44,12 +45,14 @@ class Decision:
     tau: float = 0.0
     block_end: bool = False
     survival: float = 0.0
+    stops: bool = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.k < 0:
             raise ValueError(f"Decision.k must be >= 0, got {self.k}")
         if self.mode not in MODES:
             raise ValueError(f"Decision.mode must be one of {MODES}, got {self.mode!r}")
+        object.__setattr__(self, "stops", self.tau > 0.0 or self.survival > 0.0)
 
 
 def draft_stop(

@@ -260,8 +260,7 @@ class RoundExecutor:
         """Confidences, the τ stop, accepted tokens and threshold-mode lossy accepts
         (a round with some k > 0)."""
         acc, decisions, max_k = self.acc, rnd.decisions, rnd.max_k
-        # τ or survival stops (list comps: faster than generators here)
-        any_tau = any([d.tau or d.survival for d in decisions])  # noqa: C419
+        any_tau = any([d.stops for d in decisions])  # noqa: C419 - τ or survival stops
         if any_tau or self.confidences_to_controllers or acc.draws_head:
             rnd.confidences = acc.confidences(batch.ids, batch.positions, run_lengths, max_k)
         else:
