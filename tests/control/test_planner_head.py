@@ -32,6 +32,12 @@ def test_draft_stop_cuts_at_the_first_low_confidence_or_survival():
     assert draft_stop(c, 4, tau=0.75, survival=0.4) == 2  # τ fires first
     assert draft_stop(c, 2, survival=0.5) == 2  # within k
     assert draft_stop(c[:2], 4, survival=0.5) == 4  # past the confidences given: kept
+    # the flag the simulator reads per sequence: either stop set
+    assert [
+        Decision(k=3).stops,
+        Decision(k=3, tau=0.1).stops,
+        Decision(k=3, survival=0.2).stops,
+    ] == [False, True, True]
 
 
 def test_the_simulators_stops_match_the_rule_and_the_survival_cut_saves_no_step():
