@@ -184,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         run("plain", B)
     for B in batches:  # each planner learns its costs once before the timed repeats
         for m in methods[1 + len(ks) :]:
-            if make_planner(*specs[m]) is not None:
-                run(m, B)
+            if planners.setdefault((m, B), make_planner(*specs[m])) is not None:
+                run(m, B)  # (run uses the planner made here)
     tps: dict = {(B, m): [] for B in batches for m in methods}
     whole: dict = {(B, m): [] for B in batches for m in methods}
     same: dict = {(B, m): [] for B in batches for m in methods}

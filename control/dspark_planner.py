@@ -290,17 +290,16 @@ class DSparkPlanner(RoundPlanner):
             cap = min(self.last_cap, k_max)
             with_k = self._with_k
             out = []
+            if self._head:  # a newcomer (no plan yet, α 1) takes the plan's survival at α 1
+                s0 = self._survival0
+                rows = self.seqs.values[idx][:, [PLANNED, SURVIVAL]].tolist()
+                for d, (p, s) in zip(base, rows):
+                    x = cap if p < 0.0 or p > cap else int(p)
+                    out.append(with_k(d, min(d.k, x), s if p >= 0.0 else s0))
+                return out
             for d, p in zip(base, self.seqs.values[idx, PLANNED].tolist()):
                 x = cap if p < 0.0 or p > cap else int(p)  # PLANNED holds integers (-1: none)
                 out.append(d if d.k <= x else with_k(d, x))
-            if self._head:  # a newcomer (no plan yet, α 1) takes the plan's survival at α 1
-                s0 = self._survival0
-                sv = self.seqs.values[idx, SURVIVAL].tolist()
-                planned = self.seqs.values[idx, PLANNED].tolist()
-                out = [
-                    self._with_stop(d, d.k, s if p >= 0.0 else s0)
-                    for d, s, p in zip(out, sv, planned)
-                ]
             return out
         self._since = 0
         self._planned_b = B
@@ -310,11 +309,10 @@ class DSparkPlanner(RoundPlanner):
             # (bounded: the interval and the probe cadence saturate long before 32)
             self._idle = min(self._idle + 1, 32) if idle else 0
         self.seqs.values[idx, PLANNED] = k
+        with_k = self._with_k
         if self._head:
             sv = self.seqs.values[idx, SURVIVAL].tolist()
-            stop = self._with_stop
-            return [stop(d, min(d.k, x), s) for d, x, s in zip(base, k.tolist(), sv)]
-        with_k = self._with_k
+            return [with_k(d, min(d.k, x), s) for d, x, s in zip(base, k.tolist(), sv)]
         return [d if d.k == x else with_k(d, x) for d, x in zip(base, k.tolist())]
 
     def _keeps_plan(self, B: int, batch: BatchContext) -> bool:
@@ -386,35 +384,25 @@ class DSparkPlanner(RoundPlanner):
                     k = np.minimum(kcap, 1)  # it would measure nothing, so each drafts one
                 self._since = 1 << 30  # past any interval: the next round re-plans
             if self._head:  # every sequence at the cap, each cut by its break-even survival
-                self.seqs.values[self._idx, SURVIVAL] = break_even(p, row, costs, alpha)
-                self._survival0 = float(break_even(p, row, costs, np.ones(1))[0])
+                # (rounded to 1/1000: the decisions are cached by it; the last: at α = 1)
+                thr = break_even(p, row, costs, np.append(alpha, 1.0)).round(3)
+                self.seqs.values[self._idx, SURVIVAL] = thr[:-1]
+                self._survival0 = float(thr[-1])
                 k = np.minimum(kcap, int(k.max()) if len(k) else 0)
         self.last_cap = int(k.max()) if len(k) else 0
         return k
 
-    def _with_k(self, d: Decision, k: int) -> Decision:
-        if d.k == k:
+    def _with_k(self, d: Decision, k: int, survival: float = 0.0) -> Decision:
+        """``d`` with length ``k`` and survival stop ``survival`` (one cached object each)."""
+        if d.k == k and d.survival == survival:
             return d
-        key = (k, d.mode, d.beta, d.tau, d.block_end)
+        key = (k, d.mode, d.beta, d.tau, d.block_end, survival)
         out = self._decisions.get(key)
         if out is None:
             if len(self._decisions) > 4096:  # β moves continuously in threshold mode
                 self._decisions.clear()
             out = self._decisions[key] = Decision(
-                k=k, mode=d.mode, beta=d.beta, tau=d.tau, block_end=d.block_end
-            )
-        return out
-
-    def _with_stop(self, d: Decision, k: int, survival: float) -> Decision:
-        """``d`` with length ``k`` and survival stop ``survival`` (rounded to 1/1000)."""
-        s = round(survival, 3)
-        key = (k, d.mode, d.beta, d.tau, d.block_end, s)
-        out = self._decisions.get(key)
-        if out is None:
-            if len(self._decisions) > 4096:
-                self._decisions.clear()
-            out = self._decisions[key] = Decision(
-                k=k, mode=d.mode, beta=d.beta, tau=d.tau, block_end=d.block_end, survival=s
+                k=k, mode=d.mode, beta=d.beta, tau=d.tau, block_end=d.block_end, survival=survival
             )
         return out
 

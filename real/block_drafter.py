@@ -45,6 +45,7 @@ from torch import nn
 
 from control.configio import param
 from control.errors import DSparkError
+from control.types import draft_stop
 from real.block_recalibration import OnlineCalibration, verified_slots
 from real.drafter_protocol import Proposal
 from real.drafters import _NONE, _gens, _OneRow
@@ -388,10 +389,7 @@ class BlockDrafter(_OneRow):
         q = None if sp.greedy else probs(logits, sp)
         am = logits.argmax(-1) if sp.greedy else None
         for i, b in enumerate(rows):
-            n = 0
-            limit = min(ks[b], self.block_size)
-            while n < limit and cf[i][n] >= taus[b]:
-                n += 1
+            n = draft_stop(cf[i], min(ks[b], self.block_size), taus[b])
             if not n:
                 continue
             if q is None:

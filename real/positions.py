@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from control.errors import DSparkError
-from control.types import PositionRecord
+from control.types import PositionRecord, draft_stop
 from real.block_recalibration import shipped_calibration
 from real.sampling import SamplingParams
 
@@ -91,11 +91,7 @@ def replay_fixed_k(records: list[PositionRecord], k: int, tau: float = 0.0) -> l
     pos, accepted = 0, []
     while pos < N:
         r = records[pos]
-        kk = min(k, N - pos - 1)
-        if tau > 0:
-            stop = next((i for i, c in enumerate(r.confidences) if c < tau), None)
-            if stop is not None:
-                kk = min(kk, stop)
+        kk = draft_stop(r.confidences, min(k, N - pos - 1), tau)
         n = min(kk, r.run_length)
         accepted.append(n)
         pos += n + 1

@@ -24,7 +24,7 @@ import numpy as np
 
 from control.configio import param
 from control.errors import DSparkError
-from control.types import PositionRecord, RoundRecord
+from control.types import PositionRecord, RoundRecord, draft_stop
 from real.positions import record_positions_full  # noqa: F401  (re-exported: part of the trace API)
 
 
@@ -188,11 +188,7 @@ def replay_accepted(
         if pos >= length:
             break
         r = positions[pos]
-        kk = max(0, min(k, k_cap, length - pos - 1))
-        if tau > 0 and kk:
-            stop = next((i for i, c in enumerate(r.confidences[:kk]) if c < tau), None)
-            if stop is not None:
-                kk = stop
+        kk = draft_stop(r.confidences, max(0, min(k, k_cap, length - pos - 1)), tau)
         n = min(kk, r.run_length)
         out.append((kk, n))
         pos += n + 1
