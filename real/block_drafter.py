@@ -306,7 +306,10 @@ class BlockDrafter(_OneRow):
         }
 
     def reset_slot(self, slot: int) -> None:
-        """Nothing to forget: positions are overwritten by the new sequence's passes."""
+        """A new request in ``slot``: positions are overwritten by its passes; the
+        recalibration forgets the last request's offset."""
+        if self.recalibration is not None:
+            self.recalibration.forget_request(slot)
 
     def reset(self) -> None:
         self.reset_slot(0)
@@ -355,19 +358,20 @@ class BlockDrafter(_OneRow):
         valid = None if min(Ls) >= C else pos >= 0  # known on the host: no device sync
         return tokens, feats, pos >= 1, valid
 
-    def _mapped(self, z: torch.Tensor):
-        """Confidences (nested lists) of the head's logits ``z`` and those logits as lists
-        (None without recalibration)."""
+    def _mapped(self, z: torch.Tensor, slots: list[int]):
+        """Confidences (nested lists) of the head's logits ``z`` (a row per slot of
+        ``slots``: the request whose offset applies) and those logits as lists (None without
+        recalibration)."""
         if self.recalibration is None:
             return torch.sigmoid(z).tolist(), None
         zs = z.detach().double().cpu().numpy()
-        return self.recalibration.apply(zs).tolist(), zs.tolist()
+        return self.recalibration.apply(zs, slots).tolist(), zs.tolist()
 
     def _confidences(self, seq, slots, Ls, heads):
         """Logits, confidences (lists per row) and the head's logits (None: no
         recalibration) of rows ``slots``: the head's predictions, or their recalibration."""
         logits, z = self.block_logits(seq, slots, Ls, heads)
-        return (logits, *self._mapped(z))
+        return (logits, *self._mapped(z, slots))
 
     def propose_batch(
         self, seq: torch.Tensor, slots, Ls, ks, taus, sp: SamplingParams, gens
@@ -417,8 +421,11 @@ class BlockDrafter(_OneRow):
         live = [min(ks[b], self.block_size) for b in rows]  # slots a row may still draw
         kept: list[tuple[list, list, list, list]] = [([], [], [], []) for _ in rows]
 
+        keys = [slots[b] for b in rows]
+
         def pick(lg: torch.Tensor, h: torch.Tensor, j: int) -> torch.Tensor:
-            cf, zs = self._mapped(m.confidence_logits(h[:, None], lg[:, None], j)[:, 0].float())
+            z = m.confidence_logits(h[:, None], lg[:, None], j)[:, 0].float()
+            cf, zs = self._mapped(z, keys)
             q, nxt = probs(lg, sp), lg.argmax(-1)
             for i, b in enumerate(rows):
                 if j >= live[i] or cf[i] < taus[b]:
@@ -458,13 +465,17 @@ class BlockDrafter(_OneRow):
             return
         z: list[float] = []
         y: list[float] = []
+        keys: list[int] = []
         for slot, d, n in zip(slots, drafted, ns):
             row = self._logits.pop(slot, None)
             if row is not None and d:
                 zi, yi = verified_slots(row, d, n)
                 z += zi
                 y += yi
-        rc.learn(np.array(z), np.array(y))
+                keys += [slot] * len(zi)
+            else:  # a round without a draft: the request's offset is forgotten a little
+                rc.idle(slot)
+        rc.learn(np.array(z), np.array(y), keys)
 
 
 def target_layer_states(target, ids: torch.Tensor, layers: tuple[int, ...]) -> torch.Tensor:

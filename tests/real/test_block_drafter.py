@@ -269,6 +269,7 @@ def test_sampled_chain_rows_draw_as_they_would_alone():
         (0.0, False, 0, 0.0),
         (0.5, False, 0, 0.0),
         (0.2, True, 0, 0.0),
+        (0.2, "refined", 0, 0.0),
         (0.0, False, 8, 0.0),
         (0.5, False, 8, 0.0),
         (0.0, False, 8, 0.3),
@@ -282,11 +283,14 @@ def test_sampling_stays_exact(tau, recalibrate, adjacent, survival):
     occur, so later block positions are verified; with τ = 0.5 the head's predictions cut the
     blocks (at positions 2 and 3 here); recalibrated by the engine round by round (τ = 0.2), the
     τ stop reads a map fitted on earlier rounds' outcomes (this random head turns out
-    anti-correlated with acceptance, and the map's slope falls below 0); with the
+    anti-correlated with acceptance, and the map's slope falls below 0); with the map's
+    by-range and by-request refinements as well (the default: here ~0.2 of the verified
+    slots are accepted, the refinements bring the confidences down to τ within a few rounds and
+    the stop then keeps most rounds from drafting); with the
     adjacent-token chain (drawn slot by slot, the τ stop read before each draw) as well; and
     with the survival stop (survival 0.3), which cuts the drawn block where the running product
     of the head's confidences falls below it."""
-    from real.block_recalibration import OnlineCalibration
+    from real.block_recalibration import OnlineCalibration, RecalibrationConfig
     from tests.real import test_tau_exact as te
 
     tgt, _ = te._pair("tf")
@@ -311,17 +315,24 @@ def test_sampling_stays_exact(tau, recalibrate, adjacent, survival):
             model.adj_o.weight.normal_(0.0, 0.5)
         model.conf_out.weight.normal_(0.0, 1.0)
         model.calib[1].copy_(torch.tensor([4.0, 1.0, 0.0, -1.0]))  # confident early, less later
-    rc = OnlineCalibration() if recalibrate else None
+    rc = None
+    if recalibrate == "refined":
+        rc = OnlineCalibration()
+    elif recalibrate:  # the map alone
+        rc = OnlineCalibration(RecalibrationConfig(bin_width=0.0, request_precision=0.0))
     d = BlockDrafter(model.double().eval(), te.LENGTH, torch.float64, "cpu", recalibration=rc)
     eng = Engine(tgt, d, te.CFG)
     dec = Decision(k=4, tau=tau, survival=survival)
     chi2, tv, recs = te._run(eng, None, lambda: FixedDecision(dec))
     share = [sum(r.drafted == j for r in recs) / len(recs) for j in range(5)]
-    if rc is not None:  # the map moved, and its τ stop cut some rounds and kept others whole
-        assert rc.slots > 500 and rc.theta[0] < 0.5, rc.theta
+    if recalibrate is True:  # the map moved, and its τ stop cut some rounds and kept others whole
+        assert rc is not None and rc.slots > 500 and rc.theta[0] < 0.5, rc.theta
         assert share[0] > 0.05 and share[4] > 0.05, share
+    elif rc is not None:  # the refined confidences reached τ: the stop keeps most rounds out
+        assert rc.slots > 5 and share[0] > 0.5, share
     assert chi2 < te.CHI2_CRIT, f"tau {tau}: chi2 {chi2:.1f}, TV {tv:.3f}"
-    assert sum(r.accepted >= 2 for r in recs) >= (20 if tau < 0.5 else 5)
+    if recalibrate != "refined":
+        assert sum(r.accepted >= 2 for r in recs) >= (20 if tau < 0.5 else 5)
     assert all(c >= tau for r in recs for c in r.confidences)
     assert all(math.prod(r.confidences) >= survival for r in recs)
     if (tau or survival) and rc is None:  # the head cuts the blocks, at several positions
