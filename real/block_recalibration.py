@@ -131,6 +131,7 @@ class OnlineCalibration:
         self._w = np.zeros(_BINS)  # forgotten slot counts by bin
         self._s = np.zeros(_BINS)  # of which accepted
         self._wz = np.zeros(_BINS)  # Σ weight · logit
+        self._ranges()
         #: per request key: (slot counts by bin, accepted counts by bin, Σ logit by bin, d_r)
         self._requests: dict[Any, list] = {}
 
@@ -155,14 +156,19 @@ class OnlineCalibration:
         g = self._group
         if not g:
             return p
-        c = self.config
-        pad = np.zeros((-_BINS) % g)  # the last range may hold fewer memory bins
-        W = np.append(self._w, pad).reshape(-1, g).sum(axis=1)
-        S = np.append(self._s, pad).reshape(-1, g).sum(axis=1)
+        m = self.config.bin_prior_slots
         r = _bin_of(z) // g
-        w = W[r]
+        w = self._range_w[r]
         # a range with no slot is the map itself (not (0 + m·p) / m, which may round)
-        return np.where(w > 0.0, (S[r] + c.bin_prior_slots * p) / (w + c.bin_prior_slots), p)
+        return np.where(w > 0.0, (self._range_s[r] + m * p) / (w + m), p)
+
+    def _ranges(self) -> None:
+        """The forgotten slot and accepted counts by logit range (``_group`` memory bins each;
+        the last range may hold fewer), read by :meth:`_shared`."""
+        g = max(self._group, 1)
+        pad = np.zeros((-_BINS) % g)
+        self._range_w = np.append(self._w, pad).reshape(-1, g).sum(axis=1)
+        self._range_s = np.append(self._s, pad).reshape(-1, g).sum(axis=1)
 
     def apply(self, z: np.ndarray, keys: Sequence[Any] | None = None) -> np.ndarray:
         """The recalibrated probabilities of logits ``z`` (any shape); ``keys``: the request
@@ -198,6 +204,7 @@ class OnlineCalibration:
         np.add.at(self._w, idx, 1.0)
         np.add.at(self._s, idx, accepted)
         np.add.at(self._wz, idx, zc)
+        self._ranges()
         used = self._w > 0.0
         w, acc = self._w[used], self._s[used]
         x = np.stack([self._wz[used] / w, np.ones(len(w))], axis=1)
