@@ -4,15 +4,18 @@ Seeded synthetic batches (members joining and leaving, easy/hard acceptance stre
 chunked-prefill backlog, SLOs set and unset, both objectives, the batch-1 solo path) drive a
 :class:`~control.dspark_planner.DSparkPlanner` and its
 :class:`~control.dspark.DSparkController` members for a few hundred rounds. Every round's draft
-lengths (k per member) and the planner's predicted goodput (as the float's hex, so bit for bit)
-must equal those in ``planner_replay.json``, recorded from the planner before its state moved
-into arrays. Regenerate only for an intended change of decisions:
+lengths (k per member) must equal those in ``planner_replay.json``, recorded from the planner
+before its state moved into arrays, and its predicted goodput (stored as the float's hex) must
+match to 1e-7: numpy's BLAS picks its kernels by CPU, and kernels that sum in another order move
+the cost fits in their last bits (2e-9 of the goodput, relative, between two x86 machines'
+kernels), never the decisions recorded. Regenerate only for an intended change of decisions:
 ``DSPARK_REGEN_REPLAY=1 .venv/bin/pytest tests/control/test_planner_replay.py``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -176,7 +179,10 @@ def test_replay_bit_identical(recorded, name, at_once, monkeypatch):
     for r, (a, b) in enumerate(zip(got["k"], want["k"])):
         assert a == b, f"{name}: round {r} draft lengths differ"
     assert len(got["k"]) == len(want["k"]) == ROUNDS
-    assert got["goodput"] == want["goodput"]
+    assert len(got["goodput"]) == len(want["goodput"])
+    for r, (a, b) in enumerate(zip(got["goodput"], want["goodput"])):
+        x, y = float.fromhex(a), float.fromhex(b)
+        assert (math.isnan(x) and math.isnan(y)) or x == pytest.approx(y, rel=1e-7), (name, r)
 
 
 def test_recorded_batches_exercise_the_planner(recorded):
