@@ -19,6 +19,8 @@
    (as the engines admit), so the planner sees arrivals and departures. A round's draft and
    verify seconds come from the standard scenario's latency model (Llama-3.1-70B, TP 8, H100), so
    the costs the planner learns are an H100's. The first ``--warmup`` rounds are not timed.
+   Beside the means: the µs of a full plan, of a kept plan (item 6 of
+   ``control.dspark_planner``) and the share of rounds that ran a full plan.
 2. The planner's share of a simulated H100 round: a traced ``dspark`` run of the standard
    scenario (``--share-requests`` requests) gives the mean round time and the mean batch over
    rounds; the engine-pattern µs per round at that batch over the mean round time.
@@ -99,7 +101,8 @@ class Batch:
             self.left.append(self._lognormal(w.output))
 
     def round(self) -> tuple[float, float, float]:
-        """One round; the seconds spent in plan, the members' observe calls, observe_round."""
+        """One round; the seconds spent in plan, the members' observe calls, observe_round
+        (``self.full``: whether the plan was a full one)."""
         B, members = self.B, self.members
         ctx_sum = sum(self.context)
         t0 = time.perf_counter()
@@ -107,6 +110,7 @@ class Batch:
             self.planner, members, self.now, BatchContext(B, ctx_sum, self.k_cap)
         )
         t1 = time.perf_counter()
+        self.full = self.planner.full_plan
         caps = [
             min(d.k, self.k_cap, left - 1) if left > 1 else 0
             for d, left in zip(decisions, self.left)
@@ -177,15 +181,33 @@ def drafted(confidences: list[float], tau: float) -> int:
 
 
 def cost_per_round(scn, B: int, pattern: str, rounds: int, warmup: int, seed: int = 0) -> dict:
-    """Mean µs per round (plan, observe, observe_round, total) over ``rounds`` timed rounds."""
+    """Mean µs per round (plan, observe, observe_round, total) over ``rounds`` timed rounds,
+    and the plan's split: µs of a full plan, of a kept one, and the share of full plans."""
     batch = Batch(scn, B, pattern, seed)
     for _ in range(warmup):
         batch.round()
     t = np.zeros(3)
+    plans = {True: [0.0, 0], False: [0.0, 0]}  # full / kept: (seconds, rounds)
     for _ in range(rounds):
-        t += batch.round()
+        r = batch.round()
+        t += r
+        plans[batch.full][0] += r[0]
+        plans[batch.full][1] += 1
     us = t / rounds * 1e6
-    return {"plan": us[0], "observe": us[1], "observe_round": us[2], "total": float(us.sum())}
+
+    def mean_us(kind: bool) -> float:
+        s, n = plans[kind]
+        return s / n * 1e6 if n else float("nan")
+
+    return {
+        "plan": us[0],
+        "observe": us[1],
+        "observe_round": us[2],
+        "total": float(us.sum()),
+        "full_us": mean_us(True),
+        "kept_us": mean_us(False),
+        "full_share": plans[True][1] / rounds,
+    }
 
 
 def h100_round(scn, requests: int) -> tuple[float, float]:
@@ -252,6 +274,7 @@ def main(argv=None) -> int:
     batches = sorted({int(x) for x in a.batches.split(",")} | {16, 256})
     print(
         f"{'B':>4s} {'pattern':7s} {'plan':>9s} {'observe':>9s} {'obs_round':>9s} {'total µs':>9s}"
+        f" {'full plan':>9s} {'kept plan':>9s} {'full share':>10s}"
     )
     engine = {}
     for B in batches:
@@ -261,7 +284,8 @@ def main(argv=None) -> int:
                 engine[B] = c["total"]
             print(
                 f"{B:4d} {pattern:7s} {c['plan']:9.1f} {c['observe']:9.1f} "
-                f"{c['observe_round']:9.1f} {c['total']:9.1f}",
+                f"{c['observe_round']:9.1f} {c['total']:9.1f} {c['full_us']:9.1f} "
+                f"{c['kept_us']:9.1f} {c['full_share']:10.3f}",
                 flush=True,
             )
     round_s, mean_b = h100_round(scn, a.share_requests)

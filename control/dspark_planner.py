@@ -123,6 +123,7 @@ class DSparkPlanner(RoundPlanner):
         self.last_goodput = float("nan")
         self._rates: list[float] | None = None
         self._since = 0  # rounds since the last full plan
+        self.full_plan = False  # whether the last round's plan was a full one (item 6)
         self._planned_b = 0  # batch size of the last full plan
         self._idle = 0  # draft-free full plans in a row with no prompt waiting (item 7)
         self._emitted = 0.0  # Σ output tokens of the rounds seen (forgotten, PROMPT_VALUE_KEEP)
@@ -283,7 +284,8 @@ class DSparkPlanner(RoundPlanner):
         B = len(members)
         e = c.explore_every << min(self._idle, 3)  # probes thin out while idling
         probe = bool(e) and self.rounds % e == e - 1
-        if not probe and self._keeps_plan(B, batch):
+        self.full_plan = probe or not self._keeps_plan(B, batch)
+        if not self.full_plan:
             # between re-plans: each sequence keeps its planned length (a newcomer takes the
             # cap); its own decision still bounds it (cool-down, block end, mode)
             self._since += 1

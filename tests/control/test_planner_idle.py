@@ -32,6 +32,7 @@ def run(rounds, cost, a_true=0.6, batch=4, backlog_at=(), seed=0):
         ran.clear()
         ctx = BatchContext(batch, 400 * batch, None, prefill_backlog=backlog, token_budget=2048)
         ks = [d.k for d in planner.plan(t, members, ctx)]
+        assert planner.full_plan == bool(ran)  # the planner says which rounds it re-planned
         n_tok, steps = sum(k + 1 for k in ks), max(ks)
         d_s, v_s = steps * 1e-4, cost(r)[0] + cost(r)[1] * n_tok
         for m, k in zip(members, ks):
