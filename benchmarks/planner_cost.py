@@ -81,6 +81,7 @@ class Batch:
         self.context: list[int] = []
         self.left: list[int] = []
         self.now = 0.0
+        self.full = False  # whether the last round ran a full plan (round)
         self.k_cap = ENGINE_K_MAX if pattern == "engine" else scn.deployment.max_draft_tokens
         self.refill()
 
