@@ -44,7 +44,7 @@ from real.block_recalibration import (  # noqa: E402
     RecalibrationConfig,
     verified_slots,
 )
-from real.block_train import ece  # noqa: E402
+from real.block_train import ece, ece_floor  # noqa: E402
 
 DEFAULT_CALIBRATORS = "shipped;map:bin_width=0,request_precision=0;default"
 
@@ -108,12 +108,6 @@ def replay(passes, spec: str) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(conf), np.concatenate(hit)
 
 
-def floor(conf: np.ndarray, draws: int, rng: np.random.Generator) -> tuple[float, float]:
-    """Mean and 95th percentile of the ECE of outcomes drawn from ``conf`` itself."""
-    e = [ece(conf, (rng.random(len(conf)) < conf).astype(float)) for _ in range(draws)]
-    return float(np.mean(e)), float(np.quantile(e, 0.95))
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("rounds", nargs="+", help="rounds.csv of runs with recalibration off")
@@ -143,7 +137,7 @@ def main(argv=None) -> int:
                 f"  {s:44s} ECE {score:.4f}  confidence - accepted {conf.mean() - hit.mean():+.4f}"
             )
         conf, _ = replay(passes, "default")
-        mean, p95 = floor(conf, a.draws, rng)
+        mean, p95 = ece_floor(conf, a.draws, rng)
         worst_floor = max(worst_floor, mean)
         print(f"  {'a calibrated head on these slots':44s} ECE {mean:.4f} (95%: {p95:.4f})")
     names = {s: s.split(":", 1)[0] for s in specs}

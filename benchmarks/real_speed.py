@@ -41,7 +41,9 @@ the same run; the confidence head's expected calibration error (10 bins) over th
 positions the unseen greedy run verified (position j of a round: accepted or not, given the
 ones before it were), the confidences as the controllers got them: recalibrated online by
 the engine (``real.block_recalibration``; each method's pass over the prompts starts from the
-shipped calibration), or the head's own with ``--block-recalibration off``. Machine load
+shipped calibration), or the head's own with ``--block-recalibration off``; the line before the
+last two gives that ECE beside what a perfectly calibrated head would score on as many slots
+with the same confidences (its noise floor). Machine load
 matters on a shared box: it is printed beside the results; compare ratios measured side by
 side in one run.
 
@@ -350,14 +352,13 @@ def block_draft_cost(args, prompt: list[int], k: int = 4, reps: int = 300) -> fl
     return statistics.median(tb) / statistics.median(tc)
 
 
-def block_conf_ece(rounds_csv: Path) -> float | None:
-    """ECE of the block drafter's confidences in a run's ``rounds.csv`` (methods ``block/*``):
-    per round, position j < drafted counts when j <= accepted (verified), hit when j <
-    accepted."""
+def block_slots(rounds_csv: Path) -> tuple[np.ndarray, np.ndarray] | None:
+    """The block drafter's verified slots in a run's ``rounds.csv`` (methods ``block/*``):
+    their confidences and outcomes (per round, position j < drafted counts when j <= accepted,
+    hit when j < accepted); None without a file or a slot."""
     import pandas as pd
 
     from real.block_recalibration import verified_slots
-    from real.block_train import ece
 
     if not rounds_csv.is_file():
         return None
@@ -370,7 +371,30 @@ def block_conf_ece(rounds_csv: Path) -> float | None:
         zs, ys = verified_slots(cs, int(d), int(n))
         conf += zs
         hit += ys
-    return ece(np.array(conf), np.array(hit)) if conf else None
+    return (np.array(conf), np.array(hit)) if conf else None
+
+
+def block_conf_ece(rounds_csv: Path) -> float | None:
+    """ECE of the block drafter's confidences over its verified slots (:func:`block_slots`)."""
+    from real.block_train import ece
+
+    slots = block_slots(rounds_csv)
+    return None if slots is None else ece(*slots)
+
+
+def floor_line(rounds_csv: Path, draws: int = 200) -> str | None:
+    """The block ECE beside its noise floor: what a perfectly calibrated head would score on
+    as many slots with the same confidences (``real.block_train.ece_floor``, seeded)."""
+    from real.block_train import ece, ece_floor
+
+    slots = block_slots(rounds_csv)
+    if slots is None:
+        return None
+    mean, p95 = ece_floor(slots[0], draws, np.random.default_rng(0))
+    return (
+        f"block confidence ECE {ece(*slots):.3f} over {len(slots[0])} verified slots; a "
+        f"calibrated head would score {mean:.3f} on them (95%: {p95:.3f})"
+    )
 
 
 def block_line(g: dict, cost: float | None, conf_ece: float | None) -> str:
@@ -440,14 +464,18 @@ def main(argv: list[str] | None = None) -> int:
     def f(v):
         return "nan" if v is None else f"{v:.3f}"
 
+    use_block = "block" in args.drafters.split()
+    rounds_csv = Path(args.out) / "unseen-t0" / "rounds.csv"
+    floor = floor_line(rounds_csv) if use_block else None
+    if floor is not None:
+        print(floor)
     print(
         f"real_unseen_speedup_vs_ar={f(g.get('best_vs_ar'))} "
         f"real_unseen_speedup_vs_hf={f(g.get('best_vs_hf_best'))} "
         f"real_unseen_conv_vs_ar={f(g.get('feat_vs_ar'))} "
         f"real_sampled_speedup_vs_ar={f(s.get('best_vs_ar'))}"
     )
-    use_block = "block" in args.drafters.split()
-    conf_ece = block_conf_ece(Path(args.out) / "unseen-t0" / "rounds.csv") if use_block else None
+    conf_ece = block_conf_ece(rounds_csv) if use_block else None
     print(block_line(g, cost, conf_ece))
     return 0
 

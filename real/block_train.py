@@ -337,6 +337,14 @@ def ece(conf: np.ndarray, hit: np.ndarray, bins: int = 10) -> float:
     return out
 
 
+def ece_floor(conf: np.ndarray, draws: int, rng: np.random.Generator) -> tuple[float, float]:
+    """Mean and 95th percentile of the ECE of outcomes drawn from ``conf`` itself: what a
+    perfectly calibrated predictor scores on that many predictions (the ECE's noise floor)."""
+    conf = np.asarray(conf, dtype=float)
+    e = [ece(conf, (rng.random(len(conf)) < conf).astype(float)) for _ in range(draws)]
+    return float(np.mean(e)), float(np.quantile(e, 0.95))
+
+
 def evaluate(model, vals: dict, C: int, B: int) -> dict:
     """Score the head's current calibration on every workload's validation continuations
     (``vals``: name -> (tokens, states)). The head predicts acceptance of slot j given slots

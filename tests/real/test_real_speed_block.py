@@ -42,3 +42,27 @@ def test_block_conf_ece_counts_verified_positions(tmp_path):
     # bins 9, 8, 7, 6 hold one each: mean |conf - hit| = (0.1 + 0.8 + 0.3 + 0.4) / 4
     assert got == pytest.approx(0.4)
     assert real_speed.block_conf_ece(tmp_path / "missing.csv") is None
+
+
+def test_the_floor_line_gives_what_a_calibrated_head_scores_on_the_same_slots(tmp_path):
+    """Outcomes drawn from the confidences themselves score far below a head that is off by
+    0.3 on every slot; the line names the run's ECE, its slot count and that floor."""
+    from real.block_train import ece_floor
+
+    rng = np.random.default_rng(3)
+    conf = rng.uniform(0.2, 0.9, 2000)
+    mean, p95 = ece_floor(conf, 100, np.random.default_rng(0))
+    assert 0.0 < mean < p95 < 0.05
+    hit = (rng.random(2000) < conf - 0.3).astype(float)  # a head 0.3 too confident
+    assert ece(conf, hit) > 0.25 > p95
+    pd.DataFrame(
+        {
+            "controller": ["block/fixed-k3", "block/fixed-k3"],
+            "confidences": ["0.9 0.8 0.1", "0.7 0.6"],
+            "drafted": [3, 2],
+            "accepted": [1, 2],
+        }
+    ).to_csv(tmp_path / "rounds.csv", index=False)
+    line = real_speed.floor_line(tmp_path / "rounds.csv", draws=50)
+    assert line.startswith("block confidence ECE 0.400 over 4 verified slots; a calibrated head")
+    assert real_speed.floor_line(tmp_path / "missing.csv") is None
