@@ -11,8 +11,8 @@ request, gives exactly the confidences an engine running that calibrator would h
 Each of the run's method passes (``block/*`` controllers) is replayed from a fresh calibrator,
 as the engine starts each pass from the shipped calibration: each round's slots are predicted
 with the calibrator fitted on the rounds before it (prequential), then learned; a round that
-drafted nothing forgets a little of its request's offset, as the engine's drafter does. Printed per run
-and calibrator: the expected calibration error (10 bins, as ``real_speed.py``'s
+drafted nothing forgets a little of its request's offset, as the engine's drafter does.
+Printed per run and calibrator: the expected calibration error (10 bins, as ``real_speed.py``'s
 ``block_conf_ece``) and the mean confidence less the accepted share; and the ECE a perfectly
 calibrated head would show on the same sample (outcomes drawn from the confidences the default
 calibrator gave, ``--draws`` times: mean and 95th percentile), the floor any calibration meets
@@ -51,8 +51,8 @@ DEFAULT_CALIBRATORS = "shipped;map:bin_width=0,request_precision=0;default"
 
 def load_passes(path: Path) -> list[list[tuple[int, np.ndarray, np.ndarray]]]:
     """Per method pass of the run, its rounds in order: ``(request, logits z, outcomes)`` of
-    the slots verification decided (none in a round that drafted nothing). A run that recalibrated online is refused (its recorded
-    confidences are not the head's own)."""
+    the slots verification decided (none in a round that drafted nothing). A run that
+    recalibrated online is refused (its recorded confidences are not the head's own)."""
     import pandas as pd
 
     cfg = path.parent / "config.toml"
@@ -73,8 +73,8 @@ def load_passes(path: Path) -> list[list[tuple[int, np.ndarray, np.ndarray]]]:
         g = g.sort_values(["request_id", "round"], kind="stable")
         rows = []
         for rid, c, d, n in zip(g["request_id"], g["confidences"], g["drafted"], g["accepted"]):
-            cs = np.array([float(x) for x in str(c).split()]) if isinstance(c, str) else []
-            cs = np.clip(np.asarray(cs, dtype=float), 1e-12, 1.0 - 1e-12)
+            cs = np.array(str(c).split() if isinstance(c, str) else [], dtype=float)
+            cs = np.clip(cs, 1e-12, 1.0 - 1e-12)
             z, y = verified_slots(list(np.log(cs) - np.log1p(-cs)), int(d), int(n))
             rows.append((int(rid), np.array(z, dtype=float), np.array(y, dtype=float)))
         passes.append(rows)
@@ -129,14 +129,15 @@ def main(argv=None) -> int:
     for path, passes in runs:
         n = sum(len(z) for rows in passes for _, z, _ in rows)
         print(f"{path}: {len(passes)} passes, {n} verified slots")
+        confs = {}
         for s in specs:
-            conf, hit = replay(passes, s)
+            conf, hit = confs[s] = replay(passes, s)
             score = ece(conf, hit)
             worst[s] = max(worst[s], score)
             print(
                 f"  {s:44s} ECE {score:.4f}  confidence - accepted {conf.mean() - hit.mean():+.4f}"
             )
-        conf, _ = replay(passes, "default")
+        conf, _ = confs["default"] if "default" in confs else replay(passes, "default")
         mean, p95 = ece_floor(conf, a.draws, rng)
         worst_floor = max(worst_floor, mean)
         print(f"  {'a calibrated head on these slots':44s} ECE {mean:.4f} (95%: {p95:.4f})")

@@ -374,20 +374,12 @@ def block_slots(rounds_csv: Path) -> tuple[np.ndarray, np.ndarray] | None:
     return (np.array(conf), np.array(hit)) if conf else None
 
 
-def block_conf_ece(rounds_csv: Path) -> float | None:
-    """ECE of the block drafter's confidences over its verified slots (:func:`block_slots`)."""
-    from real.block_train import ece
-
-    slots = block_slots(rounds_csv)
-    return None if slots is None else ece(*slots)
-
-
-def floor_line(rounds_csv: Path, draws: int = 200) -> str | None:
-    """The block ECE beside its noise floor: what a perfectly calibrated head would score on
-    as many slots with the same confidences (``real.block_train.ece_floor``, seeded)."""
+def floor_line(slots: tuple[np.ndarray, np.ndarray] | None, draws: int = 200) -> str | None:
+    """The block ECE of ``slots`` (:func:`block_slots`) beside its noise floor: what a
+    perfectly calibrated head would score on as many slots with the same confidences
+    (``real.block_train.ece_floor``, seeded); None without slots."""
     from real.block_train import ece, ece_floor
 
-    slots = block_slots(rounds_csv)
     if slots is None:
         return None
     mean, p95 = ece_floor(slots[0], draws, np.random.default_rng(0))
@@ -423,6 +415,7 @@ def ceiling_line(verify: dict[int, float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
+        from real.block_train import ece
         from real.store import load_bundle
 
         tok = load_bundle(args.checkpoints, names=()).tokenizer
@@ -465,8 +458,8 @@ def main(argv: list[str] | None = None) -> int:
         return "nan" if v is None else f"{v:.3f}"
 
     use_block = "block" in args.drafters.split()
-    rounds_csv = Path(args.out) / "unseen-t0" / "rounds.csv"
-    floor = floor_line(rounds_csv) if use_block else None
+    slots = block_slots(Path(args.out) / "unseen-t0" / "rounds.csv") if use_block else None
+    floor = floor_line(slots)
     if floor is not None:
         print(floor)
     print(
@@ -475,8 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         f"real_unseen_conv_vs_ar={f(g.get('feat_vs_ar'))} "
         f"real_sampled_speedup_vs_ar={f(s.get('best_vs_ar'))}"
     )
-    conf_ece = block_conf_ece(rounds_csv) if use_block else None
-    print(block_line(g, cost, conf_ece))
+    print(block_line(g, cost, None if slots is None else ece(*slots)))
     return 0
 
 

@@ -193,12 +193,12 @@ class OnlineCalibration:
         if not len(z):
             return
         accepted = np.asarray(accepted, dtype=float).ravel()
+        zc = np.clip(z, -BIN_LIMIT, BIN_LIMIT)
+        idx = _bin_of(zc)
         if keys is not None and self.config.request_precision:
-            self._learn_requests(z, accepted, list(keys))
+            self._learn_requests(idx, zc, accepted, list(keys))
         c = self.config
         keep = (1.0 - 1.0 / c.memory_slots) ** len(z)
-        zc = np.clip(z, -BIN_LIMIT, BIN_LIMIT)
-        idx = _bin_of(z)
         for arr in (self._w, self._s, self._wz):
             arr *= keep
         np.add.at(self._w, idx, 1.0)
@@ -241,11 +241,12 @@ class OnlineCalibration:
             arr *= keep
         self._refit_offset(r)
 
-    def _learn_requests(self, z: np.ndarray, accepted: np.ndarray, keys: list) -> None:
-        """Each request's slots join its counts; its offset is refitted (:meth:`_refit_offset`,
-        a Gaussian prior of precision ``request_precision`` at 0)."""
-        idx = _bin_of(z)
-        zc = np.clip(z, -BIN_LIMIT, BIN_LIMIT)
+    def _learn_requests(
+        self, idx: np.ndarray, zc: np.ndarray, accepted: np.ndarray, keys: list
+    ) -> None:
+        """Each request's slots (their bins ``idx`` and clipped logits ``zc``) join its counts;
+        its offset is refitted (:meth:`_refit_offset`, a Gaussian prior of precision
+        ``request_precision`` at 0)."""
         for key in dict.fromkeys(keys):
             m = np.array([k == key for k in keys])
             r = self._requests.get(key)

@@ -36,12 +36,12 @@ def test_block_conf_ece_counts_verified_positions(tmp_path):
             "accepted": [1, 2, 0],
         }
     ).to_csv(tmp_path / "rounds.csv", index=False)
-    got = real_speed.block_conf_ece(tmp_path / "rounds.csv")
+    got = ece(*real_speed.block_slots(tmp_path / "rounds.csv"))
     conf, hit = np.array([0.9, 0.8, 0.7, 0.6]), np.array([1.0, 0.0, 1.0, 1.0])
     assert got == pytest.approx(ece(conf, hit))
     # bins 9, 8, 7, 6 hold one each: mean |conf - hit| = (0.1 + 0.8 + 0.3 + 0.4) / 4
     assert got == pytest.approx(0.4)
-    assert real_speed.block_conf_ece(tmp_path / "missing.csv") is None
+    assert real_speed.block_slots(tmp_path / "missing.csv") is None
 
 
 def test_the_floor_line_gives_what_a_calibrated_head_scores_on_the_same_slots(tmp_path):
@@ -63,6 +63,6 @@ def test_the_floor_line_gives_what_a_calibrated_head_scores_on_the_same_slots(tm
             "accepted": [1, 2],
         }
     ).to_csv(tmp_path / "rounds.csv", index=False)
-    line = real_speed.floor_line(tmp_path / "rounds.csv", draws=50)
+    line = real_speed.floor_line(real_speed.block_slots(tmp_path / "rounds.csv"), draws=50)
     assert line.startswith("block confidence ECE 0.400 over 4 verified slots; a calibrated head")
-    assert real_speed.floor_line(tmp_path / "missing.csv") is None
+    assert real_speed.floor_line(None) is None
