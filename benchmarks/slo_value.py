@@ -17,7 +17,11 @@ throughput objective, the peers with their documented defaults, and ``dspark`` t
 - SLO goodput (tokens/s of requests meeting both SLOs) at loads 0.5, 1, 1.5, 2, mean over seeds.
 
     .venv/bin/python benchmarks/slo_value.py [--seeds 1,2,3] [--requests 4000] [--workers 2]
-        [--tuned best_config.toml] [--controllers SPEC,SPEC,...]
+        [--tuned best_config.toml] [--controllers SPEC,SPEC,...] [--references]
+
+``--references`` adds the clairvoyant and the rate oracle (``control/references.py``): told what
+no engine knows, they show what a draft-length schedule could buy on the scenario; the line
+before the last gives their capacity over the best fixed k's (geometric mean over workloads).
 
 Last line: ``slo_capacity_dspark_vs_best_fixed_min=… slo_capacity_dspark_vs_best_fixed_geo=…
 slo_goodput_dspark_vs_best_fixed_min=… slo_default_vs_tuned=…`` (capacity ratios per workload
@@ -47,6 +51,10 @@ TRACES = ROOT.parent / "shared" / "data" / "azure-llm-2023"
 FIXED = tuple(f"fixed:k={k}" for k in range(5))
 PEERS = ("vllm-dsd", "vllm-adaptive-k", "vllm-adaptive-verification", "sglang-adaptive")
 DEFAULT = (*FIXED, "dspark", "dspark:objective=throughput", *PEERS)
+#: --references: what knowing more than any engine knows buys (control/references.py): the
+#: clairvoyant (every sequence's run length one round ahead) and the rate oracle (``dspark``'s
+#: planner told each request's true acceptance rate)
+REFERENCES = ("clairvoyant", "rate-oracle")
 LOADS = (0.5, 1.0, 1.5, 2.0)
 
 
@@ -106,15 +114,21 @@ def main() -> int:
     ap.add_argument("--controllers", default=",".join(DEFAULT))
     ap.add_argument("--workloads", default="conv,code", help="which of conv, code to run")
     ap.add_argument("--by-seed", action="store_true", help="also print each seed's capacity")
+    ap.add_argument(
+        "--references", action="store_true", help="also run " + " and ".join(REFERENCES)
+    )
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     specs = [s for s in args.controllers.split(",") if s]
+    if args.references:
+        specs += [r for r in REFERENCES if r not in specs]
     if args.tuned:
         specs.append("dspark-tuned")
     items = [parse_spec(s, args.tuned) for s in specs]
     cc = CapacityConfig(rel_tol=args.rel_tol)
     t0 = time.time()
     cap_ratio, good_ratio, tuned_ratio = [], [], []
+    ref_ratio: dict[str, list[float]] = {r: [] for r in REFERENCES}
     wanted = [w for w in args.workloads.split(",") if w]
     for wl, scn in workloads(args.requests, args.code_time_scale).items():
         if wl not in wanted:
@@ -146,6 +160,11 @@ def main() -> int:
                     else ""
                 )
             )
+        for ref in REFERENCES:
+            if ref in by:
+                r = by[ref]["capacity_load_scale"] / best_fixed["capacity_load_scale"]
+                ref_ratio[ref].append(r)
+                print(f"{ref} / best fixed ({best_fixed['controller']}): capacity {r:.3f}")
         if "dspark" in by:
             ratio = by["dspark"]["capacity_load_scale"] / best_fixed["capacity_load_scale"]
             cap_ratio.append(ratio)
@@ -162,6 +181,14 @@ def main() -> int:
     def geo(x):
         return float(np.exp(np.mean(np.log(x)))) if x else math.nan
 
+    if any(ref_ratio.values()):  # the headroom of any draft-length schedule, by reference
+        print(
+            " ".join(
+                f"slo_capacity_{r.replace('-', '_')}_vs_best_fixed_geo={geo(v):.3f}"
+                for r, v in ref_ratio.items()
+                if v
+            )
+        )
     print(
         f"slo_capacity_dspark_vs_best_fixed_min={min(cap_ratio, default=math.nan):.3f} "
         f"slo_capacity_dspark_vs_best_fixed_geo={geo(cap_ratio):.3f} "
