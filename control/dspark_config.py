@@ -260,6 +260,16 @@ class GoodputPolicyConfig(DSparkBaseConfig):
         log=True,
         when={"policy": ("goodput",)},
     )
+    # 0: a full plan every replan_rounds. b > 0: each full plan that keeps every sequence's
+    # planned length doubles the interval, up to 2^b · replan_rounds (at most explore_every);
+    # one that changes a length, or a prompt starting or ending to wait, re-plans at once.
+    replan_backoff: int = param(
+        0,
+        lo=0,
+        hi=8,
+        doc="goodput: doublings of the replan interval after full plans that kept every length",
+        when={"policy": ("goodput",)},
+    )
     # off: under goodput a sequence whose drafts do not pay already stops (its â falls); a forced
     # cool-down also stops it where drafting is nearly free (the others set the round's steps).
     goodput_cooldown: bool = param(

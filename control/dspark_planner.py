@@ -33,7 +33,10 @@ Once per round, for the batch's sequences (each a :class:`~control.dspark.DSpark
 6. **Re-planning.** A full plan runs every ``replan_rounds`` rounds, or sooner when the batch
    size moved by more than a quarter (and by more than 4); in between each sequence keeps its planned length (a
    newcomer takes the cap), bounded by its own decision. This keeps the planner's cost per
-   round near that of the per-sequence controllers it drives.
+   round near that of the per-sequence controllers it drives. With ``replan_backoff`` b > 0,
+   each full plan that gives every sequence the length it kept doubles the interval (up to
+   ``2^b`` times, at most ``explore_every``); a plan that changes a length resets it, and a
+   prompt starting or ending to wait re-plans at once.
 7. **Idling.** A full plan that drafts nothing while no prompt token waits (speculation does
    not pay here: a compute-bound target, a drafter that misses) learns nothing new until the
    next probe — no draft, no acceptance or cost-slope evidence. After ``i`` such plans in a
@@ -126,6 +129,9 @@ class DSparkPlanner(RoundPlanner):
         self.full_plan = False  # whether the last round's plan was a full one (item 6)
         self._planned_b = 0  # batch size of the last full plan
         self._idle = 0  # draft-free full plans in a row with no prompt waiting (item 7)
+        self._stable = 0  # full plans in a row that kept every length (item 6)
+        self._planned_backlog = False  # whether a prompt waited at the last full plan
+        self._probed = False  # whether the last full plan was a probe
         self._emitted = 0.0  # Σ output tokens of the rounds seen (forgotten, PROMPT_VALUE_KEEP)
         self._prefilled = 0.0  # Σ prompt tokens of the rounds seen (the same)
         self._prior_w = 1.0  # what is left of the prompt value's prior (forgotten the same)
@@ -305,7 +311,18 @@ class DSparkPlanner(RoundPlanner):
             return out
         self._since = 0
         self._planned_b = B
+        kept = None  # the lengths this round would have kept (not after a probe: its lengths
+        # were an experiment, never a plan to keep)
+        after_probe, self._probed = self._probed, probe
+        if c.replan_backoff and not (probe or after_probe or self._head) and self.last_cap >= 0:
+            cap = min(self.last_cap, k_max)
+            p = self.seqs.values[idx, PLANNED]
+            kept = np.minimum(np.where((p < 0.0) | (p > cap), cap, p), [d.k for d in base])
         k = self._full_plan(members, base, k_max, batch, probe, now_s)
+        if kept is not None:
+            same = bool((kept == k).all())
+            self._stable = min(self._stable + 1, c.replan_backoff) if same else 0
+        self._planned_backlog = batch.prefill_backlog > 0
         if not probe:  # a probe is an experiment: it neither starts nor ends idling
             idle = self.last_cap == 0 and batch.prefill_backlog <= 0
             # (bounded: the interval and the probe cadence saturate long before 32)
@@ -322,7 +339,10 @@ class DSparkPlanner(RoundPlanner):
         costs ready, no true rates to plan with, the batch size near the planned one and, while
         idling, no prompt token newly waiting."""
         c = self.config
-        interval = min(c.replan_rounds << self._idle, max(c.replan_rounds, c.explore_every))
+        interval = min(
+            c.replan_rounds << max(self._idle, self._stable),
+            max(c.replan_rounds, c.explore_every),
+        )
         return (
             self._since < interval - 1
             and self.last_cap >= 0
@@ -330,6 +350,7 @@ class DSparkPlanner(RoundPlanner):
             and self._rates is None
             and abs(B - self._planned_b) <= max(4, B // 4)
             and not (self._idle and batch.prefill_backlog > 0)
+            and not (self._stable and (batch.prefill_backlog > 0) != self._planned_backlog)
         )
 
     def _full_plan(self, members, base, k_max, batch, probe, now_s=0.0) -> np.ndarray:

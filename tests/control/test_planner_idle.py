@@ -12,12 +12,13 @@ from control.registry import make_planner
 CFG = DSparkConfig(k_max=8)  # the defaults: replan_rounds 2, explore_every 32
 
 
-def run(rounds, cost, a_true=0.6, batch=4, backlog_at=(), seed=0):
+def run(rounds, cost, a_true=0.6, batch=4, backlog_at=(), seed=0, cfg=CFG, stable=None):
     """Rounds of a batch under a linear verify cost ``c0 + c1·N``; returns (planner, per round:
-    (cap, whether that round ran a full plan))."""
+    (cap, whether that round ran a full plan)); ``stable``: a list that gets the planner's
+    count of length-keeping full plans after each round."""
     rng = np.random.default_rng(seed)
-    planner = make_planner("dspark", CFG)
-    members = [make_controller("dspark", CFG) for _ in range(batch)]
+    planner = make_planner("dspark", cfg)
+    members = [make_controller("dspark", cfg) for _ in range(batch)]
     full = planner._full_plan
     ran = []
 
@@ -47,6 +48,8 @@ def run(rounds, cost, a_true=0.6, batch=4, backlog_at=(), seed=0):
         )
         t += d_s + v_s
         out.append((steps, bool(ran)))
+        if stable is not None:
+            stable.append(planner._stable)
     planner._full_plan = full
     return planner, out
 
