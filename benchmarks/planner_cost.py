@@ -31,6 +31,7 @@
 Timings want a quiet machine: run it alone.
 
     .venv/bin/python benchmarks/planner_cost.py [--rounds 1000] [--sim-size 1] [--repeats 2]
+        [--set KEY=VALUE ...]   # dspark config keys (e.g. replan_backoff=3), for every run
 
 Last line: ``planner_us_b16=… planner_us_b256=… planner_share_h100=… sim_dspark_vs_fixed=…``
 (engine pattern at B = 16 and 256; the share as a fraction, not a percentage).
@@ -65,13 +66,13 @@ class Batch:
     context and remaining output tokens, refilled to ``B`` as sequences finish. Drafter
     confidences are uniform on [0.3, 1]; a decision's τ stops drafting at the first below it."""
 
-    def __init__(self, scn, B: int, pattern: str, seed: int) -> None:
+    def __init__(self, scn, B: int, pattern: str, seed: int, cfg=None) -> None:
         from sim.cluster import Cluster
 
         self.rng = np.random.default_rng(seed)
         self.scn, self.B, self.pattern = scn, B, pattern
         self.cluster = Cluster(scn, use_drafter=True)
-        self.cfg = make_config("dspark")
+        self.cfg = make_config("dspark", cfg)
         self.slo = Slo(scn.slo.ttft_s, scn.slo.tpot_s) if pattern == "sim" else None
         self.planner = make_planner("dspark", self.cfg)
         if self.slo is not None:
@@ -181,10 +182,13 @@ def drafted(confidences: list[float], tau: float) -> int:
     return len(confidences)
 
 
-def cost_per_round(scn, B: int, pattern: str, rounds: int, warmup: int, seed: int = 0) -> dict:
+def cost_per_round(
+    scn, B: int, pattern: str, rounds: int, warmup: int, seed: int = 0, cfg=None
+) -> dict:
     """Mean µs per round (plan, observe, observe_round, total) over ``rounds`` timed rounds,
-    and the plan's split: µs of a full plan, of a kept one, and the share of full plans."""
-    batch = Batch(scn, B, pattern, seed)
+    and the plan's split: µs of a full plan, of a kept one, and the share of full plans
+    (``cfg``: the ``dspark`` config's overrides, None = defaults)."""
+    batch = Batch(scn, B, pattern, seed, cfg)
     for _ in range(warmup):
         batch.round()
     t = np.zeros(3)
@@ -211,7 +215,7 @@ def cost_per_round(scn, B: int, pattern: str, rounds: int, warmup: int, seed: in
     }
 
 
-def h100_round(scn, requests: int) -> tuple[float, float]:
+def h100_round(scn, requests: int, cfg=None) -> tuple[float, float]:
     """(mean round seconds, mean batch size) over the rounds of a traced ``dspark`` run of
     ``scn`` with ``requests`` requests. A round of B sequences is B rows of rounds.csv."""
     from sim import simulate
@@ -219,6 +223,7 @@ def h100_round(scn, requests: int) -> tuple[float, float]:
     res = simulate(
         scn.with_overrides({"workload.num_requests": requests}),
         "dspark",
+        cfg,
         trace=True,
         baseline=False,
     )
@@ -229,18 +234,19 @@ def h100_round(scn, requests: int) -> tuple[float, float]:
     return round_s, float(len(r) / n_rounds)
 
 
-def sim_speed_ratio(scn, size: float, repeats: int) -> tuple[float, dict]:
+def sim_speed_ratio(scn, size: float, repeats: int, cfg=None) -> tuple[float, dict]:
     """Mean tokens per CPU-second of ``dspark`` over ``fixed`` (interleaved runs of
     ``benchmarks/sim_speed.py``'s measurement), and every run's rate."""
     spec = importlib.util.spec_from_file_location("sim_speed", ROOT / "benchmarks" / "sim_speed.py")
     speed = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(speed)
     rates: dict[str, list[float]] = {"fixed": [], "dspark": []}
+    cfgs = {"fixed": None, "dspark": cfg}
     for name in rates:
-        speed.warm(scn, name, None)
+        speed.warm(scn, name, cfgs[name])
     for _ in range(repeats):
         for name in rates:
-            rates[name].append(speed.measure(scn, name, None, size)["rate"])
+            rates[name].append(speed.measure(scn, name, cfgs[name], size)["rate"])
     return float(np.mean(rates["dspark"]) / np.mean(rates["fixed"])), rates
 
 
@@ -268,8 +274,20 @@ def main(argv=None) -> int:
     ap.add_argument("--share-requests", type=int, default=1000, help="requests of the traced run")
     ap.add_argument("--sim-size", type=float, default=1.0, help="M output tokens per sim_speed run")
     ap.add_argument("--repeats", type=int, default=2, help="sim_speed runs of each controller")
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a dspark config key"
+    )
     a = ap.parse_args(argv)
+    from control.configio import parse_sets
+    from control.errors import DSparkError
     from sim import load_scenario
+
+    try:  # the dspark config's overrides, checked before any run
+        cfg = parse_sets(a.set) or None
+        make_config("dspark", cfg, source="--set")
+    except (DSparkError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
     scn = load_scenario(SCENARIO)
     batches = sorted({int(x) for x in a.batches.split(",")} | {16, 256})
@@ -280,7 +298,7 @@ def main(argv=None) -> int:
     engine = {}
     for B in batches:
         for pattern in PATTERNS:
-            c = cost_per_round(scn, B, pattern, a.rounds, a.warmup)
+            c = cost_per_round(scn, B, pattern, a.rounds, a.warmup, cfg=cfg)
             if pattern == "engine":
                 engine[B] = c["total"]
             print(
@@ -289,9 +307,9 @@ def main(argv=None) -> int:
                 f"{c['kept_us']:9.1f} {c['full_share']:10.3f}",
                 flush=True,
             )
-    round_s, mean_b = h100_round(scn, a.share_requests)
+    round_s, mean_b = h100_round(scn, a.share_requests, cfg)
     b_star = max(1, round(mean_b))
-    at = cost_per_round(scn, b_star, "engine", a.rounds, a.warmup)["total"]
+    at = cost_per_round(scn, b_star, "engine", a.rounds, a.warmup, cfg=cfg)["total"]
     share = at * 1e-6 / round_s
     print(
         f"standard scenario (H100-SXM): mean round {round_s * 1e3:.2f} ms at a mean batch of "
@@ -299,7 +317,7 @@ def main(argv=None) -> int:
         f"{share * 100:.3f}% of a round",
         flush=True,
     )
-    ratio, rates = sim_speed_ratio(scn, a.sim_size, a.repeats)
+    ratio, rates = sim_speed_ratio(scn, a.sim_size, a.repeats, cfg)
     for name, r in rates.items():
         print(
             f"sim_speed {a.sim_size:g}M {name}: "

@@ -63,3 +63,13 @@ def test_the_synthetic_batch_stays_full_and_its_sequences_come_and_go(pattern):
         assert all(t >= 0 and math.isfinite(t) for t in times)
         assert min(batch.left) >= 1 and batch.now > 0
     assert ctx > 0 and first - set(map(id, batch.members))  # some finished and were replaced
+
+
+def test_set_reaches_the_planner_and_its_members_and_a_bad_key_is_one_line(capsys):
+    scn = load_scenario(pc.SCENARIO)
+    batch = pc.Batch(scn, 4, "engine", seed=1, cfg={"replan_backoff": 3})
+    assert batch.planner.config.replan_backoff == 3
+    assert all(m.config.replan_backoff == 3 for m in batch.members)
+    assert pc.main(["--set", "no_such_key=3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no_such_key" in err[0]
