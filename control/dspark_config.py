@@ -271,6 +271,7 @@ class GoodputPolicyConfig(DSparkBaseConfig):
         lo=0,
         hi=8,
         doc="goodput: doublings of the replan interval after full plans that kept every length",
+        tune=(0, 4),
         when={"policy": ("goodput",)},
     )
     # off: under goodput a sequence whose drafts do not pay already stops (its â falls); a forced
