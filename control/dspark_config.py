@@ -262,7 +262,8 @@ class GoodputPolicyConfig(DSparkBaseConfig):
     )
     # 0: a full plan every replan_rounds. b > 0: each full plan that keeps every sequence's
     # planned length doubles the interval, up to 2^b · replan_rounds (at most explore_every);
-    # one that changes a length, or a prompt starting or ending to wait, re-plans at once.
+    # one that changes a length, a prompt starting or ending to wait, or a new draft limit
+    # from the engine re-plans at once.
     # Off: at 3 the planner's CPU at batch 16-64 roughly halves and the capacity-mode matrix
     # moves +0.1% (geometric mean), but attainment at the SLO knees falls by up to 0.012 (five
     # seeds of six) and the Markov open-loop cells by ~1% (docs/results.md, 2026-12-06).

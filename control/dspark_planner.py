@@ -36,7 +36,7 @@ Once per round, for the batch's sequences (each a :class:`~control.dspark.DSpark
    round near that of the per-sequence controllers it drives. With ``replan_backoff`` b > 0,
    each full plan that gives every sequence the length it kept doubles the interval (up to
    ``2^b`` times, at most ``explore_every``); a plan that changes a length resets it, and a
-   prompt starting or ending to wait re-plans at once.
+   prompt starting or ending to wait, or a new draft limit from the engine, re-plans at once.
 7. **Idling.** A full plan that drafts nothing while no prompt token waits (speculation does
    not pay here: a compute-bound target, a drafter that misses) learns nothing new until the
    next probe — no draft, no acceptance or cost-slope evidence. After ``i`` such plans in a
@@ -131,6 +131,7 @@ class DSparkPlanner(RoundPlanner):
         self._idle = 0  # draft-free full plans in a row with no prompt waiting (item 7)
         self._stable = 0  # full plans in a row that kept every length (item 6)
         self._planned_backlog = False  # whether a prompt waited at the last full plan
+        self._planned_kmax = -1  # the engine's draft limit at the last full plan
         self._probed = False  # whether the last full plan was a probe
         self._emitted = 0.0  # Σ output tokens of the rounds seen (forgotten, PROMPT_VALUE_KEEP)
         self._prefilled = 0.0  # Σ prompt tokens of the rounds seen (the same)
@@ -290,7 +291,7 @@ class DSparkPlanner(RoundPlanner):
         B = len(members)
         e = c.explore_every << min(self._idle, 3)  # probes thin out while idling
         probe = bool(e) and self.rounds % e == e - 1
-        self.full_plan = probe or not self._keeps_plan(B, batch)
+        self.full_plan = probe or not self._keeps_plan(B, batch, k_max)
         if not self.full_plan:
             # between re-plans: each sequence keeps its planned length (a newcomer takes the
             # cap); its own decision still bounds it (cool-down, block end, mode)
@@ -323,6 +324,7 @@ class DSparkPlanner(RoundPlanner):
             same = bool((kept == k).all())
             self._stable = min(self._stable + 1, c.replan_backoff) if same else 0
         self._planned_backlog = batch.prefill_backlog > 0
+        self._planned_kmax = k_max
         if not probe:  # a probe is an experiment: it neither starts nor ends idling
             idle = self.last_cap == 0 and batch.prefill_backlog <= 0
             # (bounded: the interval and the probe cadence saturate long before 32)
@@ -334,10 +336,11 @@ class DSparkPlanner(RoundPlanner):
             return [with_k(d, min(d.k, x), s) for d, x, s in zip(base, k.tolist(), sv)]
         return [d if d.k == x else with_k(d, x) for d, x in zip(base, k.tolist())]
 
-    def _keeps_plan(self, B: int, batch: BatchContext) -> bool:
-        """Whether this round keeps the last full plan: within its interval (item 7), with
-        costs ready, no true rates to plan with, the batch size near the planned one and, while
-        idling, no prompt token newly waiting."""
+    def _keeps_plan(self, B: int, batch: BatchContext, k_max: int) -> bool:
+        """Whether this round keeps the last full plan: within its interval (items 6 and 7),
+        with costs ready, no true rates to plan with, the batch size near the planned one,
+        while idling no prompt token newly waiting and, while backing off, neither a prompt
+        starting or ending to wait nor a new draft limit ``k_max`` from the engine."""
         c = self.config
         interval = min(
             c.replan_rounds << max(self._idle, self._stable),
@@ -350,7 +353,13 @@ class DSparkPlanner(RoundPlanner):
             and self._rates is None
             and abs(B - self._planned_b) <= max(4, B // 4)
             and not (self._idle and batch.prefill_backlog > 0)
-            and not (self._stable and (batch.prefill_backlog > 0) != self._planned_backlog)
+            and not (
+                self._stable
+                and (
+                    (batch.prefill_backlog > 0) != self._planned_backlog
+                    or k_max != self._planned_kmax
+                )
+            )
         )
 
     def _full_plan(self, members, base, k_max, batch, probe, now_s=0.0) -> np.ndarray:

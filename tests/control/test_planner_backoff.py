@@ -1,6 +1,7 @@
 """The ``dspark`` planner's re-planning back-off (``replan_backoff``, ``control.dspark_planner``
 item 6): a full plan that keeps every sequence's length doubles the interval to the next one, a
-plan that changes a length resets it, and a prompt starting or ending to wait re-plans at once."""
+plan that changes a length resets it, and a prompt starting or ending to wait re-plans at once
+(a new draft limit too: ``test_planner_replay.py``)."""
 
 from itertools import pairwise
 

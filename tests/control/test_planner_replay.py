@@ -205,10 +205,12 @@ def test_accumulate_is_numpy_bit_for_bit(cols):
         assert got.tobytes() == ref(x, axis=0).tobytes()
 
 
-def test_a_limit_below_the_last_caps_window_searches_every_cap():
+@pytest.mark.parametrize("backoff", [0, 3])
+def test_a_limit_below_the_last_caps_window_searches_every_cap(backoff):
     """The engine's max_draft falling more than 3 below the last cap (a smaller static cache)
-    plans within the new limit instead of searching an empty window of caps."""
-    cfg = DSparkConfig()
+    plans within the new limit instead of searching an empty window of caps (with the
+    re-planning back-off too: a new limit re-plans at once)."""
+    cfg = DSparkConfig(replan_backoff=backoff)
     planner = make_planner("dspark", cfg)
     members = [DSparkController(cfg) for _ in range(4)]
     t = 0.0
