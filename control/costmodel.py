@@ -409,7 +409,8 @@ class RoundCostModel:
         own share**, ``raw(n + p) − (raw(p) − raw(0))``: with a linear cost exactly ``raw(n)``,
         with a convex one (compute-bound passes) more, since the drafts then sit on the steep
         part. Counting the whole pass instead would add a fixed cost to the round and bias the
-        goodput ratio toward longer drafts whenever a prompt is in flight.
+        goodput ratio toward longer drafts whenever a prompt is in flight. The plain step's
+        tokens sit there too, paid whatever the drafts: ``shared_s`` (:func:`_plain_share`).
 
         With a token ``budget`` per pass and a prompt ``backlog`` (chunked prefill) the chunk is
         ``p(n) = min(backlog, budget − n)``: a draft that pushes a prompt token out of the pass
@@ -466,8 +467,9 @@ class RoundCostModel:
             p = chunk(n)
             return raw(n + p) - (raw(p) - base)
 
+        shared = _plain_share(verify_s, raw, batch_size)
         return CostFunctions(
-            verify_s, slope, step, self.overhead_s, penalty, penalty_slope, fixed, block
+            verify_s, slope, step, self.overhead_s, penalty, penalty_slope, fixed, block, shared
         )
 
     @staticmethod
@@ -476,6 +478,17 @@ class RoundCostModel:
             return np.maximum(s0 + s1 * np.asarray(d, dtype=float), 0.0)
 
         return step_s
+
+
+def _plain_share(verify_s, raw, batch_size: int) -> float:
+    """What the plain step of ``batch_size`` sequences is charged in a pass it shares with a
+    prompt chunk beyond its cost alone, ``verify_s(B) − raw(B)`` (≥ 0 on a convex cost: its
+    tokens sit on the chunk's steep part): paid whatever the drafts
+    (:attr:`~control.goodput.CostFunctions.shared_s`)."""
+    if batch_size <= 0:
+        return 0.0
+    b = np.array([float(batch_size)])
+    return max(float(verify_s(b)[0] - raw(b)[0]), 0.0)
 
 
 def _as_float(f):

@@ -248,6 +248,24 @@ class GoodputPolicyConfig(DSparkBaseConfig):
         log=True,
         when={"policy": ("goodput",)},
     )
+    # 4 rounds: a prompt that has waited longer means prompts queue (the replica is
+    # saturated). The plain step's share of its chunk's pass, paid whatever the drafts, then
+    # stays out of the goodput ratio, where counting it made every draft look cheaper
+    # (capacity cells at batch 128: +0.6 to +4.7%). A prompt prefilled on arrival leaves it
+    # in: the running sequences sit through the chunk, and longer drafts amortise it (the
+    # Markov open-loop cells lose 0.7-0.9% of TPOT without). Every wait from 4 to 16 rounds
+    # parts the matrix's capacity cells from its open-loop ones alike; 1 mixes them.
+    # 0: always out (docs/results.md, 2026-12-06).
+    sunk_share_rounds: float = param(
+        4.0,
+        lo=0.0,
+        hi=1e9,
+        doc="goodput: rounds a prompt waits before the plain step's share of its chunk's pass "
+        "leaves the goodput ratio",
+        tune=(0.5, 64.0),
+        log=True,
+        when={"policy": ("goodput",)},
+    )
     # 2 rounds: a sequence's belief moves within a few rounds when text switches between easy
     # and hard stretches (6 seeds: 8 rounds lost 2-3% to 2 on Markov and mixed-rate cells);
     # each full plan costs ~0.3 ms of CPU, so 1 doubles the planner's cost again for ~1%.

@@ -29,7 +29,10 @@ Once per round, for the batch's sequences (each a :class:`~control.dspark.DSpark
    (forgotten at 1/1000 per round; ``v₀`` = ``prompt_token_value``, ``m`` =
    ``prompt_value_prior_tokens``, forgotten at the same rate, so a replica that prefills few
    tokens a round is not held near ``v₀`` for good): a prompt token brings its request's output
-   per prompt token.
+   per prompt token. While prompts queue (the oldest has waited ``sunk_share_rounds`` rounds)
+   the plain step's share of a pass it shares with a chunk (``CostFunctions.shared_s``) is
+   left out of the goodput ratio: time is the bottleneck then, and that share is paid
+   whatever the drafts.
 6. **Re-planning.** A full plan runs every ``replan_rounds`` rounds, or sooner when the batch
    size moved by more than a quarter (and by more than 4); in between each sequence keeps its planned length (a
    newcomer takes the cap), bounded by its own decision. This keeps the planner's cost per
@@ -67,6 +70,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -273,7 +277,7 @@ class DSparkPlanner(RoundPlanner):
         value = self.prompt_value()
         if self.serves_slo():
             value *= self.ttft_urgency(now_s, batch)
-        return self.costs.functions(
+        f = self.costs.functions(
             batch.context_tokens,
             backlog=batch.prefill_backlog,
             budget=batch.token_budget,
@@ -281,6 +285,16 @@ class DSparkPlanner(RoundPlanner):
             prompt_value=value,
             block=batch.block_draft,
         )
+        if f.shared_s > 0.0 and not self.saturated(now_s, batch):
+            f = replace(f, shared_s=0.0)  # the chunk is latency the batch sits through
+        return f
+
+    def saturated(self, now_s: float, batch: BatchContext) -> bool:
+        """Whether prompts queue: the oldest waiting one has waited more than
+        ``sunk_share_rounds`` rounds (always at 0; never when the engine does not tell)."""
+        wait = self.config.sunk_share_rounds
+        since = batch.waiting_since_s
+        return wait == 0.0 or (since is not None and now_s - since > wait * self._round_s)
 
     def plan(self, now_s: float, members: Sequence[Any], batch: BatchContext) -> list[Decision]:
         c = self.config

@@ -60,6 +60,9 @@ class CostFunctions:
     penalty_slope: Callable[[np.ndarray], np.ndarray] | None = None
     draft_fixed_s: float = 0.0  # paid once by a round that drafts at all
     block: bool = False  # a block drafter: one draft forward whatever the longest draft
+    # seconds a round pays whatever its drafts beyond the plain step alone (the plain step's
+    # share of a pass it shares with a prompt chunk): in the round's time, not in the ratio
+    shared_s: float = 0.0
 
 
 def round_seconds(k: np.ndarray, costs: CostFunctions) -> np.ndarray:
@@ -100,10 +103,13 @@ def _plain_s(costs: CostFunctions, B: int) -> float:
     return costs.verify_s(np.array([B]))[0] + costs.overhead_s
 
 
-def _rate(value: np.ndarray, t: np.ndarray, t0: float, w_mean: float) -> np.ndarray:
+def _rate(
+    value: np.ndarray, t: np.ndarray, t0: float, w_mean: float, shared: float = 0.0
+) -> np.ndarray:
     """Goodput of rows worth ``value`` tokens taking ``t`` seconds: the time beyond plain
-    decoding ``t0`` weighed by 1 / mean α (the planner's cost weighting)."""
-    return value / np.maximum(t0 + (t - t0) / w_mean, 1e-12)
+    decoding ``t0`` weighed by 1 / mean α (the planner's cost weighting); ``shared`` seconds
+    of every row (``CostFunctions.shared_s``) left out."""
+    return value / np.maximum(t0 - shared + (t - t0) / w_mean, 1e-12)
 
 
 def plan_round_lengths(
@@ -147,7 +153,7 @@ def plan_round_lengths(
         e = cum[k, cols].sum(axis=1)
         return e if pen is None else e - pen(n)
 
-    g = _rate(value(k, n), t, t0, w_mean)
+    g = _rate(value(k, n), t, t0, w_mean, costs.shared_s)
     ones = not (w != 1.0).any()  # every α 1: x / 1.0 is x, so the divisions are skipped
     for _ in range(iterations):
         v = costs.verify_slope(n)
@@ -168,7 +174,7 @@ def plan_round_lengths(
         n, steps, d = _row_counts(k)
         step_d = step_s(np.maximum(d, 1))
         t = _seconds(n, steps, step_d, costs)
-        g = _rate(value(k, n), t, t0, w_mean)
+        g = _rate(value(k, n), t, t0, w_mean, costs.shared_s)
     best = int(np.argmax(g))  # first maximum: the shortest cap among ties
     # the plan's true cap: sequences may all have stopped below the row's cap
     cap = int(k[best].max()) if B else 0
@@ -227,7 +233,7 @@ def slo_floor_plan(
     e = cum[k, cols]
     w_mean = 1.0 if weight is None else float(np.add.reduce(weight) / B)
     val = e.sum(axis=1) - (0.0 if costs.token_penalty is None else costs.token_penalty(n))
-    g = _rate(val, t, _plain_s(costs, B), w_mean)
+    g = _rate(val, t, _plain_s(costs, B), w_mean, costs.shared_s)
     best = int(np.argmax(g))
     return RoundPlan(
         k=k[best].copy(),

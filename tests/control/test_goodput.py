@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -83,21 +84,23 @@ def test_prompt_chunks_sharing_the_pass_are_accounted():
     assert f.verify_slope(np.array([100]))[0] == pytest.approx(2e-5, rel=1e-4)
 
 
+def roofline_model(seed: int = 3) -> RoundCostModel:
+    """A cost model fitted on a roofline: flat to 256 verified tokens, then 40 µs a token."""
+    cm = RoundCostModel(forget=1.0)
+    rng = np.random.default_rng(seed)
+    for _ in range(400):
+        n = int(rng.integers(8, 2048))
+        cm.observe(stats(n, 0, 0.01 + 4e-5 * max(n - 256, 0)))
+    return cm
+
+
 def test_prompt_share_is_excluded_and_displaced_prompt_tokens_are_charged():
     """Chunked prefill with a budget: the decode share of a pass on a convex (roofline) cost
     is raw(n + p) − raw(p) + raw(0) for a chunk of p = min(backlog, budget − n) prompt tokens;
     no backlog means no chunk; a draft that pushes a prompt token out pays that token's time."""
-    cm = RoundCostModel(forget=1.0)
-    rng = np.random.default_rng(3)
-
-    def roof(n):  # flat to 256 tokens, then 40 µs per token
-        return 0.01 + 4e-5 * max(n - 256, 0)
-
-    for _ in range(400):
-        n = int(rng.integers(8, 2048))
-        cm.observe(stats(n, 0, roof(n)))
+    cm = roofline_model()
     raw = lambda n: float(cm.verify_s(np.array([n]), 0)[0])  # noqa: E731
-    assert raw(1000) == pytest.approx(roof(1000), rel=1e-3)
+    assert raw(1000) == pytest.approx(0.01 + 4e-5 * (1000 - 256), rel=1e-3)
     # an engine that reports a budget and no backlog: the pass holds the drafts alone
     f = cm.functions(0.0, backlog=0, budget=2048, batch_size=64)
     assert f.verify_s(np.array([200]))[0] == pytest.approx(raw(200), rel=1e-9)
@@ -112,6 +115,55 @@ def test_prompt_share_is_excluded_and_displaced_prompt_tokens_are_charged():
     d = f.verify_s(np.array([300]))[0] - f.verify_s(np.array([200]))[0]
     assert d == pytest.approx(100 * 4e-5, rel=2e-2)
     assert f.verify_slope(np.array([250]))[0] == pytest.approx(4e-5, rel=2e-2)
+
+
+def test_a_chunk_sharing_the_pass_leaves_the_plain_steps_cost_out_of_the_ratio():
+    """On a convex cost the plain step's own tokens sit on the chunk's steep part: that share,
+    paid whatever the drafts, is ``shared_s`` = verify_s(B) − raw(B), in the round's time but
+    not in the goodput ratio. A chunk that fits the pass beside every draft then leaves the
+    plan as it is without one (the drafts' marginal cost is the steep slope either way), where
+    counting the share made the round look dearer and every draft cheaper."""
+    cm = roofline_model()
+    raw = lambda n: float(cm.verify_s(np.array([n]), 0)[0])  # noqa: E731
+    B, a = 128, np.full(128, 0.75)
+    alone = cm.functions(0.0, backlog=0, budget=2048, batch_size=B)
+    chunk = cm.functions(0.0, backlog=421, budget=2048, batch_size=B)
+    assert alone.shared_s == 0.0
+    assert chunk.shared_s == pytest.approx(raw(B + 421) - raw(421) + raw(0) - raw(B), rel=1e-9)
+    assert chunk.shared_s == pytest.approx(4e-5 * B, rel=5e-2)
+    # the round's time keeps it
+    k0 = np.zeros((1, B), dtype=np.int64)
+    assert round_seconds(k0, chunk)[0] - round_seconds(k0, alone)[0] == pytest.approx(
+        chunk.shared_s, rel=1e-9
+    )
+    p_alone = plan_round_lengths(a, np.full(B, 8), alone, 8)
+    p_chunk = plan_round_lengths(a, np.full(B, 8), chunk, 8)
+    assert p_alone.cap >= 1 and (p_chunk.k == p_alone.k).all()
+    # a round that drafts nothing is rated as the plain step alone, chunk or not
+    assert p_chunk.goodput[0] == pytest.approx(p_alone.goodput[0], rel=1e-9)
+    # with the share in the ratio the same chunk made every sequence draft longer
+    whole = dataclasses.replace(chunk, shared_s=0.0)
+    assert plan_round_lengths(a, np.full(B, 8), whole, 8).k.sum() > p_alone.k.sum()
+
+
+def test_the_plain_steps_share_leaves_the_ratio_only_while_prompts_queue():
+    """A prompt that has waited more than ``sunk_share_rounds`` rounds (the recent round time)
+    means prompts queue: the planner's costs then carry ``shared_s``; a prompt that just
+    arrived, or an engine that does not say since when it waits, leaves it 0; at 0 always."""
+
+    def costs(since, **cfg):
+        pl = DSparkPlanner(DSparkConfig(**cfg))
+        pl.observe_round(stats(256, 0, 0.01))  # one round of 10 ms
+        pl.costs = roofline_model()
+        return pl.cost_functions(BatchContext(128, 0, None, 421, 2048, since), 1.0)
+
+    share = costs(0.9).shared_s  # waited 10 rounds
+    assert share == pytest.approx(roofline_model().functions(0.0, 0, 421, 2048, 128).shared_s)
+    assert share > 0.0
+    assert costs(0.97).shared_s == 0.0  # 3 rounds
+    assert costs(0.97, sunk_share_rounds=2.0).shared_s == share
+    assert costs(None).shared_s == 0.0
+    assert costs(None, sunk_share_rounds=0.0).shared_s == share
 
 
 def test_cost_model_learns_a_roofline_turn_and_tracks_a_step_change():
@@ -176,6 +228,31 @@ def test_goodput_choice_equals_brute_force(a, c0, c1, s0, s1, K):
     plan = plan_round_lengths(np.array(a), np.full(len(a), K), costs, K, iterations=20)
     best = max(goodput_of(k, a, costs) for k in itertools.product(range(K + 1), repeat=len(a)))
     assert goodput_of(plan.k, a, costs) == pytest.approx(best, rel=1e-9)
+    assert plan.goodput.max() == pytest.approx(best, rel=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    a=st.lists(st.floats(0.0, 0.99), min_size=1, max_size=3),
+    c0=st.floats(1e-3, 0.05),
+    c1=st.floats(0.0, 5e-3),
+    s0=st.floats(0.0, 5e-3),
+    shared=st.floats(0.0, 1.0),
+    K=st.integers(1, 4),
+)
+def test_goodput_choice_without_the_shared_seconds_equals_brute_force(a, c0, c1, s0, shared, K):
+    """The ratio leaves ``shared_s`` out: the plan maximises E / (T − shared_s) exactly."""
+    base = linear_costs(c0, c1, s0, 0.0)
+    costs = dataclasses.replace(base, shared_s=shared * c0)
+    plan = plan_round_lengths(np.array(a), np.full(len(a), K), costs, K, iterations=20)
+
+    def rate(k):
+        k = np.asarray(k)
+        e = sum(expected_tokens(ai, int(ki)) for ai, ki in zip(a, k))
+        return e / (round_seconds(k[None, :], costs)[0] - costs.shared_s)
+
+    best = max(rate(k) for k in itertools.product(range(K + 1), repeat=len(a)))
+    assert rate(plan.k) == pytest.approx(best, rel=1e-9)
     assert plan.goodput.max() == pytest.approx(best, rel=1e-9)
 
 
