@@ -251,10 +251,11 @@ class GoodputPolicyConfig(DSparkBaseConfig):
     # 4 rounds: a prompt that has waited longer means prompts queue (the replica is
     # saturated). The plain step's share of its chunk's pass, paid whatever the drafts, then
     # stays out of the goodput ratio, where counting it made every draft look cheaper
-    # (capacity cells at batch 128: +0.6 to +4.7%). A prompt prefilled on arrival leaves it
-    # in: the running sequences sit through the chunk, and longer drafts amortise it (the
-    # Markov open-loop cells lose 0.7-0.9% of TPOT without). Every wait from 4 to 16 rounds
-    # parts the matrix's capacity cells from its open-loop ones alike; 1 mixes them.
+    # (capacity cells at batch 128: -0.6% to +4.7%; +0.56% over all 30, geometric mean). A
+    # prompt prefilled on arrival leaves it in: the running sequences sit through the chunk,
+    # and longer drafts amortise it (the Markov open-loop cells lose 0.7-0.9% of TPOT
+    # without). Waits of 4 and 16 rounds part the matrix's capacity cells from its open-loop
+    # ones alike; 1 mixes them.
     # 0: always out (docs/results.md, 2026-12-06).
     sunk_share_rounds: float = param(
         4.0,
