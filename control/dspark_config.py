@@ -251,7 +251,8 @@ class GoodputPolicyConfig(DSparkBaseConfig):
     # 4 rounds: a prompt that has waited longer means prompts queue (the replica is
     # saturated). The plain step's share of its chunk's pass, paid whatever the drafts, then
     # stays out of the goodput ratio, where counting it made every draft look cheaper
-    # (capacity cells at batch 128: -0.6% to +4.7%; +0.56% over all 30, geometric mean). A
+    # (the 30 capacity cells' geometric mean: +0.56% on the matrix's seeds, +0.0% on seeds
+    # 20-21; at batch 64-256 +0.22% on seeds 30-37; single cells move ±2% with the seeds). A
     # prompt prefilled on arrival leaves it in: the running sequences sit through the chunk,
     # and longer drafts amortise it (the Markov open-loop cells lose 0.7-0.9% of TPOT
     # without). Waits of 4 and 16 rounds part the matrix's capacity cells from its open-loop
