@@ -400,6 +400,7 @@ class RoundCostModel:
         batch_size: int = 0,
         prompt_value: float = 0.0,
         block: bool = False,
+        sunk: bool = False,
     ) -> CostFunctions:
         """The fitted costs at one context size, as the vectorised functions a plan calls
         (θ read once: cheaper than going through ``verify_s``/``step_s`` per call).
@@ -409,17 +410,16 @@ class RoundCostModel:
         own share**, ``raw(n + p) − (raw(p) − raw(0))``: with a linear cost exactly ``raw(n)``,
         with a convex one (compute-bound passes) more, since the drafts then sit on the steep
         part. Counting the whole pass instead would add a fixed cost to the round and bias the
-        goodput ratio toward longer drafts whenever a prompt is in flight. The plain step's
-        tokens sit there too, paid whatever the drafts: ``shared_s`` (:func:`_plain_share`).
+        goodput ratio toward longer drafts whenever a prompt is in flight. ``sunk``: the plain
+        step's own share, ``shared_s`` (:func:`_plain_share`), is left out of it too (else 0).
 
         With a token ``budget`` per pass and a prompt ``backlog`` (chunked prefill) the chunk is
         ``p(n) = min(backlog, budget − n)``: a draft that pushes a prompt token out of the pass
         is charged that token's time (it is deferred, not saved), and, with ``prompt_value``,
         the output tokens the wait is worth (against a round of ``batch_size`` plain steps).
-        ``block``: a block drafter's rounds, whose draft phase is one forward whatever the
-        lengths (:class:`~control.goodput.CostFunctions`).
-        With a budget and no backlog the pass carries the drafts alone. An engine that reports
-        no budget shares its passes with ``prefill_tokens`` (default: the recent average)."""
+        ``block``: a block drafter's rounds (one draft forward whatever the lengths). A budget
+        and no backlog: the pass carries the drafts alone. An engine that reports no budget
+        shares its passes with ``prefill_tokens`` (default: the recent average)."""
         self.fold()
         tv, ts = self.verify.theta, self.step.theta
         v0 = float(tv[0] + tv[2] * context_tokens / 1000.0)
@@ -467,7 +467,7 @@ class RoundCostModel:
             p = chunk(n)
             return raw(n + p) - (raw(p) - base)
 
-        shared = _plain_share(verify_s, raw, batch_size)
+        shared = _plain_share(verify_s, raw, batch_size) if sunk else 0.0
         return CostFunctions(
             verify_s, slope, step, self.overhead_s, penalty, penalty_slope, fixed, block, shared
         )
@@ -483,7 +483,8 @@ class RoundCostModel:
 def _plain_share(verify_s, raw, batch_size: int) -> float:
     """What the plain step of ``batch_size`` sequences is charged in a pass it shares with a
     prompt chunk beyond its cost alone, ``verify_s(B) − raw(B)`` (≥ 0 on a convex cost: its
-    tokens sit on the chunk's steep part): paid whatever the drafts
+    tokens sit on the chunk's steep part): paid whatever the drafts, so while prompts queue
+    (time is the bottleneck) the goodput ratio leaves it out
     (:attr:`~control.goodput.CostFunctions.shared_s`)."""
     if batch_size <= 0:
         return 0.0

@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -277,17 +276,16 @@ class DSparkPlanner(RoundPlanner):
         value = self.prompt_value()
         if self.serves_slo():
             value *= self.ttft_urgency(now_s, batch)
-        f = self.costs.functions(
+        return self.costs.functions(
             batch.context_tokens,
             backlog=batch.prefill_backlog,
             budget=batch.token_budget,
             batch_size=batch.batch_size,
             prompt_value=value,
             block=batch.block_draft,
+            # otherwise the chunk is latency the batch sits through, its share in the ratio
+            sunk=self.saturated(now_s, batch),
         )
-        if f.shared_s > 0.0 and not self.saturated(now_s, batch):
-            f = replace(f, shared_s=0.0)  # the chunk is latency the batch sits through
-        return f
 
     def saturated(self, now_s: float, batch: BatchContext) -> bool:
         """Whether prompts queue: the oldest waiting one has waited more than

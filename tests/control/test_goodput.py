@@ -127,7 +127,7 @@ def test_a_chunk_sharing_the_pass_leaves_the_plain_steps_cost_out_of_the_ratio()
     raw = lambda n: float(cm.verify_s(np.array([n]), 0)[0])  # noqa: E731
     B, a = 128, np.full(128, 0.75)
     alone = cm.functions(0.0, backlog=0, budget=2048, batch_size=B)
-    chunk = cm.functions(0.0, backlog=421, budget=2048, batch_size=B)
+    chunk = cm.functions(0.0, backlog=421, budget=2048, batch_size=B, sunk=True)
     assert alone.shared_s == 0.0
     assert chunk.shared_s == pytest.approx(raw(B + 421) - raw(421) + raw(0) - raw(B), rel=1e-9)
     assert chunk.shared_s == pytest.approx(4e-5 * B, rel=5e-2)
@@ -142,7 +142,7 @@ def test_a_chunk_sharing_the_pass_leaves_the_plain_steps_cost_out_of_the_ratio()
     # a round that drafts nothing is rated as the plain step alone, chunk or not
     assert p_chunk.goodput[0] == pytest.approx(p_alone.goodput[0], rel=1e-9)
     # with the share in the ratio the same chunk made every sequence draft longer
-    whole = dataclasses.replace(chunk, shared_s=0.0)
+    whole = cm.functions(0.0, backlog=421, budget=2048, batch_size=B)
     assert plan_round_lengths(a, np.full(B, 8), whole, 8).k.sum() > p_alone.k.sum()
 
 
@@ -158,7 +158,9 @@ def test_the_plain_steps_share_leaves_the_ratio_only_while_prompts_queue():
         return pl.cost_functions(BatchContext(128, 0, None, 421, 2048, since), 1.0)
 
     share = costs(0.9).shared_s  # waited 10 rounds
-    assert share == pytest.approx(roofline_model().functions(0.0, 0, 421, 2048, 128).shared_s)
+    assert share == pytest.approx(
+        roofline_model().functions(0.0, 0, 421, 2048, 128, sunk=True).shared_s
+    )
     assert share > 0.0
     assert costs(0.97).shared_s == 0.0  # 3 rounds
     assert costs(0.97, sunk_share_rounds=2.0).shared_s == share
