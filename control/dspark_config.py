@@ -280,6 +280,19 @@ class GoodputPolicyConfig(DSparkBaseConfig):
         log=True,
         when={"policy": ("goodput",)},
     )
+    # fixed: prior_trials and recent_prior as set. predictive: prior_trials times 1/4-16 and
+    # recent_prior times 1-64, the pair whose beliefs predicted the batch's outcomes best
+    # (control.belief_weights). Predictive: a batch of one rate stops following each sequence's
+    # noise (i.i.d. cells +0.8% at batch 1 and 16); the capacity cells' geometric mean +0.1% on
+    # the benchmark's seeds, +0.2-0.6% on others; capacity at SLO unchanged (docs/results.md,
+    # 2026-12-06). With acceptance_source "confidence" the weights are as set.
+    belief_weights: str = param(
+        "predictive",
+        choices=("fixed", "predictive"),
+        doc="goodput: the beliefs' pseudo-trial weights as set, or the best predicting on a grid",
+        tune=True,
+        when={"policy": ("goodput",)},
+    )
     # 0: a full plan every replan_rounds. b > 0: each full plan that keeps every sequence's
     # planned length doubles the interval, up to 2^b · replan_rounds (at most explore_every);
     # one that changes a length, a prompt starting or ending to wait, or a new draft limit

@@ -7,7 +7,10 @@ Once per round, for the batch's sequences (each a :class:`~control.dspark.DSpark
    of the batch (``w`` = ``prior_trials``), so a new request starts at what its batch-mates see,
    then moved by its recent rounds; a Beta belief whose predictive rate rises along the draft
    while the sequence's rate is uncertain; times a pooled factor per draft position that holds
-   the beliefs to what the plans predicted (see :meth:`DSparkPlanner.acceptance`).
+   the beliefs to what the plans predicted (see :meth:`DSparkPlanner.acceptance`). ``w`` and
+   the recent rounds' weight are as configured, or (``belief_weights = "predictive"``) the
+   pair on a grid around them whose beliefs predicted the batch's outcomes best
+   (:mod:`control.belief_weights`).
 2. **Costs** from :class:`~control.costmodel.RoundCostModel`, fitted on the rounds observed by
    this planner (``observe_round``), never on the simulator's latency model.
 3. **Choice** by :func:`~control.goodput.plan_round_lengths`: one cap for the round, each sequence
@@ -75,6 +78,7 @@ from typing import Any
 import numpy as np
 
 from control.batch import BatchContext, RoundPlanner, RoundStats
+from control.belief_weights import SCORE_HALF_LIFE, PredictiveWeights, beta_beliefs
 from control.costmodel import RoundCostModel
 from control.goodput import (
     CostFunctions,
@@ -118,10 +122,18 @@ class DSparkPlanner(RoundPlanner):
         self._ranks = np.arange(1, config.k_max + 1)  # draft positions 1..K (_beliefs)
         self._steps = np.arange(config.k_max, dtype=float)[:, None]  # accepted before j, (K, 1)
         self._head = config.acceptance_source == "confidence"  # module docstring, item 8
+        #: the beliefs' weights chosen by their predictions (belief_weights "predictive")
+        self.weights = (
+            PredictiveWeights(config.prior_trials, config.recent_prior, config.k_max)
+            if config.belief_weights == "predictive" and not self._head
+            else None
+        )
         self.reset()
 
     def reset(self) -> None:
         self.costs.reset()
+        if self.weights is not None:
+            self.weights.reset()
         self.profile = np.zeros(2 * (self.config.k_max + 1))  # pooled rounds by n (_pooled)
         self.expected = np.zeros(self.config.k_max)  # Σ plan-predicted rate at position j
         self.rounds = 0
@@ -194,6 +206,8 @@ class DSparkPlanner(RoundPlanner):
         for sj, ej in zip(succ.tolist(), self.expected.tolist()):
             prior = (sj + 2.0 * prior) / (ej + 2.0)
             factor.append(prior)
+        if self.weights is not None:  # what the next plan scores this one's predictions at
+            self.weights.factor = np.array(factor)
         return np.minimum(np.array(factor)[:, None] * belief, 0.999)
 
     def _pooled(self) -> tuple[np.ndarray, np.ndarray]:
@@ -210,14 +224,11 @@ class DSparkPlanner(RoundPlanner):
         rej, full = self._pooled()
         succ = float((rej + full)[1:] @ self._ranks)  # accepted tokens, pooled
         pool = (succ + 2.0 * c.a_prior) / (succ + rej.sum() + 2.0)
+        if self.weights is not None:  # the weights that predicted best (scored first)
+            return self.weights.beliefs(self.seqs, idx, pool, self._steps)
         sn, sr, rn, rr = self.seqs.values[idx, :4].T  # SUM_N, SUM_REJ, RECENT_N, RECENT_REJ
-        w = c.prior_trials
-        own = (sn + w * pool) / np.maximum(sn + sr + w, 1e-12)
-        # the recent rounds, shrunk toward that long-run rate (a stretch moves it, noise little)
-        mass = rn + rr + c.recent_prior
-        own = (rn + c.recent_prior * own) / np.maximum(mass, 1e-12)
-        t = self._steps
-        return (own[None, :] * mass[None, :] + t) / (mass[None, :] + t)
+        # (the recent rounds shrunk toward that long-run rate: a stretch moves it, noise little)
+        return beta_beliefs(sn, sr, rn, rr, pool, c.prior_trials, c.recent_prior, self._steps)
 
     def _hold_to_plans(self, idx: np.ndarray, belief: np.ndarray) -> None:
         """Pool each sequence's rounds since the last plan (its ``counts``) into ``profile``,
@@ -507,6 +518,8 @@ class DSparkPlanner(RoundPlanner):
         self._prefilled = self._prefilled * PROMPT_VALUE_KEEP + stats.prefill_tokens
         self._prior_w *= PROMPT_VALUE_KEEP
         self.costs.observe(stats)
+        if self.weights is not None and self.rounds % SCORE_HALF_LIFE == 0:
+            self.weights.halve()
         if self.rounds % self.config.memory_rounds == 0:
             self.profile *= 0.5
             self.expected *= 0.5

@@ -30,24 +30,33 @@ FIXTURE = Path(__file__).with_name("planner_replay.json")
 ROUNDS = 300
 BUDGET = 512  # tokens per forward pass (chunked prefill)
 
+FIXED = {"belief_weights": "fixed"}  # the weights as configured: the recordings' planner
 #: name -> (config overrides, SLO or None, starting batch, arrival waves {round: joiners})
 CASES = {
-    "slo_goodput_slo": ({}, Slo(2.0, 0.05), 12, {80: 10, 190: 24}),
-    "slo_goodput_noslo": ({}, None, 12, {80: 10, 190: 24}),
-    "throughput_slo": ({"objective": "throughput"}, Slo(2.0, 0.05), 16, {60: 30, 200: 3}),
-    "throughput_noslo": ({"objective": "throughput"}, None, 40, {150: 40}),
+    "slo_goodput_slo": (FIXED, Slo(2.0, 0.05), 12, {80: 10, 190: 24}),
+    "slo_goodput_noslo": (FIXED, None, 12, {80: 10, 190: 24}),
+    "throughput_slo": ({**FIXED, "objective": "throughput"}, Slo(2.0, 0.05), 16, {60: 30, 200: 3}),
+    "throughput_noslo": ({**FIXED, "objective": "throughput"}, None, 40, {150: 40}),
     "horizon_spread_cooldown": (
-        {"slo_horizon_rounds": 8.0, "slo_spread": 0.1, "goodput_cooldown": True, "k_max": 8},
+        {
+            **FIXED,
+            "slo_horizon_rounds": 8.0,
+            "slo_spread": 0.1,
+            "goodput_cooldown": True,
+            "k_max": 8,
+        },
         Slo(1.0, 0.03),
         20,
         {100: 12},
     ),
     "fixed_prompt_value_replan1": (
-        {"prompt_value_source": "fixed", "replan_rounds": 1, "explore_every": 7},
+        {**FIXED, "prompt_value_source": "fixed", "replan_rounds": 1, "explore_every": 7},
         Slo(2.0, 0.05),
         8,
         {50: 8, 120: 30},
     ),
+    # the defaults (weights chosen by their predictions, control.belief_weights)
+    "defaults_slo": ({}, Slo(2.0, 0.05), 24, {80: 10, 190: 24}),
 }
 
 
@@ -138,7 +147,7 @@ def run_batch(name: str, at_once: bool = False) -> dict:
 def run_solo() -> dict:
     """The batch-1 path: a controller with no round planner plans a batch of itself."""
     rng = np.random.default_rng(7)
-    ctrl = DSparkController(DSparkConfig(k_max=10))
+    ctrl = DSparkController(DSparkConfig(k_max=10, **FIXED))
     ks, goodput, now = [], [], 0.0
     for r in range(ROUNDS):
         k = ctrl.decide(now).k
