@@ -280,6 +280,18 @@ class GoodputPolicyConfig(DSparkBaseConfig):
         log=True,
         when={"policy": ("goodput",)},
     )
+    # slo-goodput without a TPOT SLO, while no prompt queues (sunk_share_rounds): rank the caps
+    # by the batch's tokens per second (goodput) or by the mean over its sequences of the
+    # predicted time per token (mean-tpot: each request's latency weighs alike). mean-tpot:
+    # the open-loop cells' mean TPOT 0.9982 -> 0.998+ of the best fixed k (Markov heavy and swing
+    # 0.989 -> 0.998 / 1.004), capacity cells +0.2% (docs/results.md, 2026-12-06).
+    no_slo_rank: str = param(
+        "mean-tpot",
+        choices=("goodput", "mean-tpot"),
+        doc="slo-goodput without a TPOT SLO, no prompt queueing: rank caps by goodput or mean TPOT",
+        tune=True,
+        when={"policy": ("goodput",)},
+    )
     # fixed: prior_trials and recent_prior as set. predictive: prior_trials times 1/4-16 and
     # recent_prior times 1-64, the pair whose beliefs predicted the batch's outcomes best
     # (control.belief_weights). Predictive: a batch of one rate stops following each sequence's

@@ -83,6 +83,7 @@ from control.costmodel import RoundCostModel
 from control.goodput import (
     CostFunctions,
     break_even,
+    mean_tpot_row,
     plan_round_lengths,
     slo_floor_plan,
     slo_goodput_row,
@@ -305,6 +306,16 @@ class DSparkPlanner(RoundPlanner):
         since = batch.waiting_since_s
         return wait == 0.0 or (since is not None and now_s - since > wait * self._round_s)
 
+    def _ranks_latency(self, now_s: float, batch: BatchContext) -> bool:
+        """Whether this plan ranks its caps by mean time per token (``no_slo_rank``): the
+        ``slo-goodput`` objective with no TPOT SLO to hold, and no prompt queueing."""
+        c = self.config
+        return (
+            c.no_slo_rank == "mean-tpot"
+            and c.objective == "slo-goodput"
+            and not self.saturated(now_s, batch)
+        )
+
     def plan(self, now_s: float, members: Sequence[Any], batch: BatchContext) -> list[Decision]:
         c = self.config
         self._idx = idx = self.seqs.slots_of(members)
@@ -424,6 +435,8 @@ class DSparkPlanner(RoundPlanner):
                     c.slo_rank,
                     extra_s,
                 )
+            elif self._ranks_latency(now_s, batch):
+                row = mean_tpot_row(p)
             else:
                 row = int(np.argmax(p.goodput))
             self.last_goodput = float(p.goodput[row])

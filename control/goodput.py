@@ -276,6 +276,15 @@ def _accumulate(op: np.ufunc, x: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
+def mean_tpot_row(plan: RoundPlan) -> int:
+    """The row of ``plan`` with the least mean predicted time per token over its sequences,
+    ``T_r · mean_i 1 / E_ir`` (the higher goodput among rows within 1e-9, relative)."""
+    assert plan.expected is not None and plan.seconds_by_cap is not None
+    score = plan.seconds_by_cap * (1.0 / np.maximum(plan.expected, 1e-12)).mean(axis=1)
+    top = np.flatnonzero(score <= score.min() * (1.0 + 1e-9))
+    return int(top[np.argmax(plan.goodput[top])])
+
+
 def slo_goodput_row(
     plan: RoundPlan,
     tpot_s: float,

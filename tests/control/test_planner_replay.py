@@ -30,7 +30,8 @@ FIXTURE = Path(__file__).with_name("planner_replay.json")
 ROUNDS = 300
 BUDGET = 512  # tokens per forward pass (chunked prefill)
 
-FIXED = {"belief_weights": "fixed"}  # the weights as configured: the recordings' planner
+#: the recordings' planner: the weights as configured, caps ranked by goodput without an SLO
+FIXED = {"belief_weights": "fixed", "no_slo_rank": "goodput"}
 #: name -> (config overrides, SLO or None, starting batch, arrival waves {round: joiners})
 CASES = {
     "slo_goodput_slo": (FIXED, Slo(2.0, 0.05), 12, {80: 10, 190: 24}),
@@ -55,8 +56,10 @@ CASES = {
         8,
         {50: 8, 120: 30},
     ),
-    # the defaults (weights chosen by their predictions, control.belief_weights)
+    # the defaults (weights chosen by their predictions, control.belief_weights; without an SLO
+    # and no prompt queueing, caps ranked by mean time per token)
     "defaults_slo": ({}, Slo(2.0, 0.05), 24, {80: 10, 190: 24}),
+    "defaults_noslo": ({}, None, 24, {80: 10, 190: 24}),
 }
 
 

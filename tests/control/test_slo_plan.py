@@ -13,6 +13,7 @@ from control.dspark_planner import DSparkPlanner
 from control.goodput import (
     CostFunctions,
     RoundPlan,
+    mean_tpot_row,
     plan_round_lengths,
     round_seconds,
     slo_floor_plan,
@@ -39,6 +40,54 @@ def test_a_row_that_pushes_a_sequence_past_the_tpot_slo_loses_to_one_that_keeps_
     assert slo_goodput_row(p, 1.0) == 1
     # both rows lose every token: the goodput choice again
     assert slo_goodput_row(p, 0.001) == 1
+
+
+def test_the_mean_tpot_row_weighs_each_sequence_where_goodput_weighs_each_token():
+    # row 1 makes more tokens a second (5.0 / 0.06 = 83.3 against 4.0 / 0.05 = 80) by the first
+    # sequence; the second's time per token rises from 0.05 / 2 to 0.06 / 1.2: the mean of the
+    # two, 0.05 · (1/2 + 1/2) / 2 = 0.025 against 0.06 · (1/3.8 + 1/1.2) / 2 = 0.0329
+    p = _plan([0.05, 0.06], [[2.0, 2.0], [3.8, 1.2]])
+    assert int(np.argmax(p.goodput)) == 1
+    assert mean_tpot_row(p) == 0
+    # equal means (0.1 · 1/4 and 0.05 · (1/1.25 + 1/5) / 2): the higher goodput, 125 against 80
+    q = _plan([0.1, 0.05], [[4.0, 4.0], [1.25, 5.0]])
+    assert mean_tpot_row(q) == 1
+
+
+def _idle_planner(rank: str) -> DSparkPlanner:
+    """A planner whose costs are learned (rounds at two token counts) and no SLO."""
+    pl = DSparkPlanner(DSparkConfig(no_slo_rank=rank, explore_every=0, belief_weights="fixed"))
+    for i, n in enumerate([40, 80] * 10):
+        pl.observe_round(
+            RoundStats(0.1 * i, 0.1 * i + 0.06, 20, 20, 2, n, 5000, 0.01, 0.03 + 3e-4 * n)
+        )
+    return pl
+
+
+def test_without_an_slo_and_no_queue_the_mean_tpot_rank_plans_and_with_a_queue_goodput():
+    members = [DSparkController(DSparkConfig(belief_weights="fixed")) for _ in range(20)]
+    for i, m in enumerate(members):  # half the batch accepts 0.9, half 0.3
+        n = 4 if i < 10 else 0
+        for r in range(30):
+            m.observe_values(
+                0.1 * r, 4, n if r % 2 else min(n, 2), None, 0.01, 0.03, 500, 0, 1 + n, ()
+            )
+    calm = BatchContext(20, 10_000)
+    queued = BatchContext(20, 10_000, None, 5000, 512, 0.0)  # a prompt waiting since t = 0
+    lengths = {}
+    for rank in ("goodput", "mean-tpot"):
+        for name, batch in (("calm", calm), ("queued", queued)):
+            pl = _idle_planner(rank)
+            ks = [d.k for d in pl.plan(100.0, members, batch)]
+            lengths[rank, name] = ks
+    # prompts queueing: the same plan either way; none waiting: the hard half drafts more under
+    # the mean-TPOT rank (its time per token weighs as much as an easy sequence's)
+    assert lengths["goodput", "queued"] == lengths["mean-tpot", "queued"]
+    assert lengths["goodput", "calm"] != lengths["mean-tpot", "calm"]
+    assert sum(lengths["mean-tpot", "calm"][10:]) > sum(lengths["goodput", "calm"][10:])
+    # the throughput objective ranks by goodput whatever the rank asked for
+    pl = DSparkPlanner(DSparkConfig(objective="throughput", no_slo_rank="mean-tpot"))
+    assert not pl._ranks_latency(100.0, calm)
 
 
 def test_rows_whose_goodput_is_below_zero_still_give_the_best_row():
