@@ -283,8 +283,8 @@ class GoodputPolicyConfig(DSparkBaseConfig):
     # slo-goodput without a TPOT SLO, while no prompt queues (sunk_share_rounds): rank the caps
     # by the batch's tokens per second (goodput) or by the mean over its sequences of the
     # predicted time per token (mean-tpot: each request's latency weighs alike). mean-tpot:
-    # the open-loop cells' mean TPOT 0.9982 -> 0.998+ of the best fixed k (Markov heavy and swing
-    # 0.989 -> 0.998 / 1.004), capacity cells +0.2% (docs/results.md, 2026-12-06).
+    # the matrix's open-loop cells 0.9996 -> 1.0028 of the best fixed k (Markov heavy and swing
+    # 0.989 / 0.990 -> 0.998 / 1.004), capacity cells +0.2% (docs/results.md, 2026-12-06).
     no_slo_rank: str = param(
         "mean-tpot",
         choices=("goodput", "mean-tpot"),
