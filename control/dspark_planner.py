@@ -21,7 +21,10 @@ Once per round, for the batch's sequences (each a :class:`~control.dspark.DSpark
    sequence's predicted TPOT being its planned round time stretched by the share of the
    replica's recent time that went to prompt chunks (``prefill_share``), over its expected
    tokens: one draft step more lengthens every sequence's wait, and low-acceptance sequences,
-   whose tokens it does not multiply, are the ones it pushes past the SLO.
+   whose tokens it does not multiply, are the ones it pushes past the SLO. With no TPOT SLO
+   and no prompt queueing (``no_slo_rank = "mean-tpot"``, :meth:`DSparkPlanner._ranks_latency`)
+   the cap is the one with the least mean predicted time per token over the sequences
+   (:func:`~control.goodput.mean_tpot_row`): each request's latency weighs alike.
 4. **Probing.** Until the cost model has seen two token counts, caps alternate between
    ``k_start`` and 1; afterwards every ``explore_every``-th round uses cap ± 1 (alternating), so
    the slope of the verify cost stays identifiable when the load does not move by itself.
