@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from control.seqstate import resized
+
 #: the grids: the configured ``w`` times W_SCALES, the configured ``R`` times R_SCALES (never
 #: below it: sharper than the configured recent weight predicts better and plans worse)
 W_SCALES = (0.25, 1.0, 4.0, 16.0)
@@ -113,17 +115,19 @@ class PredictiveWeights:
             self.owner[kept] = None
             self.kept = kept[:0]
         self.plans += 1
+        sn, sr, rn, rr = store.values[idx, :4].T  # SUM_N, SUM_REJ, RECENT_N, RECENT_REJ
         if self.plans % SCORE_EVERY == 0:
             if len(self.pred) < store.capacity:
-                self._grow(store.capacity)
+                self.pred = resized(self.pred, store.capacity)
+                self.owner = resized(self.owner, store.capacity)
             sub = idx[:SCORED]
-            sn, sr, rn, rr = store.values[sub, :4].T
-            grid = beta_beliefs(sn, sr, rn, rr, pool, self.w, self.R, steps)
+            b = slice(SCORED)
+            grid = beta_beliefs(sn[b], sr[b], rn[b], rr[b], pool, self.w, self.R, steps)
             self.pred[sub] = grid.reshape(-1, *grid.shape[2:]).transpose(2, 0, 1)  # (b, G, K)
             self.owner[sub] = store.owners[sub]
             self.kept = sub
-        sn, sr, rn, rr = store.values[idx, :4].T
-        return beta_beliefs(sn, sr, rn, rr, pool, *self.pair(), steps)
+        w, R = self.pair()
+        return beta_beliefs(sn, sr, rn, rr, pool, w, R, steps)
 
     def _learn(self, idx: np.ndarray, owners: np.ndarray, counts: np.ndarray) -> None:
         """Add to each point's score the Brier score of the rounds in ``counts`` (rows by
@@ -148,10 +152,3 @@ class PredictiveWeights:
         """Forget: the planner calls it every :data:`SCORE_HALF_LIFE` rounds."""
         self.score *= 0.5
         self._pair = None
-
-    def _grow(self, capacity: int) -> None:
-        pred = np.zeros((capacity, *self.pred.shape[1:]))
-        pred[: len(self.pred)] = self.pred
-        owner = np.empty(capacity, dtype=object)
-        owner[: len(self.owner)] = self.owner
-        self.pred, self.owner = pred, owner

@@ -210,9 +210,10 @@ class DSparkPlanner(RoundPlanner):
         for sj, ej in zip(succ.tolist(), self.expected.tolist()):
             prior = (sj + 2.0 * prior) / (ej + 2.0)
             factor.append(prior)
+        f = np.array(factor)
         if self.weights is not None:  # what the next plan scores this one's predictions at
-            self.weights.factor = np.array(factor)
-        return np.minimum(np.array(factor)[:, None] * belief, 0.999)
+            self.weights.factor = f
+        return np.minimum(f[:, None] * belief, 0.999)
 
     def _pooled(self) -> tuple[np.ndarray, np.ndarray]:
         """The pooled rounds by accepted n: those refused after n, those that accepted all n."""

@@ -281,8 +281,7 @@ def mean_tpot_row(plan: RoundPlan) -> int:
     ``T_r · mean_i 1 / E_ir`` (the higher goodput among rows within 1e-9, relative)."""
     assert plan.expected is not None and plan.seconds_by_cap is not None
     score = plan.seconds_by_cap * (1.0 / np.maximum(plan.expected, 1e-12)).mean(axis=1)
-    top = np.flatnonzero(score <= score.min() * (1.0 + 1e-9))
-    return int(top[np.argmax(plan.goodput[top])])
+    return _best_row(-score, plan.goodput)
 
 
 def slo_goodput_row(
@@ -339,7 +338,12 @@ def slo_goodput_row(
         score = meet.mean(axis=1)
     else:
         score = plan.goodput * (e * meet).sum(axis=1) / np.maximum(e.sum(axis=1), 1e-12)
-    # the rows within 1e-9 of the best (relative: scores below 0, from a penalty that outweighs
-    # the tokens, keep the best row among them)
+    return _best_row(score, plan.goodput)
+
+
+def _best_row(score: np.ndarray, goodput: np.ndarray) -> int:
+    """The row of the highest ``score``, the higher goodput among rows within 1e-9 of it
+    (relative: scores below 0, from a penalty that outweighs the tokens, keep the best row
+    among them), then the first."""
     top = np.flatnonzero(score >= score.max() - 1e-9 * abs(score.max()))
-    return int(top[np.argmax(plan.goodput[top])])
+    return int(top[np.argmax(goodput[top])])

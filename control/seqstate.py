@@ -61,15 +61,15 @@ class SeqArrays:
 
     def _grow(self, capacity: int) -> None:
         old = self.capacity
-        self.values = _resized(self.values, capacity)
-        self.counts = _resized(self.counts, capacity)
-        self.rates = _resized(self.rates, capacity)
-        self.has_rates = _resized(self.has_rates, capacity)
-        self.decay = _resized(self.decay, capacity)
-        self.fast = _resized(self.fast, capacity)
-        self.seen = _resized(self.seen, capacity)
-        self.used = _resized(self.used, capacity)
-        self.owners = _resized(self.owners, capacity)
+        self.values = resized(self.values, capacity)
+        self.counts = resized(self.counts, capacity)
+        self.rates = resized(self.rates, capacity)
+        self.has_rates = resized(self.has_rates, capacity)
+        self.decay = resized(self.decay, capacity)
+        self.fast = resized(self.fast, capacity)
+        self.seen = resized(self.seen, capacity)
+        self.used = resized(self.used, capacity)
+        self.owners = resized(self.owners, capacity)
         self.free += range(capacity - 1, old - 1, -1)  # lowest slot first
         self.capacity = capacity
         for slot in np.flatnonzero(self.used).tolist():  # row views follow the new arrays
@@ -184,7 +184,8 @@ def expected_outcome(confidences: Any) -> tuple[float, float]:
     return got, 1.0 - s
 
 
-def _resized(a: np.ndarray, capacity: int) -> np.ndarray:
+def resized(a: np.ndarray, capacity: int) -> np.ndarray:
+    """``a`` with ``capacity`` rows: its first rows kept, new ones zero (``None`` for objects)."""
     out = (np.empty if a.dtype == object else np.zeros)((capacity, *a.shape[1:]), dtype=a.dtype)
     out[: len(a)] = a[:capacity]
     return out

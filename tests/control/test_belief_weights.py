@@ -80,7 +80,7 @@ def test_stretches_of_easy_and_hard_text_keep_the_recent_weight():
 
 def test_outcomes_are_scored_only_against_the_predictions_made_for_that_member():
     w = PredictiveWeights(20.0, 8.0, 4)
-    w._grow(2)
+    w.pred, w.owner = np.zeros((2, 16, 4)), np.empty(2, dtype=object)
     a, b = object(), object()
     w.pred[0] = 0.6
     w.owner[0] = a

@@ -54,7 +54,7 @@ def test_the_mean_tpot_row_weighs_each_sequence_where_goodput_weighs_each_token(
     assert mean_tpot_row(q) == 1
 
 
-def _idle_planner(rank: str) -> DSparkPlanner:
+def _no_slo_planner(rank: str) -> DSparkPlanner:
     """A planner whose costs are learned (rounds at two token counts) and no SLO."""
     pl = DSparkPlanner(DSparkConfig(no_slo_rank=rank, explore_every=0, belief_weights="fixed"))
     for i, n in enumerate([40, 80] * 10):
@@ -77,7 +77,7 @@ def test_without_an_slo_and_no_queue_the_mean_tpot_rank_plans_and_with_a_queue_g
     lengths = {}
     for rank in ("goodput", "mean-tpot"):
         for name, batch in (("calm", calm), ("queued", queued)):
-            pl = _idle_planner(rank)
+            pl = _no_slo_planner(rank)
             ks = [d.k for d in pl.plan(100.0, members, batch)]
             lengths[rank, name] = ks
     # prompts queueing: the same plan either way; none waiting: the hard half drafts more under
