@@ -309,9 +309,10 @@ class GoodputPolicyConfig(DSparkBaseConfig):
     # planned length doubles the interval, up to 2^b · replan_rounds (at most explore_every);
     # one that changes a length, a prompt starting or ending to wait, or a new draft limit
     # from the engine re-plans at once.
-    # Off: at 3 the planner's CPU at batch 16-64 roughly halves, the capacity-mode matrix
-    # moves +0.1% (geometric mean) and the SLO knees' attainment within its seed noise (10
-    # seeds), but the Markov open-loop cells lose ~1% (docs/results.md, 2026-12-06).
+    # Off: at 3 the planner's CPU at batch 16-64 roughly halves and the SLO knees' attainment
+    # stays within its seed noise (10 seeds), but a kept plan holds a Markov sequence at its
+    # old length after its text turns hard: the capacity-mode matrix loses 0.3% (geometric
+    # mean), its Markov cells up to 2.8% (docs/results.md, 2026-12-06).
     replan_backoff: int = param(
         0,
         lo=0,
