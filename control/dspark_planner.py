@@ -21,7 +21,14 @@ Once per round, for the batch's sequences (each a :class:`~control.dspark.DSpark
    sequence's predicted TPOT being its planned round time stretched by the share of the
    replica's recent time that went to prompt chunks (``prefill_share``), over its expected
    tokens: one draft step more lengthens every sequence's wait, and low-acceptance sequences,
-   whose tokens it does not multiply, are the ones it pushes past the SLO. With no TPOT SLO
+   whose tokens it does not multiply, are the ones it pushes past the SLO. With
+   ``slo_prefill = "backlog"``, while prompts wait beyond this round's pass the chunk is a
+   cost a round, not a stretch, for as long as they fill the pass: a sequence's predicted
+   TPOT takes ``f_i · (T_r + C)`` + ``(1 − f_i) · T_r / (1 − ρ)`` over its expected tokens,
+   ``C`` the seconds this round's chunk adds to the verify pass and ``f_i`` the rounds the
+   waiting prompts need at the spare budget over the rounds sequence ``i`` lives (the mean
+   output per sequence new to the batch, ``Σ emitted / Σ arrivals`` forgotten as the prompt
+   value's sums, over its planned tokens a round), at most 1 (:mod:`control.prefill_backlog`). With no TPOT SLO
    and no prompt queueing (``no_slo_rank = "mean-tpot"``, :meth:`DSparkPlanner._ranks_latency`)
    the cap is the one with the least mean predicted time per token over the sequences
    (:func:`~control.goodput.mean_tpot_row`): each request's latency weighs alike.
@@ -91,6 +98,7 @@ from control.goodput import (
     slo_floor_plan,
     slo_goodput_row,
 )
+from control.prefill_backlog import backlog_share, predicted_terms
 from control.seqstate import ALPHA, DECODE_S, PLANNED, SURVIVAL, TOKENS, SeqArrays
 from control.types import Decision
 
@@ -155,6 +163,8 @@ class DSparkPlanner(RoundPlanner):
         self._emitted = 0.0  # Σ output tokens of the rounds seen (forgotten, PROMPT_VALUE_KEEP)
         self._prefilled = 0.0  # Σ prompt tokens of the rounds seen (the same)
         self._prior_w = 1.0  # what is left of the prompt value's prior (forgotten the same)
+        self._arrivals = 0.0  # Σ sequences new to the batch (forgotten the same)
+        self._adopted = self.seqs.adopted  # the store's count at the last round seen
         self._round_s = 0.0  # recent round time (EMA over ~20 rounds), for the TTFT urgency
         self._chunk_s = 0.0  # recent prompt-chunk seconds a round (EMA, PREFILL_SHARE_RATE)
         self._pass_s = 0.0  # recent seconds a round (the same EMA), the share's denominator
@@ -422,7 +432,7 @@ class DSparkPlanner(RoundPlanner):
             if self.serves_slo() and math.isfinite(self.slo.tpot_s):
                 h = c.slo_horizon_rounds
                 v = self.seqs.values
-                stretch, extra_s = self._prefill_terms()
+                stretch, extra_s = self._prefill_terms(batch, p)
                 tpot = self.slo.tpot_s * c.slo_margin
                 lost = np.array([m.ttft_s for m in members]) > self.slo.ttft_s
                 if c.slo_floor:
@@ -478,11 +488,25 @@ class DSparkPlanner(RoundPlanner):
             )
         return out
 
-    def _prefill_terms(self) -> tuple[float, float]:
-        """``(stretch, extra_s)`` of :func:`~control.goodput.slo_goodput_row` by ``slo_prefill``."""
-        if self.config.slo_prefill == "additive":
+    def _prefill_terms(self, batch: BatchContext, plan: Any) -> tuple[Any, Any]:
+        """``(stretch, extra_s)`` of :func:`~control.goodput.slo_goodput_row` by ``slo_prefill``
+        (with ``"backlog"`` one per sequence while prompts wait: :mod:`control.prefill_backlog`;
+        this round's chunk priced by the verify fit, the drafter's own prefill of it left out:
+        counted, the code knee's attainment fell on seeds 11-13)."""
+        c = self.config
+        if c.slo_prefill == "additive":
             return 1.0, self._chunk_s
-        return 1.0 / (1.0 - self.prefill_share()), 0.0
+        s = 1.0 / (1.0 - self.prefill_share())
+        if c.slo_prefill != "backlog":
+            return s, 0.0
+        n = float(batch.batch_size + plan.k.sum())
+        life = self._emitted / self._arrivals if self._arrivals > 0.0 else 0.0
+        row = plan.expected[int(np.argmax(plan.goodput))]
+        share = backlog_share(batch.prefill_backlog, batch.token_budget, n, life, row)
+        if share is None:
+            return s, 0.0
+        v = self.costs.verify_s(np.array([n, n + share[1]]), batch.context_tokens)
+        return predicted_terms(s, share[0], max(float(v[1] - v[0]), 0.0))
 
     def prefill_share(self) -> float:
         """The share of the replica's recent time its prompt chunks took (the verify pass's
@@ -534,6 +558,9 @@ class DSparkPlanner(RoundPlanner):
         self._emitted = self._emitted * PROMPT_VALUE_KEEP + stats.emitted
         self._prefilled = self._prefilled * PROMPT_VALUE_KEEP + stats.prefill_tokens
         self._prior_w *= PROMPT_VALUE_KEEP
+        new = self.seqs.adopted - self._adopted
+        self._adopted = self.seqs.adopted
+        self._arrivals = self._arrivals * PROMPT_VALUE_KEEP + new
         self.costs.observe(stats)
         if self.weights is not None and self.rounds % SCORE_HALF_LIFE == 0:
             self.weights.halve()

@@ -216,9 +216,10 @@ def slo_floor_plan(
     if not B or not np.isfinite(tpot_s):
         return plan
     cum = plan.cum if plan.cum is not None else _powers(a, int(plan.caps.max()))[1]
-    need = (stretch * plan.seconds_by_cap + extra_s) / tpot_s  # (rows,): tokens a round needs
+    # tokens a round needs: (rows, 1), or (rows, B) with a stretch or extra per sequence
+    need = (plan.seconds_by_cap[:, None] * stretch + extra_s) / tpot_s
     # the shortest length whose expected tokens reach the need (cum rises with k)
-    k_need = np.add.reduce(cum[:, None, :] < need[None, :, None], axis=0)  # (rows, B)
+    k_need = np.add.reduce(cum[:, None, :] < need[None, :, :], axis=0)  # (rows, B)
     bound = np.minimum(plan.caps[:, None], np.asarray(kcap, dtype=np.int64)[None, :])
     # (per-position rates may know fewer positions than the cap: k_need = len(cum) is none)
     raise_ = (k_need > k) & (k_need <= bound) & (k_need < len(cum))
@@ -319,7 +320,7 @@ def slo_goodput_row(
     sequence is lost this is the goodput choice."""
     assert plan.expected is not None and plan.seconds_by_cap is not None
     e = plan.expected
-    t = stretch * plan.seconds_by_cap[:, None] + extra_s
+    t = plan.seconds_by_cap[:, None] * stretch + extra_s
     if decode_s is None or tokens is None:
         pred = t / np.maximum(e, 1e-12)
     else:

@@ -41,6 +41,7 @@ class SeqArrays:
         self.used = np.zeros(0, dtype=bool)  # whether a member holds each slot
         self.free: list[int] = []
         self.tick = 0
+        self.adopted = 0  # members moved in from a store of their own (new to the batch)
         self._grow(capacity)
 
     @classmethod
@@ -48,7 +49,7 @@ class SeqArrays:
         """A store of one free slot, built directly (a sequence's own: every new controller
         and every member that leaves a batch gets one)."""
         st = cls.__new__(cls)
-        st.k_max, st.capacity, st.tick = k_max, 1, 0
+        st.k_max, st.capacity, st.tick, st.adopted = k_max, 1, 0, 0
         st.values = np.zeros((1, COLUMNS))
         st.counts = np.zeros((1, 2 * (k_max + 1)))
         st.rates = np.zeros((1, k_max))
@@ -97,6 +98,7 @@ class SeqArrays:
     def adopt(self, member: Any) -> int:
         """Move ``member``'s rows from the store it is in into a slot of this one."""
         src, old = member._store, member._slot
+        self.adopted += 1
         slot = self.new_slot(member)
         self.values[slot] = src.values[old]
         self.counts[slot] = src.counts[old]

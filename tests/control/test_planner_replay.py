@@ -30,8 +30,9 @@ FIXTURE = Path(__file__).with_name("planner_replay.json")
 ROUNDS = 300
 BUDGET = 512  # tokens per forward pass (chunked prefill)
 
-#: the recordings' planner: the weights as configured, caps ranked by goodput without an SLO
-FIXED = {"belief_weights": "fixed", "no_slo_rank": "goodput"}
+#: the recordings' planner: the weights as configured, caps ranked by goodput without an SLO,
+#: prompt chunks a stretch of the round time whatever waits
+FIXED = {"belief_weights": "fixed", "no_slo_rank": "goodput", "slo_prefill": "stretch"}
 #: name -> (config overrides, SLO or None, starting batch, arrival waves {round: joiners})
 CASES = {
     "slo_goodput_slo": (FIXED, Slo(2.0, 0.05), 12, {80: 10, 190: 24}),
@@ -57,7 +58,8 @@ CASES = {
         {50: 8, 120: 30},
     ),
     # the defaults (weights chosen by their predictions, control.belief_weights; without an SLO
-    # and no prompt queueing, caps ranked by mean time per token)
+    # and no prompt queueing, caps ranked by mean time per token; with one, prompt chunks a cost
+    # a round while prompts wait beyond the pass, control.prefill_backlog)
     "defaults_slo": ({}, Slo(2.0, 0.05), 24, {80: 10, 190: 24}),
     "defaults_noslo": ({}, None, 24, {80: 10, 190: 24}),
 }

@@ -153,8 +153,9 @@ def test_added_chunk_seconds_favour_the_row_that_amortises_them():
     # the planner adds its recent chunk seconds a round under slo_prefill = "additive"
     pl = _planner(slo_prefill="additive")
     pl.observe_round(RoundStats(0.0, 0.1, 20, 20, 2, 60, 0, 0.02, 0.08, prefill_tokens=180))
-    assert pl._prefill_terms() == (1.0, pytest.approx(0.06))
-    assert _planner()._prefill_terms() == (1.0, 0.0)
+    calm = BatchContext(2, 1000)
+    assert pl._prefill_terms(calm, p) == (1.0, pytest.approx(0.06))
+    assert _planner()._prefill_terms(calm, p) == (1.0, 0.0)
 
 
 def test_the_prefill_share_is_the_chunks_share_of_the_recent_round_time():
