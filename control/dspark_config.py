@@ -94,8 +94,8 @@ class GoodputPolicyConfig(DSparkBaseConfig):
     # stretch, except while prompts wait beyond this round's pass: then the share of a
     # sequence's life those prompts will fill the pass (their rounds over its expected rounds)
     # pays this round's chunk seconds a round, the rest is stretched (control.prefill_backlog).
-    # Capacity at SLO, benchmarks/slo_value.py: code 1.501 -> 1.597 (fixed k = 3 1.628),
-    # conversation 1.238 -> 1.232 (fixed k = 1 1.242).
+    # Capacity at SLO (benchmarks/slo_value.py, seeds 1-3, 0.5% tolerance): code 1.501 ->
+    # 1.597 (fixed k = 3 1.628), conversation 1.238 -> 1.232 (fixed k = 1 1.242).
     slo_prefill: str = param(
         "backlog",
         choices=("stretch", "additive", "backlog"),

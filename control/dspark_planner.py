@@ -22,15 +22,16 @@ Once per round, for the batch's sequences (each a :class:`~control.dspark.DSpark
    replica's recent time that went to prompt chunks (``prefill_share``), over its expected
    tokens: one draft step more lengthens every sequence's wait, and low-acceptance sequences,
    whose tokens it does not multiply, are the ones it pushes past the SLO. With
-   ``slo_prefill = "backlog"``, while prompts wait beyond this round's pass the chunk is a
-   cost a round, not a stretch, for as long as they fill the pass: a sequence's predicted
-   TPOT takes ``f_i · (T_r + C)`` + ``(1 − f_i) · T_r / (1 − ρ)`` over its expected tokens,
-   ``C`` the seconds this round's chunk adds to the verify pass and ``f_i`` the rounds the
-   waiting prompts need at the spare budget over the rounds sequence ``i`` lives (the mean
-   output per sequence new to the batch, ``Σ emitted / Σ arrivals`` forgotten as the prompt
-   value's sums, over its planned tokens a round), at most 1 (:mod:`control.prefill_backlog`). With no TPOT SLO
-   and no prompt queueing (``no_slo_rank = "mean-tpot"``, :meth:`DSparkPlanner._ranks_latency`)
-   the cap is the one with the least mean predicted time per token over the sequences
+   ``slo_prefill = "backlog"`` (the default), while prompts wait beyond this round's pass the
+   chunk is a cost a round, not a stretch, for as long as they fill the pass: a sequence's
+   predicted TPOT takes ``f_i · (T_r + C) + (1 − f_i) · T_r / (1 − ρ)`` over its expected
+   tokens, ``C`` the seconds this round's chunk adds to the verify pass and ``f_i`` the rounds
+   the waiting prompts need at the spare budget over the rounds sequence ``i`` lives (the
+   mean output per sequence new to the batch, ``Σ emitted / Σ arrivals`` forgotten as the
+   prompt value's sums, over its planned tokens a round), at most 1
+   (:mod:`control.prefill_backlog`). With no TPOT SLO and no prompt queueing
+   (``no_slo_rank = "mean-tpot"``, :meth:`DSparkPlanner._ranks_latency`) the cap is the one
+   with the least mean predicted time per token over the sequences
    (:func:`~control.goodput.mean_tpot_row`): each request's latency weighs alike.
 4. **Probing.** Until the cost model has seen two token counts, caps alternate between
    ``k_start`` and 1; afterwards every ``explore_every``-th round uses cap ± 1 (alternating), so

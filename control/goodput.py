@@ -309,7 +309,8 @@ def slo_goodput_row(
     p_ir) / (spread · tpot_s))`` (logistic: requests of equal prediction differ in the prompt
     chunks they will sit through; ``spread`` = 0 is the hard cut ``p_ir ≤ tpot_s``).
     ``extra_s`` is added to every row's ``s·T_r``: prompt chunks as a fixed cost a round, which
-    longer drafts amortise (``slo_prefill = "additive"``), where the stretch scales them.
+    longer drafts amortise (``slo_prefill = "additive"``), where the stretch scales them. Both
+    are scalars, or one per sequence (``slo_prefill = "backlog"``, :mod:`control.prefill_backlog`).
 
     ``rank`` = ``"attainment"``: the row with the highest expected share of *requests* meeting
     the SLO, the higher goodput among ties (within 1e-9), then the shorter cap. ``rank`` =
