@@ -498,7 +498,7 @@ class DSparkPlanner(RoundPlanner):
         if c.slo_prefill == "additive":
             return 1.0, self._chunk_s
         s = 1.0 / (1.0 - self.prefill_share())
-        if c.slo_prefill != "backlog":
+        if c.slo_prefill != "backlog" or batch.prefill_backlog <= 0:  # (most plans: no backlog)
             return s, 0.0
         n = float(batch.batch_size + plan.k.sum())
         life = self._emitted / self._arrivals if self._arrivals > 0.0 else 0.0

@@ -9,6 +9,7 @@ import pytest
 from control.batch import BatchContext, RoundStats, Slo, plan_round
 from control.dspark import DSparkConfig, DSparkController
 from control.dspark_planner import DSparkPlanner
+from control.goodput import RoundPlan
 from control.prefill_backlog import backlog_share, predicted_terms
 
 
@@ -88,8 +89,6 @@ def test_the_planners_terms_price_the_rounds_chunk_on_its_verify_fit():
     plan_round(pl, members, 4.2, BatchContext(3, 1500))
     life = pl._emitted / pl._arrivals
     assert pl._arrivals > 0 and life > 0
-    from control.goodput import RoundPlan
-
     k = np.array([2, 2, 2])
     e = np.array([[2.4, 2.4, 2.4]])
     p = RoundPlan(k, 2, np.array([2]), k[None, :], np.array([100.0]), 0.03, np.array([0.03]), e)
