@@ -75,6 +75,20 @@ class GoodputPolicyConfig(DSparkBaseConfig):
         switch=True,
         when={"policy": ("goodput",)},
     )
+    # on: every predicted TPOT is multiplied by the recent ratio of the rounds' real seconds
+    # per token to what the plans predicted for them (control.tpot_calibration; at the
+    # conversation trace's knee the rounds took 0.89 of their predicted seconds). Off by
+    # default: with slo_spread 0.1 it lifts the conversation trace's capacity at SLO to fixed
+    # k = 1's (1.232 -> 1.242) but loses 11-17% of SLO goodput past the knee, loads 1.5 and 2,
+    # where its longer drafts cost prompts their TTFT; with 0.3 it moves neither
+    # (benchmarks/slo_value.py, docs/results.md, 2026-12-06). A knob for studies at the knee.
+    slo_calibrate: bool = param(
+        False,
+        choices=(False, True),
+        doc="goodput/slo-goodput: hold predicted TPOTs to the rounds' real time per token",
+        tune=True,
+        when={"policy": ("goodput",)},
+    )
     # attainment: the row with the most requests expected to meet the SLO (the measure capacity
     # at SLO counts), goodput breaking ties; slo-goodput: goodput times the share of tokens from
     # sequences that meet it, which lets the long drafts of high-acceptance sequences lengthen

@@ -101,6 +101,7 @@ from control.goodput import (
 )
 from control.prefill_backlog import backlog_share, predicted_terms
 from control.seqstate import ALPHA, DECODE_S, PLANNED, SURVIVAL, TOKENS, SeqArrays
+from control.tpot_calibration import TpotCalibration
 from control.types import Decision
 
 #: Per-round weight of the newest round in the prefill share of a replica's time (~100 rounds:
@@ -141,12 +142,16 @@ class DSparkPlanner(RoundPlanner):
             if config.belief_weights == "predictive" and not self._head
             else None
         )
+        #: predicted TPOT held to the rounds' real seconds and tokens (slo_calibrate)
+        self.tpot_cal = TpotCalibration() if config.slo_calibrate else None
         self.reset()
 
     def reset(self) -> None:
         self.costs.reset()
         if self.weights is not None:
             self.weights.reset()
+        if self.tpot_cal is not None:
+            self.tpot_cal.reset()
         self.profile = np.zeros(2 * (self.config.k_max + 1))  # pooled rounds by n (_pooled)
         self.expected = np.zeros(self.config.k_max)  # Σ plan-predicted rate at position j
         self.rounds = 0
@@ -433,7 +438,10 @@ class DSparkPlanner(RoundPlanner):
             if self.serves_slo() and math.isfinite(self.slo.tpot_s):
                 h = c.slo_horizon_rounds
                 v = self.seqs.values
-                stretch, extra_s = self._prefill_terms(batch, p)
+                stretch0, extra0 = stretch, extra_s = self._prefill_terms(batch, p)
+                if self.tpot_cal is not None:  # the model's bias over the recent rounds
+                    f = self.tpot_cal.factor
+                    stretch, extra_s = stretch * f, extra_s * f
                 tpot = self.slo.tpot_s * c.slo_margin
                 lost = np.array([m.ttft_s for m in members]) > self.slo.ttft_s
                 if c.slo_floor:
@@ -450,6 +458,8 @@ class DSparkPlanner(RoundPlanner):
                     c.slo_rank,
                     extra_s,
                 )
+                if self.tpot_cal is not None:
+                    self.tpot_cal.planned_row(p, row, stretch0, extra0)
             elif self._ranks_latency(now_s, batch):
                 row = mean_tpot_row(p)
             else:
@@ -563,6 +573,8 @@ class DSparkPlanner(RoundPlanner):
         self._adopted = self.seqs.adopted
         self._arrivals = self._arrivals * PROMPT_VALUE_KEEP + new
         self.costs.observe(stats)
+        if self.tpot_cal is not None:
+            self.tpot_cal.observe(dt, stats.batch_size, stats.emitted)
         if self.weights is not None and self.rounds % SCORE_HALF_LIFE == 0:
             self.weights.halve()
         if self.rounds % self.config.memory_rounds == 0:

@@ -29,3 +29,14 @@ def test_a_tuned_config_is_a_name_and_its_config(tmp_path):
 def test_plain_and_keyed_specs():
     assert sv.parse_spec("fixed", None) == ("fixed", None, "fixed")
     assert sv.parse_spec("fixed:k=3", None) == ("fixed", {"k": 3}, "fixed:k=3")
+
+
+def test_the_shipped_knee_config_is_a_spec_of_its_own():
+    # configs/dspark_knee.toml as its results entry runs it: the calibrated prediction and
+    # the narrow spread, every other key at its default
+    name, cfg, label = sv.parse_spec(f"dspark@{_ROOT / 'configs' / 'dspark_knee.toml'}", None)
+    assert (name, label) == ("dspark", "dspark@dspark_knee")
+    assert cfg == {"slo_calibrate": True, "slo_spread": 0.1}
+    scn = load_scenario(_ROOT / "configs" / "standard.toml")
+    checked = resolve_controller_config(scn, name, cfg)
+    assert checked == DSparkConfig(slo_calibrate=True, slo_spread=0.1)
