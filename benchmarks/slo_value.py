@@ -124,6 +124,7 @@ def main() -> int:
         specs += [r for r in REFERENCES if r not in specs]
     if args.tuned:
         specs.append("dspark-tuned")
+    specs = list(dict.fromkeys(specs))  # a controller named twice runs once
     items = [parse_spec(s, args.tuned) for s in specs]
     cc = CapacityConfig(rel_tol=args.rel_tol)
     t0 = time.time()

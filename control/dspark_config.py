@@ -78,10 +78,11 @@ class GoodputPolicyConfig(DSparkBaseConfig):
     # on: every predicted TPOT is multiplied by the recent ratio of the rounds' real seconds
     # per token to what the plans predicted for them (control.tpot_calibration; at the
     # conversation trace's knee the rounds took 0.89 of their predicted seconds). Off by
-    # default: with slo_spread 0.1 it lifts the conversation trace's capacity at SLO to fixed
-    # k = 1's (1.232 -> 1.242) but loses 11-17% of SLO goodput past the knee, loads 1.5 and 2,
-    # where its longer drafts cost prompts their TTFT; with 0.3 it moves neither
-    # (benchmarks/slo_value.py, docs/results.md, 2026-12-06). A knob for studies at the knee.
+    # default: on the conversation trace, with slo_spread 0.1 (configs/dspark_knee.toml),
+    # capacity at SLO 1.232 -> 1.242 (fixed k = 1's) but SLO goodput at loads 1.5 / 2 0.997 /
+    # 1.061 -> 0.886 / 0.832 of fixed k = 1's; with 0.3, 1.238 and 0.976 / 0.913, and on the
+    # code trace 1.597 -> 1.615 (fixed k = 3 1.628) (benchmarks/slo_value.py, seeds 1-3;
+    # docs/results.md, 2026-12-06).
     slo_calibrate: bool = param(
         False,
         choices=(False, True),

@@ -2,11 +2,11 @@
 
 Under the driver's SLOs the round planner predicts each sequence's time per output token as
 its planned round seconds, stretched by the replica's prompt chunks (:mod:`control.prefill_backlog`),
-over its expected tokens (:func:`control.goodput.slo_goodput_row`). That model is biased by how
-the chunks' time is split between the prompt and the decode: on the Azure conversation trace at
-its knee the rounds a plan chose took 0.89 of the seconds it predicted for them, while its
-expected tokens were 1.00 of those emitted, so most sequences looked nearer the SLO than they
-were and the attainment rank drafted for the ones that did not need it.
+over its expected tokens (:func:`control.goodput.slo_goodput_row`). That model can be biased:
+on the Azure conversation trace at its knee the rounds the plans chose took 0.89 of the seconds
+predicted for them while the expected tokens were 1.00 of those emitted, and a request's
+realized TPOT was 0.88 of the mean of its predictions (geometric mean over requests; on the
+code trace 0.95, 0.96 and 1.02).
 
 :class:`TpotCalibration` keeps the ratio of the two over the recent rounds: each round adds its
 batch's wall seconds ``B · dt`` and emitted tokens against what the last full plan predicted a
@@ -17,7 +17,8 @@ forgotten at ``rate`` a round, and
 
 multiplies every predicted TPOT of the next plans. A prior of ``prior_rounds`` rounds at factor
 1 (the first round's prediction) keeps the first plans as the model has them; the factor is
-clamped to ``[FACTOR_MIN, FACTOR_MAX]``.
+clamped to ``[FACTOR_MIN, FACTOR_MAX]``. The planner applies it under ``slo_calibrate`` (off by
+default: :class:`control.dspark_config.GoodputPolicyConfig` says what it measured).
 """
 
 from __future__ import annotations
