@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from slo_value import parse_spec, workloads  # noqa: E402
+from slo_value import parse_spec, split_specs, workloads  # noqa: E402
 
 from sim.api import simulate  # noqa: E402
 from sim.sweep import pool_map  # noqa: E402
@@ -50,12 +50,6 @@ def run_one(wl: str, requests: int, code_ts: float, spec: str, seed: int, load: 
             "tpot_miss": (~tpot_ok).to_numpy(),
         }
     )
-
-
-def split_specs(text: str) -> list[str]:
-    if ";" in text:
-        return [s for s in text.split(";") if s]
-    return [s for s in text.split(",") if s]
 
 
 def main() -> int:

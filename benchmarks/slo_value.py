@@ -19,6 +19,9 @@ throughput objective, the peers with their documented defaults, and ``dspark`` t
     .venv/bin/python benchmarks/slo_value.py [--seeds 1,2,3] [--requests 4000] [--workers 2]
         [--tuned best_config.toml] [--controllers SPEC,SPEC,...] [--references]
 
+Controller specs are separated by ``,``, or by ``;`` when a spec holds commas of its own
+(``"fixed:k=1;dspark:slo_calibrate=true,slo_spread=0.1"``).
+
 ``--references`` adds the clairvoyant and the rate oracle (``control/references.py``): told what
 no engine knows, they show what a draft-length schedule could buy on the scenario; the line
 before the last gives their capacity over the best fixed k's (geometric mean over workloads).
@@ -74,6 +77,11 @@ def workloads(requests: int, code_time_scale: float) -> dict:
     }
 
 
+def split_specs(text: str) -> list[str]:
+    """``--controllers``: specs separated by ``;`` when the text has one, else by ``,``."""
+    return [s for s in text.split(";" if ";" in text else ",") if s]
+
+
 def parse_spec(spec: str, tuned: str | None) -> tuple[str, object, str]:
     from dspark.cmd_simulate import parse_controller_spec
 
@@ -119,7 +127,7 @@ def main() -> int:
     )
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
-    specs = [s for s in args.controllers.split(",") if s]
+    specs = split_specs(args.controllers)
     if args.references:
         specs += [r for r in REFERENCES if r not in specs]
     if args.tuned:

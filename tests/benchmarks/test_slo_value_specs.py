@@ -40,3 +40,13 @@ def test_the_shipped_knee_config_is_a_spec_of_its_own():
     scn = load_scenario(_ROOT / "configs" / "standard.toml")
     checked = resolve_controller_config(scn, name, cfg)
     assert checked == DSparkConfig(slo_calibrate=True, slo_spread=0.1)
+
+
+def test_specs_split_on_semicolons_when_one_holds_commas():
+    assert sv.split_specs("fixed:k=1,dspark") == ["fixed:k=1", "dspark"]
+    assert sv.split_specs("fixed:k=1;dspark:slo_calibrate=true,slo_spread=0.1;") == [
+        "fixed:k=1",
+        "dspark:slo_calibrate=true,slo_spread=0.1",
+    ]
+    name, cfg, _ = sv.parse_spec("dspark:slo_calibrate=true,slo_spread=0.1", None)
+    assert (name, cfg) == ("dspark", {"slo_calibrate": True, "slo_spread": 0.1})
