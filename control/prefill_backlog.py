@@ -15,8 +15,8 @@ A sequence sits through the backlog for the rounds it needs at the spare budget,
 within its own life: the share ``f = min(1, rounds the backlog fills / rounds the sequence
 lives)`` of its life pays the chunk a round, the rest is stretched. A short request behind a
 long prompt (the Azure code trace: median 13 output tokens behind prompts of up to 7,437
-tokens, several passes each) pays the chunk at nearly every round it lives; a long one (the conversation trace:
-mean 211 output tokens) mostly the stretch, whatever the backlog.
+tokens, several passes each) pays the chunk at nearly every round it lives; a long one (the
+conversation trace: mean 211 output tokens) mostly the stretch, whatever the backlog.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The TPOT prediction held to what the rounds it planned really took.
 
 Under the driver's SLOs the round planner predicts each sequence's time per output token as
-its planned round seconds, stretched by the replica's prompt chunks (:mod:`control.prefill_backlog`),
-over its expected tokens (:func:`control.goodput.slo_goodput_row`). That model can be biased:
+its planned round seconds, stretched by the replica's prompt chunks
+(:mod:`control.prefill_backlog`), over its expected tokens (:func:`control.goodput.slo_goodput_row`). That model can be biased:
 on the Azure conversation trace at its knee the rounds the plans chose took 0.89 of the seconds
 predicted for them while the expected tokens were 1.00 of those emitted, and a request's
 realized TPOT was 0.88 of the mean of its predictions (geometric mean over requests; on the
