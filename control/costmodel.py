@@ -39,6 +39,14 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from control.batch import RoundStats
+from control.cost_kernel import (
+    KIND_BUDGET,
+    KIND_NONE,
+    KIND_SHARED,
+    SPEC_VALUE,
+    SpecFunction,
+    cost_spec,
+)
 from control.goodput import CostFunctions
 
 #: Hinge positions (verified tokens per round) of the verify cost.
@@ -232,49 +240,6 @@ def draft_features(
     return out
 
 
-def _prompt_penalty(chunk, backlog: int, cap: float, batch_size: int, value: float):
-    """Output tokens that the prompt tokens drafts push out of the pass are worth (against a
-    round of ``batch_size`` plain steps), and its slope in the verified tokens."""
-    free = min(float(backlog), max(cap - batch_size, 0.0))
-
-    def penalty(n):
-        return value * np.maximum(free - chunk(np.asarray(n, dtype=float)), 0.0)
-
-    def penalty_slope(n):
-        n = np.asarray(n, dtype=float)
-        return np.where(n + backlog < cap, 0.0, value)
-
-    return penalty, penalty_slope
-
-
-def _budget_chunk(raw_slope, backlog: int, cap: float):
-    """Chunked prefill under a token budget ``cap``: the prompt tokens beside n verified ones,
-    ``min(backlog, cap − n)``, and the verify slope (while drafts push prompt tokens out of
-    the pass, each drafted token costs a prompt token's)."""
-
-    def chunk(n):
-        return np.minimum(float(backlog), np.maximum(cap - n, 0.0))
-
-    def slope(n):
-        n = np.asarray(n, dtype=float)
-        p = chunk(n)
-        return np.where((p < backlog) & (n < cap), raw_slope(p), raw_slope(n + p))
-
-    return chunk, slope
-
-
-def _shared_chunk(raw_slope, pre: float):
-    """A pass shared with a fixed ``pre`` prompt tokens (no budget): the chunk and slope."""
-
-    def chunk(n):
-        return np.full(np.shape(n), pre)
-
-    def slope(n):
-        return raw_slope(np.asarray(n, dtype=float) + pre)
-
-    return chunk, slope
-
-
 class RoundCostModel:
     """Draft-step, verify and overhead costs of a batched round, learned from ``RoundStats``."""
 
@@ -423,25 +388,16 @@ class RoundCostModel:
         self.fold()
         tv, ts = self.verify.theta, self.step.theta
         v0 = float(tv[0] + tv[2] * context_tokens / 1000.0)
-        v1, hinge = float(tv[1]), tv[3:]
-        step = self._step_fn(float(ts[1] + ts[3] * context_tokens / 1000.0), float(ts[2]))
+        s0 = float(ts[1] + ts[3] * context_tokens / 1000.0)
         fixed = max(float(ts[0]), 0.0)
-
-        def raw(n):
-            return np.maximum(
-                v0 + v1 * n + np.maximum(n[..., None] - _KNOT_ARRAY, 0.0) @ hinge, 0.0
-            )
-
-        def raw_slope(n):
-            return np.maximum(v1 + (n[..., None] > _KNOT_ARRAY) @ hinge, 0.0)
-
-        penalty = penalty_slope = None
+        line = (float(tv[1]), _KNOT_ARRAY, tv[3:], s0, float(ts[2]))
         if budget and backlog > 0:
-            chunk, slope = _budget_chunk(raw_slope, backlog, float(budget))
-            if prompt_value > 0.0:
-                penalty, penalty_slope = _prompt_penalty(
-                    chunk, backlog, float(budget), batch_size, prompt_value
-                )
+            cap = float(budget)
+            free = min(float(backlog), max(cap - batch_size, 0.0))
+            value = prompt_value if prompt_value > 0.0 else 0.0
+            spec = cost_spec(
+                KIND_BUDGET, v0, *line, backlog=backlog, cap=cap, value=value, free=free
+            )
         else:
             if prefill_tokens is not None:
                 pre = float(prefill_tokens)
@@ -449,35 +405,36 @@ class RoundCostModel:
                 pre = 0.0 if budget else self.prefill_tokens
             if pre == 0.0 and bool(np.isfinite(tv).all()):
                 # no chunk: raw(n + 0) − (raw(0) − raw(0)) is raw(n), float for float
+                spec = cost_spec(KIND_NONE, v0, *line)
+                f = SpecFunction
                 return CostFunctions(
-                    _as_float(raw),
-                    _as_float(raw_slope),
-                    step,
+                    f(spec, "verify"),
+                    f(spec, "verify_slope"),
+                    f(spec, "step"),
                     self.overhead_s,
                     None,
                     None,
                     fixed,
                     block,
+                    spec=spec,
                 )
-            chunk, slope = _shared_chunk(raw_slope, pre)
-        base = float(raw(np.zeros(1))[0])
-
-        def verify_s(n):
-            n = np.asarray(n, dtype=float)
-            p = chunk(n)
-            return raw(n + p) - (raw(p) - base)
-
-        shared = _plain_share(verify_s, raw, batch_size) if sunk else 0.0
+            spec = cost_spec(KIND_SHARED, v0, *line, pre=pre)
+        f = SpecFunction
+        verify_s = f(spec, "verify")
+        pen = spec[SPEC_VALUE] > 0.0
+        shared = _plain_share(verify_s, f(spec, "raw"), batch_size) if sunk else 0.0
         return CostFunctions(
-            verify_s, slope, step, self.overhead_s, penalty, penalty_slope, fixed, block, shared
+            verify_s,
+            f(spec, "verify_slope"),
+            f(spec, "step"),
+            self.overhead_s,
+            f(spec, "penalty") if pen else None,
+            f(spec, "penalty_slope") if pen else None,
+            fixed,
+            block,
+            shared,
+            spec=spec,
         )
-
-    @staticmethod
-    def _step_fn(s0: float, s1: float):
-        def step_s(d):
-            return np.maximum(s0 + s1 * np.asarray(d, dtype=float), 0.0)
-
-        return step_s
 
 
 def _plain_share(verify_s, raw, batch_size: int) -> float:
@@ -490,12 +447,3 @@ def _plain_share(verify_s, raw, batch_size: int) -> float:
         return 0.0
     b = np.array([float(batch_size)])
     return max(float(verify_s(b)[0] - raw(b)[0]), 0.0)
-
-
-def _as_float(f):
-    """``f`` of its argument as a float array."""
-
-    def g(n):
-        return f(np.asarray(n, dtype=float))
-
-    return g

@@ -29,6 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from control.cost_kernel import tables
+from control.goodput_kernel import plan_rows
+
 Costs = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
@@ -63,6 +66,9 @@ class CostFunctions:
     # seconds a round pays whatever its drafts beyond the plain step alone (the plain step's
     # share of a pass it shares with a prompt chunk): in the round's time, not in the ratio
     shared_s: float = 0.0
+    # the parameter vector the callables evaluate (control.cost_kernel), when they are a fitted
+    # cost model's: a plan then tabulates them in one compiled call; None = any callables
+    spec: np.ndarray | None = None
 
 
 def round_seconds(k: np.ndarray, costs: CostFunctions) -> np.ndarray:
@@ -138,43 +144,45 @@ def plan_round_lengths(
     lo, hi = (0, K) if cap_range is None else (max(0, cap_range[0]), min(K, cap_range[1]))
     caps = np.arange(lo, hi + 1)
     bound = np.minimum(caps[:, None], kcap[None, :])  # (caps, B)
-    k = bound
-    t0 = _plain_s(costs, B)
-    cols = np.arange(B)[None, :]
+    if B and int(bound.max()) >= len(cum):
+        raise IndexError(f"draft length {int(bound.max())} beyond the {len(cum) - 1} rates known")
     w_mean = float(np.add.reduce(w) / B) if B else 1.0  # w.mean(): the same sum and division
-    w_col = w[None, :]
-    pen, pen_slope, step_s = costs.token_penalty, costs.penalty_slope, costs.step_s
     per_step = np.minimum(caps, 1) if costs.block else caps  # the draft steps of each cap
-    n, steps, d = _row_counts(k)
-    step_d = step_s(np.maximum(d, 1))  # a step's cost at each row's drafting sequences
-    t = _seconds(n, steps, step_d, costs)
-
-    def value(k: np.ndarray, n: np.ndarray) -> np.ndarray:  # expected tokens less prompt lost
-        e = cum[k, cols].sum(axis=1)
-        return e if pen is None else e - pen(n)
-
-    g = _rate(value(k, n), t, t0, w_mean, costs.shared_s)
-    ones = not (w != 1.0).any()  # every α 1: x / 1.0 is x, so the divisions are skipped
-    for _ in range(iterations):
-        v = costs.verify_slope(n)
-        gv = (g * v)[:, None]
-        thr = gv if ones else gv / w_col  # (caps, B)
-        if pen_slope is not None:
-            thr = thr + pen_slope(n)[:, None]
-        keep = powers[1:, None, :] >= thr  # (K, caps, B): token j pays
-        # (a count of at most k_max ≤ 64 positions: exact in uint8, summed ~3x faster)
-        kstar = np.minimum(bound, np.add.reduce(keep, axis=0, dtype=np.uint8))
-        # drafting at all also adds this sequence to every draft step of the round
-        join = (g * (per_step * (step_s(d + 1) - step_d)))[:, None]
-        pays = cum[kstar, cols] - 1.0 >= thr * kstar + (join if ones else join / w_col)
-        k_new = np.where(pays, kstar, 0)
-        if (k_new == k).all():  # np.array_equal: the shapes are the same
-            break
-        k = k_new
-        n, steps, d = _row_counts(k)
-        step_d = step_s(np.maximum(d, 1))
-        t = _seconds(n, steps, step_d, costs)
-        g = _rate(value(k, n), t, t0, w_mean, costs.shared_s)
+    # every token count and drafting count a row can reach, tabulated once for the loop
+    n_hi = B + int(bound.sum(axis=1).max(initial=0))
+    pen, pen_slope = costs.token_penalty, costs.penalty_slope
+    if costs.spec is not None:  # a fitted cost model's: one compiled call
+        vs, vsl, pt, pst, st = tables(costs.spec, B, n_hi, B + 1)
+    else:
+        ns, none = np.arange(B, n_hi + 1, dtype=float), np.zeros(0)
+        vs = np.asarray(costs.verify_s(ns), dtype=float)
+        vsl = np.asarray(costs.verify_slope(ns), dtype=float)
+        pt = none if pen is None else np.asarray(pen(ns), dtype=float)
+        pst = none if pen_slope is None else np.asarray(pen_slope(ns), dtype=float)
+        st = np.asarray(costs.step_s(np.arange(1, B + 2, dtype=float)), dtype=float)
+    k, g, t, expected = plan_rows(
+        powers,
+        cum,
+        bound,
+        per_step.astype(np.int64),
+        w,
+        not (w != 1.0).any(),  # every α 1: x / 1.0 is x, so the divisions are skipped
+        w_mean,
+        vs[0] + costs.overhead_s,  # a round of plain decoding (_plain_s): N = B
+        float(costs.shared_s),
+        int(iterations),
+        B,
+        vs,
+        vsl,
+        pt,
+        pen is not None,
+        pst,
+        pen_slope is not None,
+        st,
+        bool(costs.block),
+        float(costs.draft_fixed_s),
+        float(costs.overhead_s),
+    )
     best = int(np.argmax(g))  # first maximum: the shortest cap among ties
     # the plan's true cap: sequences may all have stopped below the row's cap
     cap = int(k[best].max()) if B else 0
@@ -186,7 +194,7 @@ def plan_round_lengths(
         goodput=g,
         seconds=float(t[best]),
         seconds_by_cap=t,
-        expected=cum[k, cols],
+        expected=expected,
         cum=cum,
     )
 

@@ -1,0 +1,178 @@
+"""The fitted round costs of :meth:`control.costmodel.RoundCostModel.functions` as compiled
+functions of one parameter vector (numba), so that a plan reads them without a Python call a
+row (:mod:`control.goodput_kernel`), and the :class:`~control.goodput.CostFunctions` callables
+every other reader uses are the same functions over arrays.
+
+The vector (``SPEC_*`` offsets) holds the verify line at the round's context (intercept
+``v0``, slope ``v1``, a hinge ``h_j`` at each knot ``κ_j``), how prompt chunks share the pass
+(``KIND_*``: none; a token budget ``cap`` with ``backlog`` prompt tokens waiting; a fixed
+``pre`` prompt tokens), the prompt penalty (``value`` output tokens per displaced prompt token,
+``free`` prompt tokens a plain round would carry) and a draft step (``s0 + s1·drafting``):
+
+- ``raw(N) = max(v0 + v1·N + Σ_j h_j·max(N − κ_j, 0), 0)``, its slope ``max(v1 + Σ_{κ_j < N}
+  h_j, 0)``;
+- the chunk beside ``N`` verified tokens: ``min(backlog, max(cap − N, 0))`` under a budget, ``pre``
+  without one; the verify seconds charged to the drafts ``raw(N + p) − (raw(p) − raw(0))``, and
+  its slope the chunk's own while drafts push prompt tokens out of the pass;
+- the penalty ``value · max(free − p(N), 0)`` and its slope (``value`` once the pass is full);
+- a draft step ``max(s0 + s1·d, 0)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from numba import njit
+
+#: how prompt chunks share the verify pass
+KIND_NONE, KIND_BUDGET, KIND_SHARED = 0.0, 1.0, 2.0
+#: offsets in the parameter vector; the knots, then their hinges, follow ``SPEC_HEAD``
+SPEC_KIND, SPEC_V0, SPEC_V1, SPEC_BACKLOG, SPEC_CAP, SPEC_PRE = 0, 1, 2, 3, 4, 5
+SPEC_BASE, SPEC_VALUE, SPEC_FREE, SPEC_S0, SPEC_S1, SPEC_NK, SPEC_HEAD = 6, 7, 8, 9, 10, 11, 12
+
+
+def cost_spec(
+    kind: float,
+    v0: float,
+    v1: float,
+    knots: np.ndarray,
+    hinge: np.ndarray,
+    s0: float,
+    s1: float,
+    backlog: float = 0.0,
+    cap: float = 0.0,
+    pre: float = 0.0,
+    value: float = 0.0,
+    free: float = 0.0,
+) -> np.ndarray:
+    """The parameter vector (``raw(0)``, the chunk path's base, filled in from the line)."""
+    head = [kind, v0, v1, backlog, cap, pre, 0.0, value, free, s0, s1, float(len(knots))]
+    spec = np.concatenate([np.array(head, dtype=float), knots, hinge]).astype(float)
+    spec[SPEC_BASE] = raw(spec, 0.0)
+    return spec
+
+
+@njit(cache=True)
+def raw(spec: np.ndarray, n: float) -> float:  # pragma: no cover - compiled
+    """The verify line at ``n`` verified tokens, never negative."""
+    nk = int(spec[SPEC_NK])
+    dot = 0.0
+    for j in range(nk):
+        dot += max(n - spec[SPEC_HEAD + j], 0.0) * spec[SPEC_HEAD + nk + j]
+    return max(spec[SPEC_V0] + spec[SPEC_V1] * n + dot, 0.0)
+
+
+@njit(cache=True)
+def raw_slope(spec: np.ndarray, n: float) -> float:  # pragma: no cover - compiled
+    """∂raw/∂N at ``n`` (the hinges below it), never negative."""
+    nk = int(spec[SPEC_NK])
+    dot = 0.0
+    for j in range(nk):
+        dot += (1.0 if n > spec[SPEC_HEAD + j] else 0.0) * spec[SPEC_HEAD + nk + j]
+    return max(spec[SPEC_V1] + dot, 0.0)
+
+
+@njit(cache=True)
+def chunk(spec: np.ndarray, n: float) -> float:  # pragma: no cover - compiled
+    """Prompt tokens sharing the pass with ``n`` verified ones."""
+    if spec[SPEC_KIND] == KIND_BUDGET:
+        return min(spec[SPEC_BACKLOG], max(spec[SPEC_CAP] - n, 0.0))
+    if spec[SPEC_KIND] == KIND_SHARED:
+        return spec[SPEC_PRE]
+    return 0.0
+
+
+@njit(cache=True)
+def verify(spec: np.ndarray, n: float) -> float:  # pragma: no cover - compiled
+    """Verify seconds charged to ``n`` verified tokens (the chunk's own share left out)."""
+    if spec[SPEC_KIND] == KIND_NONE:
+        return raw(spec, n)
+    p = chunk(spec, n)
+    return raw(spec, n + p) - (raw(spec, p) - spec[SPEC_BASE])
+
+
+@njit(cache=True)
+def verify_slope(spec: np.ndarray, n: float) -> float:  # pragma: no cover - compiled
+    """Seconds per extra verified token at ``n``."""
+    if spec[SPEC_KIND] == KIND_NONE:
+        return raw_slope(spec, n)
+    p = chunk(spec, n)
+    if spec[SPEC_KIND] == KIND_BUDGET and p < spec[SPEC_BACKLOG] and n < spec[SPEC_CAP]:
+        return raw_slope(spec, p)
+    return raw_slope(spec, n + p)
+
+
+@njit(cache=True)
+def penalty(spec: np.ndarray, n: float) -> float:  # pragma: no cover - compiled
+    """Output tokens the prompt tokens pushed out of the pass are worth."""
+    return spec[SPEC_VALUE] * max(spec[SPEC_FREE] - chunk(spec, n), 0.0)
+
+
+@njit(cache=True)
+def penalty_slope(spec: np.ndarray, n: float) -> float:  # pragma: no cover - compiled
+    """The penalty's slope: ``value`` once the drafts fill the pass."""
+    return 0.0 if n + spec[SPEC_BACKLOG] < spec[SPEC_CAP] else spec[SPEC_VALUE]
+
+
+@njit(cache=True)
+def step(spec: np.ndarray, d: float) -> float:  # pragma: no cover - compiled
+    """One draft step over ``d`` drafting rows."""
+    return max(spec[SPEC_S0] + spec[SPEC_S1] * d, 0.0)
+
+
+@njit(cache=True)
+def _many(spec: np.ndarray, x: np.ndarray, which: int) -> np.ndarray:  # pragma: no cover
+    out = np.empty(x.size)
+    flat = x.ravel()
+    for i in range(x.size):
+        v = flat[i]
+        if which == 0:
+            out[i] = verify(spec, v)
+        elif which == 1:
+            out[i] = verify_slope(spec, v)
+        elif which == 2:
+            out[i] = penalty(spec, v)
+        elif which == 3:
+            out[i] = penalty_slope(spec, v)
+        elif which == 4:
+            out[i] = step(spec, v)
+        else:
+            out[i] = raw(spec, v)
+    return out
+
+
+@njit(cache=True)
+def tables(spec: np.ndarray, n_lo: int, n_hi: int, d_hi: int):  # pragma: no cover - compiled
+    """Verify seconds, their slope, the penalty and its slope at ``n_lo..n_hi`` verified tokens,
+    and a draft step at ``1..d_hi`` drafting rows (:func:`control.goodput_kernel.plan_rows`)."""
+    m = n_hi - n_lo + 1
+    vs, vsl, pen, psl = np.empty(m), np.empty(m), np.empty(m), np.empty(m)
+    for i in range(m):
+        n = float(n_lo + i)
+        vs[i] = verify(spec, n)
+        vsl[i] = verify_slope(spec, n)
+        pen[i] = penalty(spec, n)
+        psl[i] = penalty_slope(spec, n)
+    st = np.empty(d_hi)
+    for i in range(d_hi):
+        st[i] = step(spec, float(i + 1))
+    return vs, vsl, pen, psl, st
+
+
+#: the functions :class:`SpecFunction` evaluates, by name
+WHICH = {"verify": 0, "verify_slope": 1, "penalty": 2, "penalty_slope": 3, "step": 4, "raw": 5}
+
+
+class SpecFunction:
+    """One of the functions above as a vectorised callable of its argument (any shape)."""
+
+    __slots__ = ("spec", "which")
+
+    def __init__(self, spec: np.ndarray, name: str) -> None:
+        self.spec, self.which = spec, WHICH[name]
+
+    def __call__(self, x: float | Sequence[float] | np.ndarray) -> np.ndarray:
+        a = np.asarray(x, dtype=float)
+        flat = np.ascontiguousarray(a)  # (at least 1-d)
+        return _many(self.spec, flat, self.which).reshape(a.shape)

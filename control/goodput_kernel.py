@@ -1,0 +1,165 @@
+"""The compiled loop of :func:`control.goodput.plan_round_lengths` (numba, no Python objects).
+
+The goodput choice iterates Dinkelbach's condition over (caps × sequences × draft positions);
+at the batch sizes a serving engine runs (16-256 sequences, 16 positions, ~7 caps) its numpy
+form is ~50 calls on arrays of a few thousand floats, so interpreter and call overhead, not
+arithmetic, set its cost. This module runs the same operations, in the same order, as one
+compiled loop: the round counts, round times and goodput of every row, the positions that pay,
+the join cost of a sequence that starts drafting, until the lengths stop moving.
+
+The round-time pieces stay the :class:`~control.goodput.CostFunctions` callables (one home for
+the cost model): the caller tabulates them once over every token count and drafting count a
+plan can reach, and the loop reads the tables. Sums over a batch follow numpy's pairwise
+summation (:func:`pairwise_sum`), so a row's expected tokens are the float numpy would give.
+Tabulating evaluates the fitted line's hinge product on a longer array than the loop's rows,
+and BLAS may sum that 9-term product in another order by array length: round times can move in
+their last bit (a relative 1e-16), as they do between two machines' BLAS kernels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+#: numpy's pairwise summation: blocks of at most this many elements are summed by 8 partial
+#: sums (numpy/core/src/umath/loops_utils.h.src, PW_BLOCKSIZE)
+PW_BLOCKSIZE = 128
+
+
+@njit(cache=True)
+def _block_sum(a: np.ndarray, lo: int, n: int) -> float:  # pragma: no cover - compiled
+    """``a[lo:lo + n].sum()`` for ``n ≤ PW_BLOCKSIZE`` in numpy's order: a plain loop below 8
+    elements, else 8 interleaved partial sums, combined pairwise, then the rest in turn."""
+    if n < 8:
+        res = 0.0
+        for i in range(n):
+            res += a[lo + i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    end = n - n % 8
+    while i < end:
+        j = lo + i
+        r0 += a[j]
+        r1 += a[j + 1]
+        r2 += a[j + 2]
+        r3 += a[j + 3]
+        r4 += a[j + 4]
+        r5 += a[j + 5]
+        r6 += a[j + 6]
+        r7 += a[j + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@njit(cache=True)
+def pairwise_sum(a: np.ndarray, lo: int, n: int) -> float:  # pragma: no cover - compiled
+    """``a[lo:lo + n].sum()`` in numpy's order: blocks of at most ``PW_BLOCKSIZE``
+    (:func:`_block_sum`), a longer range split in halves at a multiple of 8 and summed left
+    plus right (numpy recurses; this walks the same tree with a stack: a compiled function
+    that calls itself cannot be cached)."""
+    if n <= PW_BLOCKSIZE:
+        return _block_sum(a, lo, n)
+    f_lo = np.empty(64, dtype=np.int64)  # frames: range start, length, halves done
+    f_n = np.empty(64, dtype=np.int64)
+    f_stage = np.empty(64, dtype=np.int64)
+    vals = np.empty(64)  # sums of finished ranges, left before right
+    top, nv = 0, 0
+    f_lo[0], f_n[0], f_stage[0] = lo, n, 0
+    while top >= 0:
+        m = f_n[top]
+        if m <= PW_BLOCKSIZE:
+            vals[nv] = _block_sum(a, f_lo[top], m)
+            nv += 1
+            top -= 1
+            continue
+        h = m // 2
+        h -= h % 8
+        if f_stage[top] == 0:
+            f_stage[top] = 1
+            f_lo[top + 1], f_n[top + 1], f_stage[top + 1] = f_lo[top], h, 0
+            top += 1
+        elif f_stage[top] == 1:
+            f_stage[top] = 2
+            f_lo[top + 1], f_n[top + 1], f_stage[top + 1] = f_lo[top] + h, m - h, 0
+            top += 1
+        else:
+            vals[nv - 2] = vals[nv - 2] + vals[nv - 1]
+            nv -= 1
+            top -= 1
+    return vals[0]
+
+
+@njit(cache=True)
+def _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhead, t0, shared, w_mean, buf, n, steps, d, t, g, e):  # fmt: skip  # pragma: no cover - compiled
+    """Per row of ``k``: verified tokens ``n``, draft steps, drafting sequences ``d``, round
+    time ``t``, goodput ``g`` and expected tokens ``e`` (``buf``: a row's E_i, for the sum)."""
+    R, B = k.shape
+    for r in range(R):
+        tot, mx, cnt = 0, 0, 0
+        for i in range(B):
+            x = k[r, i]
+            tot += x
+            if x > mx:
+                mx = x
+            if x != 0:
+                cnt += 1
+            buf[i] = cum[x, i]
+            e[r, i] = buf[i]
+        n[r], steps[r], d[r] = tot + B, mx, cnt
+        st = min(mx, 1) if block else mx
+        draft = fixed + st * step_tab[max(cnt, 1) - 1] if st > 0 else 0.0
+        t[r] = draft + vs_tab[n[r] - n_lo] + overhead
+        value = pairwise_sum(buf, 0, B)
+        if has_pen:
+            value = value - pen_tab[n[r] - n_lo]
+        g[r] = value / max(t0 - shared + (t[r] - t0) / w_mean, 1e-12)
+
+
+@njit(cache=True)
+def plan_rows(powers, cum, bound, per_step, w, ones, w_mean, t0, shared, iterations, n_lo, vs_tab, vsl_tab, pen_tab, has_pen, psl_tab, has_pslope, step_tab, block, fixed, overhead):  # fmt: skip  # pragma: no cover - compiled
+    """The draft lengths of every cap's row, its goodput, round time and expected tokens:
+    :func:`control.goodput.plan_round_lengths` from ``bound`` (rows × sequences) on. Tables
+    are indexed by ``n − n_lo`` (verified tokens: verify seconds, its slope, the prompt
+    penalty and its slope) and ``d − 1`` (drafting sequences: a draft step's seconds)."""
+    R, B = bound.shape
+    P = powers.shape[0]
+    k = bound.copy()
+    n = np.empty(R, dtype=np.int64)
+    steps = np.empty(R, dtype=np.int64)
+    d = np.empty(R, dtype=np.int64)
+    t = np.empty(R)
+    g = np.empty(R)
+    e = np.empty((R, B))
+    buf = np.empty(B)
+    k_new = np.empty_like(k)
+    _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhead, t0, shared, w_mean, buf, n, steps, d, t, g, e)  # fmt: skip
+    for _ in range(iterations):
+        same = True
+        for r in range(R):
+            gv = g[r] * vsl_tab[n[r] - n_lo]
+            ps = psl_tab[n[r] - n_lo] if has_pslope else 0.0
+            join = g[r] * (per_step[r] * (step_tab[d[r]] - step_tab[max(d[r], 1) - 1]))
+            for i in range(B):
+                thr = gv if ones else gv / w[i]
+                if has_pslope:
+                    thr = thr + ps
+                c = 0
+                for j in range(1, P):
+                    if powers[j, i] >= thr:
+                        c += 1
+                ks = min(bound[r, i], c)
+                x = ks if cum[ks, i] - 1.0 >= thr * ks + (join if ones else join / w[i]) else 0
+                k_new[r, i] = x
+                if x != k[r, i]:
+                    same = False
+        if same:
+            break
+        k[:, :] = k_new
+        _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhead, t0, shared, w_mean, buf, n, steps, d, t, g, e)  # fmt: skip
+    return k, g, t, e
