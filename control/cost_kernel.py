@@ -176,3 +176,44 @@ class SpecFunction:
         a = np.asarray(x, dtype=float)
         flat = np.ascontiguousarray(a)  # (at least 1-d)
         return _many(self.spec, flat, self.which).reshape(a.shape)
+
+
+@njit(cache=True)
+def ridge_solve(A, A0, b, b0, ridge, prior):  # pragma: no cover - compiled
+    """``θ`` of :attr:`control.costmodel.LinearCost.theta`: ``(A + A₀ + diag ρ) θ = b + b₀ +
+    ρ·prior`` with ``ρ_j = ridge_j · max(diag_j, 1e-12 · max(max diag, 1e-300))``, by Gaussian
+    elimination with partial pivoting (as LAPACK's ``gesv``); ``(θ, False)`` when a pivot is 0
+    (a singular system: the caller keeps its prior)."""
+    n = b.shape[0]
+    M = A + A0
+    dmax = M[0, 0]
+    for j in range(1, n):
+        dmax = max(dmax, M[j, j])
+    floor = 1e-12 * max(dmax, 1e-300)
+    x = b + b0
+    for j in range(n):
+        rho = ridge[j] * max(M[j, j], floor)
+        M[j, j] = M[j, j] + rho
+        x[j] = x[j] + rho * prior[j]
+    for c in range(n):
+        p = c
+        for r in range(c + 1, n):
+            if abs(M[r, c]) > abs(M[p, c]):
+                p = r
+        if M[p, c] == 0.0:
+            return x, False
+        if p != c:
+            for j in range(n):
+                M[c, j], M[p, j] = M[p, j], M[c, j]
+            x[c], x[p] = x[p], x[c]
+        for r in range(c + 1, n):
+            f = M[r, c] / M[c, c]
+            for j in range(c, n):
+                M[r, j] -= f * M[c, j]
+            x[r] -= f * x[c]
+    for c in range(n - 1, -1, -1):
+        s = x[c]
+        for j in range(c + 1, n):
+            s -= M[c, j] * x[j]
+        x[c] = s / M[c, c]
+    return x, True

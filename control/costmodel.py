@@ -46,6 +46,7 @@ from control.cost_kernel import (
     SPEC_VALUE,
     SpecFunction,
     cost_spec,
+    ridge_solve,
 )
 from control.goodput import CostFunctions
 
@@ -161,15 +162,8 @@ class LinearCost:
         if self._dirty:
             # ridge per feature, relative to that feature's own weight in the data (scale
             # free); a feature never seen keeps its prior exactly
-            A = self._A + self._A0
-            diag = np.diagonal(A)
-            rho = self.ridge * np.maximum(diag, 1e-12 * max(float(diag.max()), 1e-300))
-            try:
-                self._theta = np.linalg.solve(
-                    A + np.diag(rho), self._b + self._b0 + rho * self.prior
-                )
-            except np.linalg.LinAlgError:
-                self._theta = self.prior.copy()
+            theta, ok = ridge_solve(self._A, self._A0, self._b, self._b0, self.ridge, self.prior)
+            self._theta = theta if ok else self.prior.copy()
             self._dirty = False
         return self._theta
 

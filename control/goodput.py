@@ -30,7 +30,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from control.cost_kernel import tables
-from control.goodput_kernel import plan_rows
+from control.goodput_kernel import (
+    best_row,
+    cap_bounds,
+    mean_tpot_scores,
+    plan_rows,
+    position_powers,
+)
 
 Costs = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
@@ -137,19 +143,19 @@ def plan_round_lengths(
     (a planner searching near its last cap); None = all of ``0..k_max`` (exact).
     """
     K = int(k_max)
-    powers, cum = _powers(a, K)
+    a = np.asarray(a, dtype=float)
+    powers, cum = position_powers(a, K) if a.ndim == 2 else _powers(a, K)
     B = powers.shape[1]
-    kcap = np.minimum(np.asarray(kcap, dtype=np.int64), K)
-    w = np.ones(B) if weight is None else np.asarray(weight, dtype=float)
     lo, hi = (0, K) if cap_range is None else (max(0, cap_range[0]), min(K, cap_range[1]))
+    bound, most, top = cap_bounds(np.asarray(kcap, dtype=np.int64), K, lo, hi)  # (caps, B)
     caps = np.arange(lo, hi + 1)
-    bound = np.minimum(caps[:, None], kcap[None, :])  # (caps, B)
-    if B and int(bound.max()) >= len(cum):
-        raise IndexError(f"draft length {int(bound.max())} beyond the {len(cum) - 1} rates known")
-    w_mean = float(np.add.reduce(w) / B) if B else 1.0  # w.mean(): the same sum and division
-    per_step = np.minimum(caps, 1) if costs.block else caps  # the draft steps of each cap
+    if top >= len(cum):
+        raise IndexError(f"draft length {top} beyond the {len(cum) - 1} rates known")
+    w = np.ones(B) if weight is None else np.asarray(weight, dtype=float)
+    # the draft steps of each cap
+    per_step = np.minimum(caps, 1) if costs.block else caps
     # every token count and drafting count a row can reach, tabulated once for the loop
-    n_hi = B + int(bound.sum(axis=1).max(initial=0))
+    n_hi = B + most
     pen, pen_slope = costs.token_penalty, costs.penalty_slope
     if costs.spec is not None:  # a fitted cost model's: one compiled call
         vs, vsl, pt, pst, st = tables(costs.spec, B, n_hi, B + 1)
@@ -164,14 +170,10 @@ def plan_round_lengths(
         powers,
         cum,
         bound,
-        per_step.astype(np.int64),
+        per_step,
         w,
-        not (w != 1.0).any(),  # every α 1: x / 1.0 is x, so the divisions are skipped
-        w_mean,
-        vs[0] + costs.overhead_s,  # a round of plain decoding (_plain_s): N = B
         float(costs.shared_s),
         int(iterations),
-        B,
         vs,
         vsl,
         pt,
@@ -289,8 +291,7 @@ def mean_tpot_row(plan: RoundPlan) -> int:
     """The row of ``plan`` with the least mean predicted time per token over its sequences,
     ``T_r · mean_i 1 / E_ir`` (the higher goodput among rows within 1e-9, relative)."""
     assert plan.expected is not None and plan.seconds_by_cap is not None
-    score = plan.seconds_by_cap * (1.0 / np.maximum(plan.expected, 1e-12)).mean(axis=1)
-    return _best_row(-score, plan.goodput)
+    return _best_row(mean_tpot_scores(plan.seconds_by_cap, plan.expected), plan.goodput)
 
 
 def slo_goodput_row(
@@ -355,5 +356,4 @@ def _best_row(score: np.ndarray, goodput: np.ndarray) -> int:
     """The row of the highest ``score``, the higher goodput among rows within 1e-9 of it
     (relative: scores below 0, from a penalty that outweighs the tokens, keep the best row
     among them), then the first."""
-    top = np.flatnonzero(score >= score.max() - 1e-9 * abs(score.max()))
-    return int(top[np.argmax(goodput[top])])
+    return int(best_row(np.asarray(score, dtype=float), np.asarray(goodput, dtype=float)))

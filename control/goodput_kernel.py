@@ -122,13 +122,20 @@ def _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhe
 
 
 @njit(cache=True)
-def plan_rows(powers, cum, bound, per_step, w, ones, w_mean, t0, shared, iterations, n_lo, vs_tab, vsl_tab, pen_tab, has_pen, psl_tab, has_pslope, step_tab, block, fixed, overhead):  # fmt: skip  # pragma: no cover - compiled
+def plan_rows(powers, cum, bound, per_step, w, shared, iterations, vs_tab, vsl_tab, pen_tab, has_pen, psl_tab, has_pslope, step_tab, block, fixed, overhead):  # fmt: skip  # pragma: no cover - compiled
     """The draft lengths of every cap's row, its goodput, round time and expected tokens:
     :func:`control.goodput.plan_round_lengths` from ``bound`` (rows × sequences) on. Tables
-    are indexed by ``n − n_lo`` (verified tokens: verify seconds, its slope, the prompt
-    penalty and its slope) and ``d − 1`` (drafting sequences: a draft step's seconds)."""
+    are indexed by ``n − B`` (verified tokens: verify seconds, its slope, the prompt penalty
+    and its slope) and ``d − 1`` (drafting sequences: a draft step's seconds)."""
     R, B = bound.shape
     P = powers.shape[0]
+    n_lo = B  # every sequence verifies at least its bonus token
+    t0 = vs_tab[0] + overhead  # a round of plain decoding
+    w_mean = pairwise_sum(w, 0, B) / B if B else 1.0  # w.mean(): the same sum and division
+    ones = True  # every α 1: x / 1.0 is x, so the divisions are skipped
+    for i in range(B):
+        if w[i] != 1.0:
+            ones = False
     k = bound.copy()
     n = np.empty(R, dtype=np.int64)
     steps = np.empty(R, dtype=np.int64)
@@ -163,3 +170,74 @@ def plan_rows(powers, cum, bound, per_step, w, ones, w_mean, t0, shared, iterati
         k[:, :] = k_new
         _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhead, t0, shared, w_mean, buf, n, steps, d, t, g, e)  # fmt: skip
     return k, g, t, e
+
+
+@njit(cache=True)
+def position_powers(a: np.ndarray, K: int):  # pragma: no cover - compiled
+    """``(rows + 1, B)``: P(token j accepted) from per-position rates ``a`` (``(rows, B)``, each
+    clipped to [0, 1], at most ``K`` rows read) and its running sum (``E(a_i, k)`` at row k),
+    each row the one before times (plus) the next, as numpy accumulates."""
+    rows = min(a.shape[0], K)
+    B = a.shape[1]
+    powers = np.empty((rows + 1, B))
+    cum = np.empty((rows + 1, B))
+    for i in range(B):
+        powers[0, i] = 1.0
+        cum[0, i] = 1.0
+    for j in range(rows):
+        for i in range(B):
+            x = a[j, i]
+            if x < 0.0:
+                x = 0.0
+            if x > 1.0:
+                x = 1.0
+            powers[j + 1, i] = x if j == 0 else powers[j, i] * x
+            cum[j + 1, i] = cum[j, i] + powers[j + 1, i]
+    return powers, cum
+
+
+@njit(cache=True)
+def cap_bounds(kcap: np.ndarray, K: int, lo: int, hi: int):  # pragma: no cover - compiled
+    """Each cap's row of per-sequence bounds ``min(cap, kcap_i, K)`` (caps ``lo..hi``), the
+    most draft tokens a row can hold, and the longest bound."""
+    R, B = hi - lo + 1, kcap.shape[0]
+    bound = np.empty((R, B), dtype=np.int64)
+    most, top = 0, 0
+    for r in range(R):
+        tot = 0
+        for i in range(B):
+            x = min(lo + r, kcap[i], K)
+            bound[r, i] = x
+            tot += x
+            top = max(top, x)
+        most = max(most, tot)
+    return bound, most, top
+
+
+@njit(cache=True)
+def best_row(score: np.ndarray, goodput: np.ndarray) -> int:  # pragma: no cover - compiled
+    """The row of the highest ``score``, the higher goodput among rows within 1e-9 of it
+    (relative), then the first (:func:`control.goodput._best_row`)."""
+    top = score[0]
+    for r in range(1, score.shape[0]):
+        if score[r] > top:
+            top = score[r]
+    floor = top - 1e-9 * abs(top)
+    best = -1
+    for r in range(score.shape[0]):
+        if score[r] >= floor and (best < 0 or goodput[r] > goodput[best]):
+            best = r
+    return best
+
+
+@njit(cache=True)
+def mean_tpot_scores(seconds: np.ndarray, expected: np.ndarray):  # pragma: no cover - compiled
+    """Per row, minus ``T_r · mean_i 1 / max(E_ir, 1e-12)`` (:func:`control.goodput.mean_tpot_row`)."""
+    R, B = expected.shape
+    buf = np.empty(B)
+    out = np.empty(R)
+    for r in range(R):
+        for i in range(B):
+            buf[i] = 1.0 / max(expected[r, i], 1e-12)
+        out[r] = -(seconds[r] * (pairwise_sum(buf, 0, B) / B))
+    return out
