@@ -1,0 +1,129 @@
+"""The planner's compiled loops give numpy's numbers: sums in numpy's pairwise order bit for
+bit, the fitted costs as the closed forms of ``control.cost_kernel``'s docstring, the cost fits'
+solve as LAPACK's to rounding, the caps' rank as the numpy expression."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from control.cost_kernel import (
+    KIND_BUDGET,
+    KIND_NONE,
+    KIND_SHARED,
+    SpecFunction,
+    cost_spec,
+    ridge_solve,
+)
+from control.costmodel import KNOTS
+from control.goodput_kernel import best_row, mean_tpot_scores, pairwise_sum, position_powers
+
+KN = np.array(KNOTS, dtype=float)
+
+
+@pytest.mark.parametrize("n", [*range(40), 127, 128, 129, 255, 256, 1000, 4097])
+def test_pairwise_sum_is_numpys_sum_bit_for_bit(n):
+    rng = np.random.default_rng(n)
+    for _ in range(5):
+        x = rng.random((3, n)) * 10.0 ** rng.uniform(-6, 6)
+        assert pairwise_sum(x[1], 0, n) == x.sum(axis=1)[1]
+        assert pairwise_sum(x.ravel(), n, n) == x[1].sum()
+
+
+def _line(rng):
+    v0, v1 = rng.uniform(1e-3, 1e-2), rng.uniform(0, 1e-5)
+    hinge = rng.normal(size=len(KN)) * 1e-6
+    return v0, v1, hinge, rng.uniform(1e-4, 1e-3), rng.uniform(0, 1e-5)
+
+
+def _raw(n, v0, v1, hinge):
+    return np.maximum(v0 + v1 * n + np.maximum(n[:, None] - KN, 0.0) @ hinge, 0.0)
+
+
+def _raw_slope(n, v1, hinge):
+    return np.maximum(v1 + (n[:, None] > KN) @ hinge, 0.0)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_fitted_costs_are_the_closed_forms(seed):
+    rng = np.random.default_rng(seed)
+    v0, v1, hinge, s0, s1 = _line(rng)
+    n = np.arange(1.0, 3000.0, 7.0)
+    close = {"rtol": 1e-12, "atol": 1e-18}
+    # no chunk: the line itself
+    spec = cost_spec(KIND_NONE, v0, v1, KN, hinge, s0, s1)
+    np.testing.assert_allclose(SpecFunction(spec, "verify")(n), _raw(n, v0, v1, hinge), **close)
+    slope = SpecFunction(spec, "verify_slope")(n)
+    np.testing.assert_allclose(slope, _raw_slope(n, v1, hinge), **close)
+    d = np.arange(1.0, 300.0)
+    np.testing.assert_allclose(SpecFunction(spec, "step")(d), np.maximum(s0 + s1 * d, 0.0))
+    # a token budget with a backlog: the chunk min(backlog, cap − N), its own share left out
+    backlog, cap, value, batch = 700.0, 1024.0, 0.4, 40
+    free = min(backlog, cap - batch)
+    spec = cost_spec(
+        KIND_BUDGET, v0, v1, KN, hinge, s0, s1, backlog=backlog, cap=cap, value=value, free=free
+    )
+    p = np.minimum(backlog, np.maximum(cap - n, 0.0))
+    base = _raw(np.zeros(1), v0, v1, hinge)[0]
+    want = _raw(n + p, v0, v1, hinge) - (_raw(p, v0, v1, hinge) - base)
+    np.testing.assert_allclose(SpecFunction(spec, "verify")(n), want, **close)
+    inside = (p < backlog) & (n < cap)
+    want = np.where(inside, _raw_slope(p, v1, hinge), _raw_slope(n + p, v1, hinge))
+    np.testing.assert_allclose(SpecFunction(spec, "verify_slope")(n), want, **close)
+    want = value * np.maximum(free - p, 0.0)
+    np.testing.assert_allclose(SpecFunction(spec, "penalty")(n), want, **close)
+    want = np.where(n + backlog < cap, 0.0, value)
+    assert (SpecFunction(spec, "penalty_slope")(n) == want).all()
+    # a fixed chunk beside every pass
+    spec = cost_spec(KIND_SHARED, v0, v1, KN, hinge, s0, s1, pre=300.0)
+    want = _raw(n + 300.0, v0, v1, hinge) - (_raw(np.full(1, 300.0), v0, v1, hinge) - base)
+    np.testing.assert_allclose(SpecFunction(spec, "verify")(n), want, **close)
+    # any shape in, the same shape out
+    assert SpecFunction(spec, "verify")(5.0).shape == ()
+    assert SpecFunction(spec, "verify")(np.ones((2, 3))).shape == (2, 3)
+
+
+def test_ridge_solve_is_lapacks_to_rounding_and_refuses_a_singular_system():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        m = int(rng.integers(2, 13))
+        X = rng.normal(size=(30, m)) * 10.0 ** rng.uniform(-2, 2, size=m)
+        A, b = X.T @ X, X.T @ rng.normal(size=30)
+        A0, b0 = np.eye(m) * 0.1, rng.normal(size=m)
+        ridge, prior = np.full(m, 1e-4), rng.normal(size=m)
+        M = A + A0
+        diag = np.diagonal(M)
+        rho = ridge * np.maximum(diag, 1e-12 * max(float(diag.max()), 1e-300))
+        want = np.linalg.solve(M + np.diag(rho), b + b0 + rho * prior)
+        theta, ok = ridge_solve(A, A0, b, b0, ridge, prior)
+        assert ok
+        np.testing.assert_allclose(theta, want, rtol=1e-9, atol=1e-12)
+    zero = np.zeros((3, 3))
+    _, ok = ridge_solve(zero, zero, np.ones(3), np.zeros(3), np.zeros(3), np.zeros(3))
+    assert not ok
+
+
+def test_position_powers_are_running_products_and_sums_of_the_clipped_rates():
+    rng = np.random.default_rng(1)
+    a = rng.uniform(-0.2, 1.2, size=(6, 9))
+    powers, cum = position_powers(a, 4)
+    c = np.clip(a[:4], 0.0, 1.0)
+    assert powers.shape == (5, 9)
+    assert (powers[0] == 1.0).all()
+    assert (powers[1:] == np.multiply.accumulate(c, axis=0)).all()
+    assert (cum == np.add.accumulate(powers, axis=0)).all()
+
+
+def test_the_mean_tpot_rank_and_the_best_row_are_the_numpy_expressions():
+    rng = np.random.default_rng(2)
+    for _ in range(50):
+        R, B = int(rng.integers(1, 8)), int(rng.integers(1, 200))
+        t, e = rng.uniform(0.01, 0.1, R), rng.uniform(0.0, 5.0, (R, B))
+        e[0, 0] = 0.0  # a sequence expecting nothing: its time per token is capped, not inf
+        want = -(t * (1.0 / np.maximum(e, 1e-12)).mean(axis=1))
+        score = mean_tpot_scores(t, e)
+        assert (score == want).all()
+        g = rng.uniform(0, 1, R)
+        score[rng.integers(0, R)] = score.max()  # ties within 1e-9 go to the higher goodput
+        top = np.flatnonzero(score >= score.max() - 1e-9 * abs(score.max()))
+        assert best_row(score, g) == top[np.argmax(g[top])]
