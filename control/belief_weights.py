@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from control.belief_kernel import point_beliefs
 from control.seqstate import resized
 
 #: the grids: the configured ``w`` times W_SCALES, the configured ``R`` times R_SCALES (never
@@ -115,8 +116,8 @@ class PredictiveWeights:
             self.owner[kept] = None
             self.kept = kept[:0]
         self.plans += 1
-        sn, sr, rn, rr = store.values[idx, :4].T  # SUM_N, SUM_REJ, RECENT_N, RECENT_REJ
         if self.plans % SCORE_EVERY == 0:
+            sn, sr, rn, rr = store.values[idx, :4].T  # SUM_N, SUM_REJ, RECENT_N, RECENT_REJ
             if len(self.pred) < store.capacity:
                 self.pred = resized(self.pred, store.capacity)
                 self.owner = resized(self.owner, store.capacity)
@@ -127,7 +128,7 @@ class PredictiveWeights:
             self.owner[sub] = store.owners[sub]
             self.kept = sub
         w, R = self.pair()
-        return beta_beliefs(sn, sr, rn, rr, pool, w, R, steps)
+        return point_beliefs(store.values, idx, pool, w, R, self.k_max)
 
     def _learn(self, idx: np.ndarray, owners: np.ndarray, counts: np.ndarray) -> None:
         """Add to each point's score the Brier score of the rounds in ``counts`` (rows by

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 import numpy as np
 from numba import njit
 
+from control.goodput_kernel import pairwise_sum
+
 #: how prompt chunks share the verify pass
 KIND_NONE, KIND_BUDGET, KIND_SHARED = 0.0, 1.0, 2.0
 #: offsets in the parameter vector; the knots, then their hinges, follow ``SPEC_HEAD``
@@ -217,3 +219,57 @@ def ridge_solve(A, A0, b, b0, ridge, prior):  # pragma: no cover - compiled
             s -= M[c, j] * x[j]
         x[c] = s / M[c, c]
     return x, True
+
+
+@njit(cache=True)
+def _small_median(x):  # pragma: no cover - compiled
+    """``np.median`` of ``x`` (the mean of the two middle values of an even count)."""
+    v = np.sort(x)
+    h = len(v) // 2
+    return v[h] if len(v) % 2 else (v[h - 1] + v[h]) / 2.0
+
+
+@njit(cache=True)
+def ls_update(A, b, X, y, theta, count, scale, forget, huber):  # fmt: skip  # pragma: no cover - compiled
+    """:meth:`control.costmodel.LinearCost.update_many` on its sufficient statistics ``A``,
+    ``b`` (in place): rows ``X`` (oldest first) with targets ``y`` weighed ``forget`` to the
+    age of each and, when ``huber`` > 0 and a typical residual ``scale`` is known, down by
+    Huber's weight against the fit ``theta`` (read when ``count`` > 0). Returns the new count
+    and scale."""
+    n, m = X.shape
+    w = np.empty(n)
+    for r in range(n):
+        w[r] = forget ** float(n - 1 - r)  # the newest row weighs 1
+    if huber > 0.0:
+        res = np.zeros(n)
+        if count > 0.0:
+            for r in range(n):
+                p = 0.0
+                for j in range(m):
+                    p += X[r, j] * theta[j]
+                res[r] = abs(y[r] - p)
+        s = scale
+        if s > 0.0:
+            # never finer than 0.5% of the rows' own size: exact data must not make every
+            # later change an outlier
+            c = huber * max(s, 0.005 * (pairwise_sum(np.abs(y), 0, n) / n))
+            for r in range(n):
+                if res[r] > c:
+                    w[r] = w[r] * (c / res[r])
+        keep = 0.95 ** float(n)
+        if s > 0.0:
+            scale = keep * s + (1.0 - keep) * _small_median(res)
+        else:
+            scale = pairwise_sum(res, 0, n) / n
+    fn = forget ** float(n)
+    for i in range(m):
+        for j in range(m):
+            acc = 0.0
+            for r in range(n):
+                acc += X[r, i] * w[r] * X[r, j]
+            A[i, j] = A[i, j] * fn + acc
+        acc = 0.0
+        for r in range(n):
+            acc += X[r, i] * w[r] * y[r]
+        b[i] = b[i] * fn + acc
+    return count * fn + pairwise_sum(w, 0, n), scale

@@ -46,6 +46,7 @@ from control.cost_kernel import (
     SPEC_VALUE,
     SpecFunction,
     cost_spec,
+    ls_update,
     ridge_solve,
 )
 from control.goodput import CostFunctions
@@ -121,41 +122,15 @@ class LinearCost:
     def update_many(self, X: np.ndarray, y: np.ndarray) -> None:
         """Rows ``X`` (oldest first) with targets ``y``: one ``update`` per row, except that
         the robust weights of the rows are taken against the fit before all of them."""
-        n = len(y)
-        if not n:
+        if not len(y):
             return
-        f = self.forget
-        w = f ** np.arange(n - 1, -1, -1, dtype=float)  # the newest row weighs 1
-        if self.huber > 0.0:
-            robust = self._robust_weights(X, y)
-            if robust is not None:  # None: every row weighs 1 (x · 1.0 is x)
-                w = w * robust
-        fn = f**n
-        Xw = X * w[:, None]
-        self._A *= fn
-        self._A += Xw.T @ X
-        self._b *= fn
-        self._b += Xw.T @ y
-        self.count = self.count * fn + float(w.sum())
+        X = np.ascontiguousarray(X, dtype=float)
+        y = np.ascontiguousarray(y, dtype=float)
+        theta = self.theta if self.count > 0.0 and self.huber > 0.0 else self.prior
+        self.count, self.scale = ls_update(
+            self._A, self._b, X, y, theta, self.count, self.scale, self.forget, self.huber
+        )
         self._dirty = True
-
-    def _robust_weights(self, X: np.ndarray, y: np.ndarray) -> np.ndarray | None:
-        """Huber weights of the rows against the current fit (None: all 1); moves ``scale``
-        (1/20 a row)."""
-        r = np.abs(y - X @ self.theta) if self.count > 0.0 else np.zeros(len(y))
-        s = self.scale
-        w = None
-        if s > 0.0:
-            # never finer than 0.5% of the rows' own size: exact data must not make every
-            # later change an outlier
-            c = self.huber * max(s, 0.005 * _mean(np.abs(y)))
-            big = r > c
-            if big.any():
-                w = np.ones(len(y))
-                w[big] = c / r[big]
-        keep = 0.95 ** len(y)
-        self.scale = keep * s + (1.0 - keep) * _median(r) if s > 0.0 else _mean(r)
-        return w
 
     @property
     def theta(self) -> np.ndarray:
@@ -172,24 +147,6 @@ class LinearCost:
 
 
 _KNOT_ARRAY = np.array(KNOTS, dtype=float)
-
-
-def _mean(x: np.ndarray) -> float:
-    """``x.mean()`` (the same float), in Python for the few rows a fold usually holds: numpy
-    sums fewer than 8 values in order, as ``sum`` does, and its call costs ~10× more."""
-    if len(x) >= 8:
-        return float(x.mean())
-    return sum(x.tolist()) / len(x)
-
-
-def _median(x: np.ndarray) -> float:
-    """``np.median(x)`` (the same float; the mean of the two middle values of an even count),
-    without numpy's partition machinery for the few rows a fold usually holds."""
-    if len(x) >= 8:
-        return float(np.median(x))
-    v = sorted(x.tolist())
-    h = len(v) // 2
-    return v[h] if len(v) % 2 else (v[h - 1] + v[h]) / 2.0
 
 
 def verify_seed_row(

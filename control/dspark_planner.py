@@ -89,7 +89,8 @@ from typing import Any
 import numpy as np
 
 from control.batch import BatchContext, RoundPlanner, RoundStats
-from control.belief_weights import SCORE_HALF_LIFE, PredictiveWeights, beta_beliefs
+from control.belief_kernel import hold_to_plans, point_beliefs, position_factor, scaled_capped
+from control.belief_weights import SCORE_HALF_LIFE, PredictiveWeights
 from control.costmodel import RoundCostModel
 from control.goodput import (
     CostFunctions,
@@ -219,17 +220,11 @@ class DSparkPlanner(RoundPlanner):
         self._hold_to_plans(idx, belief)
         if self._head:  # the head's predictions, calibrated by the drafter (module item 8)
             return np.minimum(belief, 0.999)
-        rej, full = self._pooled()
-        succ = np.cumsum((rej + full)[::-1])[::-1][1:]  # S_j: rounds with n ≥ j, j = 1..K
-        factor = []
-        prior = 1.0  # each position shrunk toward the one before it (the first toward 1)
-        for sj, ej in zip(succ.tolist(), self.expected.tolist()):
-            prior = (sj + 2.0 * prior) / (ej + 2.0)
-            factor.append(prior)
-        f = np.array(factor)
+        # S_j: rounds with n ≥ j, j = 1..K; each position shrunk toward the one before it
+        f = position_factor(self.profile, self.expected, self.config.k_max)
         if self.weights is not None:  # what the next plan scores this one's predictions at
             self.weights.factor = f
-        return np.minimum(f[:, None] * belief, 0.999)
+        return scaled_capped(f, belief, 0.999)
 
     def _pooled(self) -> tuple[np.ndarray, np.ndarray]:
         """The pooled rounds by accepted n: those refused after n, those that accepted all n."""
@@ -247,27 +242,18 @@ class DSparkPlanner(RoundPlanner):
         pool = (succ + 2.0 * c.a_prior) / (succ + rej.sum() + 2.0)
         if self.weights is not None:  # the weights that predicted best (scored first)
             return self.weights.beliefs(self.seqs, idx, pool, self._steps)
-        sn, sr, rn, rr = self.seqs.values[idx, :4].T  # SUM_N, SUM_REJ, RECENT_N, RECENT_REJ
         # (the recent rounds shrunk toward that long-run rate: a stretch moves it, noise little)
-        return beta_beliefs(sn, sr, rn, rr, pool, c.prior_trials, c.recent_prior, self._steps)
+        return point_beliefs(self.seqs.values, idx, pool, c.prior_trials, c.recent_prior, c.k_max)
 
     def _hold_to_plans(self, idx: np.ndarray, belief: np.ndarray) -> None:
         """Pool each sequence's rounds since the last plan (its ``counts``) into ``profile``,
         with what that plan predicted for the positions they tried into ``expected``; then
         give each sequence this plan's ``belief`` (``idx``: the sequences' slots)."""
-        K = self.config.k_max
         st = self.seqs
-        counts = st.counts[idx]  # (B, 2(K + 1))
-        if counts.any():
-            self.profile += counts.sum(axis=0)
-            # rounds by positions tried, t = 1..K: refused after n = t − 1, or all n = t accepted
-            tried = counts[:, :K] + counts[:, K + 2 :]
-            at = np.cumsum(tried[:, ::-1], axis=1)[:, ::-1]  # (B, K): trials at position j
-            prev = np.where(st.has_rates[idx][:, None], st.rates[idx], belief.T)
-            self.expected += (at * prev).sum(axis=0)
-        st.rates[idx] = belief.T
-        st.has_rates[idx] = True
-        st.counts[idx] = 0.0
+        K = self.config.k_max
+        hold_to_plans(
+            st.counts, st.rates, st.has_rates, idx, belief, self.profile, self.expected, K
+        )
 
     def prompt_value(self) -> float:
         """Output tokens a displaced prompt token is worth (module docstring, item 5)."""

@@ -1,18 +1,22 @@
 """The planner's compiled loops give numpy's numbers: sums in numpy's pairwise order bit for
 bit, the fitted costs as the closed forms of ``control.cost_kernel``'s docstring, the cost fits'
-solve as LAPACK's to rounding, the caps' rank as the numpy expression."""
+update and solve as numpy's and LAPACK's to rounding, the caps' rank, the beliefs, the pooling
+and the position factors as their numpy forms, float for float."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from control.belief_kernel import hold_to_plans, point_beliefs, position_factor, scaled_capped
+from control.belief_weights import beta_beliefs
 from control.cost_kernel import (
     KIND_BUDGET,
     KIND_NONE,
     KIND_SHARED,
     SpecFunction,
     cost_spec,
+    ls_update,
     ridge_solve,
 )
 from control.costmodel import KNOTS
@@ -127,3 +131,75 @@ def test_the_mean_tpot_rank_and_the_best_row_are_the_numpy_expressions():
         score[rng.integers(0, R)] = score.max()  # ties within 1e-9 go to the higher goodput
         top = np.flatnonzero(score >= score.max() - 1e-9 * abs(score.max()))
         assert best_row(score, g) == top[np.argmax(g[top])]
+
+
+def _store(rng, slots, K):
+    values = rng.uniform(0.0, 30.0, size=(slots, 11))
+    counts = rng.integers(0, 3, size=(slots, 2 * (K + 1))).astype(float) * 0.5
+    rates = rng.uniform(0.0, 1.0, size=(slots, K))
+    return values, counts, rates, rng.random(slots) < 0.5
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_beliefs_and_pooling_are_their_numpy_forms_float_for_float(seed):
+    rng = np.random.default_rng(seed)
+    K, slots = 8, 40
+    values, counts, rates, has = _store(rng, slots, K)
+    idx = rng.permutation(slots)[:25].astype(np.intp)
+    pool, w, R = 0.7, 20.0, 5.0
+    steps = np.arange(K, dtype=float)[:, None]
+    sn, sr, rn, rr = values[idx, :4].T
+    want = beta_beliefs(sn, sr, rn, rr, pool, w, R, steps)
+    belief = point_beliefs(values, idx, pool, w, R, K)
+    assert (belief == want).all()
+    # pooling the rounds since the last plan (numpy: sums over the batch's rows in order)
+    profile, expected = rng.random(2 * (K + 1)), rng.random(K)
+    c = counts[idx]
+    tried = c[:, :K] + c[:, K + 2 :]
+    at = np.cumsum(tried[:, ::-1], axis=1)[:, ::-1]
+    prev = np.where(has[idx][:, None], rates[idx], belief.T)
+    want_profile = profile + c.sum(axis=0)
+    want_expected = expected + (at * prev).sum(axis=0)
+    hold_to_plans(counts, rates, has, idx, belief, profile, expected, K)
+    assert (profile == want_profile).all() and (expected == want_expected).all()
+    assert (rates[idx] == belief.T).all() and has[idx].all() and not counts[idx].any()
+    # the position factors: S_j over what the plans predicted, each toward the one before
+    succ = np.cumsum((profile[: K + 1] + profile[K + 1 :])[::-1])[::-1][1:]
+    prior, want_f = 1.0, []
+    for sj, ej in zip(succ.tolist(), expected.tolist()):
+        prior = (sj + 2.0 * prior) / (ej + 2.0)
+        want_f.append(prior)
+    f = position_factor(profile, expected, K)
+    assert f.tolist() == want_f
+    assert (scaled_capped(f, belief, 0.999) == np.minimum(f[:, None] * belief, 0.999)).all()
+
+
+def _numpy_update(A, b, X, y, theta, count, scale, forget, huber):
+    """``LinearCost.update_many`` in numpy (its form before it was compiled)."""
+    n = len(y)
+    w = forget ** np.arange(n - 1, -1, -1, dtype=float)
+    r = np.abs(y - X @ theta) if count > 0.0 else np.zeros(n)
+    if scale > 0.0:
+        c = huber * max(scale, 0.005 * float(np.abs(y).mean()))
+        w = w * np.where(r > c, c / np.maximum(r, 1e-300), 1.0)
+    keep = 0.95**n
+    scale = keep * scale + (1.0 - keep) * float(np.median(r)) if scale > 0.0 else float(r.mean())
+    fn = forget**n
+    Xw = X * w[:, None]
+    return A * fn + Xw.T @ X, b * fn + Xw.T @ y, count * fn + float(w.sum()), scale
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 8, 20])
+def test_the_cost_fits_update_is_the_weighted_least_squares_update(n):
+    rng = np.random.default_rng(n)
+    m = 6
+    for count, scale in ((0.0, 0.0), (5.0, 0.0), (5.0, 1e-3), (5.0, 1e-6)):
+        A, b = np.eye(m) * rng.random(), rng.random(m)
+        X, y = rng.random((n, m)), rng.random(n) * 1e-2
+        theta = rng.random(m) * 1e-3
+        y[0] += 1.0  # an outlier: weighted down once a typical residual is known
+        wA, wb, wc, ws = _numpy_update(A, b, X, y, theta, count, scale, 0.97, 3.0)
+        c2, s2 = ls_update(A, b, X, y, theta, count, scale, 0.97, 3.0)
+        np.testing.assert_allclose(A, wA, rtol=1e-13)
+        np.testing.assert_allclose(b, wb, rtol=1e-13)
+        assert c2 == pytest.approx(wc, rel=1e-15) and s2 == pytest.approx(ws, rel=1e-13)

@@ -1,0 +1,104 @@
+"""The compiled loops of ``dspark``'s beliefs (:meth:`control.dspark_planner.DSparkPlanner.acceptance`),
+read straight from the batch's arrays (:class:`~control.seqstate.SeqArrays`): each sequence's
+predictive rates at one pair of weights, pooling the rounds since the last plan against what
+it predicted, and the pooled position factors. The same float operations in the same order as
+their numpy form (:func:`control.belief_weights.beta_beliefs` with scalar weights; sums over
+the batch row after row, as numpy reduces the outer axis), so the beliefs are numpy's float
+for float.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from control.seqstate import RECENT_N, RECENT_REJ, SUM_N, SUM_REJ
+
+
+@njit(cache=True)
+def point_beliefs(values, idx, pool, w, R, K):  # pragma: no cover - compiled
+    """``(K, B)``: the predictive rates of the sequences in slots ``idx`` at weights ``(w, R)``
+    (:func:`control.belief_weights.beta_beliefs`, scalar ``w`` and ``R``)."""
+    B = idx.shape[0]
+    out = np.empty((K, B))
+    for i in range(B):
+        row = values[idx[i]]
+        sn, sr, rn, rr = row[SUM_N], row[SUM_REJ], row[RECENT_N], row[RECENT_REJ]
+        own = (sn + w * pool) / max(sn + sr + w, 1e-12)
+        mass = rn + rr + R
+        own = (rn + R * own) / max(mass, 1e-12)
+        top = own * mass
+        for j in range(K):
+            out[j, i] = (top + j) / (mass + j)
+    return out
+
+
+@njit(cache=True)
+def hold_to_plans(counts, rates, has_rates, idx, belief, profile, expected, K):  # fmt: skip  # pragma: no cover - compiled
+    """Pool the rounds of slots ``idx`` since the last plan (``counts``) into ``profile``, what
+    that plan predicted for the positions they tried into ``expected``; then give each slot
+    the rates ``belief`` (``(K, B)``) and clear its counts (in place)."""
+    B, W = idx.shape[0], counts.shape[1]
+    nonzero = False
+    for i in range(B):
+        for c in range(W):
+            if counts[idx[i], c] != 0.0:
+                nonzero = True
+    if nonzero:
+        tot = np.zeros(W)
+        for i in range(B):
+            for c in range(W):
+                tot[c] += counts[idx[i], c]
+        for c in range(W):
+            profile[c] += tot[c]
+        add = np.zeros(K)
+        at = np.empty(K)
+        for i in range(B):
+            s = idx[i]
+            # rounds by positions tried, t = 1..K: refused after t − 1, or all t accepted;
+            # trials at position j: those that tried j or more
+            run = 0.0
+            for j in range(K - 1, -1, -1):
+                run += counts[s, j] + counts[s, K + 2 + j]
+                at[j] = run
+            for j in range(K):
+                prev = rates[s, j] if has_rates[s] else belief[j, i]
+                add[j] += at[j] * prev
+        for j in range(K):
+            expected[j] += add[j]
+    for i in range(B):
+        s = idx[i]
+        for j in range(K):
+            rates[s, j] = belief[j, i]
+        has_rates[s] = True
+        for c in range(W):
+            counts[s, c] = 0.0
+
+
+@njit(cache=True)
+def position_factor(profile, expected, K):  # pragma: no cover - compiled
+    """Per position j = 1..K: successes over what the plans predicted there, each shrunk toward
+    the one before it (the first toward 1): ``r_j = (S_j + 2·r_{j−1}) / (E_j + 2)``, ``S_j``
+    the pooled rounds that accepted j − 1 or more and went on."""
+    succ = np.empty(K + 1)
+    run = 0.0
+    for n in range(K, -1, -1):
+        run += profile[n] + profile[K + 1 + n]
+        succ[n] = run
+    f = np.empty(K)
+    prior = 1.0
+    for j in range(K):
+        prior = (succ[j + 1] + 2.0 * prior) / (expected[j] + 2.0)
+        f[j] = prior
+    return f
+
+
+@njit(cache=True)
+def scaled_capped(f, belief, cap):  # pragma: no cover - compiled
+    """``min(f_j · belief_ji, cap)``."""
+    K, B = belief.shape
+    out = np.empty((K, B))
+    for j in range(K):
+        for i in range(B):
+            out[j, i] = min(f[j] * belief[j, i], cap)
+    return out
