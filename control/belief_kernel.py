@@ -102,3 +102,50 @@ def scaled_capped(f, belief, cap):  # pragma: no cover - compiled
         for i in range(B):
             out[j, i] = min(f[j] * belief[j, i], cap)
     return out
+
+
+@njit(cache=True)
+def grid_beliefs(values, idx, pool, w, R, K):  # pragma: no cover - compiled
+    """``(b, Gw·Gr, K)``: every grid point's predictive rates for the sequences in slots ``idx``
+    (:func:`point_beliefs` at each ``(w_a, R_c)``, point ``a·Gr + c``)."""
+    B, Gw, Gr = idx.shape[0], w.shape[0], R.shape[0]
+    out = np.empty((B, Gw * Gr, K))
+    for i in range(B):
+        row = values[idx[i]]
+        sn, sr, rn, rr = row[SUM_N], row[SUM_REJ], row[RECENT_N], row[RECENT_REJ]
+        for a in range(Gw):
+            own0 = (sn + w[a] * pool) / max(sn + sr + w[a], 1e-12)
+            for c in range(Gr):
+                mass = rn + rr + R[c]
+                own = (rn + R[c] * own0) / max(mass, 1e-12)
+                top = own * mass
+                for j in range(K):
+                    out[i, a * Gr + c, j] = (top + j) / (mass + j)
+    return out
+
+
+@njit(cache=True)
+def brier_loss(counts, pred, factor, K):  # pragma: no cover - compiled
+    """Per grid point, the Brier score of the rounds in ``counts`` (rows by accepted n: refused
+    after n, or all n accepted) at the predictions ``pred`` (``(b, G, K)``) times ``factor``,
+    capped at 0.999: ``Σ at·p² − 2·Σ got·p + Σ got`` over sequences and positions (``at`` the
+    rounds that tried a position, ``got`` those that had it accepted)."""
+    b, G = pred.shape[0], pred.shape[1]
+    sq, lin = np.zeros(G), np.zeros(G)
+    total = 0.0
+    at = np.empty(K)
+    got = np.empty(K)
+    for i in range(b):
+        run = 0.0
+        for j in range(K - 1, -1, -1):
+            run += counts[i, j] + counts[i, K + 2 + j]
+            at[j] = run
+        for j in range(K):
+            got[j] = at[j] - counts[i, j]
+            total += got[j]
+        for g in range(G):
+            for j in range(K):
+                p = min(pred[i, g, j] * factor[j], 0.999)
+                sq[g] += at[j] * (p * p)
+                lin[g] += got[j] * p
+    return sq - 2.0 * lin + total

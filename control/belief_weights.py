@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from control.belief_kernel import point_beliefs
+from control.belief_kernel import brier_loss, grid_beliefs, point_beliefs
 from control.seqstate import resized
 
 #: the grids: the configured ``w`` times W_SCALES, the configured ``R`` times R_SCALES (never
@@ -117,14 +117,11 @@ class PredictiveWeights:
             self.kept = kept[:0]
         self.plans += 1
         if self.plans % SCORE_EVERY == 0:
-            sn, sr, rn, rr = store.values[idx, :4].T  # SUM_N, SUM_REJ, RECENT_N, RECENT_REJ
             if len(self.pred) < store.capacity:
                 self.pred = resized(self.pred, store.capacity)
                 self.owner = resized(self.owner, store.capacity)
             sub = idx[:SCORED]
-            b = slice(SCORED)
-            grid = beta_beliefs(sn[b], sr[b], rn[b], rr[b], pool, self.w, self.R, steps)
-            self.pred[sub] = grid.reshape(-1, *grid.shape[2:]).transpose(2, 0, 1)  # (b, G, K)
+            self.pred[sub] = grid_beliefs(store.values, sub, pool, self.w[:, 0], self.R[:, 0], self.k_max)  # fmt: skip
             self.owner[sub] = store.owners[sub]
             self.kept = sub
         w, R = self.pair()
@@ -139,14 +136,9 @@ class PredictiveWeights:
         c = counts[known]
         if not c.any():
             return
-        refused = c[:, :K]  # position n + 1 refused, n = 0..K − 1
-        tried = refused + c[:, K + 2 :]  # rounds whose last tried position is t = 1..K
-        at = np.cumsum(tried[:, ::-1], axis=1)[:, ::-1]  # rounds that tried position j
-        got = at - refused
-        p = np.minimum(self.pred[idx[known]] * self.factor, 0.999)  # (b, G, K)
         # −Σ got·(1 − p)² + refused·p², expanded: −Σ at·p² − 2·got·p + got
-        sq = np.einsum("bk,bgk->g", at, p * p)
-        self.score -= sq - 2.0 * np.einsum("bk,bgk->g", got, p) + got.sum()
+        f = self.factor if len(self.factor) == K else np.broadcast_to(self.factor, K).copy()
+        self.score -= brier_loss(c, self.pred[idx[known]], f, K)
         self._pair = None
 
     def halve(self) -> None:
