@@ -273,3 +273,49 @@ def ls_update(A, b, X, y, theta, count, scale, forget, huber):  # fmt: skip  # p
             acc += X[r, i] * w[r] * y[r]
         b[i] = b[i] * fn + acc
     return count * fn + pairwise_sum(w, 0, n), scale
+
+
+@njit(cache=True)
+def verify_rows(n, ctx, knots):  # pragma: no cover - compiled
+    """Feature rows ``[1, N, ctx/1000, max(N − κ, 0)...]`` of the verify fit (``n``, ``ctx``:
+    one per row)."""
+    m, nk = n.shape[0], knots.shape[0]
+    out = np.empty((m, 3 + nk))
+    for r in range(m):
+        out[r, 0] = 1.0
+        out[r, 1] = n[r]
+        out[r, 2] = ctx[r] / 1000.0
+        for j in range(nk):
+            out[r, 3 + j] = max(n[r] - knots[j], 0.0)
+    return out
+
+
+@njit(cache=True)
+def draft_rows(k, d, ctx, pre, phase):  # pragma: no cover - compiled
+    """Feature rows ``[phase, k, k·d, k·ctx/1000, pre/1000]`` of the draft fit (one entry of
+    each per row); ``phase`` NaN: 1 where the row drafts (``k > 0``), else 0."""
+    m = d.shape[0]
+    out = np.empty((m, 5))
+    for r in range(m):
+        out[r, 0] = (1.0 if k[r] > 0 else 0.0) if np.isnan(phase) else phase
+        out[r, 1] = k[r]
+        out[r, 2] = k[r] * d[r]
+        out[r, 3] = k[r] * ctx[r] / 1000.0
+        out[r, 4] = pre[r] / 1000.0
+    return out
+
+
+@njit(cache=True)
+def fold_rows(a, knots):  # pragma: no cover - compiled
+    """The buffered rounds ``a`` (rows: verify + prompt tokens, context, verify seconds, draft
+    steps, drafting rows, draft seconds, drafter prefill) as the two fits' rows and targets:
+    every round for the verify fit, the rounds with a draft phase (steps or drafter prefill)
+    for the draft fit."""
+    m = a.shape[0]
+    Xv = verify_rows(a[:, 0], a[:, 1], knots)
+    keep = np.zeros(m, dtype=np.bool_)
+    for r in range(m):
+        keep[r] = a[r, 3] > 0 or a[r, 6] > 0
+    d = a[keep]
+    Xd = draft_rows(d[:, 3], d[:, 4], d[:, 1], d[:, 6], np.nan)
+    return Xv, a[:, 2].copy(), Xd, d[:, 5].copy()

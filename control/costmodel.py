@@ -46,8 +46,11 @@ from control.cost_kernel import (
     SPEC_VALUE,
     SpecFunction,
     cost_spec,
+    draft_rows,
+    fold_rows,
     ls_update,
     ridge_solve,
+    verify_rows,
 )
 from control.goodput import CostFunctions
 
@@ -161,12 +164,8 @@ def verify_seed_row(
 def verify_features(tokens: np.ndarray | float, context_tokens: np.ndarray | float) -> np.ndarray:
     """Feature rows ``[1, N, ctx/1000, relu(N − κ)...]`` for verified tokens ``N`` (array)."""
     n = np.atleast_1d(np.asarray(tokens, dtype=float))
-    out = np.empty((len(n), 3 + len(KNOTS)))
-    out[:, 0] = 1.0
-    out[:, 1] = n
-    out[:, 2] = np.asarray(context_tokens, dtype=float) / 1000.0
-    np.maximum(n[:, None] - _KNOT_ARRAY[None, :], 0.0, out=out[:, 3:])
-    return out
+    ctx = np.broadcast_to(np.asarray(context_tokens, dtype=float), n.shape)
+    return verify_rows(n, ctx, _KNOT_ARRAY)
 
 
 def draft_features(
@@ -181,14 +180,11 @@ def draft_features(
     over the drafting rows) and ``prefill/1000`` (prompt chunks the drafter also prefills in
     the round's first step); ``steps = 1, phase = 0``, no prefill: one step's own features."""
     d = np.atleast_1d(np.asarray(drafting, dtype=float))
-    k = np.asarray(steps, dtype=float)  # a scalar or one per row: broadcast where used
-    out = np.empty((len(d), 5))
-    out[:, 0] = k > 0 if phase is None else phase
-    out[:, 1] = k
-    out[:, 2] = k * d
-    out[:, 3] = k * np.asarray(context_tokens, dtype=float) / 1000.0
-    out[:, 4] = np.asarray(prefill_tokens, dtype=float) / 1000.0
-    return out
+    k, ctx, pre = (
+        np.broadcast_to(np.asarray(x, dtype=float), d.shape)
+        for x in (steps, context_tokens, prefill_tokens)
+    )
+    return draft_rows(k, d, ctx, pre, np.nan if phase is None else float(phase))
 
 
 class RoundCostModel:
@@ -241,12 +237,11 @@ class RoundCostModel:
         if not rows:
             return
         self._pending = []
-        a = np.array(rows, dtype=float)
-        self.verify.update_many(verify_features(a[:, 0], a[:, 1]), a[:, 2])
-        d = a[(a[:, 3] > 0) | (a[:, 6] > 0)]
+        Xv, yv, Xd, yd = fold_rows(np.array(rows, dtype=float), _KNOT_ARRAY)
+        self.verify.update_many(Xv, yv)
         # the draft fit forgets per observed draft phase (one update per round that had one)
-        if len(d):
-            self.step.update_many(draft_features(d[:, 3], d[:, 4], d[:, 1], d[:, 6]), d[:, 5])
+        if len(yd):
+            self.step.update_many(Xd, yd)
 
     def seed(
         self, rows: Iterable[tuple[str, int, int, float, float]], weight: float = 32.0
