@@ -111,10 +111,10 @@ PREFILL_SHARE_RATE = 0.01
 #: The prefill share is capped here: a replica that only prefills still plans its decode.
 PREFILL_SHARE_MAX = 0.9
 
-#: Batches from this size on record their members' evidence at once (``observe_members``);
-#: below it each member's own record is cheaper than numpy's ~20 µs of calls (measured with
-#: benchmarks/planner_cost.py's batches: even at ~48 members, 12-18% cheaper at 64).
-RECORD_AT_ONCE = 48
+#: Batches from this size on record their members' evidence at once (``observe_members``, one
+#: compiled call: control.seqstate.record_round); a lone member records its own (measured with
+#: benchmarks/planner_cost.py: the members' observe calls at batch 16 29.4 -> 23.8 µs a round).
+RECORD_AT_ONCE = 2
 
 #: Per-round memory of the emitted / prefilled token sums behind the observed prompt value
 #: (~1000 rounds: many requests' prompts and outputs, so one long prompt does not swing it).

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 #: columns of the float row
 SUM_N, SUM_REJ, RECENT_N, RECENT_REJ, DECODE_S, TOKENS, ALPHA, PLANNED, FIRST_S, CONTEXT = range(10)
@@ -140,37 +141,44 @@ class SeqArrays:
         count of a round that drafted. ``confidences`` (each member's, for members whose
         evidence is what their drafter's confidences predicted): the counts take
         :func:`expected_outcome` of a member's confidences where it has some."""
-        n = np.asarray(accepted, dtype=float)
+        n = np.asarray(accepted, dtype=np.int64)
         d = np.asarray(drafted, dtype=np.int64)
-        e = np.asarray(emitted, dtype=float)
-        short = n < d
-        rej = short.astype(float)
-        got = n
+        got, rej = n.astype(float), (n < d).astype(float)
         if confidences is not None:
-            got, rej = n.copy(), rej.copy()
             for i, c in enumerate(confidences):
                 if c:
                     got[i], rej[i] = expected_outcome(c)
-        rows = self.values[idx]
-        f, g = self.decay[idx], self.fast[idx]
-        rows[:, SUM_N] = rows[:, SUM_N] * f + got
-        rows[:, SUM_REJ] = rows[:, SUM_REJ] * f + rej
-        rows[:, RECENT_N] = rows[:, RECENT_N] * g + got
-        rows[:, RECENT_REJ] = rows[:, RECENT_REJ] * g + rej
-        rows[:, CONTEXT] = np.asarray(context, dtype=float) + e
-        first = rows[:, FIRST_S]
-        first[first < 0.0] = now_s - draft_s - verify_s
-        rows[:, DECODE_S] = now_s - first
-        rows[:, TOKENS] += e
-        self.values[idx] = rows
-        drew = d > 0
-        if drew.any():
-            pos = np.where(short, n, self.k_max + 1 + n).astype(np.intp)
-            self.counts[idx[drew], pos[drew]] += 1.0  # slots are distinct: one add each
+        e = np.asarray(emitted, dtype=float)
+        cx = np.asarray(context, dtype=float)
+        record_round(self.values, self.counts, self.decay, self.fast, idx, now_s, d, n, e, got, rej, cx, draft_s, verify_s, self.k_max)  # fmt: skip
 
     def release(self, slot: int) -> None:
         """The member in ``slot`` leaves: its rows go to a store of its own."""
         SeqArrays.single(self.k_max).adopt(self.owners[slot])
+
+
+@njit(cache=True)
+def record_round(values, counts, decay, fast, idx, now_s, drafted, accepted, emitted, got, rej, context, draft_s, verify_s, k_max):  # fmt: skip  # pragma: no cover - compiled
+    """One round of the members in slots ``idx`` (:meth:`control.seqstate.SeqArrays.record`),
+    in place, member by member as each member's own record does it: the counts forgotten and
+    added to (``got`` accepted, ``rej`` refused), the context, the first round's start, the
+    decode seconds and tokens, and the per-position count of a round that drafted."""
+    start = now_s - draft_s - verify_s
+    for i in range(idx.shape[0]):
+        s = idx[i]
+        f, g = decay[s], fast[s]
+        values[s, SUM_N] = values[s, SUM_N] * f + got[i]
+        values[s, SUM_REJ] = values[s, SUM_REJ] * f + rej[i]
+        values[s, RECENT_N] = values[s, RECENT_N] * g + got[i]
+        values[s, RECENT_REJ] = values[s, RECENT_REJ] * g + rej[i]
+        values[s, CONTEXT] = context[i] + emitted[i]
+        if values[s, FIRST_S] < 0.0:
+            values[s, FIRST_S] = start
+        values[s, DECODE_S] = now_s - values[s, FIRST_S]
+        values[s, TOKENS] += emitted[i]
+        d, n = drafted[i], accepted[i]
+        if d > 0:
+            counts[s, n if n < d else k_max + 1 + n] += 1.0
 
 
 def expected_outcome(confidences: Any) -> tuple[float, float]:
