@@ -15,7 +15,7 @@ from numba import njit
 from control.seqstate import RECENT_N, RECENT_REJ, SUM_N, SUM_REJ
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def point_beliefs(values, idx, pool, w, R, K):  # pragma: no cover - compiled
     """``(K, B)``: the predictive rates of the sequences in slots ``idx`` at weights ``(w, R)``
     (:func:`control.belief_weights.beta_beliefs`, scalar ``w`` and ``R``)."""
@@ -33,7 +33,7 @@ def point_beliefs(values, idx, pool, w, R, K):  # pragma: no cover - compiled
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def hold_to_plans(counts, rates, has_rates, idx, belief, profile, expected, K):  # fmt: skip  # pragma: no cover - compiled
     """Pool the rounds of slots ``idx`` since the last plan (``counts``) into ``profile``, what
     that plan predicted for the positions they tried into ``expected``; then give each slot
@@ -75,7 +75,7 @@ def hold_to_plans(counts, rates, has_rates, idx, belief, profile, expected, K): 
             counts[s, c] = 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def position_factor(profile, expected, K):  # pragma: no cover - compiled
     """Per position j = 1..K: successes over what the plans predicted there, each shrunk toward
     the one before it (the first toward 1): ``r_j = (S_j + 2·r_{j−1}) / (E_j + 2)``, ``S_j``
@@ -93,7 +93,7 @@ def position_factor(profile, expected, K):  # pragma: no cover - compiled
     return f
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def scaled_capped(f, belief, cap):  # pragma: no cover - compiled
     """``min(f_j · belief_ji, cap)``."""
     K, B = belief.shape
@@ -104,7 +104,7 @@ def scaled_capped(f, belief, cap):  # pragma: no cover - compiled
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def grid_beliefs(values, idx, pool, w, R, K):  # pragma: no cover - compiled
     """``(b, Gw·Gr, K)``: every grid point's predictive rates for the sequences in slots ``idx``
     (:func:`point_beliefs` at each ``(w_a, R_c)``, point ``a·Gr + c``)."""
@@ -124,7 +124,7 @@ def grid_beliefs(values, idx, pool, w, R, K):  # pragma: no cover - compiled
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def brier_loss(counts, pred, factor, K):  # pragma: no cover - compiled
     """Per grid point, the Brier score of the rounds in ``counts`` (rows by accepted n: refused
     after n, or all n accepted) at the predictions ``pred`` (``(b, G, K)``) times ``factor``,

@@ -55,7 +55,7 @@ def cost_spec(
     return spec
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def raw(spec: np.ndarray, n: float) -> float:  # pragma: no cover - compiled
     """The verify line at ``n`` verified tokens, never negative."""
     nk = int(spec[SPEC_NK])
@@ -65,7 +65,7 @@ def raw(spec: np.ndarray, n: float) -> float:  # pragma: no cover - compiled
     return max(spec[SPEC_V0] + spec[SPEC_V1] * n + dot, 0.0)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def raw_slope(spec: np.ndarray, n: float) -> float:  # pragma: no cover - compiled
     """∂raw/∂N at ``n`` (the hinges below it), never negative."""
     nk = int(spec[SPEC_NK])
@@ -75,7 +75,7 @@ def raw_slope(spec: np.ndarray, n: float) -> float:  # pragma: no cover - compil
     return max(spec[SPEC_V1] + dot, 0.0)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def chunk(spec: np.ndarray, n: float) -> float:  # pragma: no cover - compiled
     """Prompt tokens sharing the pass with ``n`` verified ones."""
     if spec[SPEC_KIND] == KIND_BUDGET:
@@ -85,7 +85,7 @@ def chunk(spec: np.ndarray, n: float) -> float:  # pragma: no cover - compiled
     return 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def verify(spec: np.ndarray, n: float) -> float:  # pragma: no cover - compiled
     """Verify seconds charged to ``n`` verified tokens (the chunk's own share left out)."""
     if spec[SPEC_KIND] == KIND_NONE:
@@ -94,7 +94,7 @@ def verify(spec: np.ndarray, n: float) -> float:  # pragma: no cover - compiled
     return raw(spec, n + p) - (raw(spec, p) - spec[SPEC_BASE])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def verify_slope(spec: np.ndarray, n: float) -> float:  # pragma: no cover - compiled
     """Seconds per extra verified token at ``n``."""
     if spec[SPEC_KIND] == KIND_NONE:
@@ -105,25 +105,25 @@ def verify_slope(spec: np.ndarray, n: float) -> float:  # pragma: no cover - com
     return raw_slope(spec, n + p)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def penalty(spec: np.ndarray, n: float) -> float:  # pragma: no cover - compiled
     """Output tokens the prompt tokens pushed out of the pass are worth."""
     return spec[SPEC_VALUE] * max(spec[SPEC_FREE] - chunk(spec, n), 0.0)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def penalty_slope(spec: np.ndarray, n: float) -> float:  # pragma: no cover - compiled
     """The penalty's slope: ``value`` once the drafts fill the pass."""
     return 0.0 if n + spec[SPEC_BACKLOG] < spec[SPEC_CAP] else spec[SPEC_VALUE]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def step(spec: np.ndarray, d: float) -> float:  # pragma: no cover - compiled
     """One draft step over ``d`` drafting rows."""
     return max(spec[SPEC_S0] + spec[SPEC_S1] * d, 0.0)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _many(spec: np.ndarray, x: np.ndarray, which: int) -> np.ndarray:  # pragma: no cover
     out = np.empty(x.size)
     flat = x.ravel()
@@ -144,7 +144,7 @@ def _many(spec: np.ndarray, x: np.ndarray, which: int) -> np.ndarray:  # pragma:
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def tables(spec: np.ndarray, n_lo: int, n_hi: int, d_hi: int):  # pragma: no cover - compiled
     """Verify seconds, their slope, the penalty and its slope at ``n_lo..n_hi`` verified tokens,
     and a draft step at ``1..d_hi`` drafting rows (:func:`control.goodput_kernel.plan_rows`)."""
@@ -180,7 +180,7 @@ class SpecFunction:
         return _many(self.spec, flat, self.which).reshape(a.shape)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def ridge_solve(A, A0, b, b0, ridge, prior):  # pragma: no cover - compiled
     """``θ`` of :attr:`control.costmodel.LinearCost.theta`: ``(A + A₀ + diag ρ) θ = b + b₀ +
     ρ·prior`` with ``ρ_j = ridge_j · max(diag_j, 1e-12 · max(max diag, 1e-300))``, by Gaussian
@@ -221,7 +221,7 @@ def ridge_solve(A, A0, b, b0, ridge, prior):  # pragma: no cover - compiled
     return x, True
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _small_median(x):  # pragma: no cover - compiled
     """``np.median`` of ``x`` (the mean of the two middle values of an even count)."""
     v = np.sort(x)
@@ -229,7 +229,7 @@ def _small_median(x):  # pragma: no cover - compiled
     return v[h] if len(v) % 2 else (v[h - 1] + v[h]) / 2.0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def ls_update(A, b, X, y, theta, count, scale, forget, huber):  # fmt: skip  # pragma: no cover - compiled
     """:meth:`control.costmodel.LinearCost.update_many` on its sufficient statistics ``A``,
     ``b`` (in place): rows ``X`` (oldest first) with targets ``y`` weighed ``forget`` to the
@@ -275,7 +275,7 @@ def ls_update(A, b, X, y, theta, count, scale, forget, huber):  # fmt: skip  # p
     return count * fn + pairwise_sum(w, 0, n), scale
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def verify_rows(n, ctx, knots):  # pragma: no cover - compiled
     """Feature rows ``[1, N, ctx/1000, max(N − κ, 0)...]`` of the verify fit (``n``, ``ctx``:
     one per row)."""
@@ -290,7 +290,7 @@ def verify_rows(n, ctx, knots):  # pragma: no cover - compiled
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def draft_rows(k, d, ctx, pre, phase):  # pragma: no cover - compiled
     """Feature rows ``[phase, k, k·d, k·ctx/1000, pre/1000]`` of the draft fit (one entry of
     each per row); ``phase`` NaN: 1 where the row drafts (``k > 0``), else 0."""
@@ -305,7 +305,7 @@ def draft_rows(k, d, ctx, pre, phase):  # pragma: no cover - compiled
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def fold_rows(a, knots):  # pragma: no cover - compiled
     """The buffered rounds ``a`` (rows: verify + prompt tokens, context, verify seconds, draft
     steps, drafting rows, draft seconds, drafter prefill) as the two fits' rows and targets:

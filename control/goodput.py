@@ -33,9 +33,11 @@ from control.cost_kernel import tables
 from control.goodput_kernel import (
     best_row,
     cap_bounds,
+    floor_lengths,
     mean_tpot_scores,
     plan_rows,
     position_powers,
+    slo_scores,
 )
 
 Costs = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
@@ -226,18 +228,21 @@ def slo_floor_plan(
     if not B or not np.isfinite(tpot_s):
         return plan
     cum = plan.cum if plan.cum is not None else _powers(a, int(plan.caps.max()))[1]
-    # tokens a round needs: (rows, 1), or (rows, B) with a stretch or extra per sequence
-    need = (plan.seconds_by_cap[:, None] * stretch + extra_s) / tpot_s
-    # the shortest length whose expected tokens reach the need (cum rises with k)
-    k_need = np.add.reduce(cum[:, None, :] < need[None, :, :], axis=0)  # (rows, B)
-    bound = np.minimum(plan.caps[:, None], np.asarray(kcap, dtype=np.int64)[None, :])
-    # (per-position rates may know fewer positions than the cap: k_need = len(cum) is none)
-    raise_ = (k_need > k) & (k_need <= bound) & (k_need < len(cum))
-    if lost is not None:
-        raise_ &= ~np.asarray(lost, dtype=bool)[None, :]
-    if not raise_.any():
+    # the shortest length whose expected tokens reach the tokens a round needs (cum rises
+    # with k; per-position rates may know fewer positions than the cap: none then)
+    k, raised = floor_lengths(
+        k,
+        cum,
+        plan.seconds_by_cap,
+        np.atleast_1d(np.asarray(stretch, dtype=float)),
+        np.atleast_1d(np.asarray(extra_s, dtype=float)),
+        float(tpot_s),
+        plan.caps.astype(np.int64),
+        np.asarray(kcap, dtype=np.int64),
+        np.zeros(B, dtype=bool) if lost is None else np.asarray(lost, dtype=bool),
+    )
+    if not raised:
         return plan
-    k = np.where(raise_, k_need, k)
     cols = np.arange(B)[None, :]
     n, steps, d = _row_counts(k)
     t = _seconds(n, steps, costs.step_s(np.maximum(d, 1)), costs)
@@ -329,26 +334,27 @@ def slo_goodput_row(
     sequence): requests already past their TTFT SLO; they count in no share, and when every
     sequence is lost this is the goodput choice."""
     assert plan.expected is not None and plan.seconds_by_cap is not None
-    e = plan.expected
-    t = plan.seconds_by_cap[:, None] * stretch + extra_s
-    if decode_s is None or tokens is None:
-        pred = t / np.maximum(e, 1e-12)
-    else:
-        pred = (decode_s[None, :] + horizon * t) / (tokens[None, :] + horizon * e)
-    if spread > 0.0:
-        z = np.clip((tpot_s - pred) / (spread * tpot_s), -50.0, 50.0)
-        meet = 1.0 / (1.0 + np.exp(-z))
-    else:
-        meet = (pred <= tpot_s).astype(float)
-    if lost is not None and lost.any():
-        if lost.all():
-            return int(np.argmax(plan.goodput))
-        keep = ~lost
-        e, meet = e[:, keep], meet[:, keep]
-    if rank == "attainment":
-        score = meet.mean(axis=1)
-    else:
-        score = plan.goodput * (e * meet).sum(axis=1) / np.maximum(e.sum(axis=1), 1e-12)
+    B = plan.expected.shape[1]
+    lost_ = np.zeros(B, dtype=bool) if lost is None else np.asarray(lost, dtype=bool)
+    if lost_.all():  # (and a batch of none: every row's score is 0)
+        return int(np.argmax(plan.goodput))
+    history = decode_s is not None and tokens is not None
+    none = np.zeros(0)
+    score = slo_scores(
+        plan.expected,
+        plan.seconds_by_cap,
+        plan.goodput,
+        float(tpot_s),
+        np.asarray(decode_s, dtype=float) if history else none,
+        np.asarray(tokens, dtype=float) if history else none,
+        history,
+        float(horizon),
+        float(spread),
+        lost_,
+        np.atleast_1d(np.asarray(stretch, dtype=float)),
+        np.atleast_1d(np.asarray(extra_s, dtype=float)),
+        rank == "attainment",
+    )
     return _best_row(score, plan.goodput)
 
 

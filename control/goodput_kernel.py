@@ -26,7 +26,7 @@ from numba import njit
 PW_BLOCKSIZE = 128
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _block_sum(a: np.ndarray, lo: int, n: int) -> float:  # pragma: no cover - compiled
     """``a[lo:lo + n].sum()`` for ``n ≤ PW_BLOCKSIZE`` in numpy's order: a plain loop below 8
     elements, else 8 interleaved partial sums, combined pairwise, then the rest in turn."""
@@ -57,7 +57,7 @@ def _block_sum(a: np.ndarray, lo: int, n: int) -> float:  # pragma: no cover - c
     return res
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def pairwise_sum(a: np.ndarray, lo: int, n: int) -> float:  # pragma: no cover - compiled
     """``a[lo:lo + n].sum()`` in numpy's order: blocks of at most ``PW_BLOCKSIZE``
     (:func:`_block_sum`), a longer range split in halves at a multiple of 8 and summed left
@@ -95,7 +95,7 @@ def pairwise_sum(a: np.ndarray, lo: int, n: int) -> float:  # pragma: no cover -
     return vals[0]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhead, t0, shared, w_mean, buf, n, steps, d, t, g, e):  # fmt: skip  # pragma: no cover - compiled
     """Per row of ``k``: verified tokens ``n``, draft steps, drafting sequences ``d``, round
     time ``t``, goodput ``g`` and expected tokens ``e`` (``buf``: a row's E_i, for the sum)."""
@@ -121,7 +121,7 @@ def _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhe
         g[r] = value / max(t0 - shared + (t[r] - t0) / w_mean, 1e-12)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def plan_rows(powers, cum, bound, per_step, w, shared, iterations, vs_tab, vsl_tab, pen_tab, has_pen, psl_tab, has_pslope, step_tab, block, fixed, overhead):  # fmt: skip  # pragma: no cover - compiled
     """The draft lengths of every cap's row, its goodput, round time and expected tokens:
     :func:`control.goodput.plan_round_lengths` from ``bound`` (rows × sequences) on. Tables
@@ -172,7 +172,7 @@ def plan_rows(powers, cum, bound, per_step, w, shared, iterations, vs_tab, vsl_t
     return k, g, t, e
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def position_powers(a: np.ndarray, K: int):  # pragma: no cover - compiled
     """``(rows + 1, B)``: P(token j accepted) from per-position rates ``a`` (``(rows, B)``, each
     clipped to [0, 1], at most ``K`` rows read) and its running sum (``E(a_i, k)`` at row k),
@@ -196,7 +196,7 @@ def position_powers(a: np.ndarray, K: int):  # pragma: no cover - compiled
     return powers, cum
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def cap_bounds(kcap: np.ndarray, K: int, lo: int, hi: int):  # pragma: no cover - compiled
     """Each cap's row of per-sequence bounds ``min(cap, kcap_i, K)`` (caps ``lo..hi``), the
     most draft tokens a row can hold, and the longest bound."""
@@ -214,7 +214,7 @@ def cap_bounds(kcap: np.ndarray, K: int, lo: int, hi: int):  # pragma: no cover 
     return bound, most, top
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def best_row(score: np.ndarray, goodput: np.ndarray) -> int:  # pragma: no cover - compiled
     """The row of the highest ``score``, the higher goodput among rows within 1e-9 of it
     (relative), then the first (:func:`control.goodput._best_row`)."""
@@ -230,7 +230,7 @@ def best_row(score: np.ndarray, goodput: np.ndarray) -> int:  # pragma: no cover
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def mean_tpot_scores(seconds: np.ndarray, expected: np.ndarray):  # pragma: no cover - compiled
     """Per row, minus ``T_r · mean_i 1 / max(E_ir, 1e-12)`` (:func:`control.goodput.mean_tpot_row`)."""
     R, B = expected.shape
@@ -240,4 +240,75 @@ def mean_tpot_scores(seconds: np.ndarray, expected: np.ndarray):  # pragma: no c
         for i in range(B):
             buf[i] = 1.0 / max(expected[r, i], 1e-12)
         out[r] = -(seconds[r] * (pairwise_sum(buf, 0, B) / B))
+    return out
+
+
+@njit(cache=True, error_model="numpy")
+def floor_lengths(k, cum, seconds, stretch, extra, tpot, caps, kcap, lost):  # fmt: skip  # pragma: no cover - compiled
+    """The rows ``k`` with each sequence raised to the shortest length whose expected tokens
+    reach what a round needs to meet ``tpot`` (``(T_r · stretch_i + extra_i) / tpot``; one
+    ``stretch`` / ``extra`` for all or one per sequence) where one within ``min(cap_r, kcap_i)``
+    and the known positions does, ``lost`` sequences left alone
+    (:func:`control.goodput.slo_floor_plan`); and whether any was raised."""
+    R, B = k.shape
+    P = cum.shape[0]
+    out = k.copy()
+    raised = False
+    for r in range(R):
+        for i in range(B):
+            if lost[i]:
+                continue
+            s = stretch[i] if stretch.shape[0] > 1 else stretch[0]
+            x = extra[i] if extra.shape[0] > 1 else extra[0]
+            need = (seconds[r] * s + x) / tpot
+            kn = 0
+            for j in range(P):
+                if cum[j, i] < need:
+                    kn += 1
+            if kn > k[r, i] and kn <= min(caps[r], kcap[i]) and kn < P:
+                out[r, i] = kn
+                raised = True
+    return out, raised
+
+
+@njit(cache=True, error_model="numpy")
+def slo_scores(e, seconds, goodput, tpot, decode, tokens, has_history, horizon, spread, lost, stretch, extra, attainment):  # fmt: skip  # pragma: no cover - compiled
+    """Per row, the score :func:`control.goodput.slo_goodput_row` ranks by: the expected share
+    of the sequences not ``lost`` that meet ``tpot`` (``attainment``), or the row's goodput
+    times the share of their expected tokens that do; the chance of meeting it logistic in
+    the predicted TPOT (``spread`` × ``tpot`` wide; 0: the hard cut)."""
+    R, B = e.shape
+    keep = 0
+    for i in range(B):
+        if not lost[i]:
+            keep += 1
+    meet = np.empty(keep)
+    em = np.empty(keep)
+    ek = np.empty(keep)
+    out = np.empty(R)
+    for r in range(R):
+        c = 0
+        for i in range(B):
+            if lost[i]:
+                continue
+            s = stretch[i] if stretch.shape[0] > 1 else stretch[0]
+            x = extra[i] if extra.shape[0] > 1 else extra[0]
+            t = seconds[r] * s + x
+            if has_history:
+                pred = (decode[i] + horizon * t) / (tokens[i] + horizon * e[r, i])
+            else:
+                pred = t / max(e[r, i], 1e-12)
+            if spread > 0.0:
+                z = min(max((tpot - pred) / (spread * tpot), -50.0), 50.0)
+                m = 1.0 / (1.0 + np.exp(-z))
+            else:
+                m = 1.0 if pred <= tpot else 0.0
+            meet[c] = m
+            em[c] = e[r, i] * m
+            ek[c] = e[r, i]
+            c += 1
+        if attainment:
+            out[r] = pairwise_sum(meet, 0, keep) / keep
+        else:
+            out[r] = goodput[r] * pairwise_sum(em, 0, keep) / max(pairwise_sum(ek, 0, keep), 1e-12)
     return out

@@ -157,7 +157,7 @@ class SeqArrays:
         SeqArrays.single(self.k_max).adopt(self.owners[slot])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def record_round(values, counts, decay, fast, idx, now_s, drafted, accepted, emitted, got, rej, context, draft_s, verify_s, k_max):  # fmt: skip  # pragma: no cover - compiled
     """One round of the members in slots ``idx`` (:meth:`control.seqstate.SeqArrays.record`),
     in place, member by member as each member's own record does it: the counts forgotten and
