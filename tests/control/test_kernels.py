@@ -8,7 +8,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from control.belief_kernel import hold_to_plans, point_beliefs, position_factor, scaled_capped
+from control.belief_kernel import (
+    brier_loss,
+    grid_beliefs,
+    hold_to_plans,
+    point_beliefs,
+    position_factor,
+    scaled_capped,
+)
 from control.belief_weights import beta_beliefs
 from control.cost_kernel import (
     KIND_BUDGET,
@@ -20,7 +27,14 @@ from control.cost_kernel import (
     ridge_solve,
 )
 from control.costmodel import KNOTS
-from control.goodput_kernel import best_row, mean_tpot_scores, pairwise_sum, position_powers
+from control.goodput_kernel import (
+    best_row,
+    floor_lengths,
+    mean_tpot_scores,
+    pairwise_sum,
+    position_powers,
+    slo_scores,
+)
 
 KN = np.array(KNOTS, dtype=float)
 
@@ -203,3 +217,56 @@ def test_the_cost_fits_update_is_the_weighted_least_squares_update(n):
         np.testing.assert_allclose(A, wA, rtol=1e-13)
         np.testing.assert_allclose(b, wb, rtol=1e-13)
         assert c2 == pytest.approx(wc, rel=1e-15) and s2 == pytest.approx(ws, rel=1e-13)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_slo_floor_and_scores_are_their_numpy_forms(seed):
+    rng = np.random.default_rng(seed)
+    R, B, P = 5, 30, 9
+    powers = np.vstack([np.ones(B), np.cumprod(rng.uniform(0.3, 1.0, (P - 1, B)), axis=0)])
+    cum = np.cumsum(powers, axis=0)
+    k = rng.integers(0, 4, (R, B))
+    seconds, tpot = rng.uniform(0.02, 0.06, R), 0.03
+    caps, kcap = np.arange(2, 2 + R), rng.integers(0, P + 2, B)
+    lost = rng.random(B) < 0.2
+    stretch, extra = rng.uniform(1.0, 1.5, B), np.array([0.004])
+    need = (seconds[:, None] * stretch + extra) / tpot
+    k_need = np.add.reduce(cum[:, None, :] < need[None, :, :], axis=0)
+    bound = np.minimum(caps[:, None], kcap[None, :])
+    up = (k_need > k) & (k_need <= bound) & (k_need < P) & ~lost[None, :]
+    out, raised = floor_lengths(k, cum, seconds, stretch, extra, tpot, caps, kcap, lost)
+    assert raised == up.any() and (out == np.where(up, k_need, k)).all()
+    # each row's SLO score: the logistic chance of meeting the TPOT SLO, over the sequences
+    # not lost (attainment), or the goodput times the share of tokens that meet it
+    e, g = cum[k, np.arange(B)], rng.uniform(1000, 2000, R)
+    dec, tok = rng.uniform(0, 5, B), rng.uniform(1, 200, B)
+    t = seconds[:, None] * stretch + extra
+    for hist in (False, True):
+        pred = (dec + 8.0 * t) / (tok + 8.0 * e) if hist else t / np.maximum(e, 1e-12)
+        meet = 1.0 / (1.0 + np.exp(-np.clip((tpot - pred) / (0.1 * tpot), -50.0, 50.0)))
+        ek, mk = e[:, ~lost], meet[:, ~lost]
+        for att in (True, False):
+            want = mk.mean(axis=1) if att else g * (ek * mk).sum(axis=1) / ek.sum(axis=1)
+            got = slo_scores(e, seconds, g, tpot, dec, tok, hist, 8.0, 0.1, lost, stretch, extra, att)  # fmt: skip
+            np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
+def test_the_weight_grid_and_its_brier_scores_are_their_numpy_forms():
+    rng = np.random.default_rng(5)
+    K, slots = 6, 20
+    values, counts, _, _ = _store(rng, slots, K)
+    idx = np.arange(16, dtype=np.intp)
+    w, R = 20.0 * np.array([0.25, 1.0, 4.0]), 8.0 * np.array([1.0, 4.0])
+    sn, sr, rn, rr = values[idx, :4].T
+    steps = np.arange(K, dtype=float)[:, None]
+    want = beta_beliefs(sn, sr, rn, rr, 0.6, w[:, None], R[:, None], steps)
+    want = want.reshape(-1, *want.shape[2:]).transpose(2, 0, 1)  # (b, G, K)
+    pred = grid_beliefs(values, idx, 0.6, w, R, K)
+    assert (pred == want).all()
+    c, f = counts[idx], rng.uniform(0.8, 1.2, K)
+    refused = c[:, :K]
+    at = np.cumsum((refused + c[:, K + 2 :])[:, ::-1], axis=1)[:, ::-1]
+    got = at - refused
+    p = np.minimum(pred * f, 0.999)
+    want = np.einsum("bk,bgk->g", at, p * p) - 2.0 * np.einsum("bk,bgk->g", got, p) + got.sum()
+    np.testing.assert_allclose(brier_loss(c, pred, f, K), want, rtol=1e-13)
