@@ -152,7 +152,10 @@ def main() -> int:
         )
         caps, good = run_workload(wl, scn, items, seeds, cc, args.workers)
         by = {r["controller"]: r for r in caps}
-        best_fixed = max((by[f] for f in FIXED if f in by), key=lambda r: r["capacity_load_scale"])
+        # (none when no fixed k was asked for: then no ratio to it is printed)
+        best_fixed = max(
+            (by[f] for f in FIXED if f in by), key=lambda r: r["capacity_load_scale"], default=None
+        )
         print(
             f"{'controller':<30}{'capacity':>10}{'range':>18}  "
             + "".join(f"{'goodput@' + format(ld, 'g'):>13}" for ld in LOADS)
@@ -169,6 +172,8 @@ def main() -> int:
                     else ""
                 )
             )
+        if best_fixed is None:
+            continue
         for ref in REFERENCES:
             if ref in by:
                 r = by[ref]["capacity_load_scale"] / best_fixed["capacity_load_scale"]
