@@ -20,7 +20,8 @@ the k with the best geometric mean of its ratios to the per-cell best.
         [--workers N]   # the cells' runs on N processes; the cells are the same as with 1
 
 Beside each cell's tuned/best ratio: its standard error over seeds (paired: the same seeds for
-every controller), and the count of cells whose ratio is below 0.99 by more than two of them.
+every controller), and the count of cells whose ratio is below 0.99 by more than two of them;
+the same for untuned ``dspark`` against each peer's documented defaults.
 
 Last line: ``ctrl_vs_best_fixed_min=… ctrl_vs_global_fixed_geo=… ctrl_vs_clairvoyant_geo=…
 ctrl_default_vs_tuned_geo=…`` (plus the k = 0 minimum).
@@ -266,6 +267,7 @@ def cells_of(df: pd.DataFrame) -> list[dict]:
                 "fixed": fixed,
                 "v": v,
                 "se": paired_se(per_seed, "dspark-tuned", f"fixed:k={best_k}", metric),
+                "per_seed": per_seed,
             }
         )
     return cells
@@ -302,17 +304,25 @@ def paired_se(per_seed: dict, a: str, b: str, metric: str) -> float:
 
 def peers_line(cells: list[dict]) -> None:
     """Untuned ``dspark`` against each peer at its documented defaults, over the cells that ran
-    it: the minimum and geometric mean of the ratios, and the cells where the peer is ahead by
-    more than 1%."""
+    it: the minimum and geometric mean of the ratios, the cells where the peer is ahead by
+    more than 1% (each with the ratio's paired standard error over the cell's seeds), and how
+    many of those are ahead by more than two standard errors."""
     for p in PEERS:
         got = [c for c in cells if p in c["v"]]
         if not got:
             continue
         r = [ratio(c["v"]["dspark-default"], c["v"][p], c["metric"]) for c in got]
-        behind = [f"{c['regime']} {c['load']}" for c, x in zip(got, r) if x < 0.99]
+        behind = [(c, x) for c, x in zip(got, r) if x < 0.99]
+        se = [paired_se(c.get("per_seed", {}), "dspark-default", p, c["metric"]) for c, _ in behind]
+        sig = sum(x + 2 * e < 0.99 for (_, x), e in zip(behind, se))
+        where = ", ".join(
+            f"{c['regime']} {c['load']} {x:.4f} ± {e:.4f}" for (c, x), e in zip(behind, se)
+        )
         print(
             f"dspark (untuned) / {p}: min {min(r):.3f}, geo {geo(r):.3f}; below 0.99 in "
-            f"{len(behind)} of {len(got)} cells" + (f" ({', '.join(behind)})" if behind else "")
+            f"{len(behind)} of {len(got)} cells"
+            + (f" ({where})" if behind else "")
+            + (f", by more than two standard errors in {sig}" if behind else "")
         )
 
 

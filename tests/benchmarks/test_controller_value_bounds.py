@@ -42,3 +42,22 @@ def test_tpot_cells_count_lower_as_better():
     c = _cell("iid-0.75", "B=256", 2.0, 1.0, 1.0, 1.0, 1.0)
     c["metric"] = "tpot"
     assert cv._vs_glob(c, 1.0, 2) == pytest.approx(2.0)  # half the TPOT: twice as good
+
+
+def _peer_cell(load: str, dspark: list[float], peer: list[float]) -> dict:
+    seeds = {"dspark-default": ";".join(map(str, dspark)), "vllm-dsd": ";".join(map(str, peer))}
+    v = {"dspark-default": sum(dspark) / len(dspark), "vllm-dsd": sum(peer) / len(peer)}
+    return {"regime": "r", "load": load, "metric": "throughput", "v": v, "per_seed": seeds}
+
+
+def test_a_peer_ahead_is_told_apart_from_seed_noise_by_the_paired_standard_error(capsys):
+    """A cell where the peer leads by 2% on every seed is ahead by more than two standard
+    errors; one where it leads by 1.5% on average but trails on a seed is not."""
+    steady = _peer_cell("B=1", [98.0, 98.0, 98.0], [100.0, 100.0, 100.0])
+    noisy = _peer_cell("B=2", [96.0, 101.5, 98.0], [100.0, 100.0, 100.0])
+    even = _peer_cell("B=3", [100.0, 100.0], [100.0, 100.0])
+    cv.peers_line([steady, noisy, even])
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "below 0.99 in 2 of 3 cells" in line
+    assert "r B=1 0.9800 ± 0.0000" in line and "r B=2 0.9850 ± 0.0161" in line
+    assert line.endswith("by more than two standard errors in 1")
