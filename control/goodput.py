@@ -112,20 +112,6 @@ def _seconds(tokens, steps, step, costs: CostFunctions) -> np.ndarray:
     return draft + costs.verify_s(tokens) + costs.overhead_s
 
 
-def _plain_s(costs: CostFunctions, B: int) -> float:
-    """A round of plain decoding for ``B`` sequences: no draft phase."""
-    return costs.verify_s(np.array([B]))[0] + costs.overhead_s
-
-
-def _rate(
-    value: np.ndarray, t: np.ndarray, t0: float, w_mean: float, shared: float = 0.0
-) -> np.ndarray:
-    """Goodput of rows worth ``value`` tokens taking ``t`` seconds: the time beyond plain
-    decoding ``t0`` weighed by 1 / mean α (the planner's cost weighting); ``shared`` seconds
-    of every row (``CostFunctions.shared_s``) left out."""
-    return value / np.maximum(t0 - shared + (t - t0) / w_mean, 1e-12)
-
-
 def plan_round_lengths(
     a: np.ndarray,
     kcap: np.ndarray,
@@ -158,8 +144,30 @@ def plan_round_lengths(
     per_step = np.minimum(caps, 1) if costs.block else caps
     # every token count and drafting count a row can reach, tabulated once for the loop
     n_hi = B + most
+    k, g, t, expected = _plan_rows(powers, cum, bound, per_step, w, costs, iterations, n_hi)
+    best = int(np.argmax(g))  # first maximum: the shortest cap among ties
+    # the plan's true cap: sequences may all have stopped below the row's cap
+    cap = int(k[best].max()) if B else 0
+    return RoundPlan(
+        k=k[best].copy(),
+        cap=cap,
+        caps=caps,
+        k_by_cap=k,
+        goodput=g,
+        seconds=float(t[best]),
+        seconds_by_cap=t,
+        expected=expected,
+        cum=cum,
+    )
+
+
+def _plan_rows(powers, cum, bound, per_step, w, costs: CostFunctions, iterations: int, n_hi: int):
+    """:func:`~control.goodput_kernel.plan_rows` on the costs tabulated at ``B..n_hi`` verified
+    tokens and ``1..B + 1`` drafting rows: one compiled call for a fitted cost model's
+    (``costs.spec``), the callables otherwise. ``iterations`` 0: the rows ``bound`` as given."""
+    B = bound.shape[1]
     pen, pen_slope = costs.token_penalty, costs.penalty_slope
-    if costs.spec is not None:  # a fitted cost model's: one compiled call
+    if costs.spec is not None:
         vs, vsl, pt, pst, st = tables(costs.spec, B, n_hi, B + 1)
     else:
         ns, none = np.arange(B, n_hi + 1, dtype=float), np.zeros(0)
@@ -168,7 +176,7 @@ def plan_round_lengths(
         pt = none if pen is None else np.asarray(pen(ns), dtype=float)
         pst = none if pen_slope is None else np.asarray(pen_slope(ns), dtype=float)
         st = np.asarray(costs.step_s(np.arange(1, B + 2, dtype=float)), dtype=float)
-    k, g, t, expected = plan_rows(
+    return plan_rows(
         powers,
         cum,
         bound,
@@ -186,20 +194,6 @@ def plan_round_lengths(
         bool(costs.block),
         float(costs.draft_fixed_s),
         float(costs.overhead_s),
-    )
-    best = int(np.argmax(g))  # first maximum: the shortest cap among ties
-    # the plan's true cap: sequences may all have stopped below the row's cap
-    cap = int(k[best].max()) if B else 0
-    return RoundPlan(
-        k=k[best].copy(),
-        cap=cap,
-        caps=caps,
-        k_by_cap=k,
-        goodput=g,
-        seconds=float(t[best]),
-        seconds_by_cap=t,
-        expected=expected,
-        cum=cum,
     )
 
 
@@ -243,13 +237,10 @@ def slo_floor_plan(
     )
     if not raised:
         return plan
-    cols = np.arange(B)[None, :]
-    n, steps, d = _row_counts(k)
-    t = _seconds(n, steps, costs.step_s(np.maximum(d, 1)), costs)
-    e = cum[k, cols]
-    w_mean = 1.0 if weight is None else float(np.add.reduce(weight) / B)
-    val = e.sum(axis=1) - (0.0 if costs.token_penalty is None else costs.token_penalty(n))
-    g = _rate(val, t, _plain_s(costs, B), w_mean, costs.shared_s)
+    # the raised rows' round times, expected tokens and goodput (as plan_round_lengths's)
+    w = np.ones(B) if weight is None else np.asarray(weight, dtype=float)
+    n_hi = B + int(k.sum(axis=1).max())
+    k, g, t, e = _plan_rows(cum, cum, k, plan.caps.astype(np.int64), w, costs, 0, n_hi)
     best = int(np.argmax(g))
     return RoundPlan(
         k=k[best].copy(),

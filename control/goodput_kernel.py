@@ -98,7 +98,10 @@ def pairwise_sum(a: np.ndarray, lo: int, n: int) -> float:  # pragma: no cover -
 @njit(cache=True, error_model="numpy")
 def _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhead, t0, shared, w_mean, buf, n, steps, d, t, g, e):  # fmt: skip  # pragma: no cover - compiled
     """Per row of ``k``: verified tokens ``n``, draft steps, drafting sequences ``d``, round
-    time ``t``, goodput ``g`` and expected tokens ``e`` (``buf``: a row's E_i, for the sum)."""
+    time ``t``, goodput ``g`` and expected tokens ``e`` (``buf``: a row's E_i, for the sum).
+    The goodput is the expected tokens less the prompt penalty over the round's time, with the
+    time beyond a plain decoding round ``t0`` weighed by 1 / mean α (the planner's cost
+    weighting) and the ``shared`` seconds every row pays left out."""
     R, B = k.shape
     for r in range(R):
         tot, mx, cnt = 0, 0, 0
