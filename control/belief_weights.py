@@ -106,7 +106,7 @@ class PredictiveWeights:
             self._pair = float(self.w[i, 0]), float(self.R[j, 0])
         return self._pair
 
-    def beliefs(self, store: Any, idx: np.ndarray, pool: float, steps: np.ndarray) -> np.ndarray:
+    def beliefs(self, store: Any, idx: np.ndarray, pool: float) -> np.ndarray:
         """Score the outcomes since the last plan (``store.counts``, not yet pooled) of the
         sequences it kept predictions for, then the beliefs ``(K, B)`` of the chosen point;
         every point's predictions kept for the batch's first :data:`SCORED` sequences."""

@@ -135,7 +135,6 @@ class DSparkPlanner(RoundPlanner):
         self._idx = np.zeros(0, dtype=np.intp)  # the slots of this round's members
         self._members: list = []  # this round's members (observe_members checks them)
         self._ranks = np.arange(1, config.k_max + 1)  # draft positions 1..K (_beliefs)
-        self._steps = np.arange(config.k_max, dtype=float)[:, None]  # accepted before j, (K, 1)
         self._head = config.acceptance_source == "confidence"  # module docstring, item 8
         #: the beliefs' weights chosen by their predictions (belief_weights "predictive")
         self.weights = (
@@ -241,7 +240,7 @@ class DSparkPlanner(RoundPlanner):
         succ = float((rej + full)[1:] @ self._ranks)  # accepted tokens, pooled
         pool = (succ + 2.0 * c.a_prior) / (succ + rej.sum() + 2.0)
         if self.weights is not None:  # the weights that predicted best (scored first)
-            return self.weights.beliefs(self.seqs, idx, pool, self._steps)
+            return self.weights.beliefs(self.seqs, idx, pool)
         # (the recent rounds shrunk toward that long-run rate: a stretch moves it, noise little)
         return point_beliefs(self.seqs.values, idx, pool, c.prior_trials, c.recent_prior, c.k_max)
 
