@@ -2,9 +2,8 @@
 read straight from the batch's arrays (:class:`~control.seqstate.SeqArrays`): each sequence's
 predictive rates at one pair of weights, pooling the rounds since the last plan against what
 it predicted, and the pooled position factors. The same float operations in the same order as
-their numpy form (:func:`control.belief_weights.beta_beliefs` with scalar weights; sums over
-the batch row after row, as numpy reduces the outer axis), so the beliefs are numpy's float
-for float.
+their numpy form (sums over the batch row after row, as numpy reduces the outer axis), so the
+beliefs are numpy's float for float (``tests/control/test_kernels.py`` holds that form).
 """
 
 from __future__ import annotations
@@ -17,8 +16,11 @@ from control.seqstate import RECENT_N, RECENT_REJ, SUM_N, SUM_REJ
 
 @njit(cache=True, error_model="numpy")
 def point_beliefs(values, idx, pool, w, R, K):  # pragma: no cover - compiled
-    """``(K, B)``: the predictive rates of the sequences in slots ``idx`` at weights ``(w, R)``
-    (:func:`control.belief_weights.beta_beliefs`, scalar ``w`` and ``R``)."""
+    """``(K, B)``: the predictive rates of the sequences in slots ``idx`` at weights ``(w, R)``:
+    each one's counts ``sn`` / ``sr`` (accepted, refused; long-run) shrunk toward ``pool`` by
+    ``w`` pseudo-trials, then its recent counts ``rn`` / ``rr`` weighed against ``R``
+    pseudo-trials of that; position j (j accepted before it) at ``(â·m + j) / (m + j)``, ``m``
+    the recent mass ``rn + rr + R``."""
     B = idx.shape[0]
     out = np.empty((K, B))
     for i in range(B):

@@ -58,21 +58,6 @@ SCORED = 16
 SCORE_EVERY = 4
 
 
-def beta_beliefs(sn, sr, rn, rr, pool: float, w, R, steps: np.ndarray) -> np.ndarray:
-    """Per-position predictive rates of each sequence's Beta belief: its counts ``sn`` /
-    ``sr`` (accepted, refused; long-run) shrunk toward ``pool`` by ``w`` pseudo-trials, then
-    its recent counts ``rn`` / ``rr`` weighed against ``R`` pseudo-trials of that; position j
-    (``steps`` = ``[[0], [1], …]``, accepted before j) at ``(â·m + j − 1) / (m + j − 1)``.
-    ``w`` and ``R`` scalars: shape ``(K, B)``; columns ``(Gw, 1)`` and ``(Gr, 1)``: ``(Gw, Gr,
-    K, B)``, every pair (the same float operations per element either way)."""
-    own = (sn + w * pool) / np.maximum(sn + sr + w, 1e-12)
-    mass = rn + rr + R
-    if np.ndim(w):
-        own = own[:, None, :]
-    own = (rn + R * own) / np.maximum(mass, 1e-12)
-    return (own[..., None, :] * mass[..., None, :] + steps) / (mass[..., None, :] + steps)
-
-
 class PredictiveWeights:
     """The grid of ``(w, R)``, its scores and each slot's last predictions (module doc)."""
 

@@ -131,8 +131,7 @@ def plan_round_lengths(
     (a planner searching near its last cap); None = all of ``0..k_max`` (exact).
     """
     K = int(k_max)
-    a = np.asarray(a, dtype=float)
-    powers, cum = position_powers(a, K) if a.ndim == 2 else _powers(a, K)
+    powers, cum = _powers(a, K)
     B = powers.shape[1]
     lo, hi = (0, K) if cap_range is None else (max(0, cap_range[0]), min(K, cap_range[1]))
     bound, most, top = cap_bounds(np.asarray(kcap, dtype=np.int64), K, lo, hi)  # (caps, B)
@@ -240,6 +239,7 @@ def slo_floor_plan(
     # the raised rows' round times, expected tokens and goodput (as plan_round_lengths's)
     w = np.ones(B) if weight is None else np.asarray(weight, dtype=float)
     n_hi = B + int(k.sum(axis=1).max())
+    # (no iteration: the powers and each cap's draft steps are not read)
     k, g, t, e = _plan_rows(cum, cum, k, plan.caps.astype(np.int64), w, costs, 0, n_hi)
     best = int(np.argmax(g))
     return RoundPlan(
@@ -258,29 +258,12 @@ def slo_floor_plan(
 def _powers(a, K: int) -> tuple[np.ndarray, np.ndarray]:
     """``(K+1, B)``: P(token j accepted) and its running sum, ``E(a_i, k)`` at row k (``a`` as
     :func:`plan_round_lengths` takes it)."""
-    a = np.minimum(np.maximum(np.asarray(a, dtype=float), 0.0), 1.0)  # np.clip, fewer calls
-    B = a.shape[-1]
-    powers: np.ndarray
-    if a.ndim == 1:
-        powers = a[None, :] ** np.arange(K + 1)[:, None]
-    else:
-        first = a[:K]
-        powers = np.empty((len(first) + 1, B))
-        powers[0] = 1.0
-        _accumulate(np.multiply, first, powers[1:])
-    return powers, _accumulate(np.add, powers, np.empty_like(powers))
-
-
-def _accumulate(op: np.ufunc, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``op.accumulate(x, axis=0)`` into ``out``: the same operations in the same order
-    (row j = row j−1 op x[j]); wide rows go one numpy call a row, which beats numpy's strided
-    accumulation down the columns from ~64 columns on."""
-    if x.ndim != 2 or x.shape[1] < 64:
-        return op.accumulate(x, axis=0, out=out)
-    out[0] = x[0]
-    for j in range(1, len(x)):
-        op(out[j - 1], x[j], out=out[j])
-    return out
+    a = np.asarray(a, dtype=float)
+    if a.ndim == 2:
+        return position_powers(a, K)
+    a = np.minimum(np.maximum(a, 0.0), 1.0)  # np.clip, fewer calls
+    powers = a[None, :] ** np.arange(K + 1)[:, None]
+    return powers, np.add.accumulate(powers, axis=0)
 
 
 def mean_tpot_row(plan: RoundPlan) -> int:

@@ -96,9 +96,9 @@ def pairwise_sum(a: np.ndarray, lo: int, n: int) -> float:  # pragma: no cover -
 
 
 @njit(cache=True, error_model="numpy")
-def _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhead, t0, shared, w_mean, buf, n, steps, d, t, g, e):  # fmt: skip  # pragma: no cover - compiled
-    """Per row of ``k``: verified tokens ``n``, draft steps, drafting sequences ``d``, round
-    time ``t``, goodput ``g`` and expected tokens ``e`` (``buf``: a row's E_i, for the sum).
+def _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhead, t0, shared, w_mean, n, d, t, g, e):  # fmt: skip  # pragma: no cover - compiled
+    """Per row of ``k``: verified tokens ``n``, drafting sequences ``d``, round time ``t``,
+    goodput ``g`` and expected tokens ``e``.
     The goodput is the expected tokens less the prompt penalty over the round's time, with the
     time beyond a plain decoding round ``t0`` weighed by 1 / mean α (the planner's cost
     weighting) and the ``shared`` seconds every row pays left out."""
@@ -112,13 +112,12 @@ def _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhe
                 mx = x
             if x != 0:
                 cnt += 1
-            buf[i] = cum[x, i]
-            e[r, i] = buf[i]
-        n[r], steps[r], d[r] = tot + B, mx, cnt
+            e[r, i] = cum[x, i]
+        n[r], d[r] = tot + B, cnt
         st = min(mx, 1) if block else mx
         draft = fixed + st * step_tab[max(cnt, 1) - 1] if st > 0 else 0.0
         t[r] = draft + vs_tab[n[r] - n_lo] + overhead
-        value = pairwise_sum(buf, 0, B)
+        value = pairwise_sum(e[r], 0, B)
         if has_pen:
             value = value - pen_tab[n[r] - n_lo]
         g[r] = value / max(t0 - shared + (t[r] - t0) / w_mean, 1e-12)
@@ -141,14 +140,12 @@ def plan_rows(powers, cum, bound, per_step, w, shared, iterations, vs_tab, vsl_t
             ones = False
     k = bound.copy()
     n = np.empty(R, dtype=np.int64)
-    steps = np.empty(R, dtype=np.int64)
     d = np.empty(R, dtype=np.int64)
     t = np.empty(R)
     g = np.empty(R)
     e = np.empty((R, B))
-    buf = np.empty(B)
     k_new = np.empty_like(k)
-    _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhead, t0, shared, w_mean, buf, n, steps, d, t, g, e)  # fmt: skip
+    _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhead, t0, shared, w_mean, n, d, t, g, e)  # fmt: skip
     for _ in range(iterations):
         same = True
         for r in range(R):
@@ -171,7 +168,7 @@ def plan_rows(powers, cum, bound, per_step, w, shared, iterations, vs_tab, vsl_t
         if same:
             break
         k[:, :] = k_new
-        _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhead, t0, shared, w_mean, buf, n, steps, d, t, g, e)  # fmt: skip
+        _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhead, t0, shared, w_mean, n, d, t, g, e)  # fmt: skip
     return k, g, t, e
 
 

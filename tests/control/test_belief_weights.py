@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from control.belief_weights import PredictiveWeights, beta_beliefs
+from control.belief_kernel import grid_beliefs, point_beliefs
+from control.belief_weights import PredictiveWeights
 from control.dspark import DSparkConfig, DSparkController
 from control.dspark_planner import DSparkPlanner
 
@@ -31,15 +32,15 @@ def fresh(n):
 
 def test_every_pair_of_the_grid_is_the_belief_of_that_pair_alone():
     rng = np.random.default_rng(0)
-    sn, sr, rn, rr = rng.uniform(0, 30, (4, 9))
-    steps = np.arange(6, dtype=float)[:, None]
-    w, R = np.array([[0.5], [3.0], [40.0]]), np.array([[1.0], [8.0]])
-    grid = beta_beliefs(sn, sr, rn, rr, 0.7, w, R, steps)
-    assert grid.shape == (3, 2, 6, 9)
+    values = rng.uniform(0, 30, (9, 11))  # SUM_N, SUM_REJ, RECENT_N, RECENT_REJ in columns 0-3
+    idx = np.arange(9, dtype=np.intp)
+    w, R = np.array([0.5, 3.0, 40.0]), np.array([1.0, 8.0])
+    grid = grid_beliefs(values, idx, 0.7, w, R, 6)
+    assert grid.shape == (9, 6, 6)
     for i in range(3):
         for j in range(2):
-            one = beta_beliefs(sn, sr, rn, rr, 0.7, float(w[i, 0]), float(R[j, 0]), steps)
-            assert np.array_equal(grid[i, j], one)  # the same floats, not merely close
+            one = point_beliefs(values, idx, 0.7, float(w[i]), float(R[j]), 6)
+            assert np.array_equal(grid[:, i * 2 + j, :], one.T)  # the same floats, not merely close
 
 
 def test_without_evidence_the_configured_weights_plan():

@@ -16,7 +16,6 @@ from control.belief_kernel import (
     position_factor,
     scaled_capped,
 )
-from control.belief_weights import beta_beliefs
 from control.cost_kernel import (
     KIND_BUDGET,
     KIND_NONE,
@@ -145,6 +144,19 @@ def test_the_mean_tpot_rank_and_the_best_row_are_the_numpy_expressions():
         score[rng.integers(0, R)] = score.max()  # ties within 1e-9 go to the higher goodput
         top = np.flatnonzero(score >= score.max() - 1e-9 * abs(score.max()))
         assert best_row(score, g) == top[np.argmax(g[top])]
+
+
+def beta_beliefs(sn, sr, rn, rr, pool: float, w, R, steps: np.ndarray) -> np.ndarray:
+    """The beliefs' numpy form (the planner's before it was compiled): counts ``sn`` / ``sr``
+    shrunk toward ``pool`` by ``w``, the recent ``rn`` / ``rr`` weighed against ``R``; position
+    j at ``(â·m + j) / (m + j)``. Scalar ``w``, ``R``: ``(K, B)``; columns ``(Gw, 1)``,
+    ``(Gr, 1)``: ``(Gw, Gr, K, B)``."""
+    own = (sn + w * pool) / np.maximum(sn + sr + w, 1e-12)
+    mass = rn + rr + R
+    if np.ndim(w):
+        own = own[:, None, :]
+    own = (rn + R * own) / np.maximum(mass, 1e-12)
+    return (own[..., None, :] * mass[..., None, :] + steps) / (mass[..., None, :] + steps)
 
 
 def _store(rng, slots, K):

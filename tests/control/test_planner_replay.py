@@ -210,13 +210,13 @@ def test_recorded_batches_exercise_the_planner(recorded):
 
 
 @pytest.mark.parametrize("cols", [1, 16, 63, 64, 256])
-def test_accumulate_is_numpy_bit_for_bit(cols):
-    from control.goodput import _accumulate
+def test_position_powers_are_numpy_bit_for_bit(cols):
+    from control.goodput_kernel import position_powers
 
     x = np.random.default_rng(cols).uniform(0.0, 1.0, (16, cols))
-    for op, ref in ((np.add, np.cumsum), (np.multiply, np.cumprod)):
-        got = _accumulate(op, x, np.empty_like(x))
-        assert got.tobytes() == ref(x, axis=0).tobytes()
+    powers, cum = position_powers(x, 16)
+    assert powers[1:].tobytes() == np.cumprod(x, axis=0).tobytes()
+    assert cum.tobytes() == np.cumsum(powers, axis=0).tobytes()
 
 
 @pytest.mark.parametrize("backoff", [0, 3])
