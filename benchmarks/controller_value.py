@@ -18,6 +18,7 @@ the k with the best geometric mean of its ratios to the per-cell best.
 
     .venv/bin/python benchmarks/controller_value.py [--seeds 0,1] [--tuned configs/dspark_tuned.toml]
         [--workers N]   # the cells' runs on N processes; the cells are the same as with 1
+        [--regimes beta-0.75 --loads B=128 --seeds 0,1,...,39]   # one cell on more seeds
 
 Beside each cell's tuned/best ratio: its standard error over seeds (paired: the same seeds for
 every controller), and the count of cells whose ratio is below 0.99 by more than two of them;
@@ -179,6 +180,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "runs" / "controller_value"))
     ap.add_argument("--regimes", default=",".join(REGIMES))
     ap.add_argument(
+        "--loads",
+        default=None,
+        help="only these loads of each regime (e.g. B=128,heavy): one cell on more seeds",
+    )
+    ap.add_argument(
         "--from-cells", default=None, help="summarise a saved cells.csv instead of running"
     )
     ap.add_argument(
@@ -204,11 +210,19 @@ def main(argv=None) -> int:
             **{p: (p, make_config(p)) for p in PEERS},
         }
     )
+    regimes = a.regimes.split(",")
+    loads = None if a.loads is None else a.loads.split(",")
+
+    def chosen(cell: tuple) -> bool:
+        return cell[0] in regimes and (loads is None or cell[1] in loads)
+
+    if not any(chosen(c) for c in conditions(1.0)):
+        print(f"error: no cell has a regime in {a.regimes!r} and a load in {a.loads!r}")
+        return 2
     t0 = time.perf_counter()
     cap = k0_capacity_rps(base)
     print(f"k = 0 capacity at batch {OPEN_BATCH}: {cap:.2f} requests/s (open-loop loads scale it)")
-    regimes = a.regimes.split(",")
-    cells = [c for c in conditions(cap) if c[0] in regimes]
+    cells = [c for c in conditions(cap) if chosen(c)]
     df = pd.DataFrame(run_cells(base, cells, entries, seeds, a.min_requests, a.workers, t0))
     Path(a.out).mkdir(parents=True, exist_ok=True)
     df.to_csv(Path(a.out) / "cells.csv", index=False)

@@ -61,3 +61,9 @@ def test_a_peer_ahead_is_told_apart_from_seed_noise_by_the_paired_standard_error
     assert "below 0.99 in 2 of 3 cells" in line
     assert "r B=1 0.9800 ± 0.0000" in line and "r B=2 0.9850 ± 0.0161" in line
     assert line.endswith("by more than two standard errors in 1")
+
+
+def test_a_load_no_regime_has_is_one_line_before_any_run(capsys):
+    assert cv.main(["--regimes", "beta-0.75", "--loads", "B=100"]) == 2
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out == ["error: no cell has a regime in 'beta-0.75' and a load in 'B=100'"]
