@@ -97,7 +97,9 @@ class PredictiveWeights:
         every point's predictions kept for the batch's first :data:`SCORED` sequences."""
         if len(self.kept):  # the last plan's predictions, scored once
             kept = self.kept
-            self._learn(kept, store.owners[kept], store.counts[kept])
+            # (a sequence no longer in the batch is not scored: its rows stay with it)
+            owners = np.where(np.isin(kept, idx), members_of(store, kept), None)
+            self._learn(kept, owners, store.counts[kept])
             self.owner[kept] = None
             self.kept = kept[:0]
         self.plans += 1
@@ -107,7 +109,7 @@ class PredictiveWeights:
                 self.owner = resized(self.owner, store.capacity)
             sub = idx[:SCORED]
             self.pred[sub] = grid_beliefs(store.values, sub, pool, self.w[:, 0], self.R[:, 0], self.k_max)  # fmt: skip
-            self.owner[sub] = store.owners[sub]
+            self.owner[sub] = members_of(store, sub)
             self.kept = sub
         w, R = self.pair()
         return point_beliefs(store.values, idx, pool, w, R, self.k_max)
@@ -130,3 +132,8 @@ class PredictiveWeights:
         """Forget: the planner calls it every :data:`SCORE_HALF_LIFE` rounds."""
         self.score *= 0.5
         self._pair = None
+
+
+def members_of(store: Any, idx: np.ndarray) -> np.ndarray:
+    """The members in slots ``idx`` of ``store`` (its weak references followed; None: gone)."""
+    return np.array([None if r is None else r() for r in store.owners[idx].tolist()], object)

@@ -13,21 +13,48 @@ from control.batch import BatchContext, RoundStats
 from control.dspark_base import DSparkBaseController
 from control.dspark_config import GoodputPolicyConfig
 from control.dspark_planner import DSparkPlanner
+from control.seqrounds import (
+    CHANGED,
+    COOLDOWN,
+    COOLDOWNS,
+    FAILS,
+    MAY_CLOSE,
+    ROUNDS,
+    SlotBlocks,
+    SlotWindow,
+    bind_constants,
+    observe_one,
+)
 from control.seqstate import (
     ALPHA,
     CONTEXT,
     DECODE_S,
     FIRST_S,
     PLANNED,
+    READS,
     RECENT_N,
     RECENT_REJ,
+    SOLO,
     SUM_N,
     SUM_REJ,
     TOKENS,
+    TTFT,
     SeqArrays,
     expected_outcome,
 )
 from control.types import Decision
+
+
+def _int_column(j: int) -> property:
+    """A count of the sequence's rounds kept in column ``j`` of its slot's integer row."""
+
+    def get(self: GoodputPolicyController) -> int:
+        return self._ist[j]
+
+    def put(self: GoodputPolicyController, value: int) -> None:
+        self._ist[j] = value
+
+    return property(get, put)
 
 
 class GoodputPolicyController(DSparkBaseController):
@@ -39,16 +66,25 @@ class GoodputPolicyController(DSparkBaseController):
         c = config or GoodputPolicyConfig()
         self._decay = 1.0 - 1.0 / c.memory_rounds  # forgetting of the â counts
         self._fast = 1.0 - 1.0 / c.recent_rounds  # forgetting of the recent counts
+        # the drivers hand confidences only to controllers that read them
+        self.reads_confidences = c.acceptance_source == "confidence"
         # α is the time-penalty weight of speculation, 1 = pure goodput (its ceiling)
         super().__init__(c, 1.0, 1.0)
         self._retry = c.goodput_cooldown
-        # the drivers hand confidences only to controllers that read them
-        self.reads_confidences = c.acceptance_source == "confidence"
 
     def first_token(self, ttft_s: float) -> None:
         """The request's time to first token (told by the driver): a request past its TTFT
         SLO no longer counts in the planner's SLO share (its tokens still count as output)."""
         self.ttft_s = ttft_s
+
+    @property
+    def ttft_s(self) -> float:
+        """The request's time to first token (NaN until told), in the slot's row."""
+        return float(self._row[TTFT])
+
+    @ttft_s.setter
+    def ttft_s(self, value: float) -> None:
+        self._row[TTFT] = value
 
     def set_slo(self, slo: Any) -> None:
         """The driver's SLOs: the TPOT trim holds the driver's TPOT SLO (``slo_tpot_s`` when it
@@ -68,9 +104,20 @@ class GoodputPolicyController(DSparkBaseController):
         self._row: Any = memoryview(store.values[slot])  # format "d": floats in and out
         self._cnt: Any = memoryview(store.counts[slot])
         store.decay[slot], store.fast[slot] = self._decay, self._fast
+        self._row[SOLO] = 0.0 if getattr(self, "_solo", None) is None else 1.0
+        self._row[READS] = 1.0 if self.reads_confidences else 0.0
+        # the window, retry cap and blocks in the slot too (control.seqrounds)
+        store.widen(self.config.window_rounds)
+        self._ist: Any = memoryview(store.ints[slot])
+        bind_constants(self._ist, self.config, self.config.goodput_cooldown)
+        self._win: Any = SlotWindow(store, slot)
+        self._blocks: Any = SlotBlocks(store, slot)
+        self._push = self._feed = None  # the base's own window and blocks: not used
+
+    _VIEWS = ("_row", "_cnt", "_ist", "_win", "_blocks")
 
     def __getstate__(self) -> dict[str, Any]:  # memoryviews do not pickle: rebound on load
-        return {k: v for k, v in self.__dict__.items() if k not in ("_row", "_cnt")}
+        return {k: v for k, v in self.__dict__.items() if k not in self._VIEWS}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -82,6 +129,10 @@ class GoodputPolicyController(DSparkBaseController):
     recent_rej = property(lambda self: float(self._row[RECENT_REJ]))
     decode_s = property(lambda self: float(self._row[DECODE_S]))
     tokens = property(lambda self: int(self._row[TOKENS]))
+    rounds = _int_column(ROUNDS)
+    fails = _int_column(FAILS)
+    cooldown = _int_column(COOLDOWN)
+    cooldowns = _int_column(COOLDOWNS)
 
     @property
     def first_s(self) -> float:
@@ -130,7 +181,7 @@ class GoodputPolicyController(DSparkBaseController):
         # plan_rates; a sequence no planner drives has a store of its own
         store = getattr(self, "_store", None)
         if store is None:
-            SeqArrays.single(c.k_max).new_slot(self)
+            SeqArrays.single(c.k_max, c.window_rounds).new_slot(self)
         else:
             store.new_slot(self, self._slot)
         self.ttft_s = math.nan  # the request's time to first token, when the driver tells it
@@ -145,6 +196,7 @@ class GoodputPolicyController(DSparkBaseController):
         batch of this one sequence, its costs learned from its own rounds."""
         if self._solo is None:
             self._solo = DSparkPlanner(self.config)
+            self._row[SOLO] = 1.0  # a batch planner observes this sequence on its own
             if self.slo is not None:
                 self._solo.set_slo(self.slo)
         ctx = BatchContext(1, self.context_tokens) if batch is None else batch
@@ -200,6 +252,32 @@ class GoodputPolicyController(DSparkBaseController):
                     batch_context_tokens,
                 )
             )
+
+    def take_decision(self) -> Decision:
+        """The base's; a one-round (block-end) decision marks the slot's hand-out stale, so
+        the next round hands the cached decision again (``DSparkPlanner.plan``)."""
+        if self._pending is not None:
+            self._store.dirty[self._slot] = True
+        return super().take_decision()
+
+    def _rebuild(self, block_end: bool) -> None:
+        super()._rebuild(block_end)
+        self._store.dirty[self._slot] = True  # the slot's last hand-out may differ now
+
+    def _observed(self, now_s, drafted, n, draft_s, round_s, lossy_accepts, e, sentence_ends):
+        """The base's ``_observed`` on the slot's arrays (:func:`control.seqrounds.observe_rounds`
+        for this one sequence), then :meth:`after_round`."""
+        ev = observe_one(self._store, self._slot, now_s, drafted, n, draft_s, round_s, lossy_accepts, e, sentence_ends)  # fmt: skip
+        if ev:
+            self.after_round(ev, e, sentence_ends)
+
+    def after_round(self, event: int, e: int, sentence_ends) -> None:
+        """What a round whose event (``control.seqrounds``) is not 0 leaves to Python: the
+        block it may close (then the block end's updates), else a changed decision."""
+        if event & MAY_CLOSE and self._blocks._close(e, sentence_ends):
+            self._block_end()
+        elif event & CHANGED:
+            self._rebuild(False)
 
     # --- policy hooks --
     def _initial_k(self) -> int:

@@ -75,9 +75,10 @@ Once per round, for the batch's sequences (each a :class:`~control.dspark.DSpark
 The per-sequence decision keeps its mode, β, τ and block-end flag; only k (and, with a
 confidence head, the survival stop) is planned.
 
-The sequences' evidence lives in the planner's arrays (:class:`~control.seqstate.SeqArrays`, a
-slot per member, written in place by each member's ``observe``): a plan gathers the batch by
-slot, with no Python loop over its sequences' attributes.
+The sequences' state lives in the planner's arrays (:class:`~control.seqstate.SeqArrays`, a
+slot per member): their evidence, windows, retry caps and blocks, recorded for the batch at once
+(``observe_members``); a plan gathers the batch by slot, and hands each sequence its decision
+again unless it moved (:mod:`control.handout`), with no Python loop over the batch.
 """
 
 from __future__ import annotations
@@ -100,8 +101,19 @@ from control.goodput import (
     slo_floor_plan,
     slo_goodput_row,
 )
+from control.handout import HandOut
 from control.prefill_backlog import backlog_share, predicted_terms
-from control.seqstate import ALPHA, DECODE_S, PLANNED, SURVIVAL, TOKENS, SeqArrays
+from control.seqstate import (
+    ALPHA,
+    DECODE_S,
+    PLANNED,
+    READS,
+    SOLO,
+    SURVIVAL,
+    TOKENS,
+    TTFT,
+    SeqArrays,
+)
 from control.tpot_calibration import TpotCalibration
 from control.types import Decision
 
@@ -129,7 +141,7 @@ class DSparkPlanner(RoundPlanner):
     def __init__(self, config: Any) -> None:
         self.config = config
         self.costs = RoundCostModel(forget=config.cost_forget)
-        self._decisions: dict[tuple, Decision] = {}
+        self.hand = HandOut()  # the decisions handed to the batch (control.handout)
         #: the batch's per-sequence state, a slot per member (control.seqstate)
         self.seqs = SeqArrays(config.k_max, 16)
         self._idx = np.zeros(0, dtype=np.intp)  # the slots of this round's members
@@ -322,43 +334,37 @@ class DSparkPlanner(RoundPlanner):
         )
 
     def plan(self, now_s: float, members: Sequence[Any], batch: BatchContext) -> list[Decision]:
-        c = self.config
-        self._idx = idx = self.seqs.slots_of(members)
-        self._members = members if isinstance(members, list) else list(members)
-        base = [m.take_decision() for m in members]
+        c, st = self.config, self.seqs
+        self._idx = idx = st.slots_of(members)
+        self._members = members = members if isinstance(members, list) else list(members)
         k_max = c.k_max if batch.max_draft is None else min(c.k_max, batch.max_draft)
         B = len(members)
         e = c.explore_every << min(self._idle, 3)  # probes thin out while idling
         probe = bool(e) and self.rounds % e == e - 1
         self.full_plan = probe or not self._keeps_plan(B, batch, k_max)
+        fresh = self.hand.take(st, idx, members)  # the decisions that may have moved
         if not self.full_plan:
             # between re-plans: each sequence keeps its planned length (a newcomer takes the
             # cap); its own decision still bounds it (cool-down, block end, mode)
             self._since += 1
             cap = min(self.last_cap, k_max)
-            with_k = self._with_k
-            out = []
+            p = st.values[idx, PLANNED]  # integers (-1: none)
+            x = np.where((p < 0.0) | (p > cap), cap, p).astype(np.int64)
             if self._head:  # a newcomer (no plan yet, α 1) takes the plan's survival at α 1
-                s0 = self._survival0
-                rows = self.seqs.values[idx][:, [PLANNED, SURVIVAL]].tolist()
-                for d, (p, s) in zip(base, rows):
-                    x = cap if p < 0.0 or p > cap else int(p)
-                    out.append(with_k(d, min(d.k, x), s if p >= 0.0 else s0))
-                return out
-            for d, p in zip(base, self.seqs.values[idx, PLANNED].tolist()):
-                x = cap if p < 0.0 or p > cap else int(p)  # PLANNED holds integers (-1: none)
-                out.append(d if d.k <= x else with_k(d, x))
-            return out
+                sv = np.where(p >= 0.0, st.values[idx, SURVIVAL], self._survival0)
+                return self._cut_head(idx, x, sv)
+            return self.hand.cut(st, idx, fresh, x)
         self._since = 0
         self._planned_b = B
         kept = None  # the lengths this round would have kept (not after a probe: its lengths
         # were an experiment, never a plan to keep)
         after_probe, self._probed = self._probed, probe
+        base_k = st.base_k[idx]
         if c.replan_backoff and not (probe or after_probe or self._head) and self.last_cap >= 0:
             cap = min(self.last_cap, k_max)
-            p = self.seqs.values[idx, PLANNED]
-            kept = np.minimum(np.where((p < 0.0) | (p > cap), cap, p), [d.k for d in base])
-        k = self._full_plan(members, base, k_max, batch, probe, now_s)
+            p = st.values[idx, PLANNED]
+            kept = np.minimum(np.where((p < 0.0) | (p > cap), cap, p), base_k)
+        k = self._full_plan(members, np.minimum(base_k, k_max), k_max, batch, probe, now_s)
         if kept is not None:
             same = bool((kept == k).all())
             self._stable = min(self._stable + 1, c.replan_backoff) if same else 0
@@ -368,12 +374,17 @@ class DSparkPlanner(RoundPlanner):
             idle = self.last_cap == 0 and batch.prefill_backlog <= 0
             # (bounded: the interval and the probe cadence saturate long before 32)
             self._idle = min(self._idle + 1, 32) if idle else 0
-        self.seqs.values[idx, PLANNED] = k
-        with_k = self._with_k
+        st.values[idx, PLANNED] = k
         if self._head:
-            sv = self.seqs.values[idx, SURVIVAL].tolist()
-            return [with_k(d, min(d.k, x), s) for d, x, s in zip(base, k.tolist(), sv)]
-        return [d if d.k == x else with_k(d, x) for d, x in zip(base, k.tolist())]
+            return self._cut_head(idx, k, st.values[idx, SURVIVAL])
+        return self.hand.cut(st, idx, fresh, k)
+
+    def _cut_head(self, idx: np.ndarray, x: np.ndarray, survival: np.ndarray) -> list[Decision]:
+        """With a confidence head (item 8): each sequence's decision at length ``x`` (at most
+        its own k) with its survival stop."""
+        with_k = self.hand.with_k
+        base = self.seqs.base[idx].tolist()
+        return [with_k(d, min(d.k, xi), s) for d, xi, s in zip(base, x.tolist(), survival.tolist())]
 
     def _keeps_plan(self, B: int, batch: BatchContext, k_max: int) -> bool:
         """Whether this round keeps the last full plan: within its interval (items 6 and 7),
@@ -401,9 +412,8 @@ class DSparkPlanner(RoundPlanner):
             )
         )
 
-    def _full_plan(self, members, base, k_max, batch, probe, now_s=0.0) -> np.ndarray:
+    def _full_plan(self, members, kcap, k_max, batch, probe, now_s=0.0) -> np.ndarray:
         c = self.config
-        kcap = np.minimum(np.array([d.k for d in base], dtype=np.int64), k_max)
         if self._rates is not None and len(self._rates) == len(members):
             a = np.asarray(self._rates, dtype=float)
         else:
@@ -428,7 +438,7 @@ class DSparkPlanner(RoundPlanner):
                     f = self.tpot_cal.factor
                     stretch, extra_s = stretch * f, extra_s * f
                 tpot = self.slo.tpot_s * c.slo_margin
-                lost = np.array([m.ttft_s for m in members]) > self.slo.ttft_s
+                lost = v[self._idx, TTFT] > self.slo.ttft_s
                 if c.slo_floor:
                     p = slo_floor_plan(p, a, kcap, costs, tpot, stretch, extra_s, lost, alpha)
                 row = slo_goodput_row(
@@ -470,20 +480,6 @@ class DSparkPlanner(RoundPlanner):
         self.last_cap = int(k.max()) if len(k) else 0
         return k
 
-    def _with_k(self, d: Decision, k: int, survival: float = 0.0) -> Decision:
-        """``d`` with length ``k`` and survival stop ``survival`` (one cached object each)."""
-        if d.k == k and d.survival == survival:
-            return d
-        key = (k, d.mode, d.beta, d.tau, d.block_end, survival)
-        out = self._decisions.get(key)
-        if out is None:
-            if len(self._decisions) > 4096:  # β moves continuously in threshold mode
-                self._decisions.clear()
-            out = self._decisions[key] = Decision(
-                k=k, mode=d.mode, beta=d.beta, tau=d.tau, block_end=d.block_end, survival=survival
-            )
-        return out
-
     def _prefill_terms(self, batch: BatchContext, plan: Any) -> tuple[Any, Any]:
         """``(stretch, extra_s)`` of :func:`~control.goodput.slo_goodput_row` by ``slo_prefill``
         (with ``"backlog"`` one per sequence while prompts wait: :mod:`control.prefill_backlog`;
@@ -523,7 +519,7 @@ class DSparkPlanner(RoundPlanner):
         if (
             len(listed) < RECORD_AT_ONCE
             or listed != self._members  # identity, in order
-            or any(m._solo is not None for m in listed)
+            or self.seqs.values[self._idx, SOLO].any()
         ):
             super().observe_members(
                 members, now_s, drafted, accepted, confidences, draft_s, verify_s, context,
@@ -531,14 +527,15 @@ class DSparkPlanner(RoundPlanner):
             )  # fmt: skip
             return
         conf = None  # each member's evidence: its outcomes, or what its confidences predicted
-        if confidences is not None and any(m.reads_confidences for m in listed):
-            conf = [c if m.reads_confidences else () for m, c in zip(listed, confidences)]
-        self.seqs.record(
-            self._idx, now_s, drafted, accepted, emitted, draft_s, verify_s, context, conf
-        )
-        round_s = draft_s + verify_s
-        for m, d, n, lo, e, se in zip(listed, drafted, accepted, lossy, emitted, sentence_ends):
-            m._observed(now_s, d, n, draft_s, round_s, lo, e, se)
+        reads = self.seqs.values[self._idx, READS] if confidences is not None else None
+        if reads is not None and reads.any():
+            conf = [c if r else () for r, c in zip(reads.tolist(), confidences)]
+        events = self.seqs.record(
+            self._idx, now_s, drafted, accepted, emitted, draft_s, verify_s, context, conf,
+            lossy, sentence_ends,
+        )  # fmt: skip
+        for i in np.flatnonzero(events).tolist():
+            listed[i].after_round(int(events[i]), emitted[i], sentence_ends[i])
 
     def observe_round(self, stats: RoundStats) -> None:
         self.rounds += 1

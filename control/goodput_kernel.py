@@ -156,11 +156,11 @@ def plan_rows(powers, cum, bound, per_step, w, shared, iterations, vs_tab, vsl_t
                 thr = gv if ones else gv / w[i]
                 if has_pslope:
                     thr = thr + ps
-                c = 0
-                for j in range(1, P):
-                    if powers[j, i] >= thr:
-                        c += 1
-                ks = min(bound[r, i], c)
+                # positions whose survival pays, up to the row's bound (survival never rises
+                # along the draft: each power is the one before times a rate in [0, 1])
+                ks, cap = 0, min(bound[r, i], P - 1)
+                while ks < cap and powers[ks + 1, i] >= thr:
+                    ks += 1
                 x = ks if cum[ks, i] - 1.0 >= thr * ks + (join if ones else join / w[i]) else 0
                 k_new[r, i] = x
                 if x != k[r, i]:

@@ -8,21 +8,31 @@ counts since the last full plan, and the rates that plan predicted. A sequence
 (:class:`~control.dspark.DSparkController`) holds views of its own rows and updates them in
 place when it observes a round, so a plan reads the batch with one gather, never by visiting
 each sequence's attributes. A sequence no planner drives lives in a store of its own (one
-slot); a planner moves it into its store when it first plans it and back out when it leaves
-the batch (:meth:`SeqArrays.adopt`, :meth:`SeqArrays.release`).
+slot); a planner moves it into its store when it first plans it (:meth:`SeqArrays.adopt`). A
+sequence that leaves the batch keeps its slot, untouched, for as long as it lives: the store
+holds its members weakly and frees a slot when its member is gone (a finished request the
+driver dropped), so a departure costs the planner nothing and a sequence that returns finds
+its rows where it left them.
 """
 
 from __future__ import annotations
 
+import weakref
+from functools import partial
 from typing import Any
 
 import numpy as np
 from numba import njit
 
+from control.seqrounds import INT_COLUMNS, ROW_FIELDS, SUMS, WINDOW, observe_rounds
+
 #: columns of the float row
 SUM_N, SUM_REJ, RECENT_N, RECENT_REJ, DECODE_S, TOKENS, ALPHA, PLANNED, FIRST_S, CONTEXT = range(10)
 SURVIVAL = 10  # the survival stop of the planned length (acceptance_source "confidence")
-COLUMNS = 11
+TTFT = 11  # the request's time to first token (NaN until the driver tells it)
+SOLO = 12  # 1 when the sequence keeps a planner of its own (it once planned alone)
+READS = 13  # 1 when the sequence's evidence is what its drafter's confidences predicted
+COLUMNS = 14
 
 
 class SeqArrays:
@@ -37,18 +47,31 @@ class SeqArrays:
         self.has_rates = np.zeros(0, dtype=bool)
         self.decay = np.ones(0)  # each slot's forgetting of SUM_N / SUM_REJ a round
         self.fast = np.ones(0)  # and of RECENT_N / RECENT_REJ
-        self.owners = np.empty(0, dtype=object)  # the member in each slot (None: free)
-        self.seen = np.zeros(0, dtype=np.int64)  # the last plan that listed each slot
+        self.owners = np.empty(0, dtype=object)  # a weak reference to each slot's member
+        self.seen = np.zeros(0, dtype=np.int64)  # the last listing (slots_of) of each slot
         self.used = np.zeros(0, dtype=bool)  # whether a member holds each slot
+        # each member's window, retry cap and blocks (control.seqrounds): its integer row, its
+        # ring of recent rounds (as wide as the widest window so far) and the ring's sums
+        self.ints = np.zeros((0, INT_COLUMNS), dtype=np.int64)
+        self.ring = np.zeros((0, 1, ROW_FIELDS))
+        self.wsum = np.zeros((0, SUMS))
+        # the hand-outs (DSparkPlanner.plan): each slot's decision as last taken, its k, the
+        # decision last handed out and the length it was cut to, and whether the member's
+        # decision may have changed since it was taken (new, rebuilt, a one-round block end)
+        self.base = np.empty(0, dtype=object)
+        self.base_k = np.zeros(0, dtype=np.int64)
+        self.out = np.empty(0, dtype=object)
+        self.out_x = np.zeros(0, dtype=np.int64)
+        self.dirty = np.zeros(0, dtype=bool)
         self.free: list[int] = []
-        self.tick = 0
+        self.tick = 0  # listings so far
         self.adopted = 0  # members moved in from a store of their own (new to the batch)
         self._grow(capacity)
 
     @classmethod
-    def single(cls, k_max: int) -> SeqArrays:
-        """A store of one free slot, built directly (a sequence's own: every new controller
-        and every member that leaves a batch gets one)."""
+    def single(cls, k_max: int, window: int = 1) -> SeqArrays:
+        """A store of one free slot with a ring of ``window`` rounds, built directly (a
+        sequence's own: every new controller and every member that leaves a batch gets one)."""
         st = cls.__new__(cls)
         st.k_max, st.capacity, st.tick, st.adopted = k_max, 1, 0, 0
         st.values = np.zeros((1, COLUMNS))
@@ -59,6 +82,12 @@ class SeqArrays:
         st.owners, st.free = np.empty(1, dtype=object), [0]
         st.seen = np.zeros(1, dtype=np.int64)
         st.used = np.zeros(1, dtype=bool)
+        st.ints = np.zeros((1, INT_COLUMNS), dtype=np.int64)
+        st.ring = np.zeros((1, window, ROW_FIELDS))
+        st.wsum = np.zeros((1, SUMS))
+        st.base, st.out = np.empty(1, dtype=object), np.empty(1, dtype=object)
+        st.base_k, st.out_x = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        st.dirty = np.ones(1, dtype=bool)
         return st
 
     def _grow(self, capacity: int) -> None:
@@ -69,13 +98,34 @@ class SeqArrays:
         self.has_rates = resized(self.has_rates, capacity)
         self.decay = resized(self.decay, capacity)
         self.fast = resized(self.fast, capacity)
-        self.seen = resized(self.seen, capacity)
         self.used = resized(self.used, capacity)
         self.owners = resized(self.owners, capacity)
+        self.seen = resized(self.seen, capacity)
+        self.ints = resized(self.ints, capacity)
+        self.ring = resized(self.ring, capacity)
+        self.wsum = resized(self.wsum, capacity)
+        self.base = resized(self.base, capacity)
+        self.base_k = resized(self.base_k, capacity)
+        self.out = resized(self.out, capacity)
+        self.out_x = resized(self.out_x, capacity)
+        self.dirty = resized(self.dirty, capacity)
         self.free += range(capacity - 1, old - 1, -1)  # lowest slot first
         self.capacity = capacity
-        for slot in np.flatnonzero(self.used).tolist():  # row views follow the new arrays
-            self.owners[slot]._bind(self, slot)
+        self._rebind()
+
+    def _rebind(self) -> None:
+        """Every member's row views onto the store's arrays (after they were reallocated)."""
+        for slot in np.flatnonzero(self.used).tolist():
+            member = self.owners[slot]()
+            if member is not None:
+                member._bind(self, slot)
+
+    def _gone(self, slot: int, ref: Any) -> None:
+        """The member in ``slot`` is gone (its weak reference ``ref`` died): a free slot."""
+        if self.owners[slot] is ref:
+            self.owners[slot] = None
+            self.used[slot] = False
+            self.free.append(slot)
 
     def new_slot(self, member: Any, slot: int | None = None) -> int:
         """A zeroed slot for ``member`` (α 1, no planned length, no first round, no predicted
@@ -89,37 +139,73 @@ class SeqArrays:
         self.values[slot, ALPHA] = 1.0
         self.values[slot, PLANNED] = -1.0
         self.values[slot, FIRST_S] = -1.0
+        self.values[slot, TTFT] = np.nan
         self.counts[slot] = 0.0
         self.has_rates[slot] = False
-        self.owners[slot] = member
+        self.owners[slot] = weakref.ref(member, partial(self._gone, slot))
         self.used[slot] = True
+        self.ints[slot] = 0
+        self.ring[slot] = 0.0
+        self.wsum[slot] = 0.0
+        self.dirty[slot] = True
         member._bind(self, slot)
         return slot
+
+    def widen(self, window: int) -> None:
+        """Rings of at least ``window`` rounds (a member's window wider than any so far)."""
+        if window > self.ring.shape[1]:
+            ring = np.zeros((self.capacity, window, ROW_FIELDS))
+            ring[:, : self.ring.shape[1]] = self.ring
+            self.ring = ring
+            self._rebind()
 
     def adopt(self, member: Any) -> int:
         """Move ``member``'s rows from the store it is in into a slot of this one."""
         src, old = member._store, member._slot
         self.adopted += 1
-        slot = self.new_slot(member)
+        if not self.free:
+            self._grow(max(2 * self.capacity, 4))
+        slot = self.free.pop()
         self.values[slot] = src.values[old]
         self.counts[slot] = src.counts[old]
         self.has_rates[slot] = src.has_rates[old]
         self.rates[slot] = src.rates[old]
+        self.ints[slot] = src.ints[old]
+        self.widen(src.ints[old, WINDOW])
+        w = src.ints[old, WINDOW]  # the ring's rounds past the window are never read
+        self.ring[slot, :w] = src.ring[old, :w]
+        self.wsum[slot] = src.wsum[old]
+        self.dirty[slot] = True
+        self.seen[slot] = self.tick
+        self.owners[slot] = weakref.ref(member, partial(self._gone, slot))
+        self.used[slot] = True
         src.owners[old] = None
         src.used[old] = False
         src.free.append(old)
+        member._bind(self, slot)
         return slot
 
     def slots_of(self, members) -> np.ndarray:
-        """The members' slots (adopting any in another store); slots whose member is not
-        listed have left the batch and move to a store of their own."""
+        """The members' slots, adopting any in another store; a member back after missing a
+        listing counts as new to the batch (``adopted``), as one adopted now does."""
         self.tick += 1
         idx = np.array([m._slot if m._store is self else self.adopt(m) for m in members], np.intp)
+        self.adopted += int(np.count_nonzero(self.seen[idx] < self.tick - 1))
         self.seen[idx] = self.tick
-        if len(self.free) + len(idx) < self.capacity:
-            for slot in np.flatnonzero(self.used & (self.seen != self.tick)).tolist():
-                self.release(slot)
         return idx
+
+    def __getstate__(self) -> dict[str, Any]:  # weak references do not pickle
+        state = dict(self.__dict__)
+        state["owners"] = np.array([None if r is None else r() for r in self.owners], object)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        owners = self.owners
+        self.owners = np.empty(len(owners), dtype=object)
+        for slot, member in enumerate(owners.tolist()):
+            if member is not None:
+                self.owners[slot] = weakref.ref(member, partial(self._gone, slot))
 
     def record(
         self,
@@ -132,7 +218,9 @@ class SeqArrays:
         verify_s: float,
         context: Any,
         confidences: Any = None,
-    ) -> None:
+        lossy: Any = None,
+        sentence_ends: Any = None,
+    ) -> np.ndarray:
         """One round of the members in slots ``idx`` (their drafted, accepted and emitted
         tokens and contexts, in slot order), recorded at once: for each, what its own
         ``_record`` does with a round (:class:`~control.dspark_goodput.GoodputPolicyController`),
@@ -140,45 +228,63 @@ class SeqArrays:
         context, the first round's start, the decode seconds and tokens, and the per-position
         count of a round that drafted. ``confidences`` (each member's, for members whose
         evidence is what their drafter's confidences predicted): the counts take
-        :func:`expected_outcome` of a member's confidences where it has some."""
+        :func:`expected_outcome` of a member's confidences where it has some. Then what each
+        member's ``_observed`` does with the round (its window, retry cap and blocks:
+        :func:`control.seqrounds.observe_rounds`, with its lossy accepts and sentence ends);
+        returns each member's event (0: nothing left to do in Python)."""
         n = np.asarray(accepted, dtype=np.int64)
         d = np.asarray(drafted, dtype=np.int64)
-        got, rej = n.astype(float), (n < d).astype(float)
+        size = len(idx)
+        got = rej = _NONE
         if confidences is not None:
+            got, rej = n.astype(float), (n < d).astype(float)
             for i, c in enumerate(confidences):
                 if c:
                     got[i], rej[i] = expected_outcome(c)
-        e = np.asarray(emitted, dtype=float)
-        cx = np.asarray(context, dtype=float)
-        record_round(self.values, self.counts, self.decay, self.fast, idx, now_s, d, n, e, got, rej, cx, draft_s, verify_s, self.k_max)  # fmt: skip
+        e = np.asarray(emitted, dtype=np.int64)
+        cx = np.asarray(context, dtype=np.int64)
+        # (lossy accepts and sentence ends are rare: all-zero columns are not converted)
+        lo = np.asarray(lossy, np.int64) if lossy is not None and any(lossy) else np.zeros(size, np.int64)  # fmt: skip
+        has = sentence_ends is not None and any(sentence_ends)
+        ends = np.fromiter(map(bool, sentence_ends), bool, size) if has else np.zeros(size, bool)  # fmt: skip
+        events = np.empty(size, dtype=np.int64)
+        record_round(self.values, self.counts, self.decay, self.fast, self.ints, self.ring, self.wsum, idx, now_s, d, n, e, got, rej, cx, lo, ends, draft_s, verify_s, self.k_max, events)  # fmt: skip
+        return events
 
-    def release(self, slot: int) -> None:
-        """The member in ``slot`` leaves: its rows go to a store of its own."""
-        SeqArrays.single(self.k_max).adopt(self.owners[slot])
+
+_NONE = np.zeros(0)  # no per-member evidence given: record_round counts the outcomes
 
 
 @njit(cache=True, error_model="numpy")
-def record_round(values, counts, decay, fast, idx, now_s, drafted, accepted, emitted, got, rej, context, draft_s, verify_s, k_max):  # fmt: skip  # pragma: no cover - compiled
+def record_round(values, counts, decay, fast, ints, ring, wsum, idx, now_s, drafted, accepted, emitted, got, rej, context, lossy, has_ends, draft_s, verify_s, k_max, events):  # fmt: skip  # pragma: no cover - compiled
     """One round of the members in slots ``idx`` (:meth:`control.seqstate.SeqArrays.record`),
     in place, member by member as each member's own record does it: the counts forgotten and
-    added to (``got`` accepted, ``rej`` refused), the context, the first round's start, the
-    decode seconds and tokens, and the per-position count of a round that drafted."""
+    added to (``got`` accepted and ``rej`` refused where given, else the round's outcome), the
+    context, the first round's start, the decode seconds and tokens, and the per-position count
+    of a round that drafted; then each member's window, retry cap and blocks
+    (:func:`control.seqrounds.observe_rounds`, its events into ``events``)."""
     start = now_s - draft_s - verify_s
+    given = got.shape[0] > 0
     for i in range(idx.shape[0]):
         s = idx[i]
+        d, n = drafted[i], accepted[i]
+        if given:
+            a, r = got[i], rej[i]
+        else:
+            a, r = float(n), 1.0 if n < d else 0.0
         f, g = decay[s], fast[s]
-        values[s, SUM_N] = values[s, SUM_N] * f + got[i]
-        values[s, SUM_REJ] = values[s, SUM_REJ] * f + rej[i]
-        values[s, RECENT_N] = values[s, RECENT_N] * g + got[i]
-        values[s, RECENT_REJ] = values[s, RECENT_REJ] * g + rej[i]
+        values[s, SUM_N] = values[s, SUM_N] * f + a
+        values[s, SUM_REJ] = values[s, SUM_REJ] * f + r
+        values[s, RECENT_N] = values[s, RECENT_N] * g + a
+        values[s, RECENT_REJ] = values[s, RECENT_REJ] * g + r
         values[s, CONTEXT] = context[i] + emitted[i]
         if values[s, FIRST_S] < 0.0:
             values[s, FIRST_S] = start
         values[s, DECODE_S] = now_s - values[s, FIRST_S]
         values[s, TOKENS] += emitted[i]
-        d, n = drafted[i], accepted[i]
         if d > 0:
             counts[s, n if n < d else k_max + 1 + n] += 1.0
+    observe_rounds(ints, ring, wsum, idx, now_s, drafted, accepted, emitted, lossy, has_ends, draft_s, draft_s + verify_s, events)  # fmt: skip
 
 
 def expected_outcome(confidences: Any) -> tuple[float, float]:
