@@ -101,7 +101,7 @@ from control.goodput import (
     slo_floor_plan,
     slo_goodput_row,
 )
-from control.handout import HandOut
+from control.handout import HandOut, kept_lengths
 from control.prefill_backlog import backlog_share, predicted_terms
 from control.seqstate import (
     ALPHA,
@@ -348,9 +348,9 @@ class DSparkPlanner(RoundPlanner):
             # cap); its own decision still bounds it (cool-down, block end, mode)
             self._since += 1
             cap = min(self.last_cap, k_max)
-            p = st.values[idx, PLANNED]  # integers (-1: none)
-            x = np.where((p < 0.0) | (p > cap), cap, p).astype(np.int64)
+            x = kept_lengths(st.values, PLANNED, idx, cap)
             if self._head:  # a newcomer (no plan yet, α 1) takes the plan's survival at α 1
+                p = st.values[idx, PLANNED]
                 sv = np.where(p >= 0.0, st.values[idx, SURVIVAL], self._survival0)
                 return self._cut_head(idx, x, sv)
             return self.hand.cut(st, idx, fresh, x)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from control.types import Decision
 
@@ -48,33 +49,72 @@ class HandOut:
 
     def take(self, st: Any, idx: np.ndarray, members: list) -> np.ndarray:
         """Take the decisions of the marked slots among ``idx`` (``members`` in the same
-        order) into ``st.base`` / ``st.base_k``; the mask of those slots (their hand-outs are
-        redone). A block-end decision taken now marks its slot again (the next round hands
+        order) into ``st.base`` / ``st.base_k``; their positions in ``idx`` (their hand-outs
+        are redone). A block-end decision taken now marks its slot again (the next round hands
         the sequence's cached decision)."""
-        fresh = st.dirty[idx]
-        where = np.flatnonzero(fresh)
-        if len(where):
-            slots = idx[where]
-            st.dirty[slots] = False
-            taken = [members[i].take_decision() for i in where.tolist()]
-            st.base[slots] = np.fromiter(taken, dtype=object, count=len(taken))
-            st.base_k[slots] = [d.k for d in taken]
+        fresh = marked(st.dirty, idx)
+        if len(fresh):
+            base, base_k = st.base, st.base_k
+            for i in fresh.tolist():
+                d = members[i].take_decision()
+                slot = idx[i]
+                base[slot] = d
+                base_k[slot] = d.k
         return fresh
 
     def cut(self, st: Any, idx: np.ndarray, fresh: np.ndarray, x: np.ndarray) -> list[Decision]:
         """Each slot's taken decision cut to ``x`` (``d`` itself when ``d.k ≤ x``): its last
-        hand-out where the decision is not ``fresh`` and ``x`` is the length it was cut to."""
+        hand-out where the decision is not ``fresh`` (positions) and ``x`` is the length it
+        was cut to."""
         out = st.out[idx].tolist()
-        redo = np.flatnonzero(fresh | (st.out_x[idx] != x))
+        redo = moved(st.out_x, idx, x, fresh)
         if len(redo):
-            slots, xs = idx[redo], x[redo]
-            with_k = self.with_k
-            cut = [
-                d if d.k <= xi else with_k(d, xi)
-                for d, xi in zip(st.base[slots].tolist(), xs.tolist())
-            ]
-            for i, c in zip(redo.tolist(), cut):
-                out[i] = c
-            st.out[slots] = np.fromiter(cut, dtype=object, count=len(cut))
-            st.out_x[slots] = xs
+            base, keep, with_k = st.base, st.out, self.with_k
+            for i in redo.tolist():
+                slot, xi = idx[i], int(x[i])
+                d = base[slot]
+                out[i] = keep[slot] = d if d.k <= xi else with_k(d, xi)
         return out
+
+
+@njit(cache=True, error_model="numpy")
+def marked(dirty, idx):  # pragma: no cover - compiled
+    """The positions in ``idx`` of the marked slots, their marks cleared."""
+    out = np.empty(idx.shape[0], dtype=np.int64)
+    n = 0
+    for i in range(idx.shape[0]):
+        if dirty[idx[i]]:
+            dirty[idx[i]] = False
+            out[n] = i
+            n += 1
+    return out[:n]
+
+
+@njit(cache=True, error_model="numpy")
+def moved(out_x, idx, x, fresh):  # pragma: no cover - compiled
+    """The positions in ``idx`` whose hand-out is redone: ``fresh`` ones and those whose
+    length ``x`` is not the one they were cut to (``out_x``, set to ``x`` here)."""
+    B = idx.shape[0]
+    redo = np.zeros(B, dtype=np.bool_)
+    for i in fresh:
+        redo[i] = True
+    out = np.empty(B, dtype=np.int64)
+    n = 0
+    for i in range(B):
+        s = idx[i]
+        if redo[i] or out_x[s] != x[i]:
+            out_x[s] = x[i]
+            out[n] = i
+            n += 1
+    return out[:n]
+
+
+@njit(cache=True, error_model="numpy")
+def kept_lengths(values, col, idx, cap):  # pragma: no cover - compiled
+    """Each slot's planned length (column ``col``: integers, −1 none) where it is one within
+    ``cap``, else ``cap``: a kept round's lengths."""
+    x = np.empty(idx.shape[0], dtype=np.int64)
+    for i in range(idx.shape[0]):
+        p = values[idx[i], col]
+        x[i] = cap if p < 0.0 or p > cap else int(p)
+    return x

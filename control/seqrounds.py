@@ -140,81 +140,79 @@ class SlotBlocks(BlockPlanner):
 def observe_rounds(ints, ring, wsum, idx, now_s, drafted, accepted, emitted, lossy, has_ends, draft_s, round_s, events):  # fmt: skip  # pragma: no cover - compiled
     """One round of the members in slots ``idx`` (their drafted, accepted and emitted tokens,
     lossy accepts and whether the round holds a sentence end, in slot order), as each
-    member's ``_observed`` does it: the window's push, the round count, the retry cap, and the
-    blocks where none can close. ``events[i]``: ``CHANGED`` when member i's decision changed
-    (a cool-down started or ended), ``MAY_CLOSE`` when its round may close a block (left to
-    :meth:`~control.blocks.BlockPlanner._close`, its counts untouched here)."""
+    member's ``_observed`` does it (:func:`observe_slot`); ``events[i]``: member i's event."""
     for i in range(idx.shape[0]):
-        s = idx[i]
-        d, n, e, lo = drafted[i], accepted[i], emitted[i], lossy[i]
-        # the window: ring slot j takes the round, the sums move by new - old
-        w, p = ints[s, WINDOW], ints[s, PUSHES]
-        j = p % w
-        rej = 1.0 if n < d else 0.0
-        if p >= w:
-            o = ring[s, j]
-            wsum[s, N] += n - o[N]
-            wsum[s, REJ] += rej - o[REJ]
-            wsum[s, DRAFTED] += d - o[DRAFTED]
-            wsum[s, EMITTED] += e - o[EMITTED]
-            wsum[s, LOSSY] += lo - o[LOSSY]
-            wsum[s, DRAFT_S] += draft_s - o[DRAFT_S]
-            wsum[s, ROUND_S] += round_s - o[ROUND_S]
+        events[i] = observe_slot(ints, ring, wsum, idx[i], now_s, drafted[i], accepted[i], emitted[i], lossy[i], has_ends[i], draft_s, round_s)  # fmt: skip
+
+
+@njit(cache=True, error_model="numpy")
+def observe_slot(ints, ring, wsum, s, now_s, d, n, e, lo, has_ends, draft_s, round_s):  # fmt: skip  # pragma: no cover - compiled
+    """One round of the member in slot ``s`` as its ``_observed`` does it: the window's push,
+    the round count, the retry cap, and the blocks where none can close. Its event:
+    ``CHANGED`` when its decision changed (a cool-down started or ended), ``MAY_CLOSE`` when its
+    round may close a block (left to :meth:`~control.blocks.BlockPlanner._close`, its counts
+    untouched here)."""
+    # the window: ring slot j takes the round, the sums move by new - old
+    w, p = ints[s, WINDOW], ints[s, PUSHES]
+    j = p % w
+    rej = 1.0 if n < d else 0.0
+    if p >= w:
+        o = ring[s, j]
+        wsum[s, N] += n - o[N]
+        wsum[s, REJ] += rej - o[REJ]
+        wsum[s, DRAFTED] += d - o[DRAFTED]
+        wsum[s, EMITTED] += e - o[EMITTED]
+        wsum[s, LOSSY] += lo - o[LOSSY]
+        wsum[s, DRAFT_S] += draft_s - o[DRAFT_S]
+        wsum[s, ROUND_S] += round_s - o[ROUND_S]
+    else:
+        wsum[s, N] += n
+        wsum[s, REJ] += rej
+        wsum[s, DRAFTED] += d
+        wsum[s, EMITTED] += e
+        wsum[s, LOSSY] += lo
+        wsum[s, DRAFT_S] += draft_s - 0.0
+        wsum[s, ROUND_S] += round_s - 0.0
+    r = ring[s, j]
+    r[N], r[REJ], r[DRAFTED], r[EMITTED] = n, rej, d, e
+    r[DRAFT_S], r[ROUND_S], r[LOSSY], r[NOW_S] = draft_s, round_s, lo, now_s
+    p += 1
+    ints[s, PUSHES] = p
+    if p % w == 0:  # the ring wrapped: its float sums summed afresh, in ring order
+        a = 0.0
+        b = 0.0
+        for q in range(w):
+            a += ring[s, q, DRAFT_S]
+            b += ring[s, q, ROUND_S]
+        wsum[s, DRAFT_S] = a
+        wsum[s, ROUND_S] = b
+    # the round count and the retry cap
+    ints[s, ROUNDS] += 1
+    ev = 0
+    if ints[s, COOLDOWN]:
+        ints[s, COOLDOWN] -= 1
+        if ints[s, COOLDOWN] == 0:
+            ev = CHANGED
+    elif d and ints[s, RETRY]:
+        if n:
+            ints[s, FAILS] = 0
         else:
-            wsum[s, N] += n
-            wsum[s, REJ] += rej
-            wsum[s, DRAFTED] += d
-            wsum[s, EMITTED] += e
-            wsum[s, LOSSY] += lo
-            wsum[s, DRAFT_S] += draft_s - 0.0
-            wsum[s, ROUND_S] += round_s - 0.0
-        r = ring[s, j]
-        r[N], r[REJ], r[DRAFTED], r[EMITTED] = n, rej, d, e
-        r[DRAFT_S], r[ROUND_S], r[LOSSY], r[NOW_S] = draft_s, round_s, lo, now_s
-        p += 1
-        ints[s, PUSHES] = p
-        if p % w == 0:  # the ring wrapped: its float sums summed afresh, in ring order
-            a = 0.0
-            b = 0.0
-            for q in range(w):
-                a += ring[s, q, DRAFT_S]
-                b += ring[s, q, ROUND_S]
-            wsum[s, DRAFT_S] = a
-            wsum[s, ROUND_S] = b
-        # the round count and the retry cap
-        ints[s, ROUNDS] += 1
-        ev = 0
-        if ints[s, COOLDOWN]:
-            ints[s, COOLDOWN] -= 1
-            if ints[s, COOLDOWN] == 0:
-                ev = CHANGED
-        elif d and ints[s, RETRY]:
-            if n:
+            ints[s, FAILS] += 1
+            if ints[s, FAILS] >= ints[s, RETRY_CAP]:
                 ints[s, FAILS] = 0
-            else:
-                ints[s, FAILS] += 1
-                if ints[s, FAILS] >= ints[s, RETRY_CAP]:
-                    ints[s, FAILS] = 0
-                    ints[s, COOLDOWN] = ints[s, COOLDOWN_ROUNDS]
-                    ints[s, COOLDOWNS] += 1
-                    ev = CHANGED
-        # the blocks: BlockPlanner.feed's common case
-        t = ints[s, IN_BLOCK] + e
-        if t < ints[s, SNAP_FROM] or (t < ints[s, BLOCK] and not has_ends[i]):
-            ints[s, IN_BLOCK] = t
-            ints[s, TOTAL] += e
-        else:
-            ev |= MAY_CLOSE
-        events[i] = ev
+                ints[s, COOLDOWN] = ints[s, COOLDOWN_ROUNDS]
+                ints[s, COOLDOWNS] += 1
+                ev = CHANGED
+    # the blocks: BlockPlanner.feed's common case
+    t = ints[s, IN_BLOCK] + e
+    if t < ints[s, SNAP_FROM] or (t < ints[s, BLOCK] and not has_ends):
+        ints[s, IN_BLOCK] = t
+        ints[s, TOTAL] += e
+    else:
+        ev |= MAY_CLOSE
+    return ev
 
 
 def observe_one(store: Any, slot: int, now_s, drafted, n, draft_s, round_s, lossy, e, ends) -> int:
-    """:func:`observe_rounds` for the one sequence in ``slot``; its event."""
-    ev = np.zeros(1, dtype=np.int64)
-    observe_rounds(
-        store.ints, store.ring, store.wsum, np.array([slot], dtype=np.intp), now_s,
-        np.array([drafted], dtype=np.int64), np.array([n], dtype=np.int64),
-        np.array([e], dtype=np.int64), np.array([lossy], dtype=np.int64),
-        np.array([bool(ends)]), draft_s, round_s, ev,
-    )  # fmt: skip
-    return int(ev[0])
+    """:func:`observe_slot` for the one sequence in ``slot``; its event."""
+    return observe_slot(store.ints, store.ring, store.wsum, slot, now_s, drafted, n, e, lossy, bool(ends), draft_s, round_s)  # fmt: skip
