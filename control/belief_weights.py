@@ -98,7 +98,8 @@ class PredictiveWeights:
         if len(self.kept):  # the last plan's predictions, scored once
             kept = self.kept
             # (a sequence no longer in the batch is not scored: its rows stay with it)
-            owners = np.where(store.seen[kept] == store.tick, members_of(store, kept), None)
+            owners = members_of(store, kept)
+            owners[store.seen[kept] != store.tick] = None
             self._learn(kept, owners, store.counts[kept])
             self.owner[kept] = None
             self.kept = kept[:0]

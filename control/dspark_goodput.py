@@ -57,6 +57,18 @@ def _int_column(j: int) -> property:
     return property(get, put)
 
 
+def _float_column(j: int, doc: str) -> property:
+    """A number of the sequence kept in column ``j`` of its slot's float row."""
+
+    def get(self: GoodputPolicyController) -> float:
+        return self._row[j]
+
+    def put(self: GoodputPolicyController, value: float) -> None:
+        self._row[j] = value
+
+    return property(get, put, doc=doc)
+
+
 class GoodputPolicyController(DSparkBaseController):
     policy = "goodput"
     records_evidence = True
@@ -76,15 +88,6 @@ class GoodputPolicyController(DSparkBaseController):
         """The request's time to first token (told by the driver): a request past its TTFT
         SLO no longer counts in the planner's SLO share (its tokens still count as output)."""
         self.ttft_s = ttft_s
-
-    @property
-    def ttft_s(self) -> float:
-        """The request's time to first token (NaN until told), in the slot's row."""
-        return float(self._row[TTFT])
-
-    @ttft_s.setter
-    def ttft_s(self, value: float) -> None:
-        self._row[TTFT] = value
 
     def set_slo(self, slo: Any) -> None:
         """The driver's SLOs: the TPOT trim holds the driver's TPOT SLO (``slo_tpot_s`` when it
@@ -112,7 +115,6 @@ class GoodputPolicyController(DSparkBaseController):
         bind_constants(self._ist, self.config, self.config.goodput_cooldown)
         self._win: Any = SlotWindow(store, slot)
         self._blocks: Any = SlotBlocks(store, slot)
-        self._push = self._feed = None  # the base's own window and blocks: not used
 
     _VIEWS = ("_row", "_cnt", "_ist", "_win", "_blocks")
 
@@ -133,6 +135,8 @@ class GoodputPolicyController(DSparkBaseController):
     fails = _int_column(FAILS)
     cooldown = _int_column(COOLDOWN)
     cooldowns = _int_column(COOLDOWNS)
+    alpha = _float_column(ALPHA, "α, the TPOT trim of the time penalty (1 = pure goodput)")
+    ttft_s = _float_column(TTFT, "the request's time to first token (NaN until told)")
 
     @property
     def first_s(self) -> float:
@@ -143,14 +147,6 @@ class GoodputPolicyController(DSparkBaseController):
     def context_tokens(self) -> int:
         """The sequence's context after the last round observed (prompt + emitted)."""
         return int(self._row[CONTEXT])
-
-    @property
-    def alpha(self) -> float:
-        return float(self._row[ALPHA])
-
-    @alpha.setter
-    def alpha(self, value: float) -> None:
-        self._row[ALPHA] = value
 
     @property
     def planned_k(self) -> int:

@@ -64,9 +64,9 @@ class SlotWindow:
     __slots__ = ("_ints", "_ring", "_sums")
 
     def __init__(self, store: Any, slot: int) -> None:
-        self._ints = memoryview(store.ints[slot])  # Python ints in and out
+        self._ints: Any = memoryview(store.ints[slot])  # Python ints in and out
         self._ring = store.ring[slot]
-        self._sums = memoryview(store.wsum[slot])
+        self._sums: Any = memoryview(store.wsum[slot])
 
     @property
     def count(self) -> int:
