@@ -24,6 +24,7 @@ from control.seqrounds import (
     SlotWindow,
     bind_constants,
     observe_one,
+    row_property,
 )
 from control.seqstate import (
     ALPHA,
@@ -43,30 +44,6 @@ from control.seqstate import (
     expected_outcome,
 )
 from control.types import Decision
-
-
-def _int_column(j: int) -> property:
-    """A count of the sequence's rounds kept in column ``j`` of its slot's integer row."""
-
-    def get(self: GoodputPolicyController) -> int:
-        return self._ist[j]
-
-    def put(self: GoodputPolicyController, value: int) -> None:
-        self._ist[j] = value
-
-    return property(get, put)
-
-
-def _float_column(j: int, doc: str) -> property:
-    """A number of the sequence kept in column ``j`` of its slot's float row."""
-
-    def get(self: GoodputPolicyController) -> float:
-        return self._row[j]
-
-    def put(self: GoodputPolicyController, value: float) -> None:
-        self._row[j] = value
-
-    return property(get, put, doc=doc)
 
 
 class GoodputPolicyController(DSparkBaseController):
@@ -131,12 +108,12 @@ class GoodputPolicyController(DSparkBaseController):
     recent_rej = property(lambda self: float(self._row[RECENT_REJ]))
     decode_s = property(lambda self: float(self._row[DECODE_S]))
     tokens = property(lambda self: int(self._row[TOKENS]))
-    rounds = _int_column(ROUNDS)
-    fails = _int_column(FAILS)
-    cooldown = _int_column(COOLDOWN)
-    cooldowns = _int_column(COOLDOWNS)
-    alpha = _float_column(ALPHA, "α, the TPOT trim of the time penalty (1 = pure goodput)")
-    ttft_s = _float_column(TTFT, "the request's time to first token (NaN until told)")
+    rounds = row_property("_ist", ROUNDS, "rounds observed")
+    fails = row_property("_ist", FAILS, "fruitless drafting rounds in a row")
+    cooldown = row_property("_ist", COOLDOWN, "rounds left of a cool-down")
+    cooldowns = row_property("_ist", COOLDOWNS, "cool-downs so far")
+    alpha = row_property("_row", ALPHA, "α, the TPOT trim of the time penalty (1 = pure goodput)")
+    ttft_s = row_property("_row", TTFT, "the request's time to first token (NaN until told)")
 
     @property
     def first_s(self) -> float:

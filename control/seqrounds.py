@@ -108,26 +108,27 @@ class SlotWindow:
         return s[LOSSY] / s[N] if s[N] > 0 else 0.0
 
 
-def _slot_int(j: int) -> property:
-    """A block count kept in column ``j`` of the slot's integer row."""
+def row_property(view: str, j: int, doc: str = "") -> property:
+    """A number kept in column ``j`` of the slot row held in attribute ``view`` (a memoryview:
+    Python numbers in and out), read and written in place."""
 
-    def get(self: SlotBlocks) -> int:
-        return self._ints[j]
+    def get(self: Any) -> Any:
+        return getattr(self, view)[j]
 
-    def put(self: SlotBlocks, value: int) -> None:
-        self._ints[j] = value
+    def put(self: Any, value: Any) -> None:
+        getattr(self, view)[j] = value
 
-    return property(get, put)
+    return property(get, put, doc=doc)
 
 
 class SlotBlocks(BlockPlanner):
     """A :class:`~control.blocks.BlockPlanner` whose counts live in a slot's integer row."""
 
     __slots__ = ("_ints",)
-    tokens_in_block = _slot_int(IN_BLOCK)
-    total_tokens = _slot_int(TOTAL)
-    blocks_closed = _slot_int(CLOSED)
-    last_boundary = _slot_int(LAST_BOUNDARY)
+    tokens_in_block = row_property("_ints", IN_BLOCK)
+    total_tokens = row_property("_ints", TOTAL)
+    blocks_closed = row_property("_ints", CLOSED)
+    last_boundary = row_property("_ints", LAST_BOUNDARY)
     block_tokens = property(lambda self: self._ints[BLOCK])
     snap_from = property(lambda self: self._ints[SNAP_FROM])
 
