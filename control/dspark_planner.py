@@ -362,8 +362,7 @@ class DSparkPlanner(RoundPlanner):
         base_k = st.base_k[idx]
         if c.replan_backoff and not (probe or after_probe or self._head) and self.last_cap >= 0:
             cap = min(self.last_cap, k_max)
-            p = st.values[idx, PLANNED]
-            kept = np.minimum(np.where((p < 0.0) | (p > cap), cap, p), base_k)
+            kept = np.minimum(kept_lengths(st.values, PLANNED, idx, cap), base_k)
         k = self._full_plan(members, np.minimum(base_k, k_max), k_max, batch, probe, now_s)
         if kept is not None:
             same = bool((kept == k).all())

@@ -30,9 +30,6 @@ class HandOut:
     def __init__(self) -> None:
         self._cut: dict[tuple, Decision] = {}
 
-    def reset(self) -> None:
-        self._cut.clear()
-
     def with_k(self, d: Decision, k: int, survival: float = 0.0) -> Decision:
         """``d`` with length ``k`` and survival stop ``survival`` (one cached object each)."""
         if d.k == k and d.survival == survival:

@@ -35,80 +35,84 @@ READS = 13  # 1 when the sequence's evidence is what its drafter's confidences p
 COLUMNS = 14
 
 
+def layout(k_max: int, window: int) -> dict[str, tuple[tuple[int, ...], Any]]:
+    """Each array of a :class:`SeqArrays`: its shape per slot and its dtype (objects start
+    None, everything else 0; a member's ``_bind`` writes its own constants)."""
+    return {
+        "values": ((COLUMNS,), float),  # the float row (columns above)
+        "counts": ((2 * (k_max + 1),), float),  # see DSparkController.counts
+        "rates": ((k_max,), float),  # the last full plan's per-position rates
+        "has_rates": ((), bool),
+        "decay": ((), float),  # each slot's forgetting of SUM_N / SUM_REJ a round
+        "fast": ((), float),  # and of RECENT_N / RECENT_REJ
+        "owners": ((), object),  # a weak reference to each slot's member
+        "seen": ((), np.int64),  # the last listing (slots_of) of each slot
+        "used": ((), bool),  # whether a member holds each slot
+        # each member's window, retry cap and blocks (control.seqrounds): its integer row, its
+        # ring of recent rounds (as wide as the widest window so far) and the ring's sums
+        "ints": ((INT_COLUMNS,), np.int64),
+        "ring": ((window, ROW_FIELDS), float),
+        "wsum": ((SUMS,), float),
+        # the hand-outs (control.handout): each slot's decision as last taken, its k, the
+        # decision last handed out and the length it was cut to, and whether the member's
+        # decision may have changed since it was taken (new, rebuilt, a one-round block end)
+        "base": ((), object),
+        "base_k": ((), np.int64),
+        "out": ((), object),
+        "out_x": ((), np.int64),
+        "dirty": ((), bool),
+    }
+
+
 class SeqArrays:
     """Slots of per-sequence planner state for draft lengths up to ``k_max``."""
 
+    # the arrays of layout(), one row per slot (declared for the type checker)
+    values: np.ndarray
+    counts: np.ndarray
+    rates: np.ndarray
+    has_rates: np.ndarray
+    decay: np.ndarray
+    fast: np.ndarray
+    owners: np.ndarray
+    seen: np.ndarray
+    used: np.ndarray
+    ints: np.ndarray
+    ring: np.ndarray
+    wsum: np.ndarray
+    base: np.ndarray
+    base_k: np.ndarray
+    out: np.ndarray
+    out_x: np.ndarray
+    dirty: np.ndarray
+
     def __init__(self, k_max: int, capacity: int = 1) -> None:
-        self.k_max = k_max
-        self.capacity = 0
-        self.values = np.zeros((0, COLUMNS))
-        self.counts = np.zeros((0, 2 * (k_max + 1)))  # see DSparkController.counts
-        self.rates = np.zeros((0, k_max))  # the last full plan's per-position rates
-        self.has_rates = np.zeros(0, dtype=bool)
-        self.decay = np.ones(0)  # each slot's forgetting of SUM_N / SUM_REJ a round
-        self.fast = np.ones(0)  # and of RECENT_N / RECENT_REJ
-        self.owners = np.empty(0, dtype=object)  # a weak reference to each slot's member
-        self.seen = np.zeros(0, dtype=np.int64)  # the last listing (slots_of) of each slot
-        self.used = np.zeros(0, dtype=bool)  # whether a member holds each slot
-        # each member's window, retry cap and blocks (control.seqrounds): its integer row, its
-        # ring of recent rounds (as wide as the widest window so far) and the ring's sums
-        self.ints = np.zeros((0, INT_COLUMNS), dtype=np.int64)
-        self.ring = np.zeros((0, 1, ROW_FIELDS))
-        self.wsum = np.zeros((0, SUMS))
-        # the hand-outs (DSparkPlanner.plan): each slot's decision as last taken, its k, the
-        # decision last handed out and the length it was cut to, and whether the member's
-        # decision may have changed since it was taken (new, rebuilt, a one-round block end)
-        self.base = np.empty(0, dtype=object)
-        self.base_k = np.zeros(0, dtype=np.int64)
-        self.out = np.empty(0, dtype=object)
-        self.out_x = np.zeros(0, dtype=np.int64)
-        self.dirty = np.zeros(0, dtype=bool)
-        self.free: list[int] = []
-        self.tick = 0  # listings so far
-        self.adopted = 0  # members moved in from a store of their own (new to the batch)
+        self._allocate(k_max, 0, 1)
         self._grow(capacity)
 
     @classmethod
     def single(cls, k_max: int, window: int = 1) -> SeqArrays:
         """A store of one free slot with a ring of ``window`` rounds, built directly (a
-        sequence's own: every new controller and every member that leaves a batch gets one)."""
+        sequence's own: every new controller gets one)."""
         st = cls.__new__(cls)
-        st.k_max, st.capacity, st.tick, st.adopted = k_max, 1, 0, 0
-        st.values = np.zeros((1, COLUMNS))
-        st.counts = np.zeros((1, 2 * (k_max + 1)))
-        st.rates = np.zeros((1, k_max))
-        st.has_rates = np.zeros(1, dtype=bool)
-        st.decay, st.fast = np.ones(1), np.ones(1)
-        st.owners, st.free = np.empty(1, dtype=object), [0]
-        st.seen = np.zeros(1, dtype=np.int64)
-        st.used = np.zeros(1, dtype=bool)
-        st.ints = np.zeros((1, INT_COLUMNS), dtype=np.int64)
-        st.ring = np.zeros((1, window, ROW_FIELDS))
-        st.wsum = np.zeros((1, SUMS))
-        st.base, st.out = np.empty(1, dtype=object), np.empty(1, dtype=object)
-        st.base_k, st.out_x = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
-        st.dirty = np.ones(1, dtype=bool)
+        st._allocate(k_max, 1, window)
+        st.free = [0]
         return st
+
+    def _allocate(self, k_max: int, capacity: int, window: int) -> None:
+        """Every array of :func:`layout` with ``capacity`` slots, none taken."""
+        self.k_max, self.capacity = k_max, capacity
+        for name, (shape, dtype) in layout(k_max, window).items():
+            full = (capacity, *shape)
+            setattr(self, name, np.empty(full, dtype) if dtype is object else np.zeros(full, dtype))
+        self.free: list[int] = []
+        self.tick = 0  # listings so far
+        self.adopted = 0  # members moved in from a store of their own (new to the batch)
 
     def _grow(self, capacity: int) -> None:
         old = self.capacity
-        self.values = resized(self.values, capacity)
-        self.counts = resized(self.counts, capacity)
-        self.rates = resized(self.rates, capacity)
-        self.has_rates = resized(self.has_rates, capacity)
-        self.decay = resized(self.decay, capacity)
-        self.fast = resized(self.fast, capacity)
-        self.used = resized(self.used, capacity)
-        self.owners = resized(self.owners, capacity)
-        self.seen = resized(self.seen, capacity)
-        self.ints = resized(self.ints, capacity)
-        self.ring = resized(self.ring, capacity)
-        self.wsum = resized(self.wsum, capacity)
-        self.base = resized(self.base, capacity)
-        self.base_k = resized(self.base_k, capacity)
-        self.out = resized(self.out, capacity)
-        self.out_x = resized(self.out_x, capacity)
-        self.dirty = resized(self.dirty, capacity)
+        for name in layout(0, 0):
+            setattr(self, name, resized(getattr(self, name), capacity))
         self.free += range(capacity - 1, old - 1, -1)  # lowest slot first
         self.capacity = capacity
         self._rebind()
