@@ -26,7 +26,10 @@
    rounds; the engine-pattern µs per round at that batch over the mean round time.
 3. ``sim_dspark_vs_fixed``: ``benchmarks/sim_speed.py``'s measurement (tokens per CPU-second,
    standard scenario, ``--sim-size`` M output tokens) for ``fixed`` and ``dspark``, interleaved
-   (fixed, dspark, fixed, dspark, ...; ``--repeats`` each), mean dspark over mean fixed.
+   (fixed, dspark, fixed, dspark, ...; ``--repeats`` each), mean dspark over mean fixed. Then
+   one more ``dspark`` run with the planner's calls timed apart: their share of its CPU time,
+   and the ratio it would reach with those calls free (its tokens over its CPU-seconds less
+   theirs, against ``fixed``'s mean rate): what no planner, however cheap, can beat.
 
 Timings want a quiet machine: run it alone.
 
@@ -40,7 +43,6 @@ Last line: ``planner_us_b16=… planner_us_b256=… planner_share_h100=… sim_d
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -49,6 +51,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from control.batch import BatchContext, RoundStats, Slo, plan_round  # noqa: E402
 from control.registry import make_config, make_controller, make_planner  # noqa: E402
@@ -237,9 +240,8 @@ def h100_round(scn, requests: int, cfg=None) -> tuple[float, float]:
 def sim_speed_ratio(scn, size: float, repeats: int, cfg=None) -> tuple[float, dict]:
     """Mean tokens per CPU-second of ``dspark`` over ``fixed`` (interleaved runs of
     ``benchmarks/sim_speed.py``'s measurement), and every run's rate."""
-    spec = importlib.util.spec_from_file_location("sim_speed", ROOT / "benchmarks" / "sim_speed.py")
-    speed = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(speed)
+    import sim_speed as speed
+
     rates: dict[str, list[float]] = {"fixed": [], "dspark": []}
     cfgs = {"fixed": None, "dspark": cfg}
     for name in rates:
@@ -248,6 +250,41 @@ def sim_speed_ratio(scn, size: float, repeats: int, cfg=None) -> tuple[float, di
         for name in rates:
             rates[name].append(speed.measure(scn, name, cfgs[name], size)["rate"])
     return float(np.mean(rates["dspark"]) / np.mean(rates["fixed"])), rates
+
+
+#: the planner's methods the simulator calls every round (``sim.rounds``)
+PLANNER_CALLS = ("plan", "observe_members", "observe_round")
+
+
+def planner_part(scn, size: float, cfg=None) -> dict:
+    """One more ``dspark`` run of ``sim_speed.py``'s measurement with the planner's calls
+    (:data:`PLANNER_CALLS`) timed apart (``time.process_time`` around each; the runs the ratio
+    reads are not instrumented): their CPU-seconds, the run's, and its tokens."""
+    import sim_speed
+
+    from control.dspark_planner import DSparkPlanner
+
+    spent = [0.0]
+    saved = {n: DSparkPlanner.__dict__[n] for n in PLANNER_CALLS}
+
+    def timed(f):
+        def call(*args, **kwargs):
+            t0 = time.process_time()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                spent[0] += time.process_time() - t0
+
+        return call
+
+    try:
+        for n, f in saved.items():
+            setattr(DSparkPlanner, n, timed(f))
+        m = sim_speed.measure(scn, "dspark", cfg, size)
+    finally:
+        for n, f in saved.items():
+            setattr(DSparkPlanner, n, f)
+    return {"planner_s": spent[0], "cpu_s": m["cpu_s"], "tokens": m["tokens"]}
 
 
 #: the last line's number formats: µs to 0.1, the share (a fraction) and the ratio to 4 digits
@@ -324,6 +361,15 @@ def main(argv=None) -> int:
             + ", ".join(f"{x:,.0f}" for x in r)
             + " tokens/CPU-s"
         )
+    part = planner_part(scn, a.sim_size, cfg)
+    fixed_rate = float(np.mean(rates["fixed"]))
+    free = part["tokens"] / (part["cpu_s"] - part["planner_s"]) / fixed_rate
+    print(
+        f"sim_speed {a.sim_size:g}M dspark, its planner's calls timed apart: "
+        f"{part['planner_s']:.2f} of {part['cpu_s']:.2f} CPU-s "
+        f"({part['planner_s'] / part['cpu_s']:.0%}); with those calls free it would run at "
+        f"{free:.3f} of fixed's tokens per CPU-second (what no planner can beat)"
+    )
     print(
         last_line(
             {

@@ -73,3 +73,17 @@ def test_set_reaches_the_planner_and_its_members_and_a_bad_key_is_one_line(capsy
     assert pc.main(["--set", "no_such_key=3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no_such_key" in err[0]
+
+
+def test_the_planner_timed_apart_is_part_of_the_run_and_changes_nothing():
+    from control.dspark_planner import DSparkPlanner
+
+    import sim_speed
+
+    before = {n: DSparkPlanner.__dict__[n] for n in pc.PLANNER_CALLS}
+    scn = load_scenario(pc.SCENARIO)
+    part = pc.planner_part(scn, 0.003)
+    plain = sim_speed.measure(scn, "dspark", None, 0.003)
+    assert {n: DSparkPlanner.__dict__[n] for n in pc.PLANNER_CALLS} == before  # put back
+    assert 0.0 < part["planner_s"] < part["cpu_s"]
+    assert part["tokens"] == plain["tokens"] > 0  # the same run, timed by parts
