@@ -76,9 +76,9 @@ def test_set_reaches_the_planner_and_its_members_and_a_bad_key_is_one_line(capsy
 
 
 def test_the_planner_timed_apart_is_part_of_the_run_and_changes_nothing():
-    from control.dspark_planner import DSparkPlanner
-
     import sim_speed
+
+    from control.dspark_planner import DSparkPlanner
 
     before = {n: DSparkPlanner.__dict__[n] for n in pc.PLANNER_CALLS}
     scn = load_scenario(pc.SCENARIO)
