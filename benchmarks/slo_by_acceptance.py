@@ -26,8 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from slo_value import parse_spec, split_specs, workloads  # noqa: E402
+from slo_value import parse_spec, parse_specs, split_specs, workloads  # noqa: E402
 
+from control.errors import DSparkError  # noqa: E402
 from sim.api import simulate  # noqa: E402
 from sim.sweep import pool_map  # noqa: E402
 
@@ -63,6 +64,11 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=1)
     a = ap.parse_args()
     specs = split_specs(a.controllers)
+    try:
+        parse_specs(specs, None)
+    except DSparkError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     tasks = [(a.workload, a.requests, a.code_time_scale, s, a.seed, a.load) for s in specs]
     runs = dict(pool_map(run_one, tasks, a.workers))
     labels = [parse_spec(s, None)[2] for s in specs]

@@ -45,6 +45,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from control.errors import DSparkError  # noqa: E402
 from sim.api import simulate  # noqa: E402
 from sim.capacity import CapacityConfig, capacity, summarize_capacity  # noqa: E402
 from sim.config import load_scenario  # noqa: E402
@@ -94,6 +95,22 @@ def parse_spec(spec: str, tuned: str | None) -> tuple[str, object, str]:
     return (p, None, p) if isinstance(p, str) else p
 
 
+def parse_specs(specs: list[str], tuned: str | None) -> list[tuple[str, object, str]]:
+    """Every spec parsed and its config checked before any run: a bad one raises
+    ``DSparkError`` naming the spec (the benchmarks print it as one line)."""
+    from control.registry import make_config
+
+    items = []
+    for spec in specs:
+        try:
+            name, cfg, label = parse_spec(spec, tuned)
+            make_config(name, cfg)
+        except DSparkError as e:
+            raise DSparkError(f"controller {spec!r}: {e}") from None
+        items.append((name, cfg, label))
+    return items
+
+
 def goodput_point(scn, name, cfg, label, seed, load) -> tuple:
     s = simulate(scn, name, cfg, seed=seed, baseline=False, load_scale=load, label=label).summary
     return (label, seed, load, s["goodput_tokens_per_s"], s["slo_attainment"])
@@ -133,7 +150,11 @@ def main() -> int:
     if args.tuned:
         specs.append("dspark-tuned")
     specs = list(dict.fromkeys(specs))  # a controller named twice runs once
-    items = [parse_spec(s, args.tuned) for s in specs]
+    try:
+        items = parse_specs(specs, args.tuned)
+    except DSparkError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     cc = CapacityConfig(rel_tol=args.rel_tol)
     t0 = time.time()
     cap_ratio, good_ratio, tuned_ratio = [], [], []

@@ -50,3 +50,20 @@ def test_specs_split_on_semicolons_when_one_holds_commas():
     ]
     name, cfg, _ = sv.parse_spec("dspark:slo_calibrate=true,slo_spread=0.1", None)
     assert (name, cfg) == ("dspark", {"slo_calibrate": True, "slo_spread": 0.1})
+
+
+def test_a_bad_spec_is_one_line_naming_it_before_any_run():
+    import pytest
+
+    from control.errors import DSparkError
+
+    assert [i[2] for i in sv.parse_specs(["fixed:k=1", "dspark"], None)] == ["fixed:k=1", "dspark"]
+    for bad, says in (
+        ("dspark:k_max=1", "k_min = 3 > k_max = 1"),  # (k_min's default is 3)
+        ("dspark:no_such_key=2", "no_such_key"),
+        ("no-such-controller", "no-such-controller"),
+    ):
+        with pytest.raises(DSparkError) as e:
+            sv.parse_specs(["fixed:k=1", bad], None)
+        msg = str(e.value)
+        assert "\n" not in msg and repr(bad) in msg and says in msg
