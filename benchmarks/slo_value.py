@@ -111,6 +111,19 @@ def parse_specs(specs: list[str], tuned: str | None) -> list[tuple[str, object, 
     return items
 
 
+def paired_line(mine: dict, theirs: dict) -> str:
+    """Seed by seed (the same arrivals), one controller's capacity over another's: the ratios
+    and on how many seeds it is below, level and above (level: equal capacities, the same
+    step of the bisection's grid)."""
+    r = [mine[s] / theirs[s] for s in mine if s in theirs and theirs[s] > 0]
+    below, level = sum(x < 1.0 for x in r), sum(x == 1.0 for x in r)
+    return (
+        "by seed "
+        + " ".join(f"{x:.3f}" for x in r)
+        + f" (below on {below}, level on {level}, above on {len(r) - below - level} of {len(r)})"
+    )
+
+
 def goodput_point(scn, name, cfg, label, seed, load) -> tuple:
     s = simulate(scn, name, cfg, seed=seed, baseline=False, load_scale=load, label=label).summary
     return (label, seed, load, s["goodput_tokens_per_s"], s["slo_attainment"])
@@ -120,7 +133,7 @@ def run_workload(wl, scn, items, seeds, cc, workers) -> tuple[list[dict], dict]:
     results = capacity(scn, items, seeds, cc, workers)
     caps = summarize_capacity(results)
     for r in caps:  # each seed's capacity, for --by-seed
-        r["by_seed"] = [x.capacity for x in results if x.controller == r["controller"]]
+        r["by_seed"] = {x.seed: x.capacity for x in results if x.controller == r["controller"]}
     tasks = [(scn, n, c, lab, s, ld) for n, c, lab in items for s in seeds for ld in LOADS]
     good: dict = {}
     for lab, _seed, ld, g, _a in pool_map(goodput_point, tasks, workers):
@@ -188,7 +201,7 @@ def main() -> int:
                 f"{'[' + format(r['capacity_min'], '.3f') + ', ' + format(r['capacity_max'], '.3f') + ']':>18}  "
                 + "".join(f"{good[(lab, ld)]:>13,.0f}" for ld in LOADS)
                 + (
-                    "  by seed " + " ".join(f"{c:.3f}" for c in r["by_seed"])
+                    "  by seed " + " ".join(f"{c:.3f}" for c in r["by_seed"].values())
                     if args.by_seed
                     else ""
                 )
@@ -203,7 +216,10 @@ def main() -> int:
         if "dspark" in by:
             ratio = by["dspark"]["capacity_load_scale"] / best_fixed["capacity_load_scale"]
             cap_ratio.append(ratio)
-            print(f"dspark / best fixed ({best_fixed['controller']}): capacity {ratio:.3f}")
+            print(
+                f"dspark / best fixed ({best_fixed['controller']}): capacity {ratio:.3f}; "
+                + paired_line(by["dspark"]["by_seed"], best_fixed["by_seed"])
+            )
             for ld in LOADS:
                 best = max(good[(f, ld)] for f in FIXED if (f, ld) in good)
                 good_ratio.append(good[("dspark", ld)] / best if best > 0 else math.nan)

@@ -67,3 +67,11 @@ def test_a_bad_spec_is_one_line_naming_it_before_any_run():
             sv.parse_specs(["fixed:k=1", bad], None)
         msg = str(e.value)
         assert "\n" not in msg and repr(bad) in msg and says in msg
+
+
+def test_the_paired_line_compares_seed_by_seed():
+    line = sv.paired_line({1: 1.2, 2: 1.5, 3: 1.0}, {3: 1.0, 1: 1.25, 2: 1.5})
+    assert line == "by seed 0.960 1.000 1.000 (below on 1, level on 2, above on 0 of 3)"
+    assert sv.paired_line({1: 1.3, 4: 1.0}, {1: 1.2}).endswith(
+        "(below on 0, level on 0, above on 1 of 1)"
+    )
