@@ -62,6 +62,42 @@ class GoodputPolicyConfig(DSparkBaseConfig):
         tune=(0.0, 256.0),
         when={"policy": ("goodput",)},
     )
+    # 0 = off. L > 0: a sequence's TPOT so far is carried L mean outputs per sequence more
+    # tokens at the planned round's time per token (its expected remaining output, where the
+    # rounds' horizon above is a fixed count): a sequence behind its SLO counts while enough of
+    # its life is left to recover. With the calibrated, narrow spread of
+    # configs/dspark_knee.toml, L = 1 lifted attainment at the conversation knee from 0.9030 to
+    # 0.9081 (fixed k = 1 0.9111, seeds 11-18); with the default spread it moved nothing
+    # (benchmarks/slo_by_acceptance.py; docs/results.md, 2026-12-06).
+    slo_life_horizon: float = param(
+        0.0,
+        lo=0.0,
+        hi=1e3,
+        doc="goodput/slo-goodput: mean outputs a sequence's TPOT so far is carried (0 = none)",
+        when={"policy": ("goodput",)},
+    )
+    # 0 = never. w > 0: while the oldest waiting prompt has waited more than w × the TTFT SLO
+    # (past the knee, where prompts queue), a plan ranks with slo_congested_spread, no TPOT
+    # calibration and no history: the narrow, calibrated view that serves the knee loses
+    # attainment there (configs/dspark_knee.toml at w = 0.5: 0.4179 / 0.1728 at loads 1.5 / 2
+    # against 0.4068 / 0.1581 without it, fixed k = 1 0.4168 / 0.1675, seeds 1-2).
+    slo_congested_wait: float = param(
+        0.0,
+        lo=0.0,
+        hi=1e3,
+        doc="goodput/slo-goodput: TTFT-SLO share the oldest waiting prompt waited past which "
+        "plans rank by slo_congested_spread (0 = never)",
+        when={"policy": ("goodput",)},
+    )
+    # 0.3: the default slo_spread, the view that serves loads past the knee best.
+    slo_congested_spread: float = param(
+        0.3,
+        lo=0.0,
+        hi=10.0,
+        doc="goodput/slo-goodput: the predicted TPOT's relative spread while prompts queue "
+        "past slo_congested_wait",
+        when={"policy": ("goodput",)},
+    )
     # 0.3: requests of one predicted TPOT differ by the prompt chunks they sit through, so a
     # sequence predicted at p meets the SLO with probability σ((SLO − p) / (0.3 · SLO)); 0 = a
     # hard cut (benchmarks/slo_by_acceptance.py at the two knees of benchmarks/slo_value.py).

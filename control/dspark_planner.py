@@ -430,27 +430,33 @@ class DSparkPlanner(RoundPlanner):
             costs = self.cost_functions(batch, now_s)
             p = plan_round_lengths(a, kcap, costs, k_max, alpha, cap_range=near)
             if self.serves_slo() and math.isfinite(self.slo.tpot_s):
-                h = c.slo_horizon_rounds
+                h, spread, life = c.slo_horizon_rounds, c.slo_spread, c.slo_life_horizon
+                queued = self._queued(now_s, batch)  # the wide view, while prompts queue
+                if queued:
+                    h, spread, life = 0.0, c.slo_congested_spread, 0.0
+                life *= self._life_tokens()
                 v = self.seqs.values
                 stretch0, extra0 = stretch, extra_s = self._prefill_terms(batch, p)
-                if self.tpot_cal is not None:  # the model's bias over the recent rounds
+                if self.tpot_cal is not None and not queued:  # the model's recent bias
                     f = self.tpot_cal.factor
                     stretch, extra_s = stretch * f, extra_s * f
                 tpot = self.slo.tpot_s * c.slo_margin
                 lost = v[self._idx, TTFT] > self.slo.ttft_s
                 if c.slo_floor:
                     p = slo_floor_plan(p, a, kcap, costs, tpot, stretch, extra_s, lost, alpha)
+                history = h > 0 or life > 0
                 row = slo_goodput_row(
                     p,
                     tpot,
-                    v[self._idx, DECODE_S] if h > 0 else None,
-                    v[self._idx, TOKENS] if h > 0 else None,
+                    v[self._idx, DECODE_S] if history else None,
+                    v[self._idx, TOKENS] if history else None,
                     h,
-                    c.slo_spread,
+                    spread,
                     lost,
                     stretch,
                     c.slo_rank,
                     extra_s,
+                    life,
                 )
                 if self.tpot_cal is not None:
                     self.tpot_cal.planned_row(p, row, stretch0, extra0)
@@ -491,13 +497,25 @@ class DSparkPlanner(RoundPlanner):
         if c.slo_prefill != "backlog" or batch.prefill_backlog <= 0:  # (most plans: no backlog)
             return s, 0.0
         n = float(batch.batch_size + plan.k.sum())
-        life = self._emitted / self._arrivals if self._arrivals > 0.0 else 0.0
         row = plan.expected[int(np.argmax(plan.goodput))]
-        share = backlog_share(batch.prefill_backlog, batch.token_budget, n, life, row)
+        share = backlog_share(
+            batch.prefill_backlog, batch.token_budget, n, self._life_tokens(), row
+        )
         if share is None:
             return s, 0.0
         v = self.costs.verify_s(np.array([n, n + share[1]]), batch.context_tokens)
         return predicted_terms(s, share[0], max(float(v[1] - v[0]), 0.0))
+
+    def _life_tokens(self) -> float:
+        """A sequence's mean output: the recent emitted tokens per sequence new to the batch
+        (0 before any)."""
+        return self._emitted / self._arrivals if self._arrivals > 0.0 else 0.0
+
+    def _queued(self, now_s: float, batch: BatchContext) -> bool:
+        """Whether the oldest waiting prompt has waited more than ``slo_congested_wait`` ×
+        the TTFT SLO (never at 0, nor when the engine does not tell)."""
+        w, since = self.config.slo_congested_wait, batch.waiting_since_s
+        return w > 0.0 and since is not None and now_s - since > w * self.slo.ttft_s
 
     def prefill_share(self) -> float:
         """The share of the replica's recent time its prompt chunks took (the verify pass's

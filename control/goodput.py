@@ -284,13 +284,16 @@ def slo_goodput_row(
     stretch: float = 1.0,
     rank: str = "slo-goodput",
     extra_s: float = 0.0,
+    horizon_tokens: float = 0.0,
 ) -> int:
     """The row of ``plan`` that best serves the TPOT SLO ``tpot_s``.
 
     A sequence's predicted TPOT under row r is its own TPOT so far carried ``horizon`` rounds
     like this one: ``p_ir = (D_i + h·s·T_r) / (n_i + h·E_ir)``, with ``D_i`` seconds since its
     first token over ``n_i`` tokens since (``decode_s``, ``tokens``; None = new sequences,
-    ``p_ir = s·T_r / E_ir``) and ``s`` = ``stretch``: the factor by which the time a sequence
+    ``p_ir = s·T_r / E_ir``), or, with ``horizon_tokens`` H > 0, carried H more tokens at the
+    row's time per token, ``p_ir = (D_i + H·s·T_r / E_ir) / (n_i + H)`` (H: a sequence's
+    expected remaining output); ``s`` = ``stretch``: the factor by which the time a sequence
     waits exceeds the planned rounds, ``1 / (1 − ρ)`` when a share ρ of the replica's time goes
     to prompt chunks the plan does not carry (prefill work arrives at its own rate, so it
     stretches every planned second alike). It meets the SLO with probability ``σ((tpot_s −
@@ -323,6 +326,7 @@ def slo_goodput_row(
         np.asarray(tokens, dtype=float) if history else none,
         history,
         float(horizon),
+        float(horizon_tokens),
         float(spread),
         lost_,
         np.atleast_1d(np.asarray(stretch, dtype=float)),

@@ -272,11 +272,13 @@ def floor_lengths(k, cum, seconds, stretch, extra, tpot, caps, kcap, lost):  # f
 
 
 @njit(cache=True, error_model="numpy")
-def slo_scores(e, seconds, goodput, tpot, decode, tokens, has_history, horizon, spread, lost, stretch, extra, attainment):  # fmt: skip  # pragma: no cover - compiled
+def slo_scores(e, seconds, goodput, tpot, decode, tokens, has_history, horizon, horizon_tokens, spread, lost, stretch, extra, attainment):  # fmt: skip  # pragma: no cover - compiled
     """Per row, the score :func:`control.goodput.slo_goodput_row` ranks by: the expected share
     of the sequences not ``lost`` that meet ``tpot`` (``attainment``), or the row's goodput
     times the share of their expected tokens that do; the chance of meeting it logistic in
-    the predicted TPOT (``spread`` × ``tpot`` wide; 0: the hard cut)."""
+    the predicted TPOT (``spread`` × ``tpot`` wide; 0: the hard cut). With a history, the TPOT
+    so far is carried ``horizon_tokens`` more tokens at the row's time per token when that is
+    > 0, else ``horizon`` rounds like the row's."""
     R, B = e.shape
     keep = 0
     for i in range(B):
@@ -294,7 +296,11 @@ def slo_scores(e, seconds, goodput, tpot, decode, tokens, has_history, horizon, 
             s = stretch[i] if stretch.shape[0] > 1 else stretch[0]
             x = extra[i] if extra.shape[0] > 1 else extra[0]
             t = seconds[r] * s + x
-            if has_history:
+            if has_history and horizon_tokens > 0.0:
+                pred = (decode[i] + horizon_tokens * t / max(e[r, i], 1e-12)) / (
+                    tokens[i] + horizon_tokens
+                )
+            elif has_history:
                 pred = (decode[i] + horizon * t) / (tokens[i] + horizon * e[r, i])
             else:
                 pred = t / max(e[r, i], 1e-12)

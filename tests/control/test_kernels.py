@@ -253,13 +253,18 @@ def test_the_slo_floor_and_scores_are_their_numpy_forms(seed):
     e, g = cum[k, np.arange(B)], rng.uniform(1000, 2000, R)
     dec, tok = rng.uniform(0, 5, B), rng.uniform(1, 200, B)
     t = seconds[:, None] * stretch + extra
-    for hist in (False, True):
-        pred = (dec + 8.0 * t) / (tok + 8.0 * e) if hist else t / np.maximum(e, 1e-12)
+    for hist, H in ((False, 0.0), (True, 0.0), (True, 120.0)):
+        if not hist:
+            pred = t / np.maximum(e, 1e-12)
+        elif H:  # carried H more tokens at the row's time per token
+            pred = (dec + H * t / np.maximum(e, 1e-12)) / (tok + H)
+        else:  # carried 8 rounds like the row's
+            pred = (dec + 8.0 * t) / (tok + 8.0 * e)
         meet = 1.0 / (1.0 + np.exp(-np.clip((tpot - pred) / (0.1 * tpot), -50.0, 50.0)))
         ek, mk = e[:, ~lost], meet[:, ~lost]
         for att in (True, False):
             want = mk.mean(axis=1) if att else g * (ek * mk).sum(axis=1) / ek.sum(axis=1)
-            got = slo_scores(e, seconds, g, tpot, dec, tok, hist, 8.0, 0.1, lost, stretch, extra, att)  # fmt: skip
+            got = slo_scores(e, seconds, g, tpot, dec, tok, hist, 8.0, H, 0.1, lost, stretch, extra, att)  # fmt: skip
             np.testing.assert_allclose(got, want, rtol=1e-13)
 
 

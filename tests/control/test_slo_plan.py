@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from control.batch import BatchContext, RoundStats, Slo, told_slo
+from control.batch import BatchContext, RoundStats, Slo, plan_round, told_slo
 from control.dspark import DSparkConfig, DSparkController
 from control.dspark_planner import DSparkPlanner
 from control.goodput import (
@@ -348,3 +348,63 @@ def test_the_slo_floor_with_per_position_rates_stays_within_the_positions_known(
     # needing 2.8 tokens, sequence 1 too would need a third position (it reaches 2.71 at 2)
     g = slo_floor_plan(p, a, np.array([8, 8]), costs, 0.0264 / 2.8)
     assert g is p
+
+
+def test_a_sequence_behind_its_slo_counts_while_its_life_left_can_recover():
+    # sequence 2 has run at 70 ms a token (1.4 s over 20 tokens; SLO 50 ms, hard cut). Row 0
+    # gives it 0.05 / 1.5 = 33.3 ms a token, row 1 54.5 ms; sequence 1 meets both rows
+    p = _plan([0.05, 0.06], [[1.8, 1.5], [3.0, 1.1]])
+    d, n = np.array([0.0, 1.4]), np.array([0.0, 20.0])
+    kw = {"spread": 0.0, "rank": "attainment"}
+    # 4 rounds like the row: (1.4 + 0.2) / 26 = 61.5 ms and 67.2 ms, a miss in both rows:
+    # it stops counting and row 1's goodput decides
+    assert slo_goodput_row(p, 0.05, d, n, horizon=4.0, **kw) == 1
+    # 200 more tokens (its expected remaining output): (1.4 + 200 · 0.0333) / 220 = 36.7 ms
+    # in row 0, 55.9 ms in row 1: row 0 keeps it
+    assert slo_goodput_row(p, 0.05, d, n, horizon=4.0, horizon_tokens=200.0, **kw) == 0
+    # 5 tokens left: 62.7 ms in row 0 as well: row 1 again
+    assert slo_goodput_row(p, 0.05, d, n, horizon=4.0, horizon_tokens=5.0, **kw) == 1
+
+
+def _told_planner(**kw) -> tuple[DSparkPlanner, list[DSparkController]]:
+    """A planner under a 15 ms TPOT SLO with learned costs (decode rounds of ~18 ms and 6 ms
+    a draft step) and four sequences accepting ~0.9, 0.8, 0.5 and 0.3, its next round a full
+    plan."""
+    cfg = DSparkConfig(explore_every=0, belief_weights="fixed", **kw)
+    pl = DSparkPlanner(cfg)
+    pl.set_slo(Slo(2.0, 0.015))
+    members = [DSparkController(cfg) for _ in range(4)]
+    rng = np.random.default_rng(0)
+    for r in range(40):
+        for m, a in zip(members, [0.9, 0.8, 0.5, 0.3]):
+            m.set_slo(Slo(2.0, 0.015))
+            ok = rng.random(4) < a
+            n = 4 if ok.all() else int(np.argmin(ok))
+            m.observe_values(0.1 * r, 4, n, None, 0.01, 0.03, 500, 0, n + 1, ())
+    plan_round(pl, members, 0.0, BatchContext(4, 2000))
+    for i, n in enumerate([8, 12, 16, 20] * 10):
+        t, steps = 0.1 * i, n // 4 - 1
+        pl.observe_round(
+            RoundStats(t, t + 0.03, 4, 4, steps, n, 2000, 0.006 * steps, 0.017 + 1e-4 * n, 8, 12)
+        )
+    pl._since = 1 << 30  # the next round plans afresh
+    return pl, members
+
+
+def test_while_prompts_queue_past_the_wait_the_plan_takes_the_congested_spread():
+    # the oldest waiting prompt has waited 0.2 s (calm) or 1.7 s (queued: past 0.5 × 2 s)
+    calm, queued = (BatchContext(4, 2000, None, 500, 2048, since) for since in (4.0, 2.5))
+    ks = {}
+    for name, kw in (
+        ("narrow", {"slo_spread": 0.01}),
+        ("wide", {"slo_spread": 0.3}),
+        ("switch", {"slo_spread": 0.01, "slo_congested_wait": 0.5, "slo_congested_spread": 0.3}),
+    ):
+        for state, batch in (("calm", calm), ("queued", queued)):
+            pl, members = _told_planner(**kw)
+            ks[name, state] = [d.k for d in plan_round(pl, members, 4.2, batch)]
+    # the spread decides here: the narrow one drafts 3 for the three that accept well and
+    # stops the fourth, the wide one drafts 1 for each
+    assert ks["narrow", "calm"] == [3, 3, 3, 0] and ks["wide", "calm"] == [1, 1, 1, 1]
+    assert ks["switch", "calm"] == ks["narrow", "calm"] == ks["narrow", "queued"]
+    assert ks["switch", "queued"] == ks["wide", "queued"]
