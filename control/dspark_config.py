@@ -74,6 +74,9 @@ class GoodputPolicyConfig(DSparkBaseConfig):
         lo=0.0,
         hi=1e3,
         doc="goodput/slo-goodput: mean outputs a sequence's TPOT so far is carried (0 = none)",
+        tune=(0.25, 4.0),
+        log=True,
+        switch=True,
         when={"policy": ("goodput",)},
     )
     # 0 = never. w > 0: while the oldest waiting prompt has waited more than w × the TTFT SLO
@@ -87,6 +90,9 @@ class GoodputPolicyConfig(DSparkBaseConfig):
         hi=1e3,
         doc="goodput/slo-goodput: TTFT-SLO share the oldest waiting prompt waited past which "
         "plans rank by slo_congested_spread (0 = never)",
+        tune=(0.1, 2.0),
+        log=True,
+        switch=True,
         when={"policy": ("goodput",)},
     )
     # 0.3: the default slo_spread, the view that serves loads past the knee best.
@@ -96,6 +102,8 @@ class GoodputPolicyConfig(DSparkBaseConfig):
         hi=10.0,
         doc="goodput/slo-goodput: the predicted TPOT's relative spread while prompts queue "
         "past slo_congested_wait",
+        tune=(0.01, 1.0),
+        log=True,
         when={"policy": ("goodput",)},
     )
     # 0.3: requests of one predicted TPOT differ by the prompt chunks they sit through, so a

@@ -102,7 +102,7 @@ from control.goodput import (
     slo_goodput_row,
 )
 from control.handout import HandOut, kept_lengths
-from control.prefill_backlog import backlog_share, predicted_terms
+from control.prefill_backlog import backlog_share, predicted_terms, prompts_queued
 from control.seqstate import (
     ALPHA,
     DECODE_S,
@@ -431,7 +431,8 @@ class DSparkPlanner(RoundPlanner):
             p = plan_round_lengths(a, kcap, costs, k_max, alpha, cap_range=near)
             if self.serves_slo() and math.isfinite(self.slo.tpot_s):
                 h, spread, life = c.slo_horizon_rounds, c.slo_spread, c.slo_life_horizon
-                queued = self._queued(now_s, batch)  # the wide view, while prompts queue
+                # the wide view while prompts queue
+                queued = prompts_queued(c.slo_congested_wait, self.slo.ttft_s, now_s, batch)
                 if queued:
                     h, spread, life = 0.0, c.slo_congested_spread, 0.0
                 life *= self._life_tokens()
@@ -510,12 +511,6 @@ class DSparkPlanner(RoundPlanner):
         """A sequence's mean output: the recent emitted tokens per sequence new to the batch
         (0 before any)."""
         return self._emitted / self._arrivals if self._arrivals > 0.0 else 0.0
-
-    def _queued(self, now_s: float, batch: BatchContext) -> bool:
-        """Whether the oldest waiting prompt has waited more than ``slo_congested_wait`` ×
-        the TTFT SLO (never at 0, nor when the engine does not tell)."""
-        w, since = self.config.slo_congested_wait, batch.waiting_since_s
-        return w > 0.0 and since is not None and now_s - since > w * self.slo.ttft_s
 
     def prefill_share(self) -> float:
         """The share of the replica's recent time its prompt chunks took (the verify pass's

@@ -50,3 +50,11 @@ def predicted_terms(stretch: float, f: np.ndarray, chunk_s: float) -> tuple[np.n
     """``(stretch_i, extra_i)`` of :func:`control.goodput.slo_goodput_row` for shares ``f``:
     ``f · (T + chunk_s) + (1 − f) · stretch · T`` is ``T · stretch_i + extra_i``."""
     return stretch - f * (stretch - 1.0), f * chunk_s
+
+
+def prompts_queued(wait: float, ttft_s: float, now_s: float, batch) -> bool:
+    """Whether the oldest waiting prompt of ``batch`` (a ``BatchContext``) has waited more than
+    ``wait`` × the TTFT SLO ``ttft_s`` at ``now_s``: past the knee, where prompts queue (never
+    at ``wait`` 0, nor when the engine does not tell when it arrived)."""
+    since = batch.waiting_since_s
+    return wait > 0.0 and since is not None and now_s - since > wait * ttft_s

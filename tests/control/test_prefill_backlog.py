@@ -101,3 +101,13 @@ def test_the_planners_terms_price_the_rounds_chunk_on_its_verify_fit():
     np.testing.assert_allclose(extra, f * (v[1] - v[0]), rtol=1e-14)
     assert float(v[1] - v[0]) == pytest.approx(0.1, rel=0.1)  # the chunk's ~0.1 s
     assert pl._prefill_terms(BatchContext(3, 1500), p) == (s, 0.0)
+
+
+def test_prompts_queue_once_the_oldest_has_waited_the_share_of_its_ttft_slo():
+    from control.prefill_backlog import prompts_queued
+
+    waiting = BatchContext(3, 1500, None, 800, 2048, 9.0)  # the oldest arrived at 9.0 s
+    assert prompts_queued(0.5, 2.0, 10.01, waiting)  # 1.01 s > 0.5 × 2 s
+    assert not prompts_queued(0.5, 2.0, 10.0, waiting)  # exactly the share: not yet
+    assert not prompts_queued(0.0, 2.0, 100.0, waiting)  # 0: never
+    assert not prompts_queued(0.5, 2.0, 100.0, BatchContext(3, 1500))  # no arrival told
