@@ -65,13 +65,12 @@ def main() -> int:
     a = ap.parse_args()
     specs = split_specs(a.controllers)
     try:
-        parse_specs(specs, None)
+        labels = [label for _, _, label in parse_specs(specs, None)]
     except DSparkError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     tasks = [(a.workload, a.requests, a.code_time_scale, s, a.seed, a.load) for s in specs]
     runs = dict(pool_map(run_one, tasks, a.workers))
-    labels = [parse_spec(s, None)[2] for s in specs]
     any_df = runs[labels[0]]
     band = pd.cut(any_df["rate"], BANDS)
     table = pd.DataFrame(

@@ -430,12 +430,13 @@ class DSparkPlanner(RoundPlanner):
             costs = self.cost_functions(batch, now_s)
             p = plan_round_lengths(a, kcap, costs, k_max, alpha, cap_range=near)
             if self.serves_slo() and math.isfinite(self.slo.tpot_s):
-                h, spread, life = c.slo_horizon_rounds, c.slo_spread, c.slo_life_horizon
+                h, spread, life = c.slo_horizon_rounds, c.slo_spread, 0.0
                 # the wide view while prompts queue
                 queued = prompts_queued(c.slo_congested_wait, self.slo.ttft_s, now_s, batch)
                 if queued:
-                    h, spread, life = 0.0, c.slo_congested_spread, 0.0
-                life *= self._life_tokens()
+                    h, spread = 0.0, c.slo_congested_spread
+                elif c.slo_life_horizon > 0.0:  # tokens: mean outputs per sequence
+                    life = c.slo_life_horizon * self._life_tokens()
                 v = self.seqs.values
                 stretch0, extra0 = stretch, extra_s = self._prefill_terms(batch, p)
                 if self.tpot_cal is not None and not queued:  # the model's recent bias

@@ -21,7 +21,12 @@ conversation trace: mean 211 output tokens) mostly the stretch, whatever the bac
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from control.batch import BatchContext
 
 
 def backlog_share(
@@ -52,8 +57,8 @@ def predicted_terms(stretch: float, f: np.ndarray, chunk_s: float) -> tuple[np.n
     return stretch - f * (stretch - 1.0), f * chunk_s
 
 
-def prompts_queued(wait: float, ttft_s: float, now_s: float, batch) -> bool:
-    """Whether the oldest waiting prompt of ``batch`` (a ``BatchContext``) has waited more than
+def prompts_queued(wait: float, ttft_s: float, now_s: float, batch: BatchContext) -> bool:
+    """Whether the oldest waiting prompt of ``batch`` has waited more than
     ``wait`` × the TTFT SLO ``ttft_s`` at ``now_s``: past the knee, where prompts queue (never
     at ``wait`` 0, nor when the engine does not tell when it arrived)."""
     since = batch.waiting_since_s
