@@ -82,9 +82,7 @@ def score(vals, ref, n_knee: int) -> tuple[float, tuple[float, float, float]]:
 
 def spec_of(fields: dict) -> str:
     """The ``dspark simulate --controller`` spec of ``fields`` (booleans in TOML's case)."""
-    kv = ",".join(
-        f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in fields.items()
-    )
+    kv = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in fields.items())
     return "dspark" + (":" + kv if kv else "")
 
 
@@ -96,9 +94,7 @@ def suggest(trial) -> dict:
         "slo_spread": trial.suggest_float("slo_spread", 0.03, 1.0, log=True),
         "slo_calibrate": trial.suggest_categorical("slo_calibrate", [False, True]),
         "slo_rank": trial.suggest_categorical("slo_rank", ["attainment", "slo-goodput"]),
-        "slo_prefill": trial.suggest_categorical(
-            "slo_prefill", ["stretch", "additive", "backlog"]
-        ),
+        "slo_prefill": trial.suggest_categorical("slo_prefill", ["stretch", "additive", "backlog"]),
         "slo_floor": trial.suggest_categorical("slo_floor", [False, True]),
         "ttft_value_max": trial.suggest_float("ttft_value_max", 1.0, 64.0, log=True),
     }
@@ -106,9 +102,7 @@ def suggest(trial) -> dict:
         p["slo_life_horizon"] = trial.suggest_float("slo_life_horizon", 0.25, 4.0, log=True)
     if trial.suggest_categorical("cong_on", [False, True]):
         p["slo_congested_wait"] = trial.suggest_float("slo_congested_wait", 0.1, 2.0, log=True)
-        p["slo_congested_spread"] = trial.suggest_float(
-            "slo_congested_spread", 0.03, 1.0, log=True
-        )
+        p["slo_congested_spread"] = trial.suggest_float("slo_congested_spread", 0.03, 1.0, log=True)
     if trial.suggest_categorical("hor_on", [False, True]):
         p["slo_horizon_rounds"] = trial.suggest_float("slo_horizon_rounds", 1.0, 256.0, log=True)
     return p

@@ -18,7 +18,9 @@ _spec = importlib.util.spec_from_file_location(
 )
 fs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fs)
-_sv_spec = importlib.util.spec_from_file_location("slo_value", _ROOT / "benchmarks" / "slo_value.py")
+_sv_spec = importlib.util.spec_from_file_location(
+    "slo_value", _ROOT / "benchmarks" / "slo_value.py"
+)
 sv = importlib.util.module_from_spec(_sv_spec)
 _sv_spec.loader.exec_module(sv)
 
