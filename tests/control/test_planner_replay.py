@@ -31,8 +31,13 @@ ROUNDS = 300
 BUDGET = 512  # tokens per forward pass (chunked prefill)
 
 #: the recordings' planner: the weights as configured, caps ranked by goodput without an SLO,
-#: prompt chunks a stretch of the round time whatever waits
-FIXED = {"belief_weights": "fixed", "no_slo_rank": "goodput", "slo_prefill": "stretch"}
+#: prompt chunks a stretch of the round time whatever waits, a waiting prompt's value at most 8x
+FIXED = {
+    "belief_weights": "fixed",
+    "no_slo_rank": "goodput",
+    "slo_prefill": "stretch",
+    "ttft_value_max": 8.0,
+}
 #: name -> (config overrides, SLO or None, starting batch, arrival waves {round: joiners})
 CASES = {
     "slo_goodput_slo": (FIXED, Slo(2.0, 0.05), 12, {80: 10, 190: 24}),
