@@ -45,7 +45,7 @@ REFERENCE = {"conv": "fixed:k=1", "code": "fixed:k=3"}
 #: the two first trials: the default and configs/dspark_knee.toml, in the search's own keys
 START = (
     {"slo_margin": 1.0, "slo_spread": 0.3, "slo_calibrate": False, "slo_rank": "attainment",
-     "slo_prefill": "backlog", "slo_floor": True, "ttft_value_max": 8.0, "life_on": False,
+     "slo_prefill": "backlog", "slo_floor": True, "ttft_value_max": 4.0, "life_on": False,
      "cong_on": False, "hor_on": False},
     {"slo_margin": 1.0, "slo_spread": 0.1, "slo_calibrate": True, "slo_rank": "attainment",
      "slo_prefill": "backlog", "slo_floor": True, "ttft_value_max": 8.0, "life_on": True,

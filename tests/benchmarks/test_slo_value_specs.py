@@ -34,7 +34,8 @@ def test_plain_and_keyed_specs():
 def test_the_shipped_knee_config_is_a_spec_of_its_own():
     # configs/dspark_knee.toml as its results entry runs it: the calibrated prediction, the
     # narrow spread, the history over a sequence's expected remaining output and the wide view
-    # while prompts queue, every other key at its default
+    # while prompts queue, the TTFT value cap it was measured with, every other key at its
+    # default
     name, cfg, label = sv.parse_spec(f"dspark@{_ROOT / 'configs' / 'dspark_knee.toml'}", None)
     assert (name, label) == ("dspark", "dspark@dspark_knee")
     assert cfg == {
@@ -42,11 +43,16 @@ def test_the_shipped_knee_config_is_a_spec_of_its_own():
         "slo_spread": 0.1,
         "slo_life_horizon": 1.0,
         "slo_congested_wait": 0.5,
+        "ttft_value_max": 8.0,
     }
     scn = load_scenario(_ROOT / "configs" / "standard.toml")
     checked = resolve_controller_config(scn, name, cfg)
     assert checked == DSparkConfig(
-        slo_calibrate=True, slo_spread=0.1, slo_life_horizon=1.0, slo_congested_wait=0.5
+        slo_calibrate=True,
+        slo_spread=0.1,
+        slo_life_horizon=1.0,
+        slo_congested_wait=0.5,
+        ttft_value_max=8.0,
     )
 
 
