@@ -87,8 +87,10 @@ def spec_of(fields: dict) -> str:
 
 
 def suggest(trial) -> dict:
-    """A trial's SLO fields: the tuner's ranges (control/dspark_config.py), the switched
-    options (life horizon, congested view, rounds horizon) on or off."""
+    """A trial's SLO fields, the switched options (life horizon, congested view, rounds
+    horizon) on or off. The ranges are this search's own, within or near the tuner's
+    (control/dspark_config.py): narrower for the margin and the spreads, the rounds horizon
+    log-scaled from 1; the recorded 60 trials drew from exactly these."""
     p = {
         "slo_margin": trial.suggest_float("slo_margin", 0.7, 1.15),
         "slo_spread": trial.suggest_float("slo_spread", 0.03, 1.0, log=True),
