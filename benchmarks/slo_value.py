@@ -14,7 +14,9 @@ throughput objective, the peers with their documented defaults, and ``dspark`` t
 
 - capacity at SLO: the highest load scale with attainment ≥ 0.9 (sim/capacity.py, bisection to
   ``--rel-tol`` on identical arrivals), the median over seeds and its range;
-- SLO goodput (tokens/s of requests meeting both SLOs) at loads 0.5, 1, 1.5, 2, mean over seeds.
+- SLO goodput (tokens/s of requests meeting both SLOs) at loads 0.5, 1, 1.5, 2, mean over seeds;
+  ``dspark``'s over the best fixed k's at each load with a 90% interval from resampling the
+  seeds (paired: both ran the same arrivals).
 
     .venv/bin/python benchmarks/slo_value.py [--seeds 1,2,3] [--requests 4000] [--workers 2]
         [--tuned best_config.toml] [--controllers SPEC,SPEC,...] [--references]
@@ -124,6 +126,26 @@ def paired_line(mine: dict, theirs: dict) -> str:
     )
 
 
+def paired_goodput(mine: dict, theirs: dict, draws: int = 2000) -> tuple[float, float, float]:
+    """One controller's SLO goodput over another's at one load, seeds paired (``{seed:
+    tokens/s}`` each): the ratio of the means over the seeds both ran and its 90% percentile
+    bootstrap interval (seeds drawn with replacement, ``draws`` times, seeded); the interval
+    is the ratio itself with fewer than two seeds, nan where the other's mean is 0."""
+    seeds = [s for s in mine if s in theirs]
+    a = np.array([mine[s] for s in seeds], dtype=float)
+    b = np.array([theirs[s] for s in seeds], dtype=float)
+    if not len(seeds) or b.sum() <= 0:
+        return math.nan, math.nan, math.nan
+    ratio = float(a.sum() / b.sum())
+    if len(seeds) < 2:
+        return ratio, ratio, ratio
+    pick = np.random.default_rng(0).integers(0, len(seeds), (draws, len(seeds)))
+    den = b[pick].sum(1)
+    r = a[pick].sum(1)[den > 0] / den[den > 0]
+    lo, hi = np.percentile(r, [5.0, 95.0])
+    return ratio, float(lo), float(hi)
+
+
 def goodput_point(scn, name, cfg, label, seed, load) -> tuple:
     s = simulate(scn, name, cfg, seed=seed, baseline=False, load_scale=load, label=label).summary
     return (label, seed, load, s["goodput_tokens_per_s"], s["slo_attainment"])
@@ -135,10 +157,10 @@ def run_workload(wl, scn, items, seeds, cc, workers) -> tuple[list[dict], dict]:
     for r in caps:  # each seed's capacity, for --by-seed
         r["by_seed"] = {x.seed: x.capacity for x in results if x.controller == r["controller"]}
     tasks = [(scn, n, c, lab, s, ld) for n, c, lab in items for s in seeds for ld in LOADS]
-    good: dict = {}
-    for lab, _seed, ld, g, _a in pool_map(goodput_point, tasks, workers):
-        good.setdefault((lab, ld), []).append(g)
-    return caps, {k: float(np.mean(v)) for k, v in good.items()}
+    good: dict = {}  # (label, load) -> {seed: SLO goodput}
+    for lab, seed, ld, g, _a in pool_map(goodput_point, tasks, workers):
+        good.setdefault((lab, ld), {})[seed] = g
+    return caps, good
 
 
 def main() -> int:
@@ -184,7 +206,8 @@ def main() -> int:
             f"\n== {wl}: time scale {scn.workload.time_scale:g}, {args.requests} requests, "
             f"seeds {args.seeds}; fixed k = 0 attains {min(k0):.3f}-{max(k0):.3f} at load 1"
         )
-        caps, good = run_workload(wl, scn, items, seeds, cc, args.workers)
+        caps, good_by_seed = run_workload(wl, scn, items, seeds, cc, args.workers)
+        good = {k: float(np.mean(list(v.values()))) for k, v in good_by_seed.items()}
         by = {r["controller"]: r for r in caps}
         # (none when no fixed k was asked for: then no ratio to it is printed)
         best_fixed = max(
@@ -220,9 +243,16 @@ def main() -> int:
                 f"dspark / best fixed ({best_fixed['controller']}): capacity {ratio:.3f}; "
                 + paired_line(by["dspark"]["by_seed"], best_fixed["by_seed"])
             )
+            paired = []
             for ld in LOADS:
-                best = max(good[(f, ld)] for f in FIXED if (f, ld) in good)
-                good_ratio.append(good[("dspark", ld)] / best if best > 0 else math.nan)
+                best = max((f for f in FIXED if (f, ld) in good), key=lambda f: good[(f, ld)])
+                g, lo, hi = paired_goodput(good_by_seed[("dspark", ld)], good_by_seed[(best, ld)])
+                good_ratio.append(g)
+                paired.append(f"{ld:g} {g:.3f} [{lo:.3f}, {hi:.3f}] ({best})")
+            print(
+                "dspark / best fixed at each load: SLO goodput (90% interval, seeds "
+                "resampled): " + "; ".join(paired)
+            )
             if "dspark-tuned" in by:
                 tuned_ratio.append(
                     by["dspark"]["capacity_load_scale"] / by["dspark-tuned"]["capacity_load_scale"]

@@ -2,6 +2,7 @@
 controller name and its checked config, the entry the simulator's capacity search takes."""
 
 import importlib.util
+import math
 import sys
 from pathlib import Path
 
@@ -89,3 +90,18 @@ def test_the_paired_line_compares_seed_by_seed():
     assert sv.paired_line({1: 1.3, 4: 1.0}, {1: 1.2}).endswith(
         "(below on 0, level on 0, above on 1 of 1)"
     )
+
+
+def test_paired_goodput_is_the_ratio_of_means_with_an_interval_inside_the_seeds_ratios():
+    mine = {1: 90.0, 2: 200.0, 3: 120.0, 4: 50.0}
+    theirs = {1: 100.0, 2: 180.0, 3: 120.0, 4: 60.0, 5: 70.0}  # seed 5: only the other ran it
+    r, lo, hi = sv.paired_goodput(mine, theirs)
+    assert r == (90 + 200 + 120 + 50) / (100 + 180 + 120 + 60)
+    by_seed = [mine[s] / theirs[s] for s in mine]
+    # a ratio of sums lies between the smallest and largest of its terms' ratios
+    assert min(by_seed) <= lo <= r <= hi <= max(by_seed) and lo < hi
+    assert sv.paired_goodput(mine, theirs) == (r, lo, hi)  # seeded
+    assert sv.paired_goodput({1: 2.0, 2: 4.0}, {1: 1.0, 2: 2.0}) == (2.0, 2.0, 2.0)
+    assert sv.paired_goodput({7: 3.0}, {7: 2.0}) == (1.5, 1.5, 1.5)
+    assert all(math.isnan(x) for x in sv.paired_goodput({1: 3.0}, {1: 0.0}))
+    assert all(math.isnan(x) for x in sv.paired_goodput({1: 3.0}, {2: 1.0}))
