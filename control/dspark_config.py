@@ -145,6 +145,19 @@ class GoodputPolicyConfig(DSparkBaseConfig):
         tune=True,
         when={"policy": ("goodput",)},
     )
+    # 0 = none: the row with the highest expected share. h > 0: the lowest cap whose expected
+    # share of the batch meeting the TPOT SLO is within h of the best row's (slo_rank
+    # "attainment" only; not while prompts queue past slo_congested_wait): a longer cap must
+    # be predicted to serve h more of the batch than a shorter one, beyond the model's
+    # resolution.
+    slo_rank_hurdle: float = param(
+        0.0,
+        lo=0.0,
+        hi=1.0,
+        doc="goodput/slo-goodput: share of the batch a longer cap must be predicted to add",
+        tune=(0.0, 0.05),
+        when={"policy": ("goodput",)},
+    )
     # stretch: a sequence's planned round time is stretched by 1/(1 − ρ) (ρ, the replica's
     # recent prefill share): prompts arrive at their own rate, so a longer round carries more
     # of them. additive: the recent mean chunk seconds a round are added to every row's time,

@@ -459,6 +459,7 @@ class DSparkPlanner(RoundPlanner):
                     c.slo_rank,
                     extra_s,
                     life,
+                    0.0 if queued else c.slo_rank_hurdle,
                 )
                 if self.tpot_cal is not None:
                     self.tpot_cal.planned_row(p, row, stretch0, extra0)

@@ -285,6 +285,7 @@ def slo_goodput_row(
     rank: str = "slo-goodput",
     extra_s: float = 0.0,
     horizon_tokens: float = 0.0,
+    hurdle: float = 0.0,
 ) -> int:
     """The row of ``plan`` that best serves the TPOT SLO ``tpot_s``.
 
@@ -309,7 +310,9 @@ def slo_goodput_row(
     expected *tokens* that come from sequences meeting the SLO. Under the hard cut either is
     the goodput choice when every sequence meets it in every row. ``lost`` (bool per
     sequence): requests already past their TTFT SLO; they count in no share, and when every
-    sequence is lost this is the goodput choice."""
+    sequence is lost this is the goodput choice. ``hurdle`` > 0 (``"attainment"`` only): the
+    lowest cap whose expected share is within ``hurdle`` of the best row's, so a longer cap
+    must be predicted to serve that much more of the batch."""
     assert plan.expected is not None and plan.seconds_by_cap is not None
     B = plan.expected.shape[1]
     lost_ = np.zeros(B, dtype=bool) if lost is None else np.asarray(lost, dtype=bool)
@@ -333,6 +336,8 @@ def slo_goodput_row(
         np.atleast_1d(np.asarray(extra_s, dtype=float)),
         rank == "attainment",
     )
+    if hurdle > 0.0 and rank == "attainment":  # rows run from the lowest cap up
+        return int(np.argmax(score >= score.max() - hurdle))
     return _best_row(score, plan.goodput)
 
 

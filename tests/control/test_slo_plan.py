@@ -409,3 +409,37 @@ def test_while_prompts_queue_past_the_wait_the_plan_takes_the_congested_spread()
     assert ks["narrow", "calm"] == [3, 3, 3, 0] and ks["wide", "calm"] == [1, 1, 1, 1]
     assert ks["switch", "calm"] == ks["narrow", "calm"] == ks["narrow", "queued"]
     assert ks["switch", "queued"] == ks["wide", "queued"] != ks["narrow", "queued"]
+
+
+def test_a_rank_hurdle_takes_the_lowest_cap_within_it_of_the_best_share():
+    # shares meeting a 20 ms TPOT (hard cut; predicted TPOT = T_r / E_ir): row 0 16 ms for
+    # three sequences and 32 ms for the fourth (3/4), row 1 10.5 and 26.3 ms (3/4), row 2 8.7
+    # and 18.6 ms (4/4)
+    p = _plan([0.016, 0.021, 0.026], [[1, 1, 1, 0.5], [2, 2, 2, 0.8], [3, 3, 3, 1.4]])
+    kw = {"spread": 0.0, "rank": "attainment"}
+    assert slo_goodput_row(p, 0.02, **kw) == slo_goodput_row(p, 0.02, hurdle=0.2, **kw) == 2
+    assert slo_goodput_row(p, 0.02, hurdle=0.25, **kw) == 0  # the lowest of the rows within
+    # the SLO-goodput rank scores tokens a second, not shares: no hurdle
+    assert slo_goodput_row(p, 0.02, spread=0.0, rank="slo-goodput", hurdle=0.25) == 2
+
+
+def test_the_planner_ranks_with_its_hurdle_and_without_it_while_prompts_queue():
+    calm, queued = (BatchContext(4, 2000, None, 500, 2048, since) for since in (4.0, 2.5))
+    # the narrow spread's expected shares by cap 1 / 2 / 3 here: 0.292 / 0.494 / 0.4998: cap 3
+    # (three sequences draft 3, the fourth is stopped) by 0.006 over cap 2
+    ks = {}
+    for h in (0.0, 0.2, 0.3):
+        for state, batch in (("calm", calm), ("queued", queued)):
+            pl, members = _told_planner(slo_spread=0.01, slo_rank_hurdle=h)
+            ks[h, state] = [d.k for d in plan_round(pl, members, 4.2, batch)]
+            pl, members = _told_planner(
+                slo_spread=0.01, slo_rank_hurdle=h, slo_congested_wait=0.5,
+                slo_congested_spread=0.01,
+            )  # fmt: skip
+            ks[h, state, "switch"] = [d.k for d in plan_round(pl, members, 4.2, batch)]
+    assert ks[0.0, "calm"] == ks[0.0, "queued"] == [3, 3, 3, 0]
+    assert ks[0.2, "calm"] == ks[0.2, "queued"] == [2, 2, 2, 2]  # cap 2 within 0.2
+    assert ks[0.3, "calm"] == [1, 1, 1, 1]  # cap 1 within 0.3
+    # past the congested wait the hurdle is off (the switch's own spread, equal here)
+    assert ks[0.3, "calm", "switch"] == [1, 1, 1, 1]
+    assert ks[0.3, "queued", "switch"] == ks[0.0, "queued"] == [3, 3, 3, 0]
