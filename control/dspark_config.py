@@ -145,17 +145,33 @@ class GoodputPolicyConfig(DSparkBaseConfig):
         tune=True,
         when={"policy": ("goodput",)},
     )
-    # 0 = none: the row with the highest expected share. h > 0: the lowest cap whose expected
-    # share of the batch meeting the TPOT SLO is within h of the best row's (slo_rank
-    # "attainment" only; not while prompts queue past slo_congested_wait): a longer cap must
-    # be predicted to serve h more of the batch than a shorter one, beyond the model's
-    # resolution.
+    # 0.02: the lowest cap whose expected share of the batch meeting the TPOT SLO is within
+    # 0.02 of the best row's (slo_rank "attainment" only; not while prompts queue past
+    # slo_congested_wait): a longer cap must be predicted to serve 2% more of the batch, beyond
+    # what the TPOT model resolves. At the conversation knee the best rows of caps 1 and 2
+    # differ by less; the rank took cap 2 in ~half its plans and trailed fixed k = 1 by 1.3
+    # points of attainment, 0.1 with 0.01-0.03, while the code knee moved by -0.2 to -0.3
+    # (benchmarks/slo_by_acceptance.py's knees, development seeds 11-16). 0 = the best row.
     slo_rank_hurdle: float = param(
-        0.0,
+        0.02,
         lo=0.0,
         hi=1.0,
         doc="goodput/slo-goodput: share of the batch a longer cap must be predicted to add",
         tune=(0.0, 0.05),
+        when={"policy": ("goodput",)},
+    )
+    # 0.6: the hurdle applies while the batch's mean TPOT so far is at least 0.6 of the TPOT
+    # SLO (the conversation knee runs at ~0.7 of it, its load 1 at ~0.5, the code knee at
+    # ~0.4); below, the best row, whose longer caps shorten every TPOT at light load (there the
+    # hurdle alone cost 6-16% of mean TPOT, benchmarks/slo_by_acceptance.py's workloads at
+    # loads 0.5 and 1).
+    slo_hurdle_from: float = param(
+        0.6,
+        lo=0.0,
+        hi=10.0,
+        doc="goodput/slo-goodput: the batch's mean TPOT so far, as a share of the TPOT SLO, "
+        "from which slo_rank_hurdle applies",
+        tune=(0.3, 1.0),
         when={"policy": ("goodput",)},
     )
     # stretch: a sequence's planned round time is stretched by 1/(1 − ρ) (ρ, the replica's

@@ -459,7 +459,7 @@ class DSparkPlanner(RoundPlanner):
                     c.slo_rank,
                     extra_s,
                     life,
-                    0.0 if queued else c.slo_rank_hurdle,
+                    0.0 if queued else self._hurdle(),
                 )
                 if self.tpot_cal is not None:
                     self.tpot_cal.planned_row(p, row, stretch0, extra0)
@@ -487,6 +487,21 @@ class DSparkPlanner(RoundPlanner):
                 k = np.minimum(kcap, int(k.max()) if len(k) else 0)
         self.last_cap = int(k.max()) if len(k) else 0
         return k
+
+    def _hurdle(self) -> float:
+        """``slo_rank_hurdle`` while the SLO binds: the batch's mean TPOT so far (its
+        sequences' decode seconds over their tokens, those with a token) at least
+        ``slo_hurdle_from`` of the TPOT SLO; else 0 (the best row)."""
+        c = self.config
+        if c.slo_rank_hurdle <= 0.0:
+            return 0.0
+        v = self.seqs.values
+        n = v[self._idx, TOKENS]
+        has = n > 0.0
+        if not has.any():
+            return 0.0
+        so_far = float(np.mean(v[self._idx, DECODE_S][has] / n[has]))
+        return c.slo_rank_hurdle if so_far >= c.slo_hurdle_from * self.slo.tpot_s else 0.0
 
     def _prefill_terms(self, batch: BatchContext, plan: Any) -> tuple[Any, Any]:
         """``(stretch, extra_s)`` of :func:`~control.goodput.slo_goodput_row` by ``slo_prefill``

@@ -45,6 +45,7 @@ def test_the_shipped_knee_config_is_a_spec_of_its_own():
         "slo_life_horizon": 1.0,
         "slo_congested_wait": 0.5,
         "ttft_value_max": 8.0,
+        "slo_rank_hurdle": 0.0,
     }
     scn = load_scenario(_ROOT / "configs" / "standard.toml")
     checked = resolve_controller_config(scn, name, cfg)
@@ -54,6 +55,7 @@ def test_the_shipped_knee_config_is_a_spec_of_its_own():
         slo_life_horizon=1.0,
         slo_congested_wait=0.5,
         ttft_value_max=8.0,
+        slo_rank_hurdle=0.0,
     )
 
 

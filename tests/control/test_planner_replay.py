@@ -31,12 +31,14 @@ ROUNDS = 300
 BUDGET = 512  # tokens per forward pass (chunked prefill)
 
 #: the recordings' planner: the weights as configured, caps ranked by goodput without an SLO,
-#: prompt chunks a stretch of the round time whatever waits, a waiting prompt's value at most 8x
+#: prompt chunks a stretch of the round time whatever waits, a waiting prompt's value at most 8x,
+#: the best row of the SLO rank (no hurdle)
 FIXED = {
     "belief_weights": "fixed",
     "no_slo_rank": "goodput",
     "slo_prefill": "stretch",
     "ttft_value_max": 8.0,
+    "slo_rank_hurdle": 0.0,
 }
 #: name -> (config overrides, SLO or None, starting batch, arrival waves {round: joiners})
 CASES = {

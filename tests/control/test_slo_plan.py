@@ -19,6 +19,7 @@ from control.goodput import (
     slo_floor_plan,
     slo_goodput_row,
 )
+from control.seqstate import DECODE_S, TOKENS
 from control.types import Observation
 
 
@@ -369,8 +370,10 @@ def test_a_sequence_behind_its_slo_counts_while_its_life_left_can_recover():
 def _told_planner(**kw) -> tuple[DSparkPlanner, list[DSparkController]]:
     """A planner under a 15 ms TPOT SLO with learned costs (decode rounds of ~18 ms and 6 ms
     a draft step) and four sequences accepting ~0.9, 0.8, 0.5 and 0.3, its next round a full
-    plan."""
-    cfg = DSparkConfig(explore_every=0, belief_weights="fixed", **kw)
+    plan (the rank's hurdle off unless given)."""
+    cfg = DSparkConfig(
+        **{"explore_every": 0, "belief_weights": "fixed", "slo_rank_hurdle": 0.0, **kw}
+    )
     pl = DSparkPlanner(cfg)
     pl.set_slo(Slo(2.0, 0.015))
     members = [DSparkController(cfg) for _ in range(4)]
@@ -443,3 +446,12 @@ def test_the_planner_ranks_with_its_hurdle_and_without_it_while_prompts_queue():
     # past the congested wait the hurdle is off (the switch's own spread, equal here)
     assert ks[0.3, "calm", "switch"] == [1, 1, 1, 1]
     assert ks[0.3, "queued", "switch"] == ks[0.0, "queued"] == [3, 3, 3, 0]
+    # the hurdle applies only while the batch's mean TPOT so far reaches slo_hurdle_from of
+    # the SLO: here its sequences have run at ~3x the 15 ms SLO (~46 ms a token so far)
+    pl, members = _told_planner()
+    v = pl.seqs.values[pl.seqs.slots_of(members)]
+    so_far = float(np.mean(v[:, DECODE_S] / v[:, TOKENS]))
+    assert 2.5 < so_far / 0.015 < 3.5
+    for start, want in ((2.5, [1, 1, 1, 1]), (3.5, [3, 3, 3, 0])):
+        pl, members = _told_planner(slo_spread=0.01, slo_rank_hurdle=0.3, slo_hurdle_from=start)
+        assert [d.k for d in plan_round(pl, members, 4.2, calm)] == want
