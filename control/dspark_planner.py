@@ -491,9 +491,10 @@ class DSparkPlanner(RoundPlanner):
     def _hurdle(self) -> float:
         """``slo_rank_hurdle`` while the SLO binds: the batch's mean TPOT so far (its
         sequences' decode seconds over their tokens, those with a token) at least
-        ``slo_hurdle_from`` of the TPOT SLO; else 0 (the best row)."""
+        ``slo_hurdle_from`` of the TPOT SLO, and the hurdle's share of the batch at least one
+        sequence; else 0 (the best row)."""
         c = self.config
-        if c.slo_rank_hurdle <= 0.0:
+        if c.slo_rank_hurdle <= 0.0 or len(self._idx) * c.slo_rank_hurdle < 1.0:
             return 0.0
         v = self.seqs.values
         n = v[self._idx, TOKENS]

@@ -429,9 +429,9 @@ def test_a_rank_hurdle_takes_the_lowest_cap_within_it_of_the_best_share():
 def test_the_planner_ranks_with_its_hurdle_and_without_it_while_prompts_queue():
     calm, queued = (BatchContext(4, 2000, None, 500, 2048, since) for since in (4.0, 2.5))
     # the narrow spread's expected shares by cap 1 / 2 / 3 here: 0.292 / 0.494 / 0.4998: cap 3
-    # (three sequences draft 3, the fourth is stopped) by 0.006 over cap 2
+    # (three sequences draft 3, the fourth is stopped) by 0.006 over cap 2, by 0.21 over cap 1
     ks = {}
-    for h in (0.0, 0.2, 0.3):
+    for h in (0.0, 0.24, 0.25):
         for state, batch in (("calm", calm), ("queued", queued)):
             pl, members = _told_planner(slo_spread=0.01, slo_rank_hurdle=h)
             ks[h, state] = [d.k for d in plan_round(pl, members, 4.2, batch)]
@@ -441,11 +441,12 @@ def test_the_planner_ranks_with_its_hurdle_and_without_it_while_prompts_queue():
             )  # fmt: skip
             ks[h, state, "switch"] = [d.k for d in plan_round(pl, members, 4.2, batch)]
     assert ks[0.0, "calm"] == ks[0.0, "queued"] == [3, 3, 3, 0]
-    assert ks[0.2, "calm"] == ks[0.2, "queued"] == [2, 2, 2, 2]  # cap 2 within 0.2
-    assert ks[0.3, "calm"] == [1, 1, 1, 1]  # cap 1 within 0.3
+    assert ks[0.25, "calm"] == ks[0.25, "queued"] == [1, 1, 1, 1]  # cap 1 within 0.25
+    # 0.24 of four sequences is less than one: no hurdle
+    assert ks[0.24, "calm"] == [3, 3, 3, 0]
     # past the congested wait the hurdle is off (the switch's own spread, equal here)
-    assert ks[0.3, "calm", "switch"] == [1, 1, 1, 1]
-    assert ks[0.3, "queued", "switch"] == ks[0.0, "queued"] == [3, 3, 3, 0]
+    assert ks[0.25, "calm", "switch"] == [1, 1, 1, 1]
+    assert ks[0.25, "queued", "switch"] == ks[0.0, "queued"] == [3, 3, 3, 0]
     # the hurdle applies only while the batch's mean TPOT so far reaches slo_hurdle_from of
     # the SLO: here its sequences have run at ~3x the 15 ms SLO (~46 ms a token so far)
     pl, members = _told_planner()
@@ -453,5 +454,5 @@ def test_the_planner_ranks_with_its_hurdle_and_without_it_while_prompts_queue():
     so_far = float(np.mean(v[:, DECODE_S] / v[:, TOKENS]))
     assert 2.5 < so_far / 0.015 < 3.5
     for start, want in ((2.5, [1, 1, 1, 1]), (3.5, [3, 3, 3, 0])):
-        pl, members = _told_planner(slo_spread=0.01, slo_rank_hurdle=0.3, slo_hurdle_from=start)
+        pl, members = _told_planner(slo_spread=0.01, slo_rank_hurdle=0.25, slo_hurdle_from=start)
         assert [d.k for d in plan_round(pl, members, 4.2, calm)] == want
