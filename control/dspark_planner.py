@@ -95,6 +95,7 @@ from control.belief_weights import SCORE_HALF_LIFE, PredictiveWeights
 from control.costmodel import RoundCostModel
 from control.goodput import (
     CostFunctions,
+    binding_hurdle,
     break_even,
     mean_tpot_row,
     plan_round_lengths,
@@ -442,11 +443,16 @@ class DSparkPlanner(RoundPlanner):
                 if self.tpot_cal is not None and not queued:  # the model's recent bias
                     f = self.tpot_cal.factor
                     stretch, extra_s = stretch * f, extra_s * f
-                tpot = self.slo.tpot_s * c.slo_margin
+                slo_s = self.slo.tpot_s
+                tpot = slo_s * c.slo_margin
                 lost = v[self._idx, TTFT] > self.slo.ttft_s
                 if c.slo_floor:
                     p = slo_floor_plan(p, a, kcap, costs, tpot, stretch, extra_s, lost, alpha)
                 history = h > 0 or life > 0
+                hurdle = 0.0  # (not while prompts queue past the congested wait)
+                if c.slo_rank_hurdle and not queued:
+                    d, n = v[self._idx, DECODE_S], v[self._idx, TOKENS]
+                    hurdle = binding_hurdle(c.slo_rank_hurdle, c.slo_hurdle_from, slo_s, d, n)
                 row = slo_goodput_row(
                     p,
                     tpot,
@@ -459,7 +465,7 @@ class DSparkPlanner(RoundPlanner):
                     c.slo_rank,
                     extra_s,
                     life,
-                    0.0 if queued else self._hurdle(),
+                    hurdle,
                 )
                 if self.tpot_cal is not None:
                     self.tpot_cal.planned_row(p, row, stretch0, extra0)
@@ -487,22 +493,6 @@ class DSparkPlanner(RoundPlanner):
                 k = np.minimum(kcap, int(k.max()) if len(k) else 0)
         self.last_cap = int(k.max()) if len(k) else 0
         return k
-
-    def _hurdle(self) -> float:
-        """``slo_rank_hurdle`` while the SLO binds: the batch's mean TPOT so far (its
-        sequences' decode seconds over their tokens, those with a token) at least
-        ``slo_hurdle_from`` of the TPOT SLO, and the hurdle's share of the batch at least one
-        sequence; else 0 (the best row)."""
-        c = self.config
-        if c.slo_rank_hurdle <= 0.0 or len(self._idx) * c.slo_rank_hurdle < 1.0:
-            return 0.0
-        v = self.seqs.values
-        n = v[self._idx, TOKENS]
-        has = n > 0.0
-        if not has.any():
-            return 0.0
-        so_far = float(np.mean(v[self._idx, DECODE_S][has] / n[has]))
-        return c.slo_rank_hurdle if so_far >= c.slo_hurdle_from * self.slo.tpot_s else 0.0
 
     def _prefill_terms(self, batch: BatchContext, plan: Any) -> tuple[Any, Any]:
         """``(stretch, extra_s)`` of :func:`~control.goodput.slo_goodput_row` by ``slo_prefill``

@@ -341,6 +341,20 @@ def slo_goodput_row(
     return _best_row(score, plan.goodput)
 
 
+def binding_hurdle(
+    hurdle: float, start: float, tpot_s: float, decode_s: np.ndarray, tokens: np.ndarray
+) -> float:
+    """The rank's ``hurdle`` (:func:`slo_goodput_row`) while the TPOT SLO ``tpot_s`` binds: the
+    batch's mean TPOT so far (each sequence's ``decode_s`` over its ``tokens``, those with a
+    token) at least ``start`` of it, and ``hurdle`` of the batch at least one sequence; else
+    0 (the best row)."""
+    has = tokens > 0.0
+    if hurdle <= 0.0 or len(tokens) * hurdle < 1.0 or not has.any():
+        return 0.0
+    so_far = float(np.mean(decode_s[has] / tokens[has]))
+    return hurdle if so_far >= start * tpot_s else 0.0
+
+
 def _best_row(score: np.ndarray, goodput: np.ndarray) -> int:
     """The row of the highest ``score``, the higher goodput among rows within 1e-9 of it
     (relative: scores below 0, from a penalty that outweighs the tokens, keep the best row

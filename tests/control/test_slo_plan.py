@@ -13,6 +13,7 @@ from control.dspark_planner import DSparkPlanner
 from control.goodput import (
     CostFunctions,
     RoundPlan,
+    binding_hurdle,
     mean_tpot_row,
     plan_round_lengths,
     round_seconds,
@@ -456,3 +457,15 @@ def test_the_planner_ranks_with_its_hurdle_and_without_it_while_prompts_queue():
     for start, want in ((2.5, [1, 1, 1, 1]), (3.5, [3, 3, 3, 0])):
         pl, members = _told_planner(slo_spread=0.01, slo_rank_hurdle=0.25, slo_hurdle_from=start)
         assert [d.k for d in plan_round(pl, members, 4.2, calm)] == want
+
+
+def test_the_hurdle_binds_from_a_mean_tpot_so_far_and_one_sequence_of_the_batch():
+    # 50 sequences at 20 ms a token so far and 50 new ones (no token yet): the mean over the
+    # 50 is 0.4 of a 50 ms SLO
+    d = np.r_[np.full(50, 0.2), np.zeros(50)]
+    n = np.r_[np.full(50, 10.0), np.zeros(50)]
+    assert binding_hurdle(0.02, 0.39, 0.05, d, n) == 0.02
+    assert binding_hurdle(0.02, 0.41, 0.05, d, n) == 0.0  # the SLO does not bind
+    assert binding_hurdle(0.0, 0.39, 0.05, d, n) == 0.0
+    assert binding_hurdle(0.02, 0.39, 0.05, d[:49], n[:49]) == 0.0  # 2% of 49 < 1 sequence
+    assert binding_hurdle(0.02, 0.0, 0.05, d[50:], n[50:]) == 0.0  # no token so far
