@@ -165,8 +165,8 @@ class GoodputPolicyConfig(DSparkBaseConfig):
     # 0.6: the hurdle applies while the batch's mean TPOT so far is at least 0.6 of the TPOT
     # SLO (the conversation knee runs at ~0.7 of it, its load 1 at ~0.5, the code knee at
     # ~0.4); below, the best row, whose longer caps shorten every TPOT at light load (there the
-    # hurdle alone cost 6-16% of mean TPOT, benchmarks/slo_by_acceptance.py's workloads at
-    # loads 0.5 and 1).
+    # hurdle alone cost 3-16% of mean TPOT, benchmarks/slo_value.py's workloads at loads 0.5
+    # and 1; docs/results.md, 2026-12-06).
     slo_hurdle_from: float = param(
         0.6,
         lo=0.0,
