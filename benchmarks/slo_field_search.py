@@ -11,7 +11,8 @@ attainment differences (the trial's minus the fixed k's, over the seeds):
 - the conversation trace at load 1.5 (past the knee, two seeds) against fixed k = 1.
 
 A score ≥ 0 is a setting at least as good as the best fixed k at both knees and past the
-conversation knee. The first two trials are the default and ``configs/dspark_knee.toml``.
+conversation knee. The first two trials are the default and ``configs/dspark_knee.toml``; the
+rank's hurdle (``slo_rank_hurdle``, which came after the recorded trials) is off in every trial.
 Each trial prints one JSON line (also appended to ``--log``); the last line names the best.
 
     .venv/bin/python benchmarks/slo_field_search.py [--trials 60] [--workers 2]
@@ -99,6 +100,7 @@ def suggest(trial) -> dict:
         "slo_prefill": trial.suggest_categorical("slo_prefill", ["stretch", "additive", "backlog"]),
         "slo_floor": trial.suggest_categorical("slo_floor", [False, True]),
         "ttft_value_max": trial.suggest_float("ttft_value_max", 1.0, 64.0, log=True),
+        "slo_rank_hurdle": 0.0,  # off, not searched: the rank as the recorded trials ran it
     }
     if trial.suggest_categorical("life_on", [False, True]):
         p["slo_life_horizon"] = trial.suggest_float("slo_life_horizon", 0.25, 4.0, log=True)

@@ -443,21 +443,18 @@ class DSparkPlanner(RoundPlanner):
                 if self.tpot_cal is not None and not queued:  # the model's recent bias
                     f = self.tpot_cal.factor
                     stretch, extra_s = stretch * f, extra_s * f
-                slo_s = self.slo.tpot_s
-                tpot = slo_s * c.slo_margin
+                tpot = self.slo.tpot_s * c.slo_margin
                 lost = v[self._idx, TTFT] > self.slo.ttft_s
                 if c.slo_floor:
                     p = slo_floor_plan(p, a, kcap, costs, tpot, stretch, extra_s, lost, alpha)
                 history = h > 0 or life > 0
-                hurdle = 0.0  # (not while prompts queue past the congested wait)
-                if c.slo_rank_hurdle and not queued:
-                    d, n = v[self._idx, DECODE_S], v[self._idx, TOKENS]
-                    hurdle = binding_hurdle(c.slo_rank_hurdle, c.slo_hurdle_from, slo_s, d, n)
+                d, n = v[self._idx, DECODE_S], v[self._idx, TOKENS]
+                hd = binding_hurdle(c.slo_rank_hurdle, c.slo_hurdle_from, self.slo.tpot_s, d, n)
                 row = slo_goodput_row(
                     p,
                     tpot,
-                    v[self._idx, DECODE_S] if history else None,
-                    v[self._idx, TOKENS] if history else None,
+                    d if history else None,
+                    n if history else None,
                     h,
                     spread,
                     lost,
@@ -465,7 +462,7 @@ class DSparkPlanner(RoundPlanner):
                     c.slo_rank,
                     extra_s,
                     life,
-                    hurdle,
+                    0.0 if queued else hd,
                 )
                 if self.tpot_cal is not None:
                     self.tpot_cal.planned_row(p, row, stretch0, extra0)

@@ -31,9 +31,9 @@ def _config(spec: str) -> DSparkConfig:
     return make_config(name, cfg)
 
 
-def test_the_first_trial_is_the_default():
+def test_the_first_trial_is_the_default_with_the_ranks_hurdle_off():
     spec = fs.spec_of(fs.suggest(optuna.trial.FixedTrial(fs.START[0])))
-    assert _config(spec) == DSparkConfig()
+    assert _config(spec) == DSparkConfig(slo_rank_hurdle=0.0)
 
 
 def test_the_second_trial_is_the_shipped_knee_config():
