@@ -348,8 +348,10 @@ def binding_hurdle(
     batch's mean TPOT so far (each sequence's ``decode_s`` over its ``tokens``, those with a
     token) at least ``start`` of it, and ``hurdle`` of the batch at least one sequence; else
     0 (the best row)."""
+    if hurdle <= 0.0 or len(tokens) * hurdle < 1.0:  # (no array work when off)
+        return 0.0
     has = tokens > 0.0
-    if hurdle <= 0.0 or len(tokens) * hurdle < 1.0 or not has.any():
+    if not has.any():
         return 0.0
     so_far = float(np.mean(decode_s[has] / tokens[has]))
     return hurdle if so_far >= start * tpot_s else 0.0
