@@ -13,7 +13,8 @@ throughput objective, the peers with their documented defaults, and ``dspark`` t
 ``--tuned`` when given) and every seed (default 1, 2, 3: seeds no study tuned on):
 
 - capacity at SLO: the highest load scale with attainment ≥ 0.9 (sim/capacity.py, bisection to
-  ``--rel-tol`` on identical arrivals), the median over seeds and its range;
+  ``--rel-tol`` on identical arrivals), the median over seeds and its range; ``dspark``'s over
+  the best fixed k's with a 90% interval from resampling the seeds (paired);
 - SLO goodput (tokens/s of requests meeting both SLOs) at loads 0.5, 1, 1.5, 2, mean over seeds;
   ``dspark``'s over the best fixed k's at each load with a 90% interval from resampling the
   seeds (paired: both ran the same arrivals).
@@ -126,22 +127,27 @@ def paired_line(mine: dict, theirs: dict) -> str:
     )
 
 
-def paired_goodput(mine: dict, theirs: dict, draws: int = 2000) -> tuple[float, float, float]:
-    """One controller's SLO goodput over another's at one load, seeds paired (``{seed:
-    tokens/s}`` each): the ratio of the means over the seeds both ran and its 90% percentile
-    bootstrap interval (seeds drawn with replacement, ``draws`` times, seeded); the interval
-    is the ratio itself with fewer than two seeds, nan where the other's mean is 0."""
+def paired_ratio(
+    mine: dict, theirs: dict, center: str = "mean", draws: int = 2000
+) -> tuple[float, float, float]:
+    """One controller's figure over another's, seeds paired (``{seed: value}`` each; the
+    same arrivals): the ratio of their ``center`` (``"mean"``: SLO goodput at a load, whose
+    table shows means; ``"median"``: capacity at SLO, whose table shows medians) over the
+    seeds both ran, and its 90% percentile bootstrap interval (seeds drawn with replacement,
+    ``draws`` times, seeded). The interval is the ratio itself with fewer than two seeds; all
+    three are nan where the other's center is not positive."""
+    stat = {"mean": np.mean, "median": np.median}[center]
     seeds = [s for s in mine if s in theirs]
     a = np.array([mine[s] for s in seeds], dtype=float)
     b = np.array([theirs[s] for s in seeds], dtype=float)
-    if not len(seeds) or b.sum() <= 0:
+    if not len(seeds) or not stat(b) > 0:
         return math.nan, math.nan, math.nan
-    ratio = float(a.sum() / b.sum())
+    ratio = float(stat(a) / stat(b))
     if len(seeds) < 2:
         return ratio, ratio, ratio
     pick = np.random.default_rng(0).integers(0, len(seeds), (draws, len(seeds)))
-    den = b[pick].sum(1)
-    r = a[pick].sum(1)[den > 0] / den[den > 0]
+    den = stat(b[pick], axis=1)
+    r = stat(a[pick], axis=1)[den > 0] / den[den > 0]
     lo, hi = np.percentile(r, [5.0, 95.0])
     return ratio, float(lo), float(hi)
 
@@ -239,14 +245,17 @@ def main() -> int:
         if "dspark" in by:
             ratio = by["dspark"]["capacity_load_scale"] / best_fixed["capacity_load_scale"]
             cap_ratio.append(ratio)
+            mine, theirs = by["dspark"]["by_seed"], best_fixed["by_seed"]
+            _, lo, hi = paired_ratio(mine, theirs, "median")
             print(
-                f"dspark / best fixed ({best_fixed['controller']}): capacity {ratio:.3f}; "
-                + paired_line(by["dspark"]["by_seed"], best_fixed["by_seed"])
+                f"dspark / best fixed ({best_fixed['controller']}): capacity {ratio:.3f} "
+                f"[{lo:.3f}, {hi:.3f}] (medians, 90% interval, seeds resampled); "
+                + paired_line(mine, theirs)
             )
             paired = []
             for ld in LOADS:
                 best = max((f for f in FIXED if (f, ld) in good), key=lambda f: good[(f, ld)])
-                g, lo, hi = paired_goodput(good_by_seed[("dspark", ld)], good_by_seed[(best, ld)])
+                g, lo, hi = paired_ratio(good_by_seed[("dspark", ld)], good_by_seed[(best, ld)])
                 good_ratio.append(g)
                 paired.append(f"{ld:g} {g:.3f} [{lo:.3f}, {hi:.3f}] ({best})")
             print(

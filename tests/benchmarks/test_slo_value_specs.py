@@ -94,16 +94,31 @@ def test_the_paired_line_compares_seed_by_seed():
     )
 
 
-def test_paired_goodput_is_the_ratio_of_means_with_an_interval_inside_the_seeds_ratios():
+def test_paired_ratio_is_the_ratio_of_means_with_an_interval_inside_the_seeds_ratios():
     mine = {1: 90.0, 2: 200.0, 3: 120.0, 4: 50.0}
     theirs = {1: 100.0, 2: 180.0, 3: 120.0, 4: 60.0, 5: 70.0}  # seed 5: only the other ran it
-    r, lo, hi = sv.paired_goodput(mine, theirs)
+    r, lo, hi = sv.paired_ratio(mine, theirs)
     assert r == (90 + 200 + 120 + 50) / (100 + 180 + 120 + 60)
     by_seed = [mine[s] / theirs[s] for s in mine]
     # a ratio of sums lies between the smallest and largest of its terms' ratios
     assert min(by_seed) <= lo <= r <= hi <= max(by_seed) and lo < hi
-    assert sv.paired_goodput(mine, theirs) == (r, lo, hi)  # seeded
-    assert sv.paired_goodput({1: 2.0, 2: 4.0}, {1: 1.0, 2: 2.0}) == (2.0, 2.0, 2.0)
-    assert sv.paired_goodput({7: 3.0}, {7: 2.0}) == (1.5, 1.5, 1.5)
-    assert all(math.isnan(x) for x in sv.paired_goodput({1: 3.0}, {1: 0.0}))
-    assert all(math.isnan(x) for x in sv.paired_goodput({1: 3.0}, {2: 1.0}))
+    assert sv.paired_ratio(mine, theirs) == (r, lo, hi)  # seeded
+    assert sv.paired_ratio({1: 2.0, 2: 4.0}, {1: 1.0, 2: 2.0}) == (2.0, 2.0, 2.0)
+    assert sv.paired_ratio({7: 3.0}, {7: 2.0}) == (1.5, 1.5, 1.5)
+    assert all(math.isnan(x) for x in sv.paired_ratio({1: 3.0}, {1: 0.0}))
+    assert all(math.isnan(x) for x in sv.paired_ratio({1: 3.0}, {2: 1.0}))
+
+
+def test_paired_ratio_of_medians_reads_the_seeds_as_the_capacity_table_does():
+    mine = {1: 1.20, 2: 1.25, 3: 1.10, 4: 1.30, 5: 1.22}
+    theirs = {1: 1.25, 2: 1.25, 3: 1.15, 4: 1.25, 5: 1.20}
+    r, lo, hi = sv.paired_ratio(mine, theirs, "median")
+    assert r == 1.22 / 1.25  # the medians' ratio, not the mean of the seeds' ratios
+    assert lo <= r <= hi and lo < hi
+    # resampled medians stay among the seeds' own values
+    assert min(mine.values()) / max(theirs.values()) <= lo
+    assert hi <= max(mine.values()) / min(theirs.values())
+    # a controller ahead by the same factor on every seed: no spread at all
+    scaled = {s: 1.02 * v for s, v in theirs.items()}
+    r2, lo2, hi2 = sv.paired_ratio(scaled, theirs, "median")
+    assert math.isclose(r2, 1.02) and math.isclose(lo2, 1.02) and math.isclose(hi2, 1.02)
