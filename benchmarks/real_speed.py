@@ -315,15 +315,25 @@ def step_costs(
     return out, verify
 
 
-def block_draft_cost(args, prompt: list[int], k: int = 4, reps: int = 300) -> float:
+def block_draft_cost(args, prompt: list[int], k: int = 4, reps: int = 300) -> dict[str, float]:
     """The block drafter's propose call at ``k`` over the token-only conv drafter's (k
     one-token steps, its cache valid up to the round's last committed token, as in a round),
-    both greedy on one row after the target prefilled ``prompt``, alternately after 10 untimed
-    calls of each (the first calls of a fresh drafter run up to 2x slower): median over
-    median."""
+    both greedy on one row after the target prefilled ``prompt``: ``"block"``, median over
+    median of alternate calls after 10 untimed calls of each (the first calls of a fresh drafter
+    run up to 2x slower). Timed in the same loop, over the same median of the conv drafter's:
+
+    - ``"no_chain"``: the same call with the adjacent-token chain off (the same weights and
+      shapes; its tokens are not the drafter's): the encoder, the k slots' head in one product,
+      the confidence head and the bookkeeping;
+    - ``"chain_floor"``: that call with its k-row head product and argmax replaced by k one-row
+      products and argmaxes (medians of each, timed in the loop): what any greedy chain conditioned on
+      the token drafted before it must add, slot j's product waiting on slot j - 1's argmax,
+      with nothing else of the chain counted. A chained block drafter of this size and
+      vocabulary costs no less on this machine."""
     import statistics
 
     import torch
+    import torch.nn.functional as F
 
     from real.bench import BenchConfig, bench_engine
     from real.runtime import load_engine_config
@@ -333,23 +343,48 @@ def block_draft_cost(args, prompt: list[int], k: int = 4, reps: int = 300) -> fl
     engine, drafters = bench_engine(cfg, BenchConfig(drafters="block conv"), args.checkpoints)
     assert drafters is not None
     block, conv = drafters["block"], drafters["conv"]
+    model = block.model
+    chained, plain = model.cfg, dataclasses.replace(model.cfg, adjacent=0)
+    head = model.embed_tokens.weight
+    h1 = torch.zeros(1, head.shape[1], dtype=head.dtype)
+    hk = torch.zeros(1, k, head.shape[1], dtype=head.dtype)
     L, sp = len(prompt), engine.cfg.sampling
+    t: dict[str, list[float]] = {}
+
+    def timed(name, fn) -> None:
+        t0 = time.perf_counter()
+        fn()
+        t.setdefault(name, []).append(time.perf_counter() - t0)
+
+    def unchained() -> None:
+        model.cfg = plain
+        try:
+            block.propose_batch(engine.seq, [0], [L], [k], [0.0], sp, [None])
+        finally:
+            model.cfg = chained
+
     with torch.inference_mode():
         engine.seq[0, :L] = torch.tensor(prompt)
         engine.prefill_rows([0], [0], [L - 1])  # hands the target's states to the block drafter
         conv.propose_batch(engine.seq, [0], [L], [k], [0.0], sp, [None])  # its cache: prompt
-        tb, tc = [], []
         for i in range(reps + 10):  # the first 10 of each warm up, untimed
             if i == 10:
-                tb, tc = [], []
+                t.clear()
             conv.set_valid(0, L - 1)
-            t0 = time.perf_counter()
-            conv.propose_batch(engine.seq, [0], [L], [k], [0.0], sp, [None])
-            t1 = time.perf_counter()
-            block.propose_batch(engine.seq, [0], [L], [k], [0.0], sp, [None])
-            tb.append(time.perf_counter() - t1)
-            tc.append(t1 - t0)
-    return statistics.median(tb) / statistics.median(tc)
+            timed("conv", lambda: conv.propose_batch(engine.seq, [0], [L], [k], [0.0], sp, [None]))
+            timed(
+                "block", lambda: block.propose_batch(engine.seq, [0], [L], [k], [0.0], sp, [None])
+            )
+            timed("no_chain", unchained)
+            timed("head_1", lambda: F.linear(h1, head).argmax(-1))
+            timed("head_k", lambda: F.linear(hk, head).argmax(-1))
+    m = {name: statistics.median(v) for name, v in t.items()}
+    floor = m["no_chain"] - m["head_k"] + k * m["head_1"]
+    return {
+        "block": m["block"] / m["conv"],
+        "no_chain": m["no_chain"] / m["conv"],
+        "chain_floor": floor / m["conv"],
+    }
 
 
 def block_slots(rounds_csv: Path) -> tuple[np.ndarray, np.ndarray] | None:
@@ -446,8 +481,13 @@ def main(argv: list[str] | None = None) -> int:
             print(ceiling_line(verify))
         cost = None
         if "block" in args.drafters.split():
-            cost = block_draft_cost(args, held_prompt(tok, 128))
-            print(f"block drafter propose call at k = 4 / conv drafter's ({_load()}): {cost:.3f}")
+            costs = block_draft_cost(args, held_prompt(tok, 128))
+            cost = costs["block"]
+            print(
+                f"block drafter propose call at k = 4 / conv drafter's ({_load()}): {cost:.3f}; "
+                f"without the adjacent-token chain {costs['no_chain']:.3f}; a greedy chain's "
+                f"floor (that call with 4 one-row head products) {costs['chain_floor']:.3f}"
+            )
     except DSparkError as e:
         print(f"real_speed: error: {e}", file=sys.stderr)
         return 2

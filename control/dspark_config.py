@@ -176,6 +176,20 @@ class GoodputPolicyConfig(DSparkBaseConfig):
         tune=(0.3, 1.0),
         when={"policy": ("goodput",)},
     )
+    # on: no cost probe (explore_every) while the last full plan's rank hurdle bound (the
+    # TPOT SLO binds: slo_hurdle_from, the batch of at least 1 / slo_rank_hurdle sequences, no
+    # prompt queued past slo_congested_wait). A probe is a round at a cap the plan ranked
+    # lower, paid in every sequence's TPOT; at the conversation knee, ~97% of sequence-rounds
+    # at k = 1, the probes' were most of the rest, and without them the batch's cost slope is
+    # still read from its rounds at other batch sizes. Development knees (seeds 11-16):
+    # conversation -0.0051 -> -0.0004 of fixed k = 1's attainment, code identical (its small
+    # batches never bind), past the conversation knee -0.0058 -> +0.0097 (docs/results.md,
+    # 2026-12-07). Off: probes on their cadence whatever the SLO.
+    slo_quiet_probes: bool = param(
+        True,
+        doc="goodput/slo-goodput: no cost probe while the SLO rank's hurdle binds",
+        when={"policy": ("goodput",)},
+    )
     # stretch: a sequence's planned round time is stretched by 1/(1 − ρ) (ρ, the replica's
     # recent prefill share): prompts arrive at their own rate, so a longer round carries more
     # of them. additive: the recent mean chunk seconds a round are added to every row's time,

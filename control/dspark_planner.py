@@ -179,6 +179,7 @@ class DSparkPlanner(RoundPlanner):
         self._planned_backlog = False  # whether a prompt waited at the last full plan
         self._planned_kmax = -1  # the engine's draft limit at the last full plan
         self._probed = False  # whether the last full plan was a probe
+        self._binds = False  # whether the last full plan's rank hurdle bound
         self._emitted = 0.0  # Σ output tokens of the rounds seen (forgotten, PROMPT_VALUE_KEEP)
         self._prefilled = 0.0  # Σ prompt tokens of the rounds seen (the same)
         self._prior_w = 1.0  # what is left of the prompt value's prior (forgotten the same)
@@ -341,7 +342,8 @@ class DSparkPlanner(RoundPlanner):
         k_max = c.k_max if batch.max_draft is None else min(c.k_max, batch.max_draft)
         B = len(members)
         e = c.explore_every << min(self._idle, 3)  # probes thin out while idling
-        probe = bool(e) and self.rounds % e == e - 1
+        # (no probe while the SLO binds: slo_quiet_probes)
+        probe = bool(e) and self.rounds % e == e - 1 and not (c.slo_quiet_probes and self._binds)
         self.full_plan = probe or not self._keeps_plan(B, batch, k_max)
         fresh = self.hand.take(st, idx, members)  # the decisions that may have moved
         if not self.full_plan:
@@ -364,6 +366,7 @@ class DSparkPlanner(RoundPlanner):
         if c.replan_backoff and not (probe or after_probe or self._head) and self.last_cap >= 0:
             cap = min(self.last_cap, k_max)
             kept = np.minimum(kept_lengths(st.values, PLANNED, idx, cap), base_k)
+        self._binds = False  # (until this plan's rank says otherwise)
         k = self._full_plan(members, np.minimum(base_k, k_max), k_max, batch, probe, now_s)
         if kept is not None:
             same = bool((kept == k).all())
@@ -450,6 +453,7 @@ class DSparkPlanner(RoundPlanner):
                 history = h > 0 or life > 0
                 d, n = v[self._idx, DECODE_S], v[self._idx, TOKENS]
                 hd = binding_hurdle(c.slo_rank_hurdle, c.slo_hurdle_from, self.slo.tpot_s, d, n)
+                self._binds = hd > 0.0 and not queued
                 row = slo_goodput_row(
                     p,
                     tpot,

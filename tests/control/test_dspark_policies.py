@@ -42,7 +42,7 @@ def test_each_field_has_one_home():
     seed = _names(SeedPolicyConfig) - shared
     goodput = _names(GoodputPolicyConfig) - shared
     assert seed == {"alpha0", "alpha_max", "k_ref", "k_min", "k_hysteresis", "a_target"}
-    assert not seed & goodput and len(goodput) == 33
+    assert not seed & goodput and len(goodput) == 34
     assert _names(DSparkConfig) == shared | seed | goodput | {"policy"}
 
 

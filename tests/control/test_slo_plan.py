@@ -469,3 +469,29 @@ def test_the_hurdle_binds_from_a_mean_tpot_so_far_and_one_sequence_of_the_batch(
     assert binding_hurdle(0.0, 0.39, 0.05, d, n) == 0.0
     assert binding_hurdle(0.02, 0.39, 0.05, d[:49], n[:49]) == 0.0  # 2% of 49 < 1 sequence
     assert binding_hurdle(0.02, 0.0, 0.05, d[50:], n[50:]) == 0.0  # no token so far
+
+
+def test_no_cost_probe_while_the_rank_hurdle_binds():
+    calm = BatchContext(4, 2000, None, 500, 2048, 4.0)
+    # _told_planner's 40 rounds: with explore_every 42 the plan after the next round is a probe
+    # (its 41st). The hurdle binds (the batch runs at ~3x its SLO so far): cap 1, as planned,
+    # or the probe's cap 2 for one round
+    caps = {}
+    for quiet in (False, True):
+        pl, members = _told_planner(
+            slo_spread=0.01, slo_rank_hurdle=0.25, explore_every=42, slo_quiet_probes=quiet
+        )
+        first = [d.k for d in plan_round(pl, members, 4.2, calm)]
+        pl.observe_round(RoundStats(4.2, 4.23, 4, 4, 1, 8, 2000, 0.006, 0.018, 4, 8))
+        pl._since = 1 << 30  # a full plan either way
+        caps[quiet] = (first, [d.k for d in plan_round(pl, members, 4.3, calm)], pl._probed)
+    assert caps[True][0] == caps[False][0] == [1, 1, 1, 1]
+    assert caps[False][2] and max(caps[False][1]) == 2  # the probe, one cap up
+    assert not caps[True][2] and caps[True][1] == [1, 1, 1, 1]
+    # without the hurdle nothing binds: the probe runs whatever the option
+    pl, members = _told_planner(slo_spread=0.01, explore_every=42, slo_quiet_probes=True)
+    plan_round(pl, members, 4.2, calm)
+    pl.observe_round(RoundStats(4.2, 4.23, 4, 4, 3, 16, 2000, 0.018, 0.019, 8, 12))
+    pl._since = 1 << 30
+    plan_round(pl, members, 4.3, calm)
+    assert pl._probed
