@@ -326,10 +326,10 @@ def block_draft_cost(args, prompt: list[int], k: int = 4, reps: int = 300) -> di
       shapes; its tokens are not the drafter's): the encoder, the k slots' head in one product,
       the confidence head and the bookkeeping;
     - ``"chain_floor"``: that call with its k-row head product and argmax replaced by k one-row
-      products and argmaxes (medians of each, timed in the loop): what any greedy chain conditioned on
-      the token drafted before it must add, slot j's product waiting on slot j - 1's argmax,
-      with nothing else of the chain counted. A chained block drafter of this size and
-      vocabulary costs no less on this machine."""
+      products and argmaxes (medians of each, timed in the loop): what any greedy chain
+      conditioned on the token drafted before it must add, slot j's product waiting on slot
+      j - 1's argmax, nothing else of the chain counted. A chained block drafter of this size
+      and vocabulary costs no less on this machine."""
     import statistics
 
     import torch

@@ -179,9 +179,10 @@ class GoodputPolicyConfig(DSparkBaseConfig):
     # on: no cost probe (explore_every) while the last full plan's rank hurdle bound (the
     # TPOT SLO binds: slo_hurdle_from, the batch of at least 1 / slo_rank_hurdle sequences, no
     # prompt queued past slo_congested_wait). A probe is a round at a cap the plan ranked
-    # lower, paid in every sequence's TPOT; at the conversation knee, ~97% of sequence-rounds
-    # at k = 1, the probes' were most of the rest, and without them the batch's cost slope is
-    # still read from its rounds at other batch sizes. Development knees (seeds 11-16):
+    # lower, paid in every sequence's TPOT (at the conversation knee 96% of the sequence-rounds
+    # drafted k = 1, and the probes' k = 2 were more than half of the rest); the probes before
+    # the SLO binds and the batch's own moves in size keep the cost slope read (no loss
+    # measured). Development knees (seeds 11-16):
     # conversation -0.0051 -> -0.0004 of fixed k = 1's attainment, code identical (its small
     # batches never bind), past the conversation knee -0.0058 -> +0.0097 (docs/results.md,
     # 2026-12-07). Off: probes on their cadence whatever the SLO.

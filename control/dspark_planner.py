@@ -35,7 +35,8 @@ Once per round, for the batch's sequences (each a :class:`~control.dspark.DSpark
    (:func:`~control.goodput.mean_tpot_row`): each request's latency weighs alike.
 4. **Probing.** Until the cost model has seen two token counts, caps alternate between
    ``k_start`` and 1; afterwards every ``explore_every``-th round uses cap ± 1 (alternating), so
-   the slope of the verify cost stays identifiable when the load does not move by itself.
+   the slope of the verify cost stays identifiable when the load does not move by itself; none
+   while the last full plan's SLO rank hurdle bound (``slo_quiet_probes``: TPOT pays for it).
 5. **Prompt tokens.** Under chunked prefill a draft that pushes prompt tokens out of the pass is
    charged what they are worth in output tokens (``RoundCostModel.functions``): the configured
    ``prompt_token_value``, or (``prompt_value_source = "observed"``, the default) the workload's
