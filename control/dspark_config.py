@@ -188,7 +188,9 @@ class GoodputPolicyConfig(DSparkBaseConfig):
     # 2026-12-07). Off: probes on their cadence whatever the SLO.
     slo_quiet_probes: bool = param(
         True,
+        choices=(False, True),
         doc="goodput/slo-goodput: no cost probe while the SLO rank's hurdle binds",
+        tune=True,
         when={"policy": ("goodput",)},
     )
     # stretch: a sequence's planned round time is stretched by 1/(1 − ρ) (ρ, the replica's
