@@ -453,8 +453,8 @@ class DSparkPlanner(RoundPlanner):
                     p = slo_floor_plan(p, a, kcap, costs, tpot, stretch, extra_s, lost, alpha)
                 history = h > 0 or life > 0
                 d, n = v[self._idx, DECODE_S], v[self._idx, TOKENS]
-                hd = binding_hurdle(c.slo_rank_hurdle, c.slo_hurdle_from, self.slo.tpot_s, d, n)
-                self._binds = hd > 0.0 and not queued
+                hd = 0.0 if queued else binding_hurdle(c.slo_rank_hurdle, c.slo_hurdle_from, self.slo.tpot_s, d, n)  # fmt: skip
+                self._binds = hd > 0.0
                 row = slo_goodput_row(
                     p,
                     tpot,
@@ -467,7 +467,7 @@ class DSparkPlanner(RoundPlanner):
                     c.slo_rank,
                     extra_s,
                     life,
-                    0.0 if queued else hd,
+                    hd,
                 )
                 if self.tpot_cal is not None:
                     self.tpot_cal.planned_row(p, row, stretch0, extra0)
