@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 from numba import njit
 
-from control.goodput_kernel import pairwise_sum
+from control.pairwise import pairwise_sum
 
 #: how prompt chunks share the verify pass
 KIND_NONE, KIND_BUDGET, KIND_SHARED = 0.0, 1.0, 2.0
@@ -49,8 +49,23 @@ def cost_spec(
     free: float = 0.0,
 ) -> np.ndarray:
     """The parameter vector (``raw(0)``, the chunk path's base, filled in from the line)."""
-    head = [kind, v0, v1, backlog, cap, pre, 0.0, value, free, s0, s1, float(len(knots))]
-    spec = np.concatenate([np.array(head, dtype=float), knots, hinge]).astype(float)
+    knots = np.ascontiguousarray(knots, dtype=float)
+    hinge = np.ascontiguousarray(hinge, dtype=float)
+    head = (kind, v0, v1, backlog, cap, pre, value, free, s0, s1)
+    return _spec(*map(float, head), knots, hinge)
+
+
+@njit(cache=True, error_model="numpy")
+def _spec(kind, v0, v1, backlog, cap, pre, value, free, s0, s1, knots, hinge):  # fmt: skip  # pragma: no cover - compiled
+    """:func:`cost_spec`'s vector, compiled."""
+    nk = knots.shape[0]
+    spec = np.empty(SPEC_HEAD + nk + hinge.shape[0])
+    spec[SPEC_KIND], spec[SPEC_V0], spec[SPEC_V1] = kind, v0, v1
+    spec[SPEC_BACKLOG], spec[SPEC_CAP], spec[SPEC_PRE] = backlog, cap, pre
+    spec[SPEC_BASE], spec[SPEC_VALUE], spec[SPEC_FREE] = 0.0, value, free
+    spec[SPEC_S0], spec[SPEC_S1], spec[SPEC_NK] = s0, s1, nk
+    spec[SPEC_HEAD : SPEC_HEAD + nk] = knots
+    spec[SPEC_HEAD + nk :] = hinge
     spec[SPEC_BASE] = raw(spec, 0.0)
     return spec
 
@@ -146,20 +161,28 @@ def _many(spec: np.ndarray, x: np.ndarray, which: int) -> np.ndarray:  # pragma:
 
 @njit(cache=True, error_model="numpy")
 def tables(spec: np.ndarray, n_lo: int, n_hi: int, d_hi: int):  # pragma: no cover - compiled
-    """Verify seconds, their slope, the penalty and its slope at ``n_lo..n_hi`` verified tokens,
-    and a draft step at ``1..d_hi`` drafting rows (:func:`control.goodput_kernel.plan_rows`)."""
+    """The tables :func:`control.goodput_kernel.plan_rows` reads: verify seconds, their slope,
+    the penalty and its slope at ``n_lo..n_hi`` verified tokens, to be filled where a plan
+    reads them (:func:`fill_tables_at`; ``have`` marks the rows filled: a plan's few rows of a
+    table as long as ``B · k_max``), and a draft step at ``1..d_hi`` drafting rows, whole."""
     m = n_hi - n_lo + 1
-    vs, vsl, pen, psl = np.empty(m), np.empty(m), np.empty(m), np.empty(m)
-    for i in range(m):
+    st = np.empty(d_hi)
+    for i in range(d_hi):
+        st[i] = step(spec, float(i + 1))
+    return np.empty(m), np.empty(m), np.empty(m), np.empty(m), st, np.zeros(m, dtype=np.bool_)
+
+
+@njit(cache=True, error_model="numpy")
+def fill_tables_at(spec, n_lo, i, vs, vsl, pen, psl, have):  # fmt: skip  # pragma: no cover - compiled
+    """Row ``i`` (``n_lo + i`` verified tokens) of the tables of :func:`tables`, unless
+    ``have`` says it is filled (always, for tables filled whole by callables)."""
+    if not have[i]:
         n = float(n_lo + i)
         vs[i] = verify(spec, n)
         vsl[i] = verify_slope(spec, n)
         pen[i] = penalty(spec, n)
         psl[i] = penalty_slope(spec, n)
-    st = np.empty(d_hi)
-    for i in range(d_hi):
-        st[i] = step(spec, float(i + 1))
-    return vs, vsl, pen, psl, st
+        have[i] = True
 
 
 #: the functions :class:`SpecFunction` evaluates, by name

@@ -79,17 +79,23 @@ class GoodputPolicyController(DSparkBaseController):
 
     # --- the rows a round planner reads (control.seqstate) --
     def _bind(self, store: SeqArrays, slot: int) -> None:
+        """Take ``slot`` of ``store``: its constants written (forgetting factors, flags, the
+        window's, retry cap's and blocks' sizes: :mod:`control.seqrounds`), then its views."""
+        store.decay[slot], store.fast[slot] = self._decay, self._fast
+        store.widen(self.config.window_rounds)
+        self._views(store, slot)
+        self._row[SOLO] = 0.0 if getattr(self, "_solo", None) is None else 1.0
+        self._row[READS] = 1.0 if self.reads_confidences else 0.0
+        bind_constants(self._ist, self.config, self.config.goodput_cooldown)
+
+    def _views(self, store: SeqArrays, slot: int) -> None:
+        """Views onto ``slot`` of ``store``, whose rows already hold this sequence (moved or
+        reallocated there by the store)."""
         self._store, self._slot = store, slot
         # memoryviews: element access in Python floats, ~2x numpy's scalar indexing
         self._row: Any = memoryview(store.values[slot])  # format "d": floats in and out
         self._cnt: Any = memoryview(store.counts[slot])
-        store.decay[slot], store.fast[slot] = self._decay, self._fast
-        self._row[SOLO] = 0.0 if getattr(self, "_solo", None) is None else 1.0
-        self._row[READS] = 1.0 if self.reads_confidences else 0.0
-        # the window, retry cap and blocks in the slot too (control.seqrounds)
-        store.widen(self.config.window_rounds)
         self._ist: Any = memoryview(store.ints[slot])
-        bind_constants(self._ist, self.config, self.config.goodput_cooldown)
         self._win: Any = SlotWindow(store, slot)
         self._blocks: Any = SlotBlocks(store, slot)
 

@@ -115,6 +115,7 @@ from control.seqstate import (
     TOKENS,
     TTFT,
     SeqArrays,
+    any_set,
 )
 from control.tpot_calibration import TpotCalibration
 from control.types import Decision
@@ -541,7 +542,7 @@ class DSparkPlanner(RoundPlanner):
         if (
             len(listed) < RECORD_AT_ONCE
             or listed != self._members  # identity, in order
-            or self.seqs.values[self._idx, SOLO].any()
+            or any_set(self.seqs.values, self._idx, SOLO)
         ):
             super().observe_members(
                 members, now_s, drafted, accepted, confidences, draft_s, verify_s, context,
@@ -549,9 +550,8 @@ class DSparkPlanner(RoundPlanner):
             )  # fmt: skip
             return
         conf = None  # each member's evidence: its outcomes, or what its confidences predicted
-        reads = self.seqs.values[self._idx, READS] if confidences is not None else None
-        if reads is not None and reads.any():
-            conf = [c if r else () for r, c in zip(reads.tolist(), confidences)]
+        if confidences is not None and any_set(v := self.seqs.values, self._idx, READS):
+            conf = [c if r else () for r, c in zip(v[self._idx, READS].tolist(), confidences)]
         events = self.seqs.record(
             self._idx, now_s, drafted, accepted, emitted, draft_s, verify_s, context, conf,
             lossy, sentence_ends,

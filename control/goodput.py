@@ -161,20 +161,23 @@ def plan_round_lengths(
 
 
 def _plan_rows(powers, cum, bound, per_step, w, costs: CostFunctions, iterations: int, n_hi: int):
-    """:func:`~control.goodput_kernel.plan_rows` on the costs tabulated at ``B..n_hi`` verified
-    tokens and ``1..B + 1`` drafting rows: one compiled call for a fitted cost model's
-    (``costs.spec``), the callables otherwise. ``iterations`` 0: the rows ``bound`` as given."""
+    """:func:`~control.goodput_kernel.plan_rows` on the costs at ``B..n_hi`` verified tokens
+    and ``1..B + 1`` drafting rows: for a fitted cost model's (``costs.spec``) one compiled
+    call that evaluates them at the token counts its rows reach; the callables' tabulated whole
+    otherwise. ``iterations`` 0: the rows ``bound`` as given."""
     B = bound.shape[1]
     pen, pen_slope = costs.token_penalty, costs.penalty_slope
     if costs.spec is not None:
-        vs, vsl, pt, pst, st = tables(costs.spec, B, n_hi, B + 1)
+        spec = costs.spec
+        vs, vsl, pt, pst, st, have = tables(spec, B, n_hi, B + 1)
     else:
-        ns, none = np.arange(B, n_hi + 1, dtype=float), np.zeros(0)
+        ns, spec = np.arange(B, n_hi + 1, dtype=float), np.zeros(0)
         vs = np.asarray(costs.verify_s(ns), dtype=float)
         vsl = np.asarray(costs.verify_slope(ns), dtype=float)
-        pt = none if pen is None else np.asarray(pen(ns), dtype=float)
-        pst = none if pen_slope is None else np.asarray(pen_slope(ns), dtype=float)
+        pt = spec if pen is None else np.asarray(pen(ns), dtype=float)
+        pst = spec if pen_slope is None else np.asarray(pen_slope(ns), dtype=float)
         st = np.asarray(costs.step_s(np.arange(1, B + 2, dtype=float)), dtype=float)
+        have = np.ones(len(ns), dtype=bool)  # filled whole
     return plan_rows(
         powers,
         cum,
@@ -183,6 +186,8 @@ def _plan_rows(powers, cum, bound, per_step, w, costs: CostFunctions, iterations
         w,
         float(costs.shared_s),
         int(iterations),
+        spec,
+        have,
         vs,
         vsl,
         pt,

@@ -7,13 +7,16 @@ arithmetic, set its cost. This module runs the same operations, in the same orde
 compiled loop: the round counts, round times and goodput of every row, the positions that pay,
 the join cost of a sequence that starts drafting, until the lengths stop moving.
 
-The round-time pieces stay the :class:`~control.goodput.CostFunctions` callables (one home for
-the cost model): the caller tabulates them once over every token count and drafting count a
-plan can reach, and the loop reads the tables. Sums over a batch follow numpy's pairwise
-summation (:func:`pairwise_sum`), so a row's expected tokens are the float numpy would give.
-Tabulating evaluates the fitted line's hinge product on a longer array than the loop's rows,
-and BLAS may sum that 9-term product in another order by array length: round times can move in
-their last bit (a relative 1e-16), as they do between two machines' BLAS kernels.
+The round-time pieces stay the cost model's (one home for it): the loop reads tables over
+every token count and drafting count a plan can reach, the rows of a fitted model's token-count
+tables computed by :mod:`control.cost_kernel` where the loop first reads them (a plan reads a
+few of the ``B · k_max`` a batch could reach), other :class:`~control.goodput.CostFunctions`
+callables tabulated whole. Sums over a batch follow numpy's pairwise summation
+(:func:`~control.pairwise.pairwise_sum`), so a row's expected tokens are the float numpy would
+give. Tabulating a callable evaluates the fitted line's hinge product on a longer array than
+the loop's rows, and BLAS may sum that 9-term product in another order by array length: round
+times can move in their last bit (a relative 1e-16), as they do between two machines' BLAS
+kernels.
 """
 
 from __future__ import annotations
@@ -21,84 +24,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-#: numpy's pairwise summation: blocks of at most this many elements are summed by 8 partial
-#: sums (numpy/core/src/umath/loops_utils.h.src, PW_BLOCKSIZE)
-PW_BLOCKSIZE = 128
+from control.cost_kernel import fill_tables_at
+from control.pairwise import pairwise_sum
 
 
 @njit(cache=True, error_model="numpy")
-def _block_sum(a: np.ndarray, lo: int, n: int) -> float:  # pragma: no cover - compiled
-    """``a[lo:lo + n].sum()`` for ``n ≤ PW_BLOCKSIZE`` in numpy's order: a plain loop below 8
-    elements, else 8 interleaved partial sums, combined pairwise, then the rest in turn."""
-    if n < 8:
-        res = 0.0
-        for i in range(n):
-            res += a[lo + i]
-        return res
-    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
-    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
-    i = 8
-    end = n - n % 8
-    while i < end:
-        j = lo + i
-        r0 += a[j]
-        r1 += a[j + 1]
-        r2 += a[j + 2]
-        r3 += a[j + 3]
-        r4 += a[j + 4]
-        r5 += a[j + 5]
-        r6 += a[j + 6]
-        r7 += a[j + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[lo + i]
-        i += 1
-    return res
-
-
-@njit(cache=True, error_model="numpy")
-def pairwise_sum(a: np.ndarray, lo: int, n: int) -> float:  # pragma: no cover - compiled
-    """``a[lo:lo + n].sum()`` in numpy's order: blocks of at most ``PW_BLOCKSIZE``
-    (:func:`_block_sum`), a longer range split in halves at a multiple of 8 and summed left
-    plus right (numpy recurses; this walks the same tree with a stack: a compiled function
-    that calls itself cannot be cached)."""
-    if n <= PW_BLOCKSIZE:
-        return _block_sum(a, lo, n)
-    f_lo = np.empty(64, dtype=np.int64)  # frames: range start, length, halves done
-    f_n = np.empty(64, dtype=np.int64)
-    f_stage = np.empty(64, dtype=np.int64)
-    vals = np.empty(64)  # sums of finished ranges, left before right
-    top, nv = 0, 0
-    f_lo[0], f_n[0], f_stage[0] = lo, n, 0
-    while top >= 0:
-        m = f_n[top]
-        if m <= PW_BLOCKSIZE:
-            vals[nv] = _block_sum(a, f_lo[top], m)
-            nv += 1
-            top -= 1
-            continue
-        h = m // 2
-        h -= h % 8
-        if f_stage[top] == 0:
-            f_stage[top] = 1
-            f_lo[top + 1], f_n[top + 1], f_stage[top + 1] = f_lo[top], h, 0
-            top += 1
-        elif f_stage[top] == 1:
-            f_stage[top] = 2
-            f_lo[top + 1], f_n[top + 1], f_stage[top + 1] = f_lo[top] + h, m - h, 0
-            top += 1
-        else:
-            vals[nv - 2] = vals[nv - 2] + vals[nv - 1]
-            nv -= 1
-            top -= 1
-    return vals[0]
-
-
-@njit(cache=True, error_model="numpy")
-def _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhead, t0, shared, w_mean, n, d, t, g, e):  # fmt: skip  # pragma: no cover - compiled
+def _rows(k, cum, n_lo, spec, have, vs_tab, vsl_tab, pen_tab, psl_tab, has_pen, step_tab, block, fixed, overhead, t0, shared, w_mean, n, d, t, g, e):  # fmt: skip  # pragma: no cover - compiled
     """Per row of ``k``: verified tokens ``n``, drafting sequences ``d``, round time ``t``,
-    goodput ``g`` and expected tokens ``e``.
+    goodput ``g`` and expected tokens ``e`` (the tables' rows at ``n`` filled first).
     The goodput is the expected tokens less the prompt penalty over the round's time, with the
     time beyond a plain decoding round ``t0`` weighed by 1 / mean α (the planner's cost
     weighting) and the ``shared`` seconds every row pays left out."""
@@ -114,6 +47,7 @@ def _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhe
                 cnt += 1
             e[r, i] = cum[x, i]
         n[r], d[r] = tot + B, cnt
+        fill_tables_at(spec, n_lo, n[r] - n_lo, vs_tab, vsl_tab, pen_tab, psl_tab, have)
         st = min(mx, 1) if block else mx
         draft = fixed + st * step_tab[max(cnt, 1) - 1] if st > 0 else 0.0
         t[r] = draft + vs_tab[n[r] - n_lo] + overhead
@@ -124,14 +58,16 @@ def _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhe
 
 
 @njit(cache=True, error_model="numpy")
-def plan_rows(powers, cum, bound, per_step, w, shared, iterations, vs_tab, vsl_tab, pen_tab, has_pen, psl_tab, has_pslope, step_tab, block, fixed, overhead):  # fmt: skip  # pragma: no cover - compiled
+def plan_rows(powers, cum, bound, per_step, w, shared, iterations, spec, have, vs_tab, vsl_tab, pen_tab, has_pen, psl_tab, has_pslope, step_tab, block, fixed, overhead):  # fmt: skip  # pragma: no cover - compiled
     """The draft lengths of every cap's row, its goodput, round time and expected tokens:
     :func:`control.goodput.plan_round_lengths` from ``bound`` (rows × sequences) on. Tables
     are indexed by ``n − B`` (verified tokens: verify seconds, its slope, the prompt penalty
-    and its slope) and ``d − 1`` (drafting sequences: a draft step's seconds)."""
+    and its slope) and ``d − 1`` (drafting sequences: a draft step's seconds); the former's
+    rows are filled from ``spec`` where ``have`` says they are not yet (:func:`tables`)."""
     R, B = bound.shape
     P = powers.shape[0]
     n_lo = B  # every sequence verifies at least its bonus token
+    fill_tables_at(spec, n_lo, 0, vs_tab, vsl_tab, pen_tab, psl_tab, have)
     t0 = vs_tab[0] + overhead  # a round of plain decoding
     w_mean = pairwise_sum(w, 0, B) / B if B else 1.0  # w.mean(): the same sum and division
     ones = True  # every α 1: x / 1.0 is x, so the divisions are skipped
@@ -145,7 +81,7 @@ def plan_rows(powers, cum, bound, per_step, w, shared, iterations, vs_tab, vsl_t
     g = np.empty(R)
     e = np.empty((R, B))
     k_new = np.empty_like(k)
-    _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhead, t0, shared, w_mean, n, d, t, g, e)  # fmt: skip
+    _rows(k, cum, n_lo, spec, have, vs_tab, vsl_tab, pen_tab, psl_tab, has_pen, step_tab, block, fixed, overhead, t0, shared, w_mean, n, d, t, g, e)  # fmt: skip
     for _ in range(iterations):
         same = True
         for r in range(R):
@@ -168,7 +104,7 @@ def plan_rows(powers, cum, bound, per_step, w, shared, iterations, vs_tab, vsl_t
         if same:
             break
         k[:, :] = k_new
-        _rows(k, cum, n_lo, vs_tab, pen_tab, has_pen, step_tab, block, fixed, overhead, t0, shared, w_mean, n, d, t, g, e)  # fmt: skip
+        _rows(k, cum, n_lo, spec, have, vs_tab, vsl_tab, pen_tab, psl_tab, has_pen, step_tab, block, fixed, overhead, t0, shared, w_mean, n, d, t, g, e)  # fmt: skip
     return k, g, t, e
 
 

@@ -67,8 +67,7 @@ class HandOut:
         redo = moved(st.out_x, idx, x, fresh)
         if len(redo):
             base, keep, with_k = st.base, st.out, self.with_k
-            for i in redo.tolist():
-                slot, xi = idx[i], int(x[i])
+            for i, slot, xi in zip(redo.tolist(), idx[redo].tolist(), x[redo].tolist()):
                 d = base[slot]
                 out[i] = keep[slot] = d if d.k <= xi else with_k(d, xi)
         return out

@@ -37,7 +37,8 @@ COLUMNS = 14
 
 def layout(k_max: int, window: int) -> dict[str, tuple[tuple[int, ...], Any]]:
     """Each array of a :class:`SeqArrays`: its shape per slot and its dtype (objects start
-    None, everything else 0; a member's ``_bind`` writes its own constants)."""
+    None, everything else 0; a member's ``_bind`` writes its own constants, its ``_views``
+    takes views of rows the store moved or reallocated)."""
     return {
         "values": ((COLUMNS,), float),  # the float row (columns above)
         "counts": ((2 * (k_max + 1),), float),  # see DSparkController.counts
@@ -122,7 +123,7 @@ class SeqArrays:
         for slot in np.flatnonzero(self.used).tolist():
             member = self.owners[slot]()
             if member is not None:
-                member._bind(self, slot)
+                member._views(self, slot)
 
     def _gone(self, slot: int, ref: Any) -> None:
         """The member in ``slot`` is gone (its weak reference ``ref`` died): a free slot."""
@@ -179,6 +180,7 @@ class SeqArrays:
         w = src.ints[old, WINDOW]  # the ring's rounds past the window are never read
         self.ring[slot, :w] = src.ring[old, :w]
         self.wsum[slot] = src.wsum[old]
+        self.decay[slot], self.fast[slot] = src.decay[old], src.fast[old]
         self.dirty[slot] = True
         self.seen[slot] = self.tick
         self.owners[slot] = weakref.ref(member, partial(self._gone, slot))
@@ -186,7 +188,7 @@ class SeqArrays:
         src.owners[old] = None
         src.used[old] = False
         src.free.append(old)
-        member._bind(self, slot)
+        member._views(self, slot)  # its constants came with its rows
         return slot
 
     def slots_of(self, members) -> np.ndarray:
@@ -236,20 +238,18 @@ class SeqArrays:
         member's ``_observed`` does with the round (its window, retry cap and blocks:
         :func:`control.seqrounds.observe_rounds`, with its lossy accepts and sentence ends);
         returns each member's event (0: nothing left to do in Python)."""
-        n = np.asarray(accepted, dtype=np.int64)
-        d = np.asarray(drafted, dtype=np.int64)
         size = len(idx)
+        n, d = int_array(accepted, size), int_array(drafted, size)
         got = rej = _NONE
         if confidences is not None:
             got, rej = n.astype(float), (n < d).astype(float)
             for i, c in enumerate(confidences):
                 if c:
                     got[i], rej[i] = expected_outcome(c)
-        e = np.asarray(emitted, dtype=np.int64)
-        cx = np.asarray(context, dtype=np.int64)
+        e, cx = int_array(emitted, size), int_array(context, size)
         # (lossy accepts and sentence ends are rare: all-zero columns are not converted)
-        lo = np.asarray(lossy, np.int64) if lossy is not None and any(lossy) else np.zeros(size, np.int64)  # fmt: skip
-        has = sentence_ends is not None and any(sentence_ends)
+        lo = int_array(lossy, size) if lossy is not None and not all_zero(lossy, 0) else np.zeros(size, np.int64)  # fmt: skip
+        has = sentence_ends is not None and not all_zero(sentence_ends, ())
         ends = np.fromiter(map(bool, sentence_ends), bool, size) if has else np.zeros(size, bool)  # fmt: skip
         events = np.empty(size, dtype=np.int64)
         record_round(self.values, self.counts, self.decay, self.fast, self.ints, self.ring, self.wsum, idx, now_s, d, n, e, got, rej, cx, lo, ends, draft_s, verify_s, self.k_max, events)  # fmt: skip
@@ -257,6 +257,21 @@ class SeqArrays:
 
 
 _NONE = np.zeros(0)  # no per-member evidence given: record_round counts the outcomes
+
+
+def int_array(x: Any, size: int) -> np.ndarray:
+    """``x`` (``size`` integers: a driver's list, or an array) as an int64 array."""
+    if isinstance(x, np.ndarray):
+        return x.astype(np.int64, copy=False)
+    return np.fromiter(x, np.int64, size)
+
+
+def all_zero(x: Any, zero: Any) -> bool:
+    """Whether every item of ``x`` is falsy (a list counted against ``zero``, the drivers'
+    empty item, in one C call; anything else item by item)."""
+    if isinstance(x, list) and x.count(zero) == len(x):
+        return True
+    return not any(x)
 
 
 @njit(cache=True, error_model="numpy")
@@ -289,6 +304,15 @@ def record_round(values, counts, decay, fast, ints, ring, wsum, idx, now_s, draf
         if d > 0:
             counts[s, n if n < d else k_max + 1 + n] += 1.0
     observe_rounds(ints, ring, wsum, idx, now_s, drafted, accepted, emitted, lossy, has_ends, draft_s, draft_s + verify_s, events)  # fmt: skip
+
+
+@njit(cache=True, error_model="numpy")
+def any_set(values, idx, col):  # pragma: no cover - compiled
+    """Whether column ``col`` of any slot in ``idx`` is nonzero (a flag: ``SOLO``, ``READS``)."""
+    for i in range(idx.shape[0]):
+        if values[idx[i], col] != 0.0:
+            return True
+    return False
 
 
 def expected_outcome(confidences: Any) -> tuple[float, float]:

@@ -30,10 +30,10 @@ from control.goodput_kernel import (
     best_row,
     floor_lengths,
     mean_tpot_scores,
-    pairwise_sum,
     position_powers,
     slo_scores,
 )
+from control.pairwise import pairwise_sum
 
 KN = np.array(KNOTS, dtype=float)
 

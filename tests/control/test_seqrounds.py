@@ -57,6 +57,9 @@ class Slot:
     def _bind(self, store, slot) -> None:
         store.widen(self.config.window_rounds)
         bind_constants(memoryview(store.ints[slot]), self.config, self.config.goodput_cooldown)
+        self._views(store, slot)
+
+    def _views(self, store, slot) -> None:
         self.win, self.blocks = SlotWindow(store, slot), SlotBlocks(store, slot)
         self.ints = store.ints[slot]
 
