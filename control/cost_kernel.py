@@ -51,8 +51,8 @@ def cost_spec(
     """The parameter vector (``raw(0)``, the chunk path's base, filled in from the line)."""
     knots = np.ascontiguousarray(knots, dtype=float)
     hinge = np.ascontiguousarray(hinge, dtype=float)
-    head = (kind, v0, v1, backlog, cap, pre, value, free, s0, s1)
-    return _spec(*map(float, head), knots, hinge)
+    f = float
+    return _spec(f(kind), f(v0), f(v1), f(backlog), f(cap), f(pre), f(value), f(free), f(s0), f(s1), knots, hinge)  # fmt: skip
 
 
 @njit(cache=True, error_model="numpy")
