@@ -18,7 +18,7 @@ from control.blocks import BlockPlanner
 from control.dspark_base_config import DSparkBaseConfig
 from control.errors import ConfigError
 from control.pid import PID
-from control.types import Decision, Mode
+from control.types import Decision, Mode, valid_decision
 from control.window import RoundWindow
 
 
@@ -218,13 +218,11 @@ class DSparkBaseController(ValuesObserver):
         # reuse the previous (immutable) Decision objects when nothing in them changed
         d = self._decision
         if d is None or d.k != k or d.mode != mode or d.beta != beta or d.tau != c.tau:
-            d = self._decision = Decision(k=k, mode=mode, beta=beta, tau=c.tau)
+            d = self._decision = valid_decision(k, mode, beta, c.tau)
         if block_end:
             p = self._block_decision
             if p is None or p.k != k or p.mode != mode or p.beta != beta:
-                p = self._block_decision = Decision(
-                    k=k, mode=mode, beta=beta, tau=c.tau, block_end=True
-                )
+                p = self._block_decision = valid_decision(k, mode, beta, c.tau, True)
             self._pending = p
 
     def _block_end(self) -> None:

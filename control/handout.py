@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from control.types import Decision
+from control.types import Decision, valid_decision
 
 #: cut decisions kept for reuse before the cache is emptied (β moves continuously in threshold
 #: mode, so the distinct decisions are unbounded)
@@ -39,9 +39,7 @@ class HandOut:
         if out is None:
             if len(self._cut) > CACHE_SIZE:
                 self._cut.clear()
-            out = self._cut[key] = Decision(
-                k=k, mode=d.mode, beta=d.beta, tau=d.tau, block_end=d.block_end, survival=survival
-            )
+            out = self._cut[key] = valid_decision(k, *key[1:])
         return out
 
     def take(self, st: Any, idx: np.ndarray, members: list) -> np.ndarray:

@@ -55,6 +55,28 @@ class Decision:
         object.__setattr__(self, "stops", self.tau > 0.0 or self.survival > 0.0)
 
 
+_FIELDS = ("k", "mode", "beta", "tau", "block_end", "survival", "stops")
+_SETTERS = tuple(Decision.__dict__[f].__set__ for f in _FIELDS)  # the slots' own setters
+
+
+def valid_decision(
+    k: int, mode: Mode, beta: float, tau: float, block_end: bool = False, survival: float = 0.0
+) -> Decision:
+    """``Decision(k, mode, beta, tau, block_end, survival)`` from values already checked
+    (``k ≥ 0``, ``mode`` one of ``MODES``: a controller's own or a decision's cut), built
+    without the checks: the hot paths' constructor, a third of the time per decision."""
+    d = object.__new__(Decision)
+    sk, sm, sb, st, se, ss, sp = _SETTERS
+    sk(d, k)
+    sm(d, mode)
+    sb(d, beta)
+    st(d, tau)
+    se(d, block_end)
+    ss(d, survival)
+    sp(d, tau > 0.0 or survival > 0.0)
+    return d
+
+
 def draft_stop(
     confidences: Sequence[float], k: int, tau: float = 0.0, survival: float = 0.0
 ) -> int:

@@ -22,7 +22,7 @@ from control.configio import (
 )
 from control.errors import ConfigError
 from control.registry import controller_names
-from control.types import PositionRecord, records_from_rows, records_to_columns
+from control.types import PositionRecord, records_from_rows, records_to_columns, valid_decision
 from tests.control.helpers import CONTROLLER_NAMES
 
 
@@ -118,6 +118,20 @@ def test_registry_paths():
         make_controller("x")
     with pytest.raises(ConfigError, match="controller 'dspark' needs a DSparkConfig, got int"):
         make_config("dspark", 3)
+
+
+@pytest.mark.parametrize("mode", ["strict", "threshold"])
+def test_a_valid_decision_built_without_checks_is_the_checked_one(mode):
+    """Equal, equally hashed, the same repr and the same derived ``stops`` flag, every field
+    as given."""
+    cases = [(0, 0.85, 0.0, False, 0.0), (3, 0.5, 0.2, True, 0.0), (16, 1.0, 0.0, False, 0.4)]
+    for k, beta, tau, end, survival in [*cases, (1, 0.7, 0.3, True, 0.1)]:
+        d = valid_decision(k, mode, beta, tau, end, survival)
+        ref = Decision(k=k, mode=mode, beta=beta, tau=tau, block_end=end, survival=survival)
+        assert d == ref and hash(d) == hash(ref) and repr(d) == repr(ref)
+        assert d.stops == ref.stops == (tau > 0.0 or survival > 0.0)
+        with pytest.raises(AttributeError):
+            d.k = 2  # type: ignore[misc]
 
 
 def test_types_checks_and_round_trip():
