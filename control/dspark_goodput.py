@@ -47,6 +47,9 @@ from control.types import Decision
 
 
 class GoodputPolicyController(DSparkBaseController):
+    # the store and slot a planner reads every round: held in the object itself (a dict
+    # lookup less, and one memory line a member, where a batch of hundreds is listed a round)
+    __slots__ = ("_store", "_slot")
     policy = "goodput"
     records_evidence = True
     config: GoodputPolicyConfig
@@ -102,11 +105,14 @@ class GoodputPolicyController(DSparkBaseController):
     _VIEWS = ("_row", "_cnt", "_ist", "_win", "_blocks")
 
     def __getstate__(self) -> dict[str, Any]:  # memoryviews do not pickle: rebound on load
-        return {k: v for k, v in self.__dict__.items() if k not in self._VIEWS}
+        state = {k: v for k, v in self.__dict__.items() if k not in self._VIEWS}
+        return {**state, "_store": self._store, "_slot": self._slot}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        store, slot = state.pop("_store"), state.pop("_slot")
         self.__dict__.update(state)
-        self._bind(self._store, self._slot)
+        self._bind(store, slot)
 
     sum_n = property(lambda self: float(self._row[SUM_N]))
     sum_rej = property(lambda self: float(self._row[SUM_REJ]))
