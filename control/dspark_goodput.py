@@ -99,8 +99,8 @@ class GoodputPolicyController(DSparkBaseController):
         self._row: Any = memoryview(store.values[slot])  # format "d": floats in and out
         self._cnt: Any = memoryview(store.counts[slot])
         self._ist: Any = memoryview(store.ints[slot])
-        self._win: Any = SlotWindow(store, slot)
-        self._blocks: Any = SlotBlocks(store, slot)
+        self._win: Any = SlotWindow(store, slot, self._ist)
+        self._blocks: Any = SlotBlocks(store, slot, self._ist)
 
     _VIEWS = ("_row", "_cnt", "_ist", "_win", "_blocks")
 

@@ -63,8 +63,9 @@ class SlotWindow:
 
     __slots__ = ("_ints", "_ring", "_sums")
 
-    def __init__(self, store: Any, slot: int) -> None:
-        self._ints: Any = memoryview(store.ints[slot])  # Python ints in and out
+    def __init__(self, store: Any, slot: int, ints: Any = None) -> None:
+        # Python ints in and out (``ints``: the slot's integer row as a memoryview, if at hand)
+        self._ints: Any = memoryview(store.ints[slot]) if ints is None else ints
         self._ring = store.ring[slot]
         self._sums: Any = memoryview(store.wsum[slot])
 
@@ -132,8 +133,8 @@ class SlotBlocks(BlockPlanner):
     block_tokens = property(lambda self: self._ints[BLOCK])
     snap_from = property(lambda self: self._ints[SNAP_FROM])
 
-    def __init__(self, store: Any, slot: int) -> None:
-        self._ints = memoryview(store.ints[slot])
+    def __init__(self, store: Any, slot: int, ints: Any = None) -> None:
+        self._ints = memoryview(store.ints[slot]) if ints is None else ints
 
 
 @njit(cache=True, error_model="numpy")
