@@ -75,7 +75,7 @@ class CostFunctions:
     # share of a pass it shares with a prompt chunk): in the round's time, not in the ratio
     shared_s: float = 0.0
     # the parameter vector the callables evaluate (control.cost_kernel), when they are a fitted
-    # cost model's: a plan then tabulates them in one compiled call; None = any callables
+    # cost model's: a plan's compiled loop then evaluates them where it reads; None = any
     spec: np.ndarray | None = None
 
 

@@ -94,6 +94,27 @@ def roofline_model(seed: int = 3) -> RoundCostModel:
     return cm
 
 
+@pytest.mark.parametrize("backlog", [0, 300, 5000])
+def test_a_fitted_models_plan_reads_its_costs_as_the_callables_tabulated_whole(backlog):
+    """A plan on a fitted model's costs evaluates them at the token counts its rows reach; the
+    same plan with the callables alone (the costs tabulated over every count a batch could
+    reach) gives the same lengths, goodput and round times, bit for bit: with no chunk, and
+    with prompts waiting under a token budget (the penalty and its slope read too)."""
+    cm = roofline_model()
+    rng = np.random.default_rng(backlog)
+    for B in (1, 16, 256):
+        a = rng.beta(6, 2, B)
+        kcap = rng.integers(0, 9, B)
+        f = cm.functions(0.0, backlog=backlog, budget=2048, batch_size=B, prompt_value=1.5)
+        whole = dataclasses.replace(f, spec=None)
+        for near in (None, (1, 4)):
+            p = plan_round_lengths(a, kcap, f, 8, cap_range=near)
+            q = plan_round_lengths(a, kcap, whole, 8, cap_range=near)
+            assert np.array_equal(p.k_by_cap, q.k_by_cap)
+            assert np.array_equal(p.goodput, q.goodput)
+            assert np.array_equal(p.seconds_by_cap, q.seconds_by_cap)
+
+
 def test_prompt_share_is_excluded_and_displaced_prompt_tokens_are_charged():
     """Chunked prefill with a budget: the decode share of a pass on a convex (roofline) cost
     is raw(n + p) − raw(p) + raw(0) for a chunk of p = min(backlog, budget − n) prompt tokens;
