@@ -124,8 +124,13 @@ def test_registry_paths():
 def test_a_valid_decision_built_without_checks_is_the_checked_one(mode):
     """Equal, equally hashed, the same repr and the same derived ``stops`` flag, every field
     as given."""
-    cases = [(0, 0.85, 0.0, False, 0.0), (3, 0.5, 0.2, True, 0.0), (16, 1.0, 0.0, False, 0.4)]
-    for k, beta, tau, end, survival in [*cases, (1, 0.7, 0.3, True, 0.1)]:
+    cases = [
+        (0, 0.85, 0.0, False, 0.0),
+        (3, 0.5, 0.2, True, 0.0),
+        (16, 1.0, 0.0, False, 0.4),
+        (1, 0.7, 0.3, True, 0.1),
+    ]
+    for k, beta, tau, end, survival in cases:
         d = valid_decision(k, mode, beta, tau, end, survival)
         ref = Decision(k=k, mode=mode, beta=beta, tau=tau, block_end=end, survival=survival)
         assert d == ref and hash(d) == hash(ref) and repr(d) == repr(ref)
