@@ -20,7 +20,9 @@ acceptance WAS measured:
    (it is surer of its own words), so a quantile map from the rollout confidences of the
    calibration prompts to their target-text confidences is learned too and applied first.
 4. Prediction (:func:`synthetic_positions`): per new prompt, ``samples`` seeded draws of the
-   bits ``a_t`` from the calibrated probabilities along the rollout's (mapped) confidences; each
+   bits ``a_t`` from the calibrated probabilities along the rollout's (mapped) confidences (with
+   ``level = "calibration"``, both curves shifted by one logit offset per prompt so that their
+   mean along its rollout is the calibration prompts' mean along theirs: :func:`curves`); each
    draw is a position trace (``control.types.PositionRecord``: run lengths, the chain's mapped
    confidences, sentence ends of the rollout's tokens) that the simulator's ``replay`` acceptance
    model reads as it reads a recorded one.
@@ -32,6 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from scipy.optimize import brentq
+from scipy.special import expit
 
 from control.configio import param
 from control.errors import DSparkError
@@ -58,6 +62,16 @@ class PredictConfig:
     # of first-proposal bits, whose structure a block drafter does not have.
     block_slots: bool = param(
         True, doc="a block drafter's prediction per block slot of its head (else the chain)"
+    )
+    # "calibration": a prompt's acceptance level is the calibration prompts' one and its
+    # confidences only say where along the text it accepts. The drafter's confidences on a
+    # prompt's rollout track its acceptance level weakly (per prompt r = 0.21) and not across
+    # workloads: calibrated on code, the fitted curves put prose 20% low, the calibration level
+    # 6% (benchmarks/predict_acceptance.py). "confidence": the fitted curves as they are.
+    level: str = param(
+        "calibration",
+        choices=("calibration", "confidence"),
+        doc="where a prompt's acceptance level comes from (module doc, 4)",
     )
 
 
@@ -179,6 +193,9 @@ def fit_calibration(
             "rollout_logit": np.maximum.accumulate(src).tolist(),
             "text_logit": dst.tolist(),
         }
+    if cfg.level == "calibration":  # along the calibration prompts' rollouts (mapped), or
+        # along their target-text confidences where no rollout was given
+        out["level"] = _level(out, map_confidences(out, roll) if len(roll) else c)
     return out
 
 
@@ -191,15 +208,38 @@ def map_confidences(cal: dict, confs) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-z))
 
 
+def _level(cal: dict, confs: np.ndarray) -> float:
+    """The mean of the two curves along (already mapped) ``confs``."""
+    p0, p1 = accept_probability(cal, confs, 0), accept_probability(cal, confs, 1)
+    return float(np.mean(p0 + p1) / 2)
+
+
 def accept_probability(cal: dict, confs, prev: int) -> np.ndarray:
     """P(a_t = 1) at (already mapped) confidences ``confs`` after a_{t-1} = ``prev``."""
     g = cal[f"after_{int(prev)}"]
     return _interp((np.asarray(g["logit"]), np.asarray(g["p"])), _logit(confs))
 
 
+def curves(cal: dict, confs) -> tuple[np.ndarray, np.ndarray]:
+    """P(a_t = 1) along (already mapped) ``confs`` after a miss and after an acceptance. With a
+    calibration level (``cal["level"]``) both are shifted by the one logit offset that makes
+    their mean along ``confs`` that level: the order of the positions is kept."""
+    p0, p1 = accept_probability(cal, confs, 0), accept_probability(cal, confs, 1)
+    if "level" not in cal or not len(p0):
+        return p0, p1
+    l0, l1 = _logit(p0), _logit(p1)
+    goal = min(max(cal["level"], 1e-4), 1 - 1e-4)
+
+    def gap(d: float) -> float:
+        return float(np.mean(expit(l0 + d) + expit(l1 + d)) / 2) - goal
+
+    d = brentq(gap, -40.0, 40.0, xtol=1e-9)
+    return expit(l0 + d), expit(l1 + d)
+
+
 def draw_bits(cal: dict, confs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One seeded draw of a_t along ``confs`` (a Markov chain over a_{t-1})."""
-    p0, p1 = accept_probability(cal, confs, 0), accept_probability(cal, confs, 1)
+    p0, p1 = curves(cal, confs)
     u = rng.random(len(confs))
     bits = np.zeros(len(confs), dtype=np.int64)
     last = 0

@@ -63,6 +63,46 @@ def test_calibration_recovers_a_known_acceptance_curve():
         assert P.map_confidences(cal, [np.sqrt(q)])[0] == pytest.approx(q, abs=0.03)
 
 
+def test_calibration_level_moves_each_prompt_to_the_calibrations_mean():
+    rng = np.random.default_rng(5)
+    pos = _traces(rng, 20, 300, lambda c: 0.1 + 0.8 * c)
+    roll = [list(rng.random(300)) for _ in range(20)]
+    cfg = P.PredictConfig(map_confidences=False)
+    cal = P.fit_calibration(pos, roll, cfg)
+    plain = P.fit_calibration(pos, roll, P.PredictConfig(map_confidences=False, level="confidence"))
+    assert "level" not in plain and {k: v for k, v in cal.items() if k != "level"} == plain
+    # the level is the curves' mean along the calibration rollouts: 0.1 + 0.8 E[c] = 0.5
+    assert cal["level"] == pytest.approx(0.5, abs=0.03)
+    for lo, hi in ((0.0, 0.3), (0.6, 1.0), (0.2, 0.9)):  # a sure and an unsure prompt
+        confs = lo + (hi - lo) * rng.random(200)
+        p0, p1 = P.curves(cal, confs)
+        assert (p0 + p1).mean() / 2 == pytest.approx(cal["level"], abs=1e-6)
+        # one logit offset for both curves: the positions keep their order, the curves their gap
+        q0, q1 = P.curves(plain, confs)
+        assert (np.argsort(p0, kind="stable") == np.argsort(q0, kind="stable")).all()
+        off0, off1 = P._logit(p0) - P._logit(q0), P._logit(p1) - P._logit(q1)
+        assert np.allclose(off0, off0[0], atol=1e-6) and np.allclose(off1, off0[0], atol=1e-6)
+    assert all(np.array_equal(a, b) for a, b in zip(P.curves(plain, confs), (q0, q1)))
+
+
+def test_calibration_level_predicts_a_prompt_set_whose_confidences_shifted():
+    """Held-out prompts accept as often as the calibration's but the drafter is surer of them
+    (its confidences are squeezed towards 1): the calibration level predicts their acceptance,
+    the fitted curves predict too much."""
+    rng = np.random.default_rng(6)
+    pos = _traces(rng, 20, 300, lambda c: 0.2 + 0.6 * c)
+    roll = [list(rng.random(300)) for _ in range(20)]
+    sure = np.sqrt(rng.random(4000))  # the held-out rollout: same acceptance, surer drafter
+    real = 0.2 + 0.6 * 0.5  # what the held-out text accepts (its confidences uniform, as above)
+    shares = {}
+    for level in ("calibration", "confidence"):
+        cal = P.fit_calibration(pos, roll, P.PredictConfig(map_confidences=False, level=level))
+        bits = P.draw_bits(cal, sure, np.random.default_rng(7))
+        shares[level] = bits.mean()
+    assert shares["calibration"] == pytest.approx(real, abs=0.03)
+    assert shares["confidence"] > real + 0.05
+
+
 def test_drawn_bits_follow_the_markov_chain():
     p0, p1 = 0.3, 0.8
     cal = {
