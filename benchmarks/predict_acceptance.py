@@ -48,19 +48,11 @@ LEVELS = ("calibration", "confidence")
 ORACLE_SIZES = (3, 6, 12)
 
 
-def walk(L: np.ndarray, k: int) -> tuple[int, int]:
-    """Tokens and rounds of fixed k over one position trace's run lengths ``L``."""
-    t = toks = rounds = 0
-    while t < len(L):
-        a = min(int(L[t]), k)
-        toks, rounds, t = toks + a + 1, rounds + 1, t + a + 1
-    return toks, rounds
+def accepted_length(traces: list, k: int) -> float:
+    """Fixed k's tokens per round over position traces (pooled: ``validate.metrics``)."""
+    from validate.metrics import prompt_sample
 
-
-def accepted_length(traces: list[np.ndarray], k: int) -> float:
-    """Fixed k's tokens per round over the traces (pooled)."""
-    w = np.array([walk(L, k) for L in traces])
-    return float(w[:, 0].sum() / w[:, 1].sum())
+    return prompt_sample(traces, k)["accepted_length"]
 
 
 def record(engine, cfg, workload: str, split: str, seed: int, n: int, new: int) -> dict:
@@ -83,20 +75,19 @@ def record(engine, cfg, workload: str, split: str, seed: int, n: int, new: int) 
     return {"name": f"{workload}-{split}-{seed}", "positions": pos, "rollouts": rolls}
 
 
-def real_runs(s: dict) -> list[np.ndarray]:
-    return [np.array([r.run_length for r in recs]) for recs in s["positions"]]
+def real_runs(s: dict) -> list:
+    return s["positions"]
 
 
-def predicted_runs(cal: dict, s: dict, samples: int, horizon: int, seed: int) -> list[np.ndarray]:
+def predicted_runs(cal: dict, s: dict, samples: int, horizon: int, seed: int) -> list:
     from real.predicted import synthetic_positions
 
     rng = np.random.default_rng(seed)
-    out = []
-    for recs, (toks, confs) in zip(s["positions"], s["rollouts"]):
-        for _ in range(samples):
-            sp = synthetic_positions(cal, toks, confs, len(recs), horizon, set(), rng)
-            out.append(np.array([r.run_length for r in sp]))
-    return out
+    return [
+        synthetic_positions(cal, toks, confs, len(recs), horizon, set(), rng)
+        for recs, (toks, confs) in zip(s["positions"], s["rollouts"])
+        for _ in range(samples)
+    ]
 
 
 def errors(cal_sets, held, level: str, a) -> np.ndarray:

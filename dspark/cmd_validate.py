@@ -314,6 +314,19 @@ def _print_batch1(summary: dict, out: str) -> None:
             f">= {lc['min_rounds']} rounds (uncorrected profile: "
             f"{lc['max_abs_round_error_pct_uncorrected']:.1f}%)"
         )
+    ps = summary.get("prompt_sample")
+    if ps:
+        k = next(iter(ps.values()))["fixed_k"]
+        print(
+            f"prompt sample (fixed k = {k} over the greedy traces): "
+            + ", ".join(
+                f"{w} {v['prompts']} prompts, accepted length {v['accepted_length']:.2f} "
+                f"± {v['se_pct']:.1f}%"
+                for w, v in ps.items()
+            )
+            + " (standard error over the prompts, itself rough from a few: an accepted-length "
+            "error of about that size is the sample's, not the simulator's)"
+        )
     nf = summary.get("noise_floor") or {}
     for key, what in (("predictive", "predicted"), ("latency_only", "latency-only")):
         if nf.get(key):

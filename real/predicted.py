@@ -66,8 +66,8 @@ class PredictConfig:
     # "calibration": a prompt's acceptance level is the calibration prompts' one and its
     # confidences only say where along the text it accepts. The drafter's confidences on a
     # prompt's rollout track its acceptance level weakly (per prompt r = 0.21) and not across
-    # workloads: calibrated on code, the fitted curves put prose 20% low, the calibration level
-    # 6% (benchmarks/predict_acceptance.py). "confidence": the fitted curves as they are.
+    # workloads: calibrated on code, the fitted curves put prose 19% low, the calibration level
+    # 5% (benchmarks/predict_acceptance.py). "confidence": the fitted curves as they are.
     level: str = param(
         "calibration",
         choices=("calibration", "confidence"),

@@ -61,6 +61,30 @@ def real_metrics(records, requests) -> dict[str, float]:
     )
 
 
+def prompt_sample(positions: list, k: int) -> dict:
+    """The prompts as a sample of their workload: fixed k's accepted length over their greedy
+    position traces (``positions``: one list of ``PositionRecord`` per prompt, replayed as the
+    engine runs fixed k, ``real.tracing.replay_accepted``: at batch 1 the engine's own value
+    exactly; pooled, tokens over rounds) and its standard error over the prompts (the ratio
+    estimator's), in % of it; NaN with one prompt. An error of about that size is the prompt
+    sample's: a predictor that cannot tell these prompts from other prompts of their workload
+    is off by it."""
+    from real.tracing import replay_accepted
+
+    tok, rnd = [], []
+    for recs in positions:
+        n = len(recs)
+        rounds = replay_accepted(recs, [k] * n, [0.0] * n, k, n)
+        tok.append(sum(a + 1 for _, a in rounds))
+        rnd.append(len(rounds))
+    t, r = np.asarray(tok, dtype=float), np.asarray(rnd, dtype=float)
+    ratio, m = float(t.sum() / r.sum()), len(t)
+    se = float("nan")
+    if m > 1:
+        se = float(np.sqrt(((t - ratio * r) ** 2).sum() / (m - 1) / m) / r.mean())
+    return {"prompts": m, "fixed_k": k, "accepted_length": ratio, "se_pct": 100.0 * se / ratio}
+
+
 def error_pct(sim: float, real: float) -> float:
     return (sim - real) / real * 100.0 if real else float("nan")
 

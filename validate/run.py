@@ -82,6 +82,7 @@ def run_batch1(cfg: ValidateConfig, out: Path, log: Callable[[str], None]) -> di
         "rank_agreement_replay": {w: r["agree"] for w, r in ranks_replay.items()},
         "repeats": cfg.repeats,
         "noise_floor": _noise_floor(cfg, b.real),
+        "prompt_sample": _prompt_sample(cfg, b),
         "calibrated_on": b.calibrated_on(),
         "fitted_acceptance": b.fitted,
         "predicted_acceptance_calibration": b.pred_cal,
@@ -143,6 +144,16 @@ def _headline(err, err_replay, err_f) -> dict:
         "headline_errors_with_spread": len(spread),
         "headline_errors": len(head),
     }
+
+
+def _prompt_sample(cfg: ValidateConfig, b) -> dict | None:
+    """Per held-out workload, its prompts as a sample (``metrics.prompt_sample``) at the k of
+    the held-out ``fixed`` controller (else the calibration's, when it is ``fixed``); None
+    without a fixed k."""
+    fixed = b.ctrl_cfgs.get("fixed") or (b.x_cfg if cfg.calibration.controller == "fixed" else None)
+    if fixed is None:
+        return None
+    return {w: M.prompt_sample(b.positions[w], fixed.k) for w in cfg.heldout.workloads}
 
 
 def _noise_floor(cfg: ValidateConfig, real: dict) -> dict:
