@@ -68,6 +68,7 @@ class PredictConfig:
     # prompt's rollout track its acceptance level weakly (per prompt r = 0.21) and not across
     # workloads: calibrated on code, the fitted curves put prose 19% low, the calibration level
     # 5% (benchmarks/predict_acceptance.py). "confidence": the fitted curves as they are.
+    # The chain's option: a block drafter's per-slot prediction (block_slots) does not read it.
     level: str = param(
         "calibration",
         choices=("calibration", "confidence"),

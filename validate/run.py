@@ -148,12 +148,13 @@ def _headline(err, err_replay, err_f) -> dict:
 
 def _prompt_sample(cfg: ValidateConfig, b) -> dict | None:
     """Per held-out workload, its prompts as a sample (``metrics.prompt_sample``) at the k of
-    the held-out ``fixed`` controller (else the calibration's, when it is ``fixed``); None
-    without a fixed k."""
+    the held-out ``fixed`` controller (else the calibration's, when it is ``fixed``), cut at
+    the engine's ``k_max`` as the engine cuts it; None without a fixed k."""
     fixed = b.ctrl_cfgs.get("fixed") or (b.x_cfg if cfg.calibration.controller == "fixed" else None)
     if fixed is None:
         return None
-    return {w: M.prompt_sample(b.positions[w], fixed.k) for w in cfg.heldout.workloads}
+    k = min(fixed.k, cfg.engine.k_max)
+    return {w: M.prompt_sample(b.positions[w], k) for w in cfg.heldout.workloads}
 
 
 def _noise_floor(cfg: ValidateConfig, real: dict) -> dict:
