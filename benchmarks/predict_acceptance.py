@@ -13,14 +13,14 @@ engine: float32, the conv drafter, batch 1), many prompt sets of ``--new-tokens`
   leave out 1 and 2, the held-out prompts of ``configs/validate.toml`` and the demo's.
 
 For every calibration set and held-out set it predicts fixed k = ``--k``'s accepted length (tokens
-a round, the fixed-k walk over the position traces: exact for greedy decoding at batch 1) with
-each ``PredictConfig.level``, ``--samples`` draws per prompt, and prints the error against the
-held-out set's real walk.
+a round, replayed on the position traces as the engine runs fixed k: at batch 1 under greedy
+decoding the engine's own value) with each ``PredictConfig.level``, ``--samples`` draws per
+prompt, and prints the error against the held-out set's real one.
 
-Then what no predictor that cannot tell prompts apart beats: the *population oracle* knows each
-workload's pooled accepted length over all its held-out prompts exactly and predicts it for every
-set; on random sets of 3, 6 and 12 of those prompts (bootstrap) it lands within 10% in the
-printed share of draws. And the evidence a rollout carries per prompt: the correlation between a
+Then a reference for any predictor that cannot tell prompts apart: the *population oracle* knows
+each workload's pooled accepted length over all its held-out prompts exactly and predicts it for
+every set; on random sets of 3, 6 and 12 of those prompts (drawn without replacement) it lands
+within 10% in the printed share of draws. And the evidence a rollout carries per prompt: the correlation between a
 prompt's mean rollout confidence and its acceptance rate.
 
     .venv/bin/python benchmarks/predict_acceptance.py [--cal-large 31,41,51,61]
