@@ -75,10 +75,6 @@ def record(engine, cfg, workload: str, split: str, seed: int, n: int, new: int) 
     return {"name": f"{workload}-{split}-{seed}", "positions": pos, "rollouts": rolls}
 
 
-def real_runs(s: dict) -> list:
-    return s["positions"]
-
-
 def predicted_runs(cal: dict, s: dict, samples: int, horizon: int, seed: int) -> list:
     from real.predicted import synthetic_positions
 
@@ -100,23 +96,24 @@ def errors(cal_sets, held, level: str, a) -> np.ndarray:
         cal = fit_calibration(c["positions"], [r[1] for r in c["rollouts"]], pc)
         for j, h in enumerate(held):
             pred = accepted_length(predicted_runs(cal, h, a.samples, a.k_max + 1, a.seed), a.k)
-            out[i, j] = 100 * (pred / accepted_length(real_runs(h), a.k) - 1)
+            out[i, j] = 100 * (pred / accepted_length(h["positions"], a.k) - 1)
     return out
 
 
 def oracle(held, k: int, draws: int, seed: int) -> dict[int, float]:
-    """Share of random n-prompt sets within 10% of their workload's pooled accepted length."""
+    """Share of random n-prompt sets within 10% of their workload's pooled accepted length (NaN
+    for a size no workload has that many prompts for)."""
     rng = np.random.default_rng(seed)
     hits = {n: [] for n in ORACLE_SIZES}
     for wl in sorted({h["name"].split("-")[0] for h in held}):
-        runs = [L for h in held if h["name"].startswith(wl + "-") for L in real_runs(h)]
+        runs = [L for h in held if h["name"].startswith(wl + "-") for L in h["positions"]]
         pop = accepted_length(runs, k)
-        for n in ORACLE_SIZES:
+        for n in (n for n in ORACLE_SIZES if n <= len(runs)):
             for _ in range(draws):
                 pick = rng.choice(len(runs), n, replace=False)
                 set_len = accepted_length([runs[i] for i in pick], k)
                 hits[n].append(abs(pop / set_len - 1) <= 0.10)
-    return {n: float(np.mean(v)) for n, v in hits.items()}
+    return {n: float(np.mean(v)) if v else float("nan") for n, v in hits.items()}
 
 
 def rollout_evidence(sets) -> float:
@@ -165,7 +162,7 @@ def main(argv=None) -> int:
     print(f"held-out sets ({a.heldout_prompts} prompts × {new} tokens): " + ", ".join(names))
     print(
         "real fixed-k accepted length: "
-        + ", ".join(f"{accepted_length(real_runs(h), a.k):.3f}" for h in held)
+        + ", ".join(f"{accepted_length(h['positions'], a.k):.3f}" for h in held)
     )
     err = {}
     for level in LEVELS:

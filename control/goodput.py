@@ -171,11 +171,12 @@ def _plan_rows(powers, cum, bound, per_step, w, costs: CostFunctions, iterations
         spec = costs.spec
         vs, vsl, pt, pst, st, have = tables(spec, B, n_hi, B + 1)
     else:
-        ns, spec = np.arange(B, n_hi + 1, dtype=float), np.zeros(0)
+        ns, none = np.arange(B, n_hi + 1, dtype=float), np.zeros(0)
+        spec = none  # nothing to evaluate: every row is filled below
         vs = np.asarray(costs.verify_s(ns), dtype=float)
         vsl = np.asarray(costs.verify_slope(ns), dtype=float)
-        pt = spec if pen is None else np.asarray(pen(ns), dtype=float)
-        pst = spec if pen_slope is None else np.asarray(pen_slope(ns), dtype=float)
+        pt = none if pen is None else np.asarray(pen(ns), dtype=float)
+        pst = none if pen_slope is None else np.asarray(pen_slope(ns), dtype=float)
         st = np.asarray(costs.step_s(np.arange(1, B + 2, dtype=float)), dtype=float)
         have = np.ones(len(ns), dtype=bool)  # filled whole
     return plan_rows(

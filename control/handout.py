@@ -39,7 +39,7 @@ class HandOut:
         if out is None:
             if len(self._cut) > CACHE_SIZE:
                 self._cut.clear()
-            out = self._cut[key] = valid_decision(k, *key[1:])
+            out = self._cut[key] = valid_decision(*key)
         return out
 
     def take(self, st: Any, idx: np.ndarray, members: list) -> np.ndarray:

@@ -196,7 +196,8 @@ def fit_calibration(
         }
     if cfg.level == "calibration":  # along the calibration prompts' rollouts (mapped), or
         # along their target-text confidences where no rollout was given
-        out["level"] = _level(out, map_confidences(out, roll) if len(roll) else c)
+        at = map_confidences(out, roll) if len(roll) else c
+        out["level"] = float(np.mean(np.add(*curves(out, at))) / 2)  # the two curves' mean
     return out
 
 
@@ -207,12 +208,6 @@ def map_confidences(cal: dict, confs) -> np.ndarray:
         return c
     z = np.interp(_logit(c), cal["map"]["rollout_logit"], cal["map"]["text_logit"])
     return 1.0 / (1.0 + np.exp(-z))
-
-
-def _level(cal: dict, confs: np.ndarray) -> float:
-    """The mean of the two curves along (already mapped) ``confs``."""
-    p0, p1 = accept_probability(cal, confs, 0), accept_probability(cal, confs, 1)
-    return float(np.mean(p0 + p1) / 2)
 
 
 def accept_probability(cal: dict, confs, prev: int) -> np.ndarray:
