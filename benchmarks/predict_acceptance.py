@@ -103,15 +103,18 @@ def errors(cal_sets, held, level: str, a) -> np.ndarray:
 def oracle(held, k: int, draws: int, seed: int) -> dict[int, float]:
     """Share of random n-prompt sets within 10% of their workload's pooled accepted length (NaN
     for a size no workload has that many prompts for)."""
+    from validate.metrics import fixed_k_rounds
+
     rng = np.random.default_rng(seed)
     hits = {n: [] for n in ORACLE_SIZES}
     for wl in sorted({h["name"].split("-")[0] for h in held}):
         runs = [L for h in held if h["name"].startswith(wl + "-") for L in h["positions"]]
-        pop = accepted_length(runs, k)
+        tok, rnd = fixed_k_rounds(runs, k)  # each prompt replayed once; a set sums its own
+        pop = float(tok.sum() / rnd.sum())
         for n in (n for n in ORACLE_SIZES if n <= len(runs)):
             for _ in range(draws):
                 pick = rng.choice(len(runs), n, replace=False)
-                set_len = accepted_length([runs[i] for i in pick], k)
+                set_len = float(tok[pick].sum() / rnd[pick].sum())
                 hits[n].append(abs(pop / set_len - 1) <= 0.10)
     return {n: float(np.mean(v)) if v else float("nan") for n, v in hits.items()}
 

@@ -61,14 +61,9 @@ def real_metrics(records, requests) -> dict[str, float]:
     )
 
 
-def prompt_sample(positions: list, k: int) -> dict:
-    """The prompts as a sample of their workload: fixed k's accepted length over their greedy
-    position traces (``positions``: one list of ``PositionRecord`` per prompt, replayed as the
-    engine runs fixed k, ``real.tracing.replay_accepted``: at batch 1 the engine's own value
-    exactly; pooled, tokens over rounds) and its standard error over the prompts (the ratio
-    estimator's), in % of it; NaN with one prompt. An error of about that size is the prompt
-    sample's: a predictor that cannot tell these prompts from other prompts of their workload
-    is off by it."""
+def fixed_k_rounds(positions: list, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per prompt (``positions``: one list of ``PositionRecord`` each), the tokens and rounds of
+    fixed k replayed on its greedy trace as the engine runs it (``real.tracing.replay_accepted``)."""
     from real.tracing import replay_accepted
 
     tok, rnd = [], []
@@ -77,7 +72,18 @@ def prompt_sample(positions: list, k: int) -> dict:
         rounds = replay_accepted(recs, [k] * n, [0.0] * n, k, n)
         tok.append(sum(a + 1 for _, a in rounds))
         rnd.append(len(rounds))
-    t, r = np.asarray(tok, dtype=float), np.asarray(rnd, dtype=float)
+    return np.asarray(tok, dtype=float), np.asarray(rnd, dtype=float)
+
+
+def prompt_sample(positions: list, k: int) -> dict:
+    """The prompts as a sample of their workload: fixed k's accepted length over their greedy
+    position traces (``positions``: one list of ``PositionRecord`` per prompt, replayed as the
+    engine runs fixed k, ``real.tracing.replay_accepted``: at batch 1 the engine's own value
+    exactly; pooled, tokens over rounds) and its standard error over the prompts (the ratio
+    estimator's), in % of it; NaN with one prompt. An error of about that size is the prompt
+    sample's: a predictor that cannot tell these prompts from other prompts of their workload
+    is off by it."""
+    t, r = fixed_k_rounds(positions, k)
     ratio, m = float(t.sum() / r.sum()), len(t)
     se = float("nan")
     if m > 1:

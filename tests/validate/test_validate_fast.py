@@ -98,7 +98,7 @@ def test_error_table_columns_and_finite(run):
     nf = s["noise_floor"]
     assert nf["predictive"]["rows"] == len(head) and nf["latency_only"]["rows"] == len(lat)
     assert nf["predictive"]["repeats"] == s["repeats"]
-    # the prompt sample's walk is the real fixed k's accepted length (greedy: exactly)
+    # the prompt sample's replay is the real fixed k's accepted length (greedy: exactly)
     fixed = err[(err.controller == "fixed") & (err.metric == "mean_accepted_length")]
     for w, real in zip(fixed.workload, fixed.real):
         assert s["prompt_sample"][w]["accepted_length"] == pytest.approx(real, rel=1e-12)
